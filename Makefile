@@ -1,0 +1,35 @@
+# The two commands a newcomer needs: `make demo` (the main job) and `make test`.
+# Both create .venv with pip when it is missing. TORCH_SPEC pins the torch build
+# this machine kind has on disk; override it on another box, e.g.
+#   make install TORCH_SPEC="torch torchvision"
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+STAMP := $(VENV)/.stalesim-installed
+
+.PHONY: install demo test bench figures clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: install
+	$(PY) -m stalesim demo
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m benchmarks
+
+figures: install
+	$(PY) -m stalesim figures --out figures
+
+clean:
+	rm -rf build *.egg-info .pytest_cache

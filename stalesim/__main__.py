@@ -1,0 +1,5 @@
+"""``python -m stalesim`` is the same as the ``stalesim`` console script."""
+
+from stalesim.cli import main
+
+raise SystemExit(main())
