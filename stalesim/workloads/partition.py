@@ -1,0 +1,373 @@
+"""Partitions: PPVs <-> block cuts, stage splitting, and the min-max partitioner.
+
+Conventions (the stale-weights paper, Zhang & Abdelrahman):
+
+* Weight layers (conv/linear) are counted from 1. A PPV entry ``k`` places a
+  pipeline register after weight layer ``k``, together with the activation,
+  norm and pooling that follow it. A PPV with k entries gives S = k + 1 stages.
+* Internally a partition is a list of **cuts**: block boundary indices ``c`` in
+  ``1..L-1`` (L blocks); stage s holds blocks ``cuts[s-1] .. cuts[s]-1``.
+* A PPV entry that falls inside a multi-weight-layer block (a residual block)
+  is rejected: that block is indivisible.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+    from stalesim.workloads.zoo import LayeredModel
+
+__all__ = [
+    "Partition",
+    "ppv_to_cuts",
+    "cuts_to_ppv",
+    "weights_ppv_to_cuts",
+    "weights_cuts_to_ppv",
+    "split_stages",
+    "block_flops",
+    "default_ppv",
+    "min_max_partition",
+    "stage_ranges",
+]
+
+
+# ------------------------------------------------------------- PPV <-> cuts
+def weights_ppv_to_cuts(weight_layers: Sequence[int], ppv: Sequence[int]) -> list[int]:
+    """PPV -> block cuts given the per-block weight-layer counts.
+
+    The cut for entry k is the *last* block boundary at which exactly k weight
+    layers lie before it, so blocks without weight layers (a lone pooling or
+    activation) stay with the weight layer before them.
+    """
+    wl = [int(w) for w in weight_layers]
+    total = sum(wl)
+    cum = [0, *accumulate(wl)]  # cum[c] = weight layers in blocks 0..c-1
+    cuts: list[int] = []
+    prev = 0
+    for i, raw in enumerate(ppv):
+        if isinstance(raw, bool) or not isinstance(raw, int) and not (
+            isinstance(raw, float) and float(raw).is_integer()
+        ):
+            raise StalesimError(f"ppv[{i}]: expected an integer, got {raw!r}")
+        k = int(raw)
+        if k <= prev:
+            raise StalesimError(
+                f"ppv[{i}]: entries must be strictly increasing and >= 1, got {k}"
+                + (f" after {prev}" if i else "")
+            )
+        if k >= total:
+            raise StalesimError(
+                f"ppv[{i}]: {k} is out of range; the model has {total} weight layers, "
+                f"so an entry must be between 1 and {total - 1}"
+            )
+        candidates = [c for c in range(1, len(wl)) if cum[c] == k]
+        if not candidates:
+            # weight layer k lies strictly inside a block with >= 2 weight layers
+            b = next(j for j in range(len(wl)) if cum[j] < k < cum[j + 1])
+            raise StalesimError(
+                f"ppv[{i}]: {k} would split block {b} (weight layers {cum[b] + 1}-{cum[b + 1]}), "
+                "which is indivisible; use a boundary such as "
+                f"{cum[b]} or {cum[b + 1]}"
+            )
+        cuts.append(max(candidates))
+        prev = k
+    return cuts
+
+
+def weights_cuts_to_ppv(weight_layers: Sequence[int], cuts: Sequence[int]) -> list[int]:
+    """Block cuts -> PPV (weight layers before each cut)."""
+    wl = [int(w) for w in weight_layers]
+    cum = [0, *accumulate(wl)]
+    _check_cuts(cuts, len(wl))
+    ppv = [cum[c] for c in cuts]
+    for i, (c, k) in enumerate(zip(cuts, ppv)):
+        if k == 0 or (i and k == ppv[i - 1]) or k == cum[-1]:
+            raise StalesimError(
+                f"cuts[{i}]: cut {c} leaves a stage without weight layers, so it has no PPV"
+            )
+    return ppv
+
+
+def _check_cuts(cuts: Sequence[int], n_blocks: int) -> None:
+    prev = 0
+    for i, c in enumerate(cuts):
+        if isinstance(c, bool) or not isinstance(c, int):
+            raise StalesimError(f"cuts[{i}]: expected an integer, got {c!r}")
+        if c <= prev or c >= n_blocks:
+            raise StalesimError(
+                f"cuts[{i}]: cuts must be strictly increasing block indices in 1..{n_blocks - 1}, "
+                f"got {c}"
+            )
+        prev = c
+
+
+def ppv_to_cuts(model: LayeredModel, ppv: Sequence[int]) -> list[int]:
+    """PPV (weight layers, 1-based) -> block boundary indices for ``model``."""
+    return weights_ppv_to_cuts(model.weight_layers, ppv)
+
+
+def cuts_to_ppv(model: LayeredModel, cuts: Sequence[int]) -> list[int]:
+    """Block boundary indices -> PPV for ``model``."""
+    return weights_cuts_to_ppv(model.weight_layers, cuts)
+
+
+def stage_ranges(cuts: Sequence[int], n_blocks: int) -> list[tuple[int, int]]:
+    """``[(start, stop), ...]`` block ranges of each stage (stop exclusive)."""
+    _check_cuts(cuts, n_blocks)
+    bounds = [0, *cuts, n_blocks]
+    return [(bounds[s], bounds[s + 1]) for s in range(len(bounds) - 1)]
+
+
+# ------------------------------------------------------------- stage splitting
+def split_stages(
+    model: LayeredModel,
+    *,
+    ppv: Sequence[int] | None = None,
+    stages: int | None = None,
+    cuts: Sequence[int] | None = None,
+) -> list[nn.Sequential]:
+    """Cut ``model`` into S ``nn.Sequential`` stages.
+
+    Give exactly one of ``ppv`` (S = len(ppv)+1), ``stages`` (balanced by FLOPs
+    with :func:`default_ppv`) or ``cuts`` (block indices). The stages *share*
+    the model's block modules (no copies), so composing them is the model.
+    """
+    from collections import OrderedDict
+
+    from torch import nn
+
+    given = sum(x is not None for x in (ppv, stages, cuts))
+    if given != 1:
+        raise StalesimError("split_stages: give exactly one of ppv=, stages= or cuts=")
+    n = len(model.block_names)
+    if stages is not None:
+        if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+            raise StalesimError(f"stages: expected an integer >= 1, got {stages!r}")
+        if stages > n:
+            raise StalesimError(
+                f"stages: {stages} stages requested but model {model.name!r} has only {n} blocks"
+            )
+        ppv = default_ppv(model, stages)
+    if ppv is not None:
+        cuts = ppv_to_cuts(model, ppv)
+    assert cuts is not None
+    ranges = stage_ranges(list(cuts), n)
+    keys = [k for k, _ in model.named_children()]
+    mods = model.blocks
+    return [
+        nn.Sequential(OrderedDict((keys[j], mods[j]) for j in range(a, b))) for a, b in ranges
+    ]
+
+
+# ------------------------------------------------------------- FLOP balance
+def block_flops(model: LayeredModel) -> list[int]:
+    """Forward FLOPs of each block at batch size 1 (FlopCounterMode); cached on the model."""
+    cached = getattr(model, "_block_flops", None)
+    if cached is not None:
+        return list(cached)
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops: list[int] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            x = model.example_input(1)
+            for block in model.blocks:
+                counter = FlopCounterMode(display=False)
+                with counter:
+                    x = block(x)
+                flops.append(int(counter.get_total_flops()))
+    finally:
+        model.train(was_training)
+    model._block_flops = flops
+    return list(flops)
+
+
+def default_ppv(model: LayeredModel, stages: int) -> list[int]:
+    """The PPV of the min-max partition of per-block forward FLOPs into ``stages``."""
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise StalesimError(f"stages: expected an integer >= 1, got {stages!r}")
+    n = len(model.block_names)
+    if stages > n:
+        raise StalesimError(
+            f"stages: {stages} stages requested but model {model.name!r} has only {n} blocks"
+        )
+    # blocks without weight layers cannot end a stage in PPV terms: give them a
+    # tiny cost so they never get a stage of their own; block_flops is exact.
+    costs = [float(f) + 1.0 for f in block_flops(model)]
+    part = min_max_partition(costs, stages, weight_layers=model.weight_layers)
+    return part.ppv
+
+
+# ------------------------------------------------------------- partitioner
+@dataclass(frozen=True)
+class Partition:
+    """Result of :func:`min_max_partition`.
+
+    ``cuts``: block boundary indices; ``ppv``: the same cuts as a PPV (weight
+    layers before each cut; equal to ``cuts`` when every block is one layer);
+    ``stage_costs``: compute (+ outgoing communication) per stage;
+    ``stage_memory``: memory per stage (None without ``memory``).
+    """
+
+    cuts: list[int]
+    ppv: list[int]
+    stage_costs: list[float]
+    stage_memory: list[float] | None = None
+    stage_comm: list[float] = field(default_factory=list)
+
+    @property
+    def stages(self) -> int:
+        return len(self.cuts) + 1
+
+    @property
+    def bottleneck(self) -> float:
+        return max(self.stage_costs)
+
+    @property
+    def bottleneck_stage(self) -> int:
+        return max(range(len(self.stage_costs)), key=lambda s: self.stage_costs[s])
+
+    def ranges(self, n_blocks: int) -> list[tuple[int, int]]:
+        return stage_ranges(self.cuts, n_blocks)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "stages": self.stages,
+            "cuts": list(self.cuts),
+            "ppv": list(self.ppv),
+            "stage_costs": list(self.stage_costs),
+            "stage_comm": list(self.stage_comm),
+            "stage_memory": None if self.stage_memory is None else list(self.stage_memory),
+            "bottleneck": self.bottleneck,
+            "bottleneck_stage": self.bottleneck_stage,
+        }
+
+
+def _check_vector(name: str, values: Sequence[float], length: int) -> list[float]:
+    vals = list(values)
+    if len(vals) != length:
+        raise StalesimError(f"{name}: expected {length} values, got {len(vals)}")
+    out: list[float] = []
+    for i, v in enumerate(vals):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise StalesimError(f"{name}[{i}]: must be a finite number >= 0, got {v!r}")
+        out.append(float(v))
+    return out
+
+
+def min_max_partition(
+    costs: Sequence[float],
+    stages: int,
+    *,
+    memory: Sequence[float] | None = None,
+    memory_limit: float | None = None,
+    comm: Sequence[float] | None = None,
+    weight_layers: Sequence[int] | None = None,
+) -> Partition:
+    """Exact min-max contiguous partition of ``costs`` into ``stages`` parts.
+
+    Minimises the largest stage cost, where a stage's cost is the sum of its
+    layers' costs plus ``comm[c-1]`` for the cut ``c`` that ends it (the
+    sending stage pays for the transfer; ``comm`` has one entry per possible
+    cut, i.e. ``len(costs) - 1``). With ``memory``/``memory_limit`` every
+    stage's summed memory must fit, else StalesimError. Dynamic programming
+    over prefix sums, O(S * L^2). Ties go to the earliest cuts, deterministically.
+    ``weight_layers`` (per layer, default 1 each) is used to report the PPV;
+    layers with 0 weight layers never end a stage, so the PPV is well defined.
+    """
+    n = len(costs)
+    if n == 0:
+        raise StalesimError("costs: need at least one layer")
+    c = _check_vector("costs", costs, n)
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
+        raise StalesimError(f"stages: expected an integer >= 1, got {stages!r}")
+    if stages > n:
+        raise StalesimError(f"stages: {stages} stages requested but there are only {n} layers")
+    mem = _check_vector("memory", memory, n) if memory is not None else None
+    if memory_limit is not None:
+        if mem is None:
+            raise StalesimError("memory_limit: needs per-layer memory")
+        if not math.isfinite(memory_limit) or memory_limit <= 0:
+            raise StalesimError(f"memory_limit: must be a finite number > 0, got {memory_limit!r}")
+    cm = _check_vector("comm", comm, n - 1) if comm is not None else [0.0] * (n - 1)
+    wl = [1] * n if weight_layers is None else [int(w) for w in weight_layers]
+    if len(wl) != n:
+        raise StalesimError(f"weight_layers: expected {n} values, got {len(wl)}")
+    cumw = [0, *accumulate(wl)]
+
+    pre = [0.0, *accumulate(c)]
+    pmem = [0.0, *accumulate(mem)] if mem is not None else None
+
+    def allowed_end(j: int) -> bool:
+        # cut j is a valid PPV boundary only if a weight layer lies before it and
+        # block j starts a weight layer (so it is the last boundary with that count)
+        if j == n:
+            return True
+        if weight_layers is None:
+            return True
+        return cumw[j] > 0 and wl[j] > 0
+
+    def seg(i: int, j: int) -> float:  # layers i..j-1, ending at cut j
+        return pre[j] - pre[i] + (cm[j - 1] if j < n else 0.0)
+
+    def fits(i: int, j: int) -> bool:
+        if memory_limit is None or pmem is None:
+            return True
+        return pmem[j] - pmem[i] <= memory_limit * (1 + 1e-12)
+
+    inf = math.inf
+    # best[s][j]: min bottleneck of splitting layers 0..j-1 into s+1 stages
+    best = [[inf] * (n + 1) for _ in range(stages)]
+    arg = [[-1] * (n + 1) for _ in range(stages)]
+    for j in range(1, n + 1):
+        if allowed_end(j) and fits(0, j):
+            best[0][j] = seg(0, j)
+    for s in range(1, stages):
+        for j in range(s + 1, n + 1):
+            if not allowed_end(j):
+                continue
+            bv, bi = inf, -1
+            for i in range(s, j):
+                if best[s - 1][i] == inf or not fits(i, j):
+                    continue
+                v = max(best[s - 1][i], seg(i, j))
+                if v < bv:
+                    bv, bi = v, i
+            best[s][j], arg[s][j] = bv, bi
+    if best[stages - 1][n] == inf:
+        if memory_limit is not None:
+            raise StalesimError(
+                f"memory_limit: no partition into {stages} stages fits {memory_limit:g} bytes per "
+                f"stage (largest single layer needs {max(mem or [0]):g})"
+            )
+        raise StalesimError(
+            f"stages: cannot form {stages} stages that each contain a weight layer"
+        )
+    cuts: list[int] = []
+    j = n
+    for s in range(stages - 1, 0, -1):
+        i = arg[s][j]
+        cuts.append(i)
+        j = i
+    cuts.reverse()
+    bounds = [0, *cuts, n]
+    stage_costs = [seg(bounds[s], bounds[s + 1]) for s in range(stages)]
+    stage_comm = [cm[bounds[s + 1] - 1] if bounds[s + 1] < n else 0.0 for s in range(stages)]
+    stage_mem = (
+        [pmem[bounds[s + 1]] - pmem[bounds[s]] for s in range(stages)] if pmem is not None else None
+    )
+    ppv = [cumw[k] for k in cuts]
+    return Partition(cuts=cuts, ppv=ppv, stage_costs=stage_costs, stage_memory=stage_mem,
+                     stage_comm=stage_comm)

@@ -1,0 +1,331 @@
+"""Model zoo: CNNs as ordered lists of partitionable blocks.
+
+A pipeline partition may only cut *between* blocks, so every model here is a
+:class:`LayeredModel`, an ``nn.Sequential`` whose children are the blocks. A
+block holds one weight layer (conv/linear) together with the activation, norm
+and pooling that follow it, or one whole residual block (two weight layers and
+its shortcut), which is indivisible. ``weight_layers`` records how many
+conv/linear layers each block has, which is what the stale-weights paper's
+pipeline placement vectors (PPVs) count.
+
+Models: ``lenet5`` (MNIST), ``alexnet`` and ``vgg16`` (CIFAR-10 forms whose
+parameter counts match the weight memory in Zhang & Abdelrahman's Table 9:
+88.9 MiB and 58.2 MiB), and CIFAR ResNets ``resnet<6n+2>`` (He et al. 2016,
+section 4.2, option-A shortcuts), e.g. resnet20/32/44/56/110/224/362.
+Dropout is left out on purpose: its RNG stream would differ between the
+emulator (one process) and the executor (one process per stage), and the
+product promises identical losses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stalesim.errors import StalesimError
+
+__all__ = [
+    "LayeredModel",
+    "BasicBlock",
+    "build_model",
+    "model_names",
+    "count_weight_layers",
+]
+
+_WEIGHT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
+
+
+def count_weight_layers(module: nn.Module) -> int:
+    """Number of conv/linear layers inside ``module`` (itself included)."""
+    return sum(1 for m in module.modules() if isinstance(m, _WEIGHT_TYPES))
+
+
+def _child_key(name: str, index: int) -> str:
+    """A valid, unique ``nn.Module`` child name derived from a block name."""
+    key = re.sub(r"[^0-9A-Za-z_]", "_", name) or f"block{index}"
+    return key
+
+
+class LayeredModel(nn.Sequential):
+    """An ``nn.Sequential`` of partitionable blocks plus the metadata PPVs need.
+
+    Attributes: ``name``, ``blocks`` (the child modules, in order),
+    ``block_names``, ``weight_layers`` (conv/linear count per block),
+    ``input_shape`` (C, H, W) and ``default_dataset``.
+    """
+
+    def __init__(
+        self,
+        blocks: Sequence[tuple[str, nn.Module]],
+        *,
+        name: str,
+        input_shape: tuple[int, int, int],
+        default_dataset: str = "cifar10",
+        weight_layers: Sequence[int] | None = None,
+    ) -> None:
+        if len(blocks) == 0:
+            raise StalesimError(f"model {name!r}: needs at least one block")
+        od: OrderedDict[str, nn.Module] = OrderedDict()
+        for i, (bname, module) in enumerate(blocks):
+            if not isinstance(module, nn.Module):
+                raise StalesimError(
+                    f"model {name!r}: block {i} ({bname!r}) is not an nn.Module "
+                    f"but {type(module).__name__}"
+                )
+            key = _child_key(bname, i)
+            if key in od:
+                key = f"{key}_{i}"
+            od[key] = module
+        super().__init__(od)
+        self.name: str = name
+        self.block_names: list[str] = [b for b, _ in blocks]
+        if weight_layers is None:
+            wl = [count_weight_layers(m) for _, m in blocks]
+        else:
+            wl = [int(w) for w in weight_layers]
+            if len(wl) != len(blocks) or any(w < 0 for w in wl):
+                raise StalesimError(
+                    f"model {name!r}: weight_layers must have one integer >= 0 per block "
+                    f"({len(blocks)} blocks), got {list(weight_layers)}"
+                )
+        self.weight_layers: list[int] = wl
+        if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
+            raise StalesimError(f"model {name!r}: input_shape must be (C, H, W), got {input_shape}")
+        self.input_shape: tuple[int, int, int] = tuple(int(d) for d in input_shape)  # type: ignore[assignment]
+        self.default_dataset: str = default_dataset
+        self._block_flops: list[int] | None = None  # cache for default_ppv
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        return list(self.children())
+
+    @property
+    def total_weight_layers(self) -> int:
+        return sum(self.weight_layers)
+
+    @classmethod
+    def from_sequential(
+        cls,
+        seq: nn.Sequential | Sequence[nn.Module],
+        *,
+        name: str,
+        input_shape: tuple[int, int, int],
+        default_dataset: str = "cifar10",
+        block_names: Sequence[str] | None = None,
+    ) -> LayeredModel:
+        """Bring your own model: each child of ``seq`` (or list item) becomes one block.
+
+        The children are the split points: a pipeline cut can fall between any two
+        of them and nowhere else, so group a residual block (or a conv with its
+        activation) into one child to keep it together. A child without a
+        conv/linear layer (e.g. a lone ReLU) counts 0 weight layers and travels
+        with the weight layer before it when a PPV is applied.
+        """
+        if isinstance(seq, nn.Sequential):
+            items = list(seq.named_children())
+        else:
+            items = [(str(i), m) for i, m in enumerate(seq)]
+        if block_names is not None:
+            if len(block_names) != len(items):
+                raise StalesimError(
+                    f"block_names: expected {len(items)} names, got {len(block_names)}"
+                )
+            items = [(n, m) for n, (_, m) in zip(block_names, items)]
+        else:
+            items = [(n if not n.isdigit() else f"block{n}", m) for n, m in items]
+        return cls(items, name=name, input_shape=input_shape, default_dataset=default_dataset)
+
+    def example_input(self, batch_size: int = 1) -> torch.Tensor:
+        return torch.zeros((batch_size, *self.input_shape))
+
+    def extra_repr(self) -> str:
+        return (
+            f"name={self.name!r}, blocks={len(self.block_names)}, "
+            f"weight_layers={self.total_weight_layers}, input_shape={self.input_shape}"
+        )
+
+
+# --------------------------------------------------------------------- LeNet-5
+def _lenet5(num_classes: int) -> LayeredModel:
+    blocks = [
+        ("conv1", nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2))),
+        ("conv2", nn.Sequential(nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2))),
+        ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(16 * 5 * 5, 120), nn.ReLU())),
+        ("fc2", nn.Sequential(nn.Linear(120, 84), nn.ReLU())),
+        ("fc3", nn.Sequential(nn.Linear(84, num_classes))),
+    ]
+    return LayeredModel(blocks, name="lenet5", input_shape=(1, 28, 28), default_dataset="mnist")
+
+
+# --------------------------------------------------------------------- AlexNet
+def _alexnet(num_classes: int) -> LayeredModel:
+    """CIFAR-10 AlexNet: 5 conv + 3 fc, 23.3 M parameters (88.9 MiB as in the paper)."""
+
+    def conv(cin: int, cout: int, pool: bool, stride: int = 1) -> nn.Sequential:
+        layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.ReLU()]
+        if pool:
+            layers.append(nn.MaxPool2d(2))
+        return nn.Sequential(*layers)
+
+    blocks = [
+        ("conv1", conv(3, 64, True, stride=2)),  # 32 -> 16 -> 8
+        ("conv2", conv(64, 192, True)),  # 8 -> 4
+        ("conv3", conv(192, 384, False)),
+        ("conv4", conv(384, 256, False)),
+        ("conv5", conv(256, 256, True)),  # 4 -> 2
+        ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(256 * 2 * 2, 4096), nn.ReLU())),
+        ("fc2", nn.Sequential(nn.Linear(4096, 4096), nn.ReLU())),
+        ("fc3", nn.Sequential(nn.Linear(4096, num_classes))),
+    ]
+    return LayeredModel(blocks, name="alexnet", input_shape=(3, 32, 32), default_dataset="cifar10")
+
+
+# ---------------------------------------------------------------------- VGG-16
+_VGG16_CFG: list[int | str] = [
+    64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M",
+]
+
+
+def _vgg16(num_classes: int) -> LayeredModel:
+    """CIFAR-10 VGG-16: 13 conv+BN+ReLU (pools ride with the conv before them) + 3 fc."""
+    blocks: list[tuple[str, nn.Module]] = []
+    cin = 3
+    idx = 0
+    for item in _VGG16_CFG:
+        if item == "M":
+            last_name, last = blocks[-1]
+            assert isinstance(last, nn.Sequential)
+            last.append(nn.MaxPool2d(2))
+            continue
+        idx += 1
+        cout = int(item)
+        blocks.append(
+            (f"conv{idx}", nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                                          nn.BatchNorm2d(cout), nn.ReLU()))
+        )
+        cin = cout
+    blocks += [
+        ("fc1", nn.Sequential(nn.Flatten(), nn.Linear(512, 512), nn.ReLU())),
+        ("fc2", nn.Sequential(nn.Linear(512, 512), nn.ReLU())),
+        ("fc3", nn.Sequential(nn.Linear(512, num_classes))),
+    ]
+    return LayeredModel(blocks, name="vgg16", input_shape=(3, 32, 32), default_dataset="cifar10")
+
+
+# ---------------------------------------------------------------------- ResNet
+class BasicBlock(nn.Module):
+    """CIFAR basic block: two 3x3 conv+BN, option-A (parameter-free) shortcut.
+
+    Option A subsamples the input by 2 and zero-pads the new channels, so the
+    block has exactly two weight layers, as PPV counting for ResNet-20..362
+    in the stale-weights paper requires (6n+2 weight layers in total).
+    """
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.stride = stride
+        self.pad = cout - cin
+
+    def shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride != 1:
+            x = x[:, :, :: self.stride, :: self.stride]
+        if self.pad:
+            half = self.pad // 2
+            x = F.pad(x, (0, 0, 0, 0, half, self.pad - half))
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+def _resnet(depth: int, num_classes: int) -> LayeredModel:
+    n = (depth - 2) // 6
+    blocks: list[tuple[str, nn.Module]] = [
+        ("stem", nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16),
+                               nn.ReLU()))
+    ]
+    cin = 16
+    for g, cout in enumerate((16, 32, 64), start=1):
+        for b in range(n):
+            stride = 2 if (g > 1 and b == 0) else 1
+            blocks.append((f"g{g}b{b}", BasicBlock(cin, cout, stride)))
+            cin = cout
+    blocks.append(
+        ("head", nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)))
+    )
+    return LayeredModel(blocks, name=f"resnet{depth}", input_shape=(3, 32, 32),
+                        default_dataset="cifar10")
+
+
+# -------------------------------------------------------------------- registry
+_FIXED: dict[str, Callable[[int], LayeredModel]] = {
+    "lenet5": _lenet5,
+    "alexnet": _alexnet,
+    "vgg16": _vgg16,
+}
+_RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
+_RESNET_RE = re.compile(r"^resnet(\d+)$")
+
+
+def model_names() -> list[str]:
+    """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
+    return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS]
+
+
+def _init_weights(model: nn.Module) -> None:
+    """He init for convs (as He et al.), PyTorch defaults elsewhere, BN to (1, 0)."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) -> LayeredModel:
+    """Build a zoo model by name; deterministic for a given ``seed``.
+
+    The seed is applied inside ``torch.random.fork_rng`` so the caller's global
+    RNG state is left untouched (the emulator and executor rely on that).
+    """
+    if not isinstance(num_classes, int) or num_classes < 1:
+        raise StalesimError(f"num_classes: expected an integer >= 1, got {num_classes!r}")
+    key = str(name).strip().lower()
+    factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
+    if factory is None:
+        m = _RESNET_RE.match(key)
+        if m:
+            depth = int(m.group(1))
+            if depth < 8 or (depth - 2) % 6 != 0:
+                raise StalesimError(
+                    f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
+                    f"(e.g. 20, 32, 44, 56, 110), got {depth}"
+                )
+            factory = lambda nc: _resnet(depth, nc)  # noqa: E731
+    if factory is None:
+        raise StalesimError(
+            f"unknown model {name!r}; known models: {', '.join(model_names())} "
+            "(or any resnet<6n+2>)"
+        )
+    if seed is None:
+        model = factory(num_classes)
+        _init_weights(model)
+        return model
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        model = factory(num_classes)
+        _init_weights(model)
+    return model
