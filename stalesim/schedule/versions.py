@@ -1,0 +1,108 @@
+"""Version-table pass: which weight version each forward and backward reads.
+
+Derived only from each device's action order and the weight policy, never typed
+in: stage s's version counter n_s starts at 0 and every ``U(s, t)`` increments it.
+
+- v_F(s, t): n_s when ``F(s, t)`` runs (forwards always read the current weights);
+- v_B(s, t): v_F(s, t) under ``stash``/``double-buffer``, else n_s when ``B(s, t)`` runs;
+- u(s, t): the value of n_s after ``U(s, t)``, i.e. the update batch t's gradient feeds.
+
+Staleness = u - 1 - v_F (0 for plain SGD); weight inconsistency is v_B != v_F.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from stalesim.schedule.actions import Kind
+from stalesim.schedule.ir import Schedule
+
+Key = tuple[int, int, int, "int | None"]  # (worker, stage, batch, micro)
+
+
+@dataclass
+class VersionTable:
+    stages: int
+    vf: dict[Key, int] = field(default_factory=dict)
+    vb: dict[Key, int] = field(default_factory=dict)
+    upd: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (worker, stage, batch)
+
+    def v_f(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        return self.vf[(worker, stage, batch, micro)]
+
+    def v_b(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        return self.vb[(worker, stage, batch, micro)]
+
+    def u(self, stage: int, batch: int, worker: int = 0) -> int:
+        return self.upd[(worker, stage, batch)]
+
+    def staleness_of(self, key: Key) -> int:
+        w, s, t, _ = key
+        return self.upd[(w, s, t)] - 1 - self.vf[key]
+
+    def staleness(self) -> list[int]:
+        """Per stage, the largest u - 1 - v_F over batches: the steady-state value
+        (fill batches see less; for ``hybrid`` this is the stale phase's value)."""
+        out = [0] * self.stages
+        for key in self.vf:
+            out[key[1]] = max(out[key[1]], self.staleness_of(key))
+        return out
+
+    def inconsistent_stages(self) -> list[int]:
+        """Stages where some backward reads a different version than its forward."""
+        return sorted({k[1] for k, v in self.vb.items() if v != self.vf[k]})
+
+    def rows(self) -> list[dict]:
+        """One row per (stage, batch); micro-batch/worker detail only where they differ."""
+        groups: dict[tuple[int, int], list[Key]] = {}
+        for key in self.vf:
+            groups.setdefault((key[1], key[2]), []).append(key)
+        rows = []
+        for (s, t), keys in sorted(groups.items()):
+            vals = {(self.vf[k], self.vb[k], self.upd[(k[0], s, t)]) for k in keys}
+            if len(vals) == 1:
+                vf, vb, u = vals.pop()
+                rows.append({"stage": s, "batch": t, "v_f": vf, "v_b": vb, "u": u})
+            else:
+                for k in sorted(keys, key=lambda k: (k[0], -1 if k[3] is None else k[3])):
+                    rows.append({
+                        "stage": s, "batch": t, "micro": k[3], "worker": k[0],
+                        "v_f": self.vf[k], "v_b": self.vb[k], "u": self.upd[(k[0], s, t)],
+                    })
+        return rows
+
+
+def derive_versions(sched: Schedule) -> VersionTable:
+    """Walk each device's list in order and record the versions (see module doc)."""
+    table = VersionTable(sched.stages)
+    stash = sched.policy.backward_reads_forward_version
+    counter: dict[tuple[int, int], int] = {}
+    for acts in sched.device_actions:
+        for a in acts:
+            ws = (a.worker, a.stage)
+            n = counter.get(ws, 0)
+            if a.kind is Kind.F:
+                table.vf[(a.worker, a.stage, a.batch, a.micro)] = n
+            elif a.kind is Kind.B:
+                key = (a.worker, a.stage, a.batch, a.micro)
+                table.vb[key] = table.vf[key] if stash else n
+            elif a.kind is Kind.U:
+                counter[ws] = n + 1
+                table.upd[(a.worker, a.stage, a.batch)] = n + 1
+    return table
+
+
+def annotate(sched: Schedule) -> Schedule:
+    """Return a copy whose F/B actions carry the version they read, with the table."""
+    table = derive_versions(sched)
+    lists = []
+    for acts in sched.device_actions:
+        out = []
+        for a in acts:
+            if a.kind is Kind.F:
+                a = a.with_version(table.vf[(a.worker, a.stage, a.batch, a.micro)])
+            elif a.kind is Kind.B:
+                a = a.with_version(table.vb[(a.worker, a.stage, a.batch, a.micro)])
+            out.append(a)
+        lists.append(out)
+    return replace(sched, device_actions=lists, versions=table)

@@ -1,0 +1,37 @@
+import json
+import subprocess
+import sys
+
+from stalesim.cli import main
+
+
+def test_json_output(capsys):
+    assert main(["schedule", "stale", "--stages", "4", "--batches", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"] == "stale" and out["stages"] == 4
+    assert out["staleness"] == [6, 4, 2, 0]
+    assert set(out["actions"]) == {"0", "1", "2", "3"}
+    assert out["actions"]["3"][:4] == ["3RECV_F0", "3F0v0", "3LOSS0", "3B0v0"]
+    assert {"stage", "batch", "v_f", "v_b", "u"} <= set(out["versions"][0])
+    assert len(out["versions"]) == 4 * 16
+
+
+def test_text_output_has_grid_and_table(capsys):
+    assert main(["schedule", "1f1b", "-S", "2", "-M", "3", "-N", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "dev0" in out and "dev1" in out and "0F0.0" in out
+    assert "staleness  0" in out
+
+
+def test_bad_input_exit_2_one_line():
+    for args, needle in [
+        (["schedule", "nope"], "unknown schedule 'nope'"),
+        (["schedule", "gpipe", "--stages", "0"], "--stages"),
+        (["schedule", "gpipe", "-M", "x"], "--microbatches"),
+        (["schedule", "2bw", "-S", "6", "-M", "2"], "2bw needs microbatches"),
+    ]:
+        proc = subprocess.run([sys.executable, "-m", "stalesim", *args], capture_output=True, text=True)
+        assert proc.returncode == 2, args
+        assert needle in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
