@@ -1,0 +1,1 @@
+"""Benchmarks: speed and memory targets, measured side by side (never timed tests)."""
