@@ -1,0 +1,53 @@
+"""``stalesim calibrate``: measure the local link and write a hardware JSON."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from stalesim.cli.common import int_list, positive_float, positive_int, write_json_atomic
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure link latency/bandwidth, all-reduce and CPU occupancy; write HW.json",
+        description=(
+            "Spawn local ranks, ping-pong messages of each size (default 4 B .. 16 MiB) and fit "
+            "t = latency + bytes / bandwidth, time all-reduces, and (gloo) measure how busy a "
+            "transfer keeps the CPU. Writes the hardware JSON that `simulate --hardware` reads."
+        ),
+    )
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--ranks", type=positive_int, default=2)
+    p.add_argument("--sizes", type=int_list, default=None, metavar="BYTES[,BYTES...]",
+                   help="message sizes in bytes (default 4,16,...,16777216)")
+    p.add_argument("--repeats", type=positive_int, default=5)
+    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="SECONDS",
+                   help="rendezvous / collective timeout per rank")
+    p.add_argument("-o", "--output", required=True, metavar="HW.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stalesim.workloads.calibrate import calibrate, check_args
+
+    check_args(args.backend, args.ranks, args.sizes, args.repeats)
+    print(f"calibrating {args.backend} with {args.ranks} local ranks ...", file=sys.stderr)
+    data = calibrate(args.backend, args.ranks, sizes=args.sizes, repeats=args.repeats,
+                     timeout_s=args.timeout)
+    write_json_atomic(args.output, data)
+    link = data["link"]
+    bw = link["bandwidth_Bps"]
+    print(f"link: latency {link['latency_s'] * 1e6:.1f} us, bandwidth "
+          f"{'unlimited' if bw is None or math.isinf(bw) else f'{bw / 1e9:.3f} GB/s'} "
+          f"(fit max relative error {link['fit_max_rel_error']:.2f}; best case "
+          f"{link['best_case']['latency_s'] * 1e6:.1f} us)")
+    for m in data["allreduce"]["measured"]:
+        print(f"all-reduce {m['bytes']:>9} B over {m['workers']}: {m['seconds'] * 1e3:8.3f} ms "
+              f"(ring model {m['ring_model_s'] * 1e3:8.3f} ms)")
+    print(f"comm overlaps compute: {data['comm_overlaps_compute']}; "
+          f"CPU occupancy of a transfer: {data['cpu_comm_occupancy']:.2f}")
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,439 @@
+"""Per-layer profiles: the measured (or estimated) cost of every block.
+
+A :class:`Profile` is what the simulator consumes: for each partitionable block
+the forward, backward and optimizer-update seconds, and the bytes that matter
+for memory and communication. It is produced by ``stalesim profile`` (see
+:mod:`stalesim.workloads.profiler`), by :func:`uniform_profile` for synthetic
+tests, or by :func:`stalesim.workloads.hardware.roofline_profile` for a device
+you do not own. The JSON form is validated field by field on load so a bad
+file fails with one line naming the field, never deep inside the simulator.
+
+JSON schema (``schema_version`` 1)::
+
+    {"schema_version": 1, "model": str, "device": str, "dtype": str,
+     "batch_size": int, "threads": int|null, "repeats": int|null, "warmup": int|null,
+     "whole_model_s": float|null, "sum_over_whole_ratio": float|null,
+     "layers": [{"name", "forward_s", "backward_s", "update_s", "param_bytes",
+                 "output_bytes", "saved_bytes", "flops", "weight_layers",
+                 "backward_flops"?, "spread"?}, ...],
+     "by_batch_size"?: [{"batch_size": int, "layers": [...], "whole_model_s"?}, ...],
+     "meta"?: {...}}
+
+Times are seconds (medians over repeats), bytes are bytes, ``flops`` are
+forward FLOPs of one mini-batch. ``spread`` (optional) holds, per time field,
+``{"min", "max", "iqr"}`` over the repeats.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "LayerProfile",
+    "Profile",
+    "load_profile",
+    "profile_from_dict",
+    "uniform_profile",
+]
+
+SCHEMA_VERSION = 1
+_TIME_FIELDS = ("forward_s", "backward_s", "update_s")
+_BYTE_FIELDS = ("param_bytes", "output_bytes", "saved_bytes")
+# fields that grow with the batch size (activations, times of F/B, FLOPs)
+_BATCH_SCALED = ("forward_s", "backward_s", "output_bytes", "saved_bytes", "flops",
+                 "backward_flops")
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    """Cost of one block at the profile's batch size."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+    update_s: float = 0.0
+    param_bytes: int = 0
+    output_bytes: int = 0
+    saved_bytes: int = 0
+    flops: int = 0
+    weight_layers: int = 1
+    backward_flops: int | None = None
+    spread: dict[str, dict[str, float]] | None = None
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward + update seconds (what a stage spends per batch)."""
+        return self.forward_s + self.backward_s + self.update_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "update_s": self.update_s,
+            "param_bytes": self.param_bytes,
+            "output_bytes": self.output_bytes,
+            "saved_bytes": self.saved_bytes,
+            "flops": self.flops,
+            "weight_layers": self.weight_layers,
+        }
+        if self.backward_flops is not None:
+            d["backward_flops"] = self.backward_flops
+        if self.spread is not None:
+            d["spread"] = {k: dict(v) for k, v in self.spread.items()}
+        return d
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """The layers measured at one batch size (for interpolation)."""
+
+    batch_size: int
+    layers: tuple[LayerProfile, ...]
+    whole_model_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"batch_size": self.batch_size,
+                             "layers": [lp.to_dict() for lp in self.layers]}
+        if self.whole_model_s is not None:
+            d["whole_model_s"] = self.whole_model_s
+        return d
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A whole model's per-block costs; ``layers[i]`` is block i of the model."""
+
+    model: str
+    device: str
+    dtype: str
+    batch_size: int
+    layers: list[LayerProfile]
+    threads: int | None = None
+    repeats: int | None = None
+    warmup: int | None = None
+    whole_model_s: float | None = None
+    sum_over_whole_ratio: float | None = None
+    by_batch_size: list[BatchPoint] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    # ------------------------------------------------------------ accessors
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def names(self) -> list[str]:
+        return [lp.name for lp in self.layers]
+
+    @property
+    def weight_layers(self) -> list[int]:
+        return [lp.weight_layers for lp in self.layers]
+
+    def costs(self) -> list[float]:
+        """Per-layer forward+backward+update seconds (the partitioner's default cost)."""
+        return [lp.compute_s for lp in self.layers]
+
+    def memory(self, *, versions: int = 1) -> list[float]:
+        """Per-layer bytes a stage holds: params x versions + saved activations."""
+        return [lp.param_bytes * versions + lp.saved_bytes for lp in self.layers]
+
+    def stage_layers(self, cuts: Sequence[int]) -> list[LayerProfile]:
+        """Aggregate blocks into stages given block cuts (sums; output = last block's)."""
+        from stalesim.workloads.partition import stage_ranges
+
+        out = []
+        for s, (a, b) in enumerate(stage_ranges(list(cuts), self.n_layers)):
+            ls = self.layers[a:b]
+            bf = [lp.backward_flops for lp in ls]
+            out.append(LayerProfile(
+                name=f"stage{s}",
+                forward_s=sum(lp.forward_s for lp in ls),
+                backward_s=sum(lp.backward_s for lp in ls),
+                update_s=sum(lp.update_s for lp in ls),
+                param_bytes=sum(lp.param_bytes for lp in ls),
+                output_bytes=ls[-1].output_bytes,
+                saved_bytes=sum(lp.saved_bytes for lp in ls),
+                flops=sum(lp.flops for lp in ls),
+                weight_layers=sum(lp.weight_layers for lp in ls),
+                backward_flops=None if any(x is None for x in bf) else sum(bf),  # type: ignore[misc]
+            ))
+        return out
+
+    # ------------------------------------------------------------ batch size
+    def at_batch_size(self, batch_size: int) -> Profile:
+        """This profile at another batch size.
+
+        With one measured batch size, forward/backward times, activation bytes
+        (output, saved) and FLOPs scale linearly with ``batch_size / measured``;
+        update time and parameter bytes do not depend on the batch size. With
+        several stored batch sizes (``by_batch_size``) values are interpolated
+        piecewise-linearly between the neighbours, and scaled linearly from the
+        nearest one outside the measured range.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise StalesimError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+        points = self.by_batch_size or [
+            BatchPoint(self.batch_size, tuple(self.layers), self.whole_model_s)
+        ]
+        points = sorted(points, key=lambda p: p.batch_size)
+        sizes = [p.batch_size for p in points]
+        if batch_size in sizes:
+            pt = points[sizes.index(batch_size)]
+            layers, whole = list(pt.layers), pt.whole_model_s
+        elif len(points) == 1 or batch_size < sizes[0] or batch_size > sizes[-1]:
+            pt = points[0] if batch_size < sizes[0] else points[-1]
+            f = batch_size / pt.batch_size
+            layers = [_scale(lp, f) for lp in pt.layers]
+            whole = None if pt.whole_model_s is None else pt.whole_model_s * f
+        else:
+            k = bisect.bisect_left(sizes, batch_size)
+            lo, hi = points[k - 1], points[k]
+            w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
+            layers = [_lerp(a, b, w) for a, b in zip(lo.layers, hi.layers)]
+            whole = (None if lo.whole_model_s is None or hi.whole_model_s is None
+                     else lo.whole_model_s + w * (hi.whole_model_s - lo.whole_model_s))
+        ratio = None
+        if whole:
+            ratio = sum(lp.compute_s for lp in layers) / whole
+        return replace(self, batch_size=batch_size, layers=layers, whole_model_s=whole,
+                       sum_over_whole_ratio=ratio)
+
+    # ------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "model": self.model,
+            "device": self.device,
+            "dtype": self.dtype,
+            "batch_size": self.batch_size,
+            "threads": self.threads,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "whole_model_s": self.whole_model_s,
+            "sum_over_whole_ratio": self.sum_over_whole_ratio,
+            "layers": [lp.to_dict() for lp in self.layers],
+        }
+        if self.by_batch_size:
+            d["by_batch_size"] = [p.to_dict() for p in self.by_batch_size]
+        if self.meta:
+            d["meta"] = dict(self.meta)
+        return d
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The JSON text; with ``path``, also write it atomically."""
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
+        if path is not None:
+            from stalesim.cli.common import write_json_atomic
+
+            write_json_atomic(path, self.to_dict())
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Profile:
+        return profile_from_dict(data)
+
+
+def _scale(lp: LayerProfile, f: float) -> LayerProfile:
+    kw: dict[str, Any] = {}
+    for name in _BATCH_SCALED:
+        v = getattr(lp, name)
+        if v is None:
+            continue
+        kw[name] = v * f if name in ("forward_s", "backward_s") else round(v * f)
+    return replace(lp, spread=None, **kw)
+
+
+def _lerp(a: LayerProfile, b: LayerProfile, w: float) -> LayerProfile:
+    kw: dict[str, Any] = {}
+    for name in _BATCH_SCALED:
+        va, vb = getattr(a, name), getattr(b, name)
+        if va is None or vb is None:
+            kw[name] = None
+            continue
+        v = va + w * (vb - va)
+        kw[name] = round(v) if name not in ("forward_s", "backward_s") else v
+    return replace(a, spread=None, **kw)
+
+
+# ---------------------------------------------------------------- validation
+def _num(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
+         default: float | None = None) -> float | None:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise StalesimError(f"{where}{key}: missing")
+        return default
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise StalesimError(f"{where}{key}: must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _int(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
+         default: int | None = None, minimum: int = 0) -> int | None:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise StalesimError(f"{where}{key}: missing")
+        return default
+    v = obj[key]
+    ok = not isinstance(v, bool) and (
+        isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+    )
+    if not ok or int(v) < minimum:
+        raise StalesimError(f"{where}{key}: must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def _str(obj: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in obj:
+        raise StalesimError(f"{where}{key}: missing")
+    v = obj[key]
+    if not isinstance(v, str) or not v:
+        raise StalesimError(f"{where}{key}: must be a non-empty string, got {v!r}")
+    return v
+
+
+def _layer_from_dict(d: Any, where: str) -> LayerProfile:
+    if not isinstance(d, Mapping):
+        raise StalesimError(f"{where.rstrip('.')}: must be an object, got {type(d).__name__}")
+    spread = d.get("spread")
+    if spread is not None:
+        if not isinstance(spread, Mapping):
+            raise StalesimError(f"{where}spread: must be an object")
+        for k, v in spread.items():
+            if not isinstance(v, Mapping):
+                raise StalesimError(f"{where}spread.{k}: must be an object")
+            for kk in v:
+                _num(v, kk, f"{where}spread.{k}.")
+        spread = {str(k): {str(kk): float(vv) for kk, vv in v.items()} for k, v in spread.items()}
+    return LayerProfile(
+        name=_str(d, "name", where),
+        forward_s=_num(d, "forward_s", where),  # type: ignore[arg-type]
+        backward_s=_num(d, "backward_s", where),  # type: ignore[arg-type]
+        update_s=_num(d, "update_s", where),  # type: ignore[arg-type]
+        param_bytes=_int(d, "param_bytes", where),  # type: ignore[arg-type]
+        output_bytes=_int(d, "output_bytes", where),  # type: ignore[arg-type]
+        saved_bytes=_int(d, "saved_bytes", where),  # type: ignore[arg-type]
+        flops=_int(d, "flops", where),  # type: ignore[arg-type]
+        weight_layers=_int(d, "weight_layers", where),  # type: ignore[arg-type]
+        backward_flops=_int(d, "backward_flops", where, required=False),
+        spread=spread,
+    )
+
+
+def _layers_from(obj: Mapping[str, Any], where: str) -> list[LayerProfile]:
+    if "layers" not in obj:
+        raise StalesimError(f"{where}layers: missing")
+    raw = obj["layers"]
+    if not isinstance(raw, list) or not raw:
+        raise StalesimError(f"{where}layers: must be a non-empty list")
+    return [_layer_from_dict(x, f"{where}layers[{i}].") for i, x in enumerate(raw)]
+
+
+def profile_from_dict(data: Any) -> Profile:
+    """Build a :class:`Profile` from parsed JSON, validating every field."""
+    if not isinstance(data, Mapping):
+        raise StalesimError(f"profile: must be a JSON object, got {type(data).__name__}")
+    sv = _int(data, "schema_version", "", minimum=1)
+    if sv != SCHEMA_VERSION:
+        raise StalesimError(
+            f"schema_version: unsupported {sv} (this stalesim reads {SCHEMA_VERSION})"
+        )
+    layers = _layers_from(data, "")
+    by = data.get("by_batch_size")
+    points: list[BatchPoint] | None = None
+    if by is not None:
+        if not isinstance(by, list) or not by:
+            raise StalesimError("by_batch_size: must be a non-empty list")
+        points = []
+        seen: set[int] = set()
+        for i, p in enumerate(by):
+            w = f"by_batch_size[{i}]."
+            if not isinstance(p, Mapping):
+                raise StalesimError(f"by_batch_size[{i}]: must be an object")
+            b = _int(p, "batch_size", w, minimum=1)
+            assert b is not None
+            if b in seen:
+                raise StalesimError(f"{w}batch_size: duplicate {b}")
+            seen.add(b)
+            pl = _layers_from(p, w)
+            if [x.name for x in pl] != [x.name for x in layers]:
+                raise StalesimError(f"{w}layers: names differ from the top-level layers")
+            points.append(BatchPoint(b, tuple(pl), _num(p, "whole_model_s", w, required=False)))
+    meta = data.get("meta", {})
+    if not isinstance(meta, Mapping):
+        raise StalesimError("meta: must be an object")
+    return Profile(
+        model=_str(data, "model", ""),
+        device=_str(data, "device", ""),
+        dtype=_str(data, "dtype", ""),
+        batch_size=_int(data, "batch_size", "", minimum=1),  # type: ignore[arg-type]
+        layers=layers,
+        threads=_int(data, "threads", "", required=False, minimum=1),
+        repeats=_int(data, "repeats", "", required=False, minimum=1),
+        warmup=_int(data, "warmup", "", required=False),
+        whole_model_s=_num(data, "whole_model_s", "", required=False),
+        sum_over_whole_ratio=_num(data, "sum_over_whole_ratio", "", required=False),
+        by_batch_size=points,
+        meta=dict(meta),
+        schema_version=sv,
+    )
+
+
+def load_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate a profile JSON file (StalesimError names the bad field)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise StalesimError(f"profile {os.fspath(path)!r}: cannot read ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StalesimError(
+            f"profile {os.fspath(path)!r}: not valid JSON (line {exc.lineno}: {exc.msg})"
+        ) from None
+    try:
+        return profile_from_dict(data)
+    except StalesimError as exc:
+        raise StalesimError(f"profile {os.fspath(path)!r}: {exc}") from None
+
+
+def uniform_profile(
+    n_layers: int,
+    forward_s: float,
+    backward_s: float,
+    batch_size: int,
+    update_s: float = 0.0,
+    param_bytes: int = 0,
+    output_bytes: int = 0,
+    saved_bytes: int = 0,
+    *,
+    model: str = "uniform",
+    device: str = "synthetic",
+    dtype: str = "float32",
+) -> Profile:
+    """A synthetic profile of ``n_layers`` identical one-weight-layer blocks (for tests)."""
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise StalesimError(f"n_layers: expected an integer >= 1, got {n_layers!r}")
+    d = {
+        "schema_version": SCHEMA_VERSION, "model": model, "device": device, "dtype": dtype,
+        "batch_size": batch_size,
+        "layers": [
+            {"name": f"layer{i}", "forward_s": forward_s, "backward_s": backward_s,
+             "update_s": update_s, "param_bytes": param_bytes, "output_bytes": output_bytes,
+             "saved_bytes": saved_bytes, "flops": 0, "weight_layers": 1}
+            for i in range(n_layers)
+        ],
+    }
+    return profile_from_dict(d)

@@ -1,0 +1,367 @@
+"""Measure a model block by block: the numbers behind ``stalesim profile``.
+
+One measured *round* is one real training step executed block by block, the
+way a pipeline stage would run it: each block's forward reads the (detached)
+output of the block before it; the backwards run in reverse order, each fed
+the input gradient the next block produced; then each block's SGD-momentum
+update is timed on its own. The first ``warmup`` rounds are discarded; the
+profile stores the median of the other ``repeats`` plus min/max/IQR.
+
+Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
+CPU and CUDA events on a GPU. Bytes saved for backward are the unique
+storages packed by ``torch.autograd.graph.saved_tensors_hooks`` during the
+block's forward, parameters excluded (they are counted in ``param_bytes``).
+FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` (forward, and the
+backward separately). The whole model is also timed (forward + loss +
+backward + update in one piece) so ``sum_over_whole_ratio`` shows how far the
+per-block sum is from the real step (per-call overheads, cache effects).
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stalesim.errors import StalesimError
+from stalesim.workloads.profile import (
+    SCHEMA_VERSION,
+    BatchPoint,
+    LayerProfile,
+    Profile,
+)
+from stalesim.workloads.zoo import LayeredModel, build_model
+
+__all__ = ["profile_model", "parse_device", "parse_dtype"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def parse_device(text: str) -> torch.device:
+    """``cpu`` | ``cuda`` | ``cuda:i`` -> torch.device, checking that it exists."""
+    t = str(text).strip().lower()
+    if t == "cpu":
+        return torch.device("cpu")
+    if t == "cuda" or t.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise StalesimError(f"device: {text!r} requested but no CUDA device is visible")
+        idx = 0 if t == "cuda" else t.split(":", 1)[1]
+        try:
+            i = int(idx)
+        except ValueError:
+            raise StalesimError(f"device: expected cpu, cuda or cuda:<index>, got {text!r}") from None
+        if not 0 <= i < torch.cuda.device_count():
+            raise StalesimError(
+                f"device: {text!r} out of range ({torch.cuda.device_count()} CUDA devices)"
+            )
+        return torch.device("cuda", i)
+    raise StalesimError(f"device: expected cpu, cuda or cuda:<index>, got {text!r}")
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return _DTYPES[str(text).strip().lower()]
+    except KeyError:
+        raise StalesimError(
+            f"dtype: expected one of {', '.join(_DTYPES)}, got {text!r}"
+        ) from None
+
+
+class _Timer:
+    """Times callables; CUDA events on a GPU (resolved at :meth:`flush`), else perf_counter."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self._pending: list[tuple[list[float], Any, Any]] = []
+
+    def time(self, sink: list[float], fn: Callable[[], Any]) -> Any:
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            self._pending.append((sink, start, end))
+            return out
+        import time
+
+        t0 = time.perf_counter()
+        out = fn()
+        sink.append(time.perf_counter() - t0)
+        return out
+
+    def flush(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            for sink, s, e in self._pending:
+                sink.append(s.elapsed_time(e) / 1000.0)
+            self._pending.clear()
+
+
+def _stats(values: Sequence[float]) -> tuple[float, dict[str, float]]:
+    vals = sorted(values)
+    med = statistics.median(vals)
+    if len(vals) >= 2:
+        q = statistics.quantiles(vals, n=4, method="inclusive")
+        iqr = q[2] - q[0]
+    else:
+        iqr = 0.0
+    return med, {"min": vals[0], "max": vals[-1], "iqr": iqr}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _static_pass(
+    model: LayeredModel, x0: torch.Tensor, target: torch.Tensor
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Saved bytes, output bytes, forward and backward FLOPs per block (one untimed step)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    blocks = model.blocks
+    saved, outb, fflops, bflops = [], [], [], []
+    outs: list[torch.Tensor] = []
+    xs = [x0]
+    for i, block in enumerate(blocks):
+        param_keys = {_storage_key(p) for p in block.parameters()}
+        param_keys |= {_storage_key(b) for b in block.buffers()}
+        storages: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            key = _storage_key(t)
+            if key not in param_keys:
+                storages[key] = t.untyped_storage().nbytes()
+            return t
+
+        x = xs[i]
+        counter = FlopCounterMode(display=False)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter:
+            y = block(x)
+            outb.append(_nbytes(y))
+            if i == len(blocks) - 1:
+                y = F.cross_entropy(y.float(), target)
+        fflops.append(int(counter.get_total_flops()))
+        saved.append(sum(storages.values()))
+        outs.append(y)
+        xs.append(y.detach().requires_grad_(True))
+    grad: torch.Tensor | None = None
+    for i in reversed(range(len(blocks))):
+        counter = FlopCounterMode(display=False)
+        with counter:
+            if i == len(blocks) - 1:
+                outs[i].backward()
+            else:
+                outs[i].backward(xs[i + 1].grad)
+        bflops.append(int(counter.get_total_flops()))
+    bflops.reverse()
+    model.zero_grad(set_to_none=True)
+    return saved, outb, fflops, bflops
+
+
+def _measure_batch(
+    model: LayeredModel,
+    batch_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+    warmup: int,
+    seed: int,
+) -> tuple[list[LayerProfile], float]:
+    gen = torch.Generator().manual_seed(seed)
+    x0 = torch.randn((batch_size, *model.input_shape), generator=gen).to(device, dtype)
+    target = torch.randint(0, 10, (batch_size,), generator=gen).to(device)
+    blocks = model.blocks
+    n = len(blocks)
+    # target must fit the head: use the model's output width
+    with torch.no_grad():
+        ncls = model(x0[:1]).shape[-1]
+    target = target % ncls
+
+    saved, outb, fflops, bflops = _static_pass(model, x0, target)
+    opts: list[torch.optim.Optimizer | None] = []
+    for block in blocks:
+        params = [p for p in block.parameters() if p.requires_grad]
+        # lr=0 keeps the weights fixed across repeats while doing the full update arithmetic
+        opts.append(torch.optim.SGD(params, lr=0.0, momentum=0.9) if params else None)
+    timer = _Timer(device)
+    fw: list[list[float]] = [[] for _ in range(n)]
+    bw: list[list[float]] = [[] for _ in range(n)]
+    up: list[list[float]] = [[] for _ in range(n)]
+    for r in range(warmup + repeats):
+        keep = r >= warmup
+        f_s: list[list[float]] = [[] for _ in range(n)]
+        b_s: list[list[float]] = [[] for _ in range(n)]
+        u_s: list[list[float]] = [[] for _ in range(n)]
+        model.zero_grad(set_to_none=True)
+        xs = [x0]
+        outs: list[torch.Tensor] = []
+        for i, block in enumerate(blocks):
+            x = xs[i]
+            if i == n - 1:
+                y = timer.time(f_s[i], lambda: F.cross_entropy(block(x).float(), target))
+            else:
+                y = timer.time(f_s[i], lambda: block(x))
+            outs.append(y)
+            xs.append(y.detach().requires_grad_(True))
+        for i in reversed(range(n)):
+            if i == n - 1:
+                timer.time(b_s[i], outs[i].backward)
+            else:
+                g = xs[i + 1].grad
+                timer.time(b_s[i], lambda: outs[i].backward(g))
+        for i, opt in enumerate(opts):
+            if opt is not None:
+                timer.time(u_s[i], opt.step)
+            else:
+                u_s[i].append(0.0)
+        timer.flush()
+        del outs, xs
+        if keep:
+            for i in range(n):
+                fw[i] += f_s[i]
+                bw[i] += b_s[i]
+                up[i] += u_s[i]
+
+    # the whole model in one piece, for sum_over_whole_ratio
+    whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
+    whole: list[float] = []
+
+    def step() -> None:
+        loss = F.cross_entropy(model(x0).float(), target)
+        loss.backward()
+        whole_opt.step()
+
+    for r in range(warmup + repeats):
+        model.zero_grad(set_to_none=True)
+        sink: list[float] = []
+        timer.time(sink, step)
+        timer.flush()
+        if r >= warmup:
+            whole += sink
+    model.zero_grad(set_to_none=True)
+
+    layers = []
+    for i, block in enumerate(blocks):
+        f_med, f_sp = _stats(fw[i])
+        b_med, b_sp = _stats(bw[i])
+        u_med, u_sp = _stats(up[i])
+        layers.append(LayerProfile(
+            name=model.block_names[i],
+            forward_s=f_med,
+            backward_s=b_med,
+            update_s=u_med,
+            param_bytes=sum(_nbytes(p) for p in block.parameters()),
+            output_bytes=outb[i],
+            saved_bytes=saved[i],
+            flops=fflops[i],
+            weight_layers=model.weight_layers[i],
+            backward_flops=bflops[i],
+            spread={"forward_s": f_sp, "backward_s": b_sp, "update_s": u_sp},
+        ))
+    return layers, statistics.median(whole)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def profile_model(
+    model: str | LayeredModel,
+    batch_sizes: int | Sequence[int],
+    *,
+    device: str = "cpu",
+    threads: int | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    dtype: str = "float32",
+    seed: int = 0,
+    num_classes: int = 10,
+    progress: Callable[[str], None] | None = None,
+) -> Profile:
+    """Profile ``model`` (a zoo name or a LayeredModel) at one or more batch sizes.
+
+    The top-level ``layers`` are those of the first batch size given; with
+    several, every one is stored in ``by_batch_size`` for interpolation.
+    """
+    sizes = [batch_sizes] if isinstance(batch_sizes, int) else list(batch_sizes)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+        raise StalesimError(f"batch_size: expected integers >= 1, got {batch_sizes!r}")
+    if len(set(sizes)) != len(sizes):
+        raise StalesimError(f"batch_size: duplicate values in {sizes}")
+    if repeats < 1:
+        raise StalesimError(f"repeats: expected an integer >= 1, got {repeats}")
+    if warmup < 0:
+        raise StalesimError(f"warmup: expected an integer >= 0, got {warmup}")
+    if threads is not None and threads < 1:
+        raise StalesimError(f"threads: expected an integer >= 1, got {threads}")
+    dev = parse_device(device)
+    tdtype = parse_dtype(dtype)
+    net = build_model(model, num_classes=num_classes, seed=seed) if isinstance(model, str) else model
+    if not isinstance(net, LayeredModel):
+        raise StalesimError("model: expected a zoo name or a LayeredModel")
+    net = net.to(dev, tdtype).train()
+
+    old_threads = torch.get_num_threads()
+    if dev.type == "cpu" and threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        points: list[BatchPoint] = []
+        for b in sizes:
+            if progress:
+                progress(f"profiling {net.name} batch {b} on {dev} ({repeats} repeats)")
+            layers, whole = _measure_batch(net, b, dev, tdtype, repeats, warmup, seed)
+            points.append(BatchPoint(b, tuple(layers), whole))
+    finally:
+        torch.set_num_threads(old_threads)
+    first = points[0]
+    layer_sum = sum(lp.compute_s for lp in first.layers)
+    ratio = layer_sum / first.whole_model_s if first.whole_model_s else None
+    meta: dict[str, Any] = {
+        "device_name": _device_name(dev),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "timer": "cuda-events" if dev.type == "cuda" else "perf_counter",
+        "update": "SGD(momentum=0.9) step over the block's parameters",
+    }
+    return Profile(
+        model=net.name,
+        device=str(dev),
+        dtype=str(tdtype).replace("torch.", ""),
+        batch_size=first.batch_size,
+        layers=list(first.layers),
+        threads=threads if dev.type == "cpu" and threads else
+        (torch.get_num_threads() if dev.type == "cpu" else None),
+        repeats=repeats,
+        warmup=warmup,
+        whole_model_s=first.whole_model_s,
+        sum_over_whole_ratio=ratio,
+        by_batch_size=sorted(points, key=lambda p: p.batch_size) if len(points) > 1 else None,
+        meta=meta,
+        schema_version=SCHEMA_VERSION,
+    )
+
+
+def _unused(_: nn.Module) -> None:  # pragma: no cover - keeps nn import for type hints
+    return None

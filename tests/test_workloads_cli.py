@@ -1,0 +1,113 @@
+"""CLI for profile / partition / calibrate: results, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stalesim.cli import main
+from stalesim.workloads.profile import load_profile, uniform_profile
+
+
+@pytest.fixture()
+def prof_path(tmp_path: Path) -> Path:
+    p = uniform_profile(6, 1e-3, 2e-3, 32, update_s=1e-4, param_bytes=1 << 20,
+                        output_bytes=1 << 20, saved_bytes=1 << 22)
+    path = tmp_path / "p.json"
+    p.to_json(path)
+    return path
+
+
+def test_profile_and_partition_end_to_end(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "lenet.json"
+    assert main(["profile", "--model", "lenet5", "--batch-size", "8", "--repeats", "1",
+                 "--warmup", "0", "--threads", "1", "-o", str(out), "-q"]) == 0
+    prof = load_profile(out)
+    assert prof.model == "lenet5" and prof.batch_size == 8 and prof.n_layers == 5
+    capsys.readouterr()
+    assert main(["partition", "--profile", str(out), "--stages", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["stages"] == 2 and len(res["ppv"]) == 1 and 1 <= res["ppv"][0] <= 4
+    rows = res["stage_table"]
+    assert sum(r["weight_layers"] for r in rows) == 5
+    assert res["bottleneck_s"] == pytest.approx(max(r["time_s"] for r in rows))
+
+
+def test_partition_text_and_ppv(prof_path: Path, capsys) -> None:
+    assert main(["partition", "--profile", str(prof_path), "--stages", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "PPV (2, 4)" in out and "bottleneck" in out
+    assert main(["partition", "--profile", str(prof_path), "--ppv", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["cuts"] == [1] and res["bottleneck_stage"] == 1
+    assert res["stage_table"][1]["time_s"] == pytest.approx(5 * 3.1e-3)
+
+
+def test_partition_comm_and_memory(prof_path: Path, capsys) -> None:
+    assert main(["partition", "--profile", str(prof_path), "--stages", "2", "--include-comm",
+                 "--bandwidth", "1e9", "--latency", "1e-5", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    comm = 2 * (1e-5 + (1 << 20) / 1e9)
+    assert res["stage_table"][0]["comm_s"] == pytest.approx(comm)
+    assert res["stage_table"][0]["time_s"] == pytest.approx(3 * 3.1e-3 + comm)
+    # memory per layer = 1 MiB params + 4 MiB saved = 5 MiB; limit 16 MiB forces >= 2 stages
+    assert main(["partition", "--profile", str(prof_path), "--stages", "2",
+                 "--memory-limit", "16MiB", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert all(r["memory_bytes"] <= 16 * 2**20 for r in res["stage_table"])
+
+
+@pytest.mark.parametrize(
+    "argv,pattern",
+    [
+        (["partition", "--profile", "{missing}", "--stages", "2"], "cannot read"),
+        (["partition", "--profile", "{p}", "--stages", "9"], "stages: 9 stages requested"),
+        (["partition", "--profile", "{p}", "--ppv", "6"], r"ppv\[0\]: 6 is out of range"),
+        (["partition", "--profile", "{p}", "--ppv", "3,2"], r"ppv\[1\].*strictly increasing"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--memory-limit", "4MiB"],
+         "memory_limit: no partition"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--include-comm"],
+         "needs --bandwidth"),
+        (["partition", "--profile", "{bad}", "--stages", "2"], r"layers\[0\]\.forward_s"),
+        (["profile", "--model", "resnet21", "--batch-size", "2", "-o", "{out}"], "6n\\+2"),
+        (["profile", "--model", "lenet5", "--batch-size", "2", "--device", "tpu", "-o", "{out}"],
+         "device"),
+        (["partition", "--profile", "{p}", "--stages", "0"], "expected an integer >= 1"),
+        (["profile", "--model", "lenet5", "--batch-size", "8,x", "-o", "{out}"], "batch-size"),
+        (["calibrate", "--backend", "gloo", "--ranks", "1", "-o", "{out}"], "ranks"),
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(argv, pattern, prof_path: Path, tmp_path: Path,
+                                       capsys) -> None:
+    bad = tmp_path / "bad.json"
+    d = json.loads(prof_path.read_text())
+    d["layers"][0]["forward_s"] = -1
+    bad.write_text(json.dumps(d))
+    subs = {"{p}": str(prof_path), "{missing}": str(tmp_path / "nope.json"), "{bad}": str(bad),
+            "{out}": str(tmp_path / "o.json")}
+    argv = [subs.get(a, a) for a in argv]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse usage errors exit directly
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err
+    import re
+
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+def test_cli_subprocess_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 1}')
+    r = subprocess.run([sys.executable, "-m", "stalesim", "partition", "--profile", str(bad),
+                        "--stages", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "layers: missing" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,152 @@
+"""Hardware catalog, validation, collective models and the roofline what-if."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from stalesim.errors import StalesimError
+from stalesim.workloads.hardware import (
+    catalog,
+    device_names,
+    get_device,
+    get_link,
+    hardware_from_catalog,
+    load_hardware,
+    roofline_profile,
+)
+from stalesim.workloads.profile import profile_from_dict, uniform_profile
+
+
+def test_catalog_has_required_parts_with_sources() -> None:
+    assert {"v100-sxm2", "a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h200", "rtx4090",
+            "cpu-core"} <= set(device_names())
+    links = set(catalog()["links"])
+    assert {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink3", "nvlink4", "10gbe", "25gbe",
+            "100gbe", "ib-hdr", "ib-ndr", "gloo-loopback", "ideal"} <= links
+    for section in ("devices", "links"):
+        for key, entry in catalog()[section].items():
+            assert len(entry["source"]) > 20, key
+    h100 = get_device("H100 SXM")
+    assert h100.flops_per_s("bfloat16") == pytest.approx(989.4e12)
+    assert h100.mem_bandwidth_Bps == pytest.approx(3.35e12)
+    assert get_device("a100-80gb-sxm").memory_bytes == 80e9
+    assert get_link("PCIe 4.0 x16").bandwidth_Bps == pytest.approx(31.5e9)
+
+
+def test_ideal_link_is_infinite() -> None:
+    ideal = get_link("ideal")
+    assert ideal.bandwidth_Bps == math.inf and ideal.latency_s == 0
+    assert ideal.transfer_time(1e9) == 0.0
+    hw = hardware_from_catalog("h100-sxm", "ideal")
+    assert hw.allreduce_time(1e9, 8) == 0.0
+    assert hw.to_dict()["link"]["bandwidth_Bps"] is None
+    json.dumps(hw.to_dict(), allow_nan=False)
+
+
+def test_collective_models() -> None:
+    hw = hardware_from_catalog("a100-80gb-sxm", "nvlink3")
+    a, b = 4e-6, 300e9
+    assert hw.p2p_time(3e8) == pytest.approx(a + 1e-3)
+    assert hw.allreduce_time(1e9, 4) == pytest.approx(2 * 3 * a + 2 * 3 / 4 * 1e9 / b)
+    assert hw.allreduce_time(1e9, 1) == 0.0
+    tree = hardware_from_catalog("a100-80gb-sxm", "nvlink3", allreduce_algorithm="tree")
+    assert tree.allreduce_time(1e9, 4) == pytest.approx(2 * 2 * (a + 1e9 / b))
+    assert hw.comm_overlaps_compute and hw.cpu_comm_occupancy == 0.0
+    cpu = hardware_from_catalog("cpu-core", "gloo-loopback")
+    assert not cpu.comm_overlaps_compute and cpu.cpu_comm_occupancy == 1.0
+
+
+def test_unknown_names() -> None:
+    with pytest.raises(StalesimError, match=r"device: unknown 'b200'.*h100-sxm"):
+        get_device("b200")
+    with pytest.raises(StalesimError, match=r"link: unknown 'wifi'.*nvlink4"):
+        get_link("wifi")
+
+
+def _write(tmp_path: Path, obj) -> Path:
+    p = tmp_path / "hw.json"
+    p.write_text(json.dumps(obj))
+    return p
+
+
+def test_load_hardware_round_trip_and_names(tmp_path: Path) -> None:
+    hw = hardware_from_catalog("rtx4090", "pcie4-x16")
+    assert load_hardware(_write(tmp_path, hw.to_dict())) == hw
+    short = load_hardware(_write(tmp_path, {"device": "h200", "link": "ib-ndr"}))
+    assert short.device.key == "h200" and short.link.bandwidth_Bps == 50e9
+
+
+@pytest.mark.parametrize(
+    "obj,pattern",
+    [
+        ({"device": "h200", "link": {"name": "x", "latency_s": 0, "bandwidth_Bps": 0}},
+         r"link\.bandwidth_Bps: must be > 0, got 0"),
+        ({"device": "h200", "link": {"name": "x", "latency_s": 0, "bandwidth_Bps": -5}},
+         r"link\.bandwidth_Bps: must be > 0"),
+        ({"device": "h200", "link": {"name": "x", "latency_s": -1, "bandwidth_Bps": 1}},
+         r"link\.latency_s: must be >= 0"),
+        ({"device": "tpu9", "link": "ideal"}, r"device: unknown 'tpu9'"),
+        ({"device": "h200", "link": "carrier-pigeon"}, r"link: unknown 'carrier-pigeon'"),
+        ({"link": "ideal"}, r"device: missing"),
+        ({"device": "h200", "link": "ideal", "cpu_comm_occupancy": 1.5},
+         r"cpu_comm_occupancy: must be a number in \[0, 1\]"),
+        ({"device": "h200", "link": "ideal", "allreduce": {"algorithm": "star"}},
+         r"allreduce\.algorithm: expected ring or tree"),
+        ({"device": {"name": "d", "peak_flops": {"float32": 0}, "mem_bandwidth_Bps": 1,
+                     "memory_bytes": 1}, "link": "ideal"}, r"device\.peak_flops\.float32"),
+        ({"device": "h200", "link": "ideal", "comm_overlaps_compute": "yes"},
+         r"comm_overlaps_compute: must be true or false"),
+    ],
+)
+def test_load_hardware_validation(tmp_path: Path, obj, pattern: str) -> None:
+    with pytest.raises(StalesimError, match=pattern):
+        load_hardware(_write(tmp_path, obj))
+
+
+def test_load_hardware_bad_json(tmp_path: Path) -> None:
+    p = tmp_path / "hw.json"
+    p.write_text("{nope")
+    with pytest.raises(StalesimError, match="not valid JSON"):
+        load_hardware(p)
+
+
+def _flops_profile(flops: list[int], saved: int = 1 << 20):
+    d = uniform_profile(len(flops), 1.0, 2.0, 32, param_bytes=4000, output_bytes=1 << 16,
+                        saved_bytes=saved).to_dict()
+    for lp, f in zip(d["layers"], flops):
+        lp["flops"] = f
+    return profile_from_dict(d)
+
+
+def test_roofline_values_and_monotonicity() -> None:
+    prof = _flops_profile([10**9, 10**10, 10**11])
+    h100 = get_device("h100-sxm")
+    r = roofline_profile(prof, h100, launch_overhead_s=0.0)
+    # compute-bound layer: flops / peak
+    assert r.layers[2].forward_s == pytest.approx(1e11 / 67e12)
+    assert r.layers[2].backward_s == pytest.approx(2e11 / 67e12)
+    # more FLOPs never take less time
+    f = [lp.forward_s for lp in r.layers]
+    assert f == sorted(f)
+    # a faster device never takes longer, layer by layer
+    for slow, fast in [("v100-sxm2", "a100-80gb-sxm"), ("a100-80gb-sxm", "h100-sxm"),
+                       ("cpu-core", "v100-sxm2"), ("h100-sxm", "h200")]:
+        rs, rf = roofline_profile(prof, slow), roofline_profile(prof, fast)
+        for a, b in zip(rs.layers, rf.layers):
+            assert b.forward_s <= a.forward_s and b.backward_s <= a.backward_s
+            assert b.update_s <= a.update_s
+    # bfloat16 is faster than float32 on a tensor-core part, and halves bytes
+    rb = roofline_profile(prof, h100, "bfloat16")
+    assert rb.layers[2].forward_s < r.layers[2].forward_s
+    assert rb.layers[0].param_bytes == 2000 and rb.dtype == "bfloat16"
+    assert r.device == "h100-sxm (roofline)"
+    # memory-bound when FLOPs are tiny: bytes / bandwidth + overhead
+    tiny = _flops_profile([1], saved=10**9)
+    rt = roofline_profile(tiny, h100, launch_overhead_s=5e-6)
+    assert rt.layers[0].forward_s == pytest.approx((4000 + 10**9 + (1 << 16)) / 3.35e12 + 5e-6)
+    with pytest.raises(StalesimError, match="dtype"):
+        roofline_profile(prof, h100, "int4")
