@@ -1,0 +1,212 @@
+"""TrainConfig: every training flag shared by ``stalesim emulate`` and ``stalesim run``.
+
+One dataclass so the emulator and the executor cannot drift apart: both build
+the schedule (:func:`stalesim.runtime.plan.build_train_schedule`), the data
+order (:func:`stalesim.runtime.data.batch_stream`), the learning-rate schedule
+(:meth:`TrainConfig.lr_at`) and the mitigations from the same fields.
+:meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic")
+LR_SCHEDULES = ("constant", "step", "cosine")
+DTYPES = ("float32", "float64")
+COMPRESSIONS = ("none", "fp16", "int8")
+DATA_PARALLEL = ("dp", "pipe-sgd")
+
+
+@dataclass
+class TrainConfig:
+    """Training run description (JSON round-trips through ``to_dict``/``from_dict``).
+
+    Sizes: ``batch_size`` is the *global* mini-batch. Data-parallel schedules
+    (dp, pipe-sgd) give each of the ``workers`` an equal shard; micro-batch
+    schedules (gpipe, 1f1b, 2bw) split a batch into ``microbatches`` equal parts.
+    Length: ``iterations`` (mini-batches) or ``epochs`` (full passes; the last
+    incomplete batch of an epoch is dropped so every batch has the same size).
+    ``switch``/``switch_epoch``: hybrid switch point in iterations or epochs.
+    ``warmup``: synchronous warm-up iterations (pipe-sgd: its own warm-up;
+    other schedules: the first ``warmup`` batches run one at a time, built into
+    the IR by :mod:`stalesim.runtime.plan`).
+    """
+
+    model: str = "lenet5"
+    dataset: str = "mnist"
+    schedule: str = "sequential"
+    stages: int | None = None
+    ppv: list[int] | None = None
+    microbatches: int = 1
+    workers: int = 1
+    iterations: int | None = None
+    epochs: int | None = None
+    batch_size: int = 128
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    lr_schedule: str = "constant"
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    data_dir: str | None = None
+    switch: int | None = None
+    switch_epoch: int | None = None
+    warmup: int = 0
+    compression: str = "none"
+    # mitigations (see stalesim.runtime.mitigations and docs/emulator.md)
+    weight_prediction: bool = False
+    spike_compensation: bool = False
+    pipemare_lr: bool = False
+    pipemare_warmup: int = 0
+    pipemare_correction: bool = False
+    pipemare_gamma: float = 0.9
+    staleness_lr: bool = False
+    # data details
+    num_classes: int = 10
+    synthetic_size: int = 1024
+    augment: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ validation
+    def check(self) -> TrainConfig:
+        """Raise StalesimError naming the first bad field; returns self."""
+        from stalesim.schedule import get_spec, schedule_names
+
+        try:
+            spec = get_spec(self.schedule)
+        except StalesimError:
+            raise StalesimError(
+                f"schedule: unknown {self.schedule!r} (known: {', '.join(schedule_names())})"
+            ) from None
+        if self.dataset not in DATASETS:
+            raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)})")
+        for name in ("microbatches", "workers", "batch_size", "num_classes", "synthetic_size"):
+            _positive_int(name, getattr(self, name))
+        for name in ("iterations", "epochs", "stages"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        for name in ("switch", "switch_epoch"):
+            if getattr(self, name) is not None:
+                _nonneg_int(name, getattr(self, name))
+        _nonneg_int("warmup", self.warmup)
+        _nonneg_int("pipemare_warmup", self.pipemare_warmup)
+        _nonneg_int("seed", self.seed)
+        if (self.iterations is None) == (self.epochs is None):
+            raise StalesimError("iterations/epochs: give exactly one of --iterations or --epochs")
+        if self.ppv is not None:
+            if not isinstance(self.ppv, (list, tuple)) or not all(
+                isinstance(k, int) and not isinstance(k, bool) for k in self.ppv
+            ):
+                raise StalesimError(f"ppv: expected a list of integers, got {self.ppv!r}")
+            if self.stages is not None and self.stages != len(self.ppv) + 1:
+                raise StalesimError(
+                    f"stages: {self.stages} disagrees with ppv {list(self.ppv)} "
+                    f"(a PPV with {len(self.ppv)} entries gives {len(self.ppv) + 1} stages)"
+                )
+        if not _finite(self.lr) or self.lr <= 0:
+            raise StalesimError(f"lr: expected a finite number > 0, got {self.lr!r}")
+        if not _finite(self.momentum) or not 0 <= self.momentum < 1:
+            raise StalesimError(f"momentum: expected a number in [0, 1), got {self.momentum!r}")
+        if not _finite(self.weight_decay) or self.weight_decay < 0:
+            raise StalesimError(f"weight_decay: expected a number >= 0, got {self.weight_decay!r}")
+        if not _finite(self.pipemare_gamma) or not 0 <= self.pipemare_gamma < 1:
+            raise StalesimError(f"pipemare_gamma: expected a number in [0, 1), got {self.pipemare_gamma!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise StalesimError(f"lr_schedule: unknown {self.lr_schedule!r} (known: {', '.join(LR_SCHEDULES)})")
+        if self.dtype not in DTYPES:
+            raise StalesimError(f"dtype: unknown {self.dtype!r} (known: {', '.join(DTYPES)})")
+        if self.compression not in COMPRESSIONS:
+            raise StalesimError(f"compression: unknown {self.compression!r} (known: {', '.join(COMPRESSIONS)})")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise StalesimError(f"device: expected cpu or cuda[:N], got {self.device!r}")
+        if self.workers > 1 and not spec.data_parallel:
+            raise StalesimError(
+                f"workers: {self.workers} workers need a data-parallel schedule "
+                f"({', '.join(DATA_PARALLEL)}), not {self.schedule!r}"
+            )
+        if self.microbatches > 1 and not spec.uses_micro:
+            raise StalesimError(
+                f"microbatches: schedule {self.schedule!r} does not split batches "
+                "(use gpipe, 1f1b or 2bw)"
+            )
+        if self.compression != "none" and not spec.data_parallel:
+            raise StalesimError(
+                f"compression: {self.compression!r} compresses the all-reduce of dp/pipe-sgd, "
+                f"not {self.schedule!r}"
+            )
+        shards = self.workers * self.microbatches
+        if self.batch_size % shards:
+            what = "workers" if self.workers > 1 else "microbatches"
+            raise StalesimError(
+                f"batch_size: {self.batch_size} is not divisible by {what} "
+                f"({self.workers} x {self.microbatches}); each shard must be equal"
+            )
+        if self.switch is not None and self.switch_epoch is not None:
+            raise StalesimError("switch: give --switch (iterations) or --switch-epoch, not both")
+        if (self.switch is not None or self.switch_epoch is not None) and self.schedule != "hybrid":
+            raise StalesimError(f"switch: only the hybrid schedule switches, not {self.schedule!r}")
+        if self.switch_epoch is not None and self.epochs is None:
+            raise StalesimError("switch_epoch: needs --epochs (use --switch for iterations)")
+        return self
+
+    # --------------------------------------------------------------- helpers
+    @property
+    def num_stages(self) -> int:
+        if self.ppv is not None:
+            return len(self.ppv) + 1
+        return self.stages or 1
+
+    @property
+    def torch_dtype(self):  # noqa: ANN201 - torch imported lazily
+        import torch
+
+        return torch.float64 if self.dtype == "float64" else torch.float32
+
+    def total_iterations(self, batches_per_epoch: int) -> int:
+        if self.iterations is not None:
+            return self.iterations
+        return int(self.epochs) * batches_per_epoch  # type: ignore[arg-type]
+
+    def lr_at(self, t: int, total: int) -> float:
+        """Base learning rate of the update fed by batch ``t`` (same on every consumer).
+
+        ``step``: x0.1 at 50% and again at 75% of the run (the CIFAR ResNet
+        recipe of He et al.); ``cosine``: 0.5 (1 + cos(pi t / total)).
+        """
+        if self.lr_schedule == "constant" or total <= 0:
+            return self.lr
+        frac = min(max(t / total, 0.0), 1.0)
+        if self.lr_schedule == "step":
+            return self.lr * (0.1 ** ((frac >= 0.5) + (frac >= 0.75)))
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise StalesimError(f"{unknown[0]}: unknown training config field")
+        return cls(**d)
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StalesimError(f"{name}: expected an integer >= 1, got {value!r}")
+
+
+def _nonneg_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StalesimError(f"{name}: expected an integer >= 0, got {value!r}")
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

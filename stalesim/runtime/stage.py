@@ -1,0 +1,391 @@
+"""StageRuntime: what F / LOSS / B / U do to the tensors of one (worker, stage).
+
+Shared by the emulator (all stages in one process) and the executor (one stage
+per rank); only the transport of activations and gradients differs.
+
+Weight versions, without model copies or parameter swapping:
+
+* Forwards run on the **live** parameters (the IR guarantees v_F = current).
+  They run under ``torch.autograd.graph.saved_tensors_hooks``: the pack hook
+  replaces every saved tensor that shares storage with a stage parameter by a
+  token ``(param index, size, stride, storage offset)``.
+* A backward reads version v_B (``action.version``): the unpack hook turns each
+  token into ``torch.as_strided`` of the tensor of version v_B of that parameter:
+  the live tensor if v_B is current, else a stashed copy.
+* ``U`` updates the live parameters **in place** with ``torch.optim.SGD`` from the
+  per-batch gradient buffer. Just before it overwrites version n, version n is
+  cloned only if a pending backward (counted from the version table) still
+  needs it; a stashed version is freed as soon as no pending backward needs it.
+  Autograd's version-counter check never fires: the graph holds tokens, not the
+  parameters.
+* Gradients come from ``torch.autograd.grad(outputs, [input] + params, grad_out)``
+  into a buffer per batch (never ``.grad``), because schedules such as 2BW
+  interleave the backwards of two batches between updates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.mitigations import Mitigations
+from stalesim.schedule import Action, Schedule
+
+_TOKEN = "stalesim-param"
+
+
+@dataclass
+class _Inflight:
+    """A forward whose backward has not run yet."""
+
+    x: torch.Tensor  # stage input (requires_grad for s > 0)
+    y: torch.Tensor  # stage output (graph attached)
+    leaves: list[torch.Tensor]  # tensors the forward read as weights (params or predicted)
+    v_f: int
+    predicted: bool = False
+    loss: torch.Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StageRuntime:
+    """F/LOSS/B/U for one (worker, stage); see the module doc for the version mechanism.
+
+    ``module``: the stage (``nn.Sequential``); ``head``: auxiliary head for
+    ``local`` schedules (its parameters are part of the stage); ``lr_fn(t)``:
+    base learning rate of the update fed by batch t (default ``cfg.lr``).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        stage: int,
+        num_stages: int,
+        schedule: Schedule,
+        cfg: TrainConfig,
+        device: torch.device | str | None = None,
+        worker: int = 0,
+        head: nn.Module | None = None,
+        lr_fn: Callable[[int], float] | None = None,
+    ) -> None:
+        self.module = module
+        self.head = head
+        self.stage = stage
+        self.num_stages = num_stages
+        self.schedule = schedule
+        self.cfg = cfg
+        self.worker = worker
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.dtype = cfg.torch_dtype
+        self.lr_fn = lr_fn or (lambda t: cfg.lr)
+        self.is_loss_stage = schedule.local_loss or stage == num_stages - 1
+        self.params: list[nn.Parameter] = [p for p in module.parameters() if p.requires_grad]
+        self.names: list[str] = [n for n, p in module.named_parameters() if p.requires_grad]
+        if head is not None:
+            self.params += [p for p in head.parameters() if p.requires_grad]
+            self.names += [f"head.{n}" for n, p in head.named_parameters() if p.requires_grad]
+        self._ptr = {self._storage_ptr(p): i for i, p in enumerate(self.params)}
+        self._ptr.pop(None, None)
+        self.optimizer = torch.optim.SGD(
+            self.params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        ) if self.params else None
+        self.mit = Mitigations(cfg, schedule, stage, worker)
+        self.version = 0
+        self.stash: dict[int, list[torch.Tensor]] = {}
+        self.need: Counter[int] = Counter()
+        table = schedule.versions
+        for (w, s, _t, _m), vb in table.vb.items():
+            if w == worker and s == stage:
+                self.need[vb] += 1
+        self.inflight: dict[tuple[int, int | None], _Inflight] = {}
+        self.buffers: dict[int, list[torch.Tensor | None]] = {}
+        self.versions_used: list[tuple[str, int]] = []
+        self.stash_peak_bytes = 0
+        # set while a forward / backward runs, read by the hooks
+        self._pack_ptr: dict[int, int] = self._ptr
+        self._unpack_weights: Sequence[torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ hooks
+    @staticmethod
+    def _storage_ptr(t: torch.Tensor) -> int | None:
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return None
+        return ptr or None
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        ptr = self._storage_ptr(t)
+        i = self._pack_ptr.get(ptr) if ptr is not None else None
+        if i is None:
+            return t
+        base = self.params[i] if self._pack_ptr is self._ptr else self._cur_leaves[i]
+        return (_TOKEN, i, tuple(t.size()), tuple(t.stride()), t.storage_offset() - base.storage_offset())
+
+    def _unpack(self, obj: Any) -> torch.Tensor:
+        if isinstance(obj, tuple) and len(obj) == 5 and obj[0] == _TOKEN:
+            _, i, size, stride, off = obj
+            if self._unpack_weights is None:
+                raise RuntimeError("stalesim: saved weight unpacked outside a stage backward")
+            w = self._unpack_weights[i]
+            return w.as_strided(size, stride, w.storage_offset() + off)
+        return obj
+
+    # ---------------------------------------------------------------- helpers
+    def _key(self, a: Action) -> tuple[int, int | None]:
+        return (a.batch, a.micro)
+
+    def _bufs(self) -> list[torch.Tensor | None]:
+        if self.optimizer is None:
+            return []
+        return [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
+
+    def weights_of(self, version: int) -> list[torch.Tensor]:
+        """The tensors of weight version ``version`` (live or stashed)."""
+        if version == self.version:
+            return [p.detach() for p in self.params]
+        try:
+            return self.stash[version]
+        except KeyError:
+            raise RuntimeError(
+                f"stalesim: stage {self.stage} (worker {self.worker}) has no weight version "
+                f"{version} (current {self.version}, stashed {sorted(self.stash)})"
+            ) from None
+
+    def _call(self, x: torch.Tensor, leaves: list[torch.Tensor] | None) -> torch.Tensor:
+        if leaves is None:
+            return self.module(x)
+        n_mod = len(self.params) - (sum(1 for p in self.head.parameters() if p.requires_grad) if self.head else 0)
+        mapping = dict(zip(self.names[:n_mod], leaves[:n_mod]))
+        return torch.func.functional_call(self.module, mapping, (x,), strict=False)
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, action: Action, x: torch.Tensor, *, weights: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Run F(s, t, m) on stage input ``x``; the graph stays inside the runtime.
+
+        ``x`` must require grad on stages > 0 (it is the leaf the input gradient is
+        taken for). ``weights`` forces the weights read (checkpoint resume rebuilds
+        an in-flight forward from the version it read).
+        """
+        if action.version is not None and action.version != self.version and weights is None:
+            raise RuntimeError(
+                f"stalesim: {action} reads version {action.version} but stage {self.stage} "
+                f"is at version {self.version} (replay order broken)"
+            )
+        v_f = self.version if action.version is None else action.version
+        predicted = False
+        leaves: list[torch.Tensor] | None = None
+        if weights is not None:
+            leaves = [w.detach().requires_grad_(True) for w in weights]
+            predicted = True
+        else:
+            pw = self.mit.forward_weights([p.detach() for p in self.params], self._bufs(),
+                                          self.lr_fn(action.batch), action.batch, action.micro)
+            if pw is not None:
+                leaves = [w.requires_grad_(True) for w in pw]
+                predicted = True
+        self._cur_leaves = leaves if leaves is not None else self.params
+        self._pack_ptr = self._ptr if leaves is None else {
+            p: i for i, w in enumerate(leaves) if (p := self._storage_ptr(w)) is not None}
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                y = self._call(x, leaves)
+        finally:
+            self._pack_ptr = self._ptr
+        self.inflight[self._key(action)] = _Inflight(
+            x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
+            predicted=predicted,
+        )
+        self.versions_used.append((str(action.with_version(None)), v_f))
+        return y
+
+    def loss(self, action: Action, labels: torch.Tensor) -> float:
+        """LOSS(s, t, m): micro-batch mean cross-entropy divided by M; returns its value."""
+        rec = self.inflight[self._key(action)]
+        out = rec.y
+        if self.head is not None:
+            leaves = rec.leaves[len(rec.leaves) - sum(1 for p in self.head.parameters() if p.requires_grad):]
+            self._cur_leaves = rec.leaves
+            if rec.predicted:
+                self._pack_ptr = {p: i for i, w in enumerate(rec.leaves) if (p := self._storage_ptr(w)) is not None}
+            try:
+                with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                    if rec.predicted:
+                        names = [n[len("head."):] for n in self.names if n.startswith("head.")]
+                        out = torch.func.functional_call(self.head, dict(zip(names, leaves)), (out,), strict=False)
+                    else:
+                        out = self.head(out)
+            finally:
+                self._pack_ptr = self._ptr
+        M = self.schedule.microbatches if self.schedule.uses_micro else 1
+        loss = F.cross_entropy(out, labels) / M
+        rec.loss = loss
+        return float(loss.detach())
+
+    # ---------------------------------------------------------------- backward
+    def backward(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        """B(s, t, m) reading weights of version v_B = ``action.version``.
+
+        ``grad_y`` is None on a loss stage (backpropagate from the loss). The weight
+        gradient is added to the batch-t buffer; returns the input gradient (None on
+        stage 0 or when the input does not require grad).
+        """
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        v_b = self.version if action.version is None else action.version
+        if self.schedule.policy.value == "latest" and action.version is not None and v_b != self.version:
+            raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
+        base = self.weights_of(v_b)
+        if self.mit.changes_backward:
+            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+        if grad_y is None:
+            if rec.loss is None:
+                raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before B)")
+            outputs, grad_out = rec.loss, None
+        else:
+            outputs, grad_out = rec.y, grad_y
+        want_x = rec.x.requires_grad
+        inputs = ([rec.x] if want_x else []) + rec.leaves
+        self._unpack_weights = base
+        try:
+            grads = torch.autograd.grad(outputs, inputs, grad_out, allow_unused=True)
+        finally:
+            self._unpack_weights = None
+        gx = grads[0] if want_x else None
+        wgrads = grads[1:] if want_x else grads
+        buf = self.buffers.get(action.batch)
+        if buf is None:
+            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
+        else:
+            for i, g in enumerate(wgrads):
+                if g is not None:
+                    buf[i] = g.detach() if buf[i] is None else buf[i] + g
+        self.versions_used.append((str(action.with_version(None)), v_b))
+        self._release(v_b)
+        return gx
+
+    def _release(self, version: int) -> None:
+        self.need[version] -= 1
+        if self.need[version] <= 0:
+            del self.need[version]
+            self.stash.pop(version, None)
+
+    def reserve(self, version: int) -> None:
+        """Keep ``version`` available (e.g. for a checkpoint) until :meth:`release`."""
+        self.need[version] += 1
+
+    def release(self, version: int) -> None:
+        self._release(version)
+
+    # ------------------------------------------------------------------ update
+    def grads(self, batch: int) -> list[torch.Tensor]:
+        """The batch-``batch`` gradient buffer (materialized; edit in place to all-reduce)."""
+        buf = self.buffers.setdefault(batch, [None] * len(self.params))
+        for i, g in enumerate(buf):
+            if g is None:
+                buf[i] = torch.zeros_like(self.params[i])
+        return buf  # type: ignore[return-value]
+
+    def lr_for(self, batch: int) -> float:
+        return self.lr_fn(batch) * self.mit.lr_factor(batch)
+
+    def update(self, action: Action) -> None:
+        """U(s, t): SGD step with the batch-t buffer; version n -> n + 1."""
+        t = action.batch
+        grads = self.grads(t)
+        del self.buffers[t]
+        n = self.version
+        if self.need.get(n, 0) > 0 and n not in self.stash:
+            self.stash[n] = [p.detach().clone() for p in self.params]
+            self.stash_peak_bytes = max(self.stash_peak_bytes, self.stash_bytes())
+        old = [p.detach().clone() for p in self.params] if self.mit.needs_old_weights else None
+        if self.optimizer is not None:
+            lr = self.lr_for(t)
+            a, b = self.mit.spike_coefficients(t)
+            with torch.no_grad():
+                if b:
+                    wd = self.cfg.weight_decay
+                    extra = [g + wd * p if wd else g for g, p in zip(grads, self.params)]
+                for p, g in zip(self.params, grads):
+                    p.grad = g
+                self.optimizer.param_groups[0]["lr"] = lr * a
+                self.optimizer.step()
+                if b:
+                    for p, e in zip(self.params, extra):
+                        p.add_(e, alpha=-lr * b)
+                for p in self.params:
+                    p.grad = None
+        self.version = n + 1
+        self.mit.record_step(old, [p.detach() for p in self.params])
+        expected = self.schedule.versions.upd.get((self.worker, self.stage, t))
+        if expected is not None and expected != self.version:
+            raise RuntimeError(f"stalesim: {action} produced version {self.version}, table says {expected}")
+        self.versions_used.append((str(action), self.version))
+
+    # ------------------------------------------------------------ bookkeeping
+    def stash_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for ws in self.stash.values() for t in ws)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but in-flight graphs: weights, optimizer, stash, buffers, counters."""
+        return {
+            "module": self.module.state_dict(),
+            "head": None if self.head is None else self.head.state_dict(),
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "version": self.version,
+            "stash": {v: [t.clone() for t in ws] for v, ws in self.stash.items()},
+            "need": dict(self.need),
+            "buffers": {t: [None if g is None else g.clone() for g in b] for t, b in self.buffers.items()},
+            "delta": None if self.mit.delta is None else [d.clone() for d in self.mit.delta],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():  # copy in place: keeps storages (the hook's map) valid
+            for k, v in self.module.state_dict().items():
+                v.copy_(state["module"][k])
+            if self.head is not None:
+                for k, v in self.head.state_dict().items():
+                    v.copy_(state["head"][k])
+        if self.optimizer is not None and state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.stash = {int(v): list(ws) for v, ws in state["stash"].items()}
+        self.need = Counter({int(k): int(c) for k, c in state["need"].items()})
+        self.buffers = {int(t): list(b) for t, b in state["buffers"].items()}
+        self.mit.delta = state["delta"]
+
+    def inflight_state(self) -> dict[tuple[int, int | None], dict[str, Any]]:
+        """What rebuilds each in-flight forward: its input, the weights it read, and
+        whether LOSS already ran. The weights of version v_F must still exist: a
+        checkpointing caller :meth:`reserve`s them in advance (the schedule says
+        which forwards are in flight at a checkpoint). ``torch.save`` stores tensors
+        sharing a storage once."""
+        out = {}
+        for key, rec in self.inflight.items():
+            out[key] = {
+                "x": rec.x.detach(),
+                "x_requires_grad": rec.x.requires_grad,
+                "v_f": rec.v_f,
+                "weights": [w.detach() for w in rec.leaves] if rec.predicted
+                else self.weights_of(rec.v_f),
+                "has_loss": rec.loss is not None,
+            }
+        return out
+
+    def restore_forward(self, action: Action, x: torch.Tensor, weights: list[torch.Tensor],
+                        v_f: int) -> torch.Tensor:
+        """Rebuild an in-flight forward on resume (recompute with the weights it read)."""
+        y = self.forward(action.with_version(v_f), x, weights=[t.clone() for t in weights])
+        self.versions_used.pop()  # the replayed F was logged before the checkpoint
+        rec = self.inflight[self._key(action)]
+        rec.v_f = v_f
+        rec.predicted = True
+        return y
+
