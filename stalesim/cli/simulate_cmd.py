@@ -1,0 +1,130 @@
+"""``stalesim simulate``: time, utilization, memory and trace of one configuration."""
+
+from __future__ import annotations
+
+import argparse
+
+from stalesim.cli.common import int_list, print_json
+from stalesim.cli.schedule_cmd import add_schedule_args
+
+
+def add_hardware_args(p: argparse.ArgumentParser) -> None:
+    """Hardware flags shared with ``sweep`` (which takes lists of devices/links instead)."""
+    p.add_argument("--hardware", default=None, metavar="HW.json",
+                   help="hardware JSON (stalesim calibrate writes one); the profile is used as measured")
+    p.add_argument("--topology", choices=("p2p", "nic", "bus"), default=None,
+                   help="link topology: p2p (a full-duplex link per device pair, default), "
+                        "nic (one egress queue per device) or bus (one shared channel)")
+    p.add_argument("--comm-overlap", choices=("yes", "no"), default=None,
+                   help="override whether communication overlaps compute")
+    p.add_argument("--cpu-comm-occupancy", type=float, default=None, metavar="F",
+                   help="fraction of a transfer's time its cores are busy (no-overlap hardware)")
+
+
+def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, link: str | None):
+    """(profile, SimHardware) from --hardware | --device/--link | default (ideal link)."""
+    from stalesim.errors import StalesimError
+    from stalesim.sim.model import SimHardware
+    from stalesim.workloads.hardware import get_link, hardware_from_catalog, load_hardware, \
+        roofline_profile
+
+    overlap = None if args.comm_overlap is None else args.comm_overlap == "yes"
+    occ = args.cpu_comm_occupancy
+    if occ is not None and not 0 <= occ <= 1:
+        raise StalesimError(f"--cpu-comm-occupancy: must be in [0, 1], got {occ}")
+    topo = args.topology
+    if args.hardware:
+        if device or link:
+            raise StalesimError("--hardware: give either a hardware JSON or --device/--link, not both")
+        hw = SimHardware.from_hardware(load_hardware(args.hardware), topology=topo,
+                                       comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
+        return profile, hw
+    if device:
+        hwc = hardware_from_catalog(device, link or "ideal")
+        prof = roofline_profile(profile, hwc.device)
+        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap,
+                                       cpu_comm_occupancy=occ)
+        from dataclasses import replace
+
+        hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key} from the "
+                                f"profile measured on {profile.device}",))
+        return prof, hw
+    if link:
+        lnk = get_link(link)
+        cpu = "cpu" in profile.device.lower()
+        ov = (not cpu) if overlap is None else overlap
+        hw = SimHardware.from_link(profile.device, lnk, overlaps=ov,
+                                   occupancy=(occ if occ is not None else (0.0 if ov else 1.0)),
+                                   topology=topo or "p2p")
+        return profile, hw
+    from dataclasses import replace
+
+    hw = replace(SimHardware.ideal(profile.device), topology=topo or "p2p",
+                 notes=("default: the profile's own device with an ideal link",))
+    return profile, hw
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from stalesim.schedule import schedule_names
+
+    p = sub.add_parser(
+        "simulate", help="simulate a schedule: iteration time, speed-up, utilization, memory, trace",
+        description="Replay a schedule's per-device action lists in a SimPy event simulation "
+                    "(or the closed-form fast path) with per-layer costs from a profile and an "
+                    "alpha-beta link model. Default hardware: the profile's own device with an "
+                    "ideal link.")
+    p.add_argument("--profile", required=True, metavar="PROFILE.json")
+    p.add_argument("--schedule", required=True, metavar="NAME", help=f"one of: {', '.join(schedule_names())}")
+    add_schedule_args(p)
+    p.add_argument("--ppv", type=int_list, default=None,
+                   help="pipeline placement vector (weight layers before each register), e.g. 2,5")
+    p.add_argument("--batch-size", "-B", type=int, default=None,
+                   help="mini-batch size (default: the profile's)")
+    p.add_argument("--device", default=None, metavar="KIND",
+                   help="catalog device: compute times estimated by roofline from the profile")
+    p.add_argument("--link", default=None, metavar="KIND", help="catalog link (ideal = free)")
+    add_hardware_args(p)
+    p.add_argument("--method", choices=("event", "fast"), default="event",
+                   help="event simulation (default) or the closed-form fast path")
+    p.add_argument("--loss-time", type=float, default=0.0, metavar="SECONDS",
+                   help="time of one LOSS at the full batch (default 0: negligible)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
+    p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from stalesim.errors import StalesimError
+    from stalesim.sim import simulate
+    from stalesim.workloads.profile import load_profile
+
+    if args.batch_size is not None and args.batch_size < 1:
+        raise StalesimError(f"--batch-size: must be >= 1, got {args.batch_size}")
+    if args.loss_time < 0:
+        raise StalesimError(f"--loss-time: must be >= 0, got {args.loss_time}")
+    if (args.trace or args.plot) and args.method == "fast":
+        raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
+    prof = load_profile(args.profile)
+    prof, hw = resolve_cli_hardware(args, prof, args.device, args.link)
+    stages = args.stages
+    if stages is None and args.ppv is None:
+        stages = 1
+    r = simulate(prof, args.schedule, stages=stages, ppv=args.ppv, microbatches=args.microbatches,
+                 batches=args.batches, workers=args.workers, batch_size=args.batch_size,
+                 hardware=hw, devices=args.devices, switch=args.switch, warmup=args.warmup,
+                 method=args.method, loss_s=args.loss_time)
+    written = {}
+    if args.trace:
+        written["trace"] = str(r.write_trace(args.trace))
+    if args.plot:
+        written["plot"] = str(r.plot(args.plot))
+    if args.json:
+        d = r.to_dict()
+        d.update(written)
+        print_json(d)
+    else:
+        print(r.summary())
+        for k, v in written.items():
+            print(f"{k}: {v}")
+    return 0

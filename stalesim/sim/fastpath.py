@@ -1,0 +1,240 @@
+"""Fast path: closed-form / steady-state iteration time per schedule, no events.
+
+Uses the same integer :class:`~stalesim.sim.model.StageCosts` and hardware as
+the event simulation, so where the formulas are exact the two agree to the
+nanosecond. Notation: stage s has forward F_s and backward B_s per action
+(micro-batch or worker slice), update U_s, loss L on loss stages; a message
+over boundary s holds its channel ser_s = bytes/bandwidth and arrives
+latency a later; on hardware without copy engines each transfer of time T also
+costs occupancy x T of the core at both ends (folded into F_s/B_s here).
+
+* **periodic asynchronous** (``pipedream``, ``stale``, ``2bw``, ``local``):
+  the max-plus period is the bottleneck resource's work per mini-batch,
+  ``max(max_d sum_{s on d} (M (F_s + B_s + L_s) + U_s), max_channel M ser)``,
+  and, for schedules whose backward crosses stages, at least each stage's
+  round trip divided by the items it keeps in flight (S - s, 2(S-1-s)+1,
+  S - s micro-batches): latency-bound pipelines.
+* **GPipe**: two flow shops with identical jobs (stages and channels are the
+  machines, latencies pure delays): the last of M jobs leaves machine k at
+  ``sum_{j<=k} p_j + sum delays + (M - 1) max_{j<=k} p_j``; forward, then
+  backward from the last stage, then each stage's update. Uniform, ideal link:
+  (M + S - 1)(F + B).
+* **1F1B** (flush): ``sum_s (F_s + B_s) + L + 2 sum_s (a + ser_s)
+  + (M - 1) max_s (F_s + B_s [+ L]) + U_0``; uniform, ideal: (M + S - 1)(F + B).
+* **sequential**: one batch's critical path, forward then backward, + U_0.
+* **dp**: per-stage gradient buckets all-reduced on one FIFO ring as each
+  stage's backward finishes (DDP): c_s = max(c_{s+1}, r_s) + AR_s, then the
+  updates. Without overlap the textbook synchronous T_comp + T_up + T_comm.
+* **pipe-sgd**: max(T_comp + T_up, T_comm) (plus the core share of the
+  all-reduce on hardware without copy engines).
+* **hybrid**: (switch + S - 1) stale periods + (N - switch) sequential batches,
+  averaged over the N batches.
+
+What the fast path ignores (where it and the event path can differ) is listed
+in docs/simulator.md: transients (non-uniform stages take a few batches to
+settle), latency-induced cycles other than the round trip, contention between
+forward and backward messages on shared (``nic``/``bus``) channels, the
+per-transfer FIFO interaction of CPU-side communication with compute, and
+updates that outlast the next batch's arrival in flush schedules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stalesim.errors import StalesimError
+from stalesim.sim.model import SimHardware, StageCosts
+
+PERIODIC = ("pipedream", "stale", "2bw", "local")
+
+
+@dataclass
+class FastResult:
+    """Steady-state iteration (ns per mini-batch) and per-device busy time per batch."""
+
+    iteration_ns: float
+    makespan_ns: float
+    busy_ns: list[float]  # per device, per mini-batch
+    formula: str
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+def _stage_devices(S: int, devices: int | None) -> list[int]:
+    D = devices or S
+    return [s * D // S for s in range(S)]
+
+
+def fast_iteration(name: str, costs: StageCosts, hw: SimHardware, *, microbatches: int = 1,
+                   workers: int = 1, batches: int = 8, devices: int | None = None,
+                   switch: int | None = None) -> FastResult:
+    """Closed-form steady-state iteration time of schedule ``name`` (see module doc)."""
+    S = costs.stages
+    M = microbatches if name in ("gpipe", "1f1b", "2bw") else 1
+    if name in ("dp", "pipe-sgd"):
+        return _data_parallel(name, costs, hw, workers, batches)
+    dev = _stage_devices(S, devices)
+    D = max(dev) + 1
+    lat = hw.latency_ns
+    ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
+    crosses = [s < S - 1 and dev[s] != dev[s + 1] for s in range(S)]  # boundary s -> s+1
+    T = [lat + ser[s] if crosses[s] else 0 for s in range(S)]
+    cpu = [hw.cpu_ns(T[s]) for s in range(S)]
+    local = name == "local"
+    L = costs.loss_ns
+    loss = [L if (local or s == S - 1) else 0 for s in range(S)]
+    F = [costs.f_ns[s] + (cpu[s - 1] if s > 0 else 0) + cpu[s] for s in range(S)]
+    if local:
+        B = list(costs.b_ns)
+    else:
+        B = [costs.b_ns[s] + cpu[s] + (cpu[s - 1] if s > 0 else 0) for s in range(S)]
+    U = list(costs.u_ns)
+    busy = [0.0] * D
+    for s in range(S):
+        busy[dev[s]] += M * (F[s] + B[s] + loss[s]) + U[s]
+    # channel work per batch (forward and, unless local, backward messages)
+    chan: dict[tuple, float] = {}
+    for s in range(S - 1):
+        if not crosses[s]:
+            continue
+        pairs = [(dev[s], dev[s + 1])] + ([] if local else [(dev[s + 1], dev[s])])
+        for src, dst in pairs:
+            key = {"bus": ("bus",), "nic": ("nic", src)}.get(hw.topology, (src, dst))
+            chan[key] = chan.get(key, 0.0) + M * ser[s]
+    chan_max = max(chan.values(), default=0.0)
+
+    if name in PERIODIC or name == "hybrid":
+        period, terms = _periodic(name if name != "hybrid" else "stale", S, M, F, B, U, loss, T,
+                                  busy, chan_max)
+        if name == "hybrid":
+            sw = batches // 2 if switch is None else switch
+            seq_t, _ = _sequential(S, F, B, U, loss, T, dev)
+            stale_span = (sw + S - 1) * period if sw else 0
+            total = stale_span + (batches - sw) * seq_t
+            it = total / batches
+            return FastResult(it, total, [b for b in busy], "hybrid: (switch+S-1) stale periods "
+                              "+ (N-switch) sequential batches, averaged",
+                              {"stale_period_ns": period, "sequential_ns": seq_t})
+        fill = _fill(name, S, M, F, B, U, loss, T)
+        return FastResult(period, batches * period + fill, busy,
+                          "max-plus period: bottleneck device/channel work per batch "
+                          "(and round trip / in-flight)", terms)
+    if name == "gpipe":
+        it, terms = _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses)
+        return FastResult(it, batches * it, busy, "GPipe flow shop: sum p + (M-1) max p, fwd then bwd", terms)
+    if name == "1f1b":
+        it = (sum(F[s] + B[s] + loss[s] for s in range(S)) + 2 * sum(T)
+              + (M - 1) * max(max(F[s] + B[s] + loss[s] for s in range(S)), 2 * max(ser))
+              + U[0])
+        it = max(it, max(busy))
+        return FastResult(it, batches * it, busy, "1F1B: sum(F+B) + 2 sum comm + (M-1) max(F+B) + U_0")
+    if name == "sequential":
+        it, _ = _sequential(S, F, B, U, loss, T, dev)
+        return FastResult(it, batches * it, busy, "sequential: critical path of one batch")
+    raise StalesimError(f"schedule: no fast path for {name!r}")
+
+
+def _periodic(name, S, M, F, B, U, loss, T, busy, chan_max):
+    period = max(max(busy), chan_max)
+    terms = {"bottleneck_device_ns": max(busy), "bottleneck_channel_ns": chan_max}
+    if name != "local":
+        rt_max = 0.0
+        for s in range(S):
+            if name == "stale":
+                k = 2 * (S - 1 - s) + 1
+            else:
+                k = S - s
+            trip = sum(F[j] + B[j] + loss[j] for j in range(s, S)) + 2 * sum(T[s:S - 1]) + U[s]
+            per_batch = trip / k * M
+            rt_max = max(rt_max, per_batch)
+        terms["round_trip_ns"] = rt_max
+        period = max(period, rt_max)
+    return period, terms
+
+
+def _fill(name, S, M, F, B, U, loss, T) -> float:
+    """Rough fill + drain of the periodic schedules (one pass through the pipe)."""
+    return sum(F[s] + B[s] + loss[s] + U[s] for s in range(S)) + 2 * sum(T)
+
+
+def _sequential(S, F, B, U, loss, T, dev):
+    off = [0.0] * S  # when F(s) starts within the batch
+    t = 0.0
+    for s in range(S):
+        off[s] = t
+        t += F[s] + loss[s] + (T[s] if s < S - 1 else 0)
+    end_u = [0.0] * S
+    for s in reversed(range(S)):
+        t += B[s]
+        end_u[s] = t + U[s]
+        if s > 0:
+            t += T[s - 1]
+    # the next batch's F(s) must find device s free
+    per_dev: dict[int, float] = {}
+    for s in range(S):
+        per_dev[dev[s]] = max(per_dev.get(dev[s], 0.0), end_u[s] - off[s])
+    it = max(max(per_dev.values()), end_u[0])
+    return it, end_u
+
+
+def _flow(ps: list[float], delays: float, M: int) -> float:
+    return sum(ps) + delays + (M - 1) * max(ps, default=0.0)
+
+
+def _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses):
+    # forward: machines stage 0, channel 0, stage 1, ..., stage S-1 (+ loss)
+    ps: list[float] = []
+    delays = 0.0
+    off = [0.0] * S
+    for s in range(S):
+        off[s] = sum(ps) + delays  # first micro-batch reaches stage s (approximately)
+        ps.append(F[s] + loss[s])
+        if s < S - 1 and crosses[s]:
+            ps.append(ser[s])
+            delays += lat
+    t_f = _flow(ps, delays, M)
+    bps: list[float] = []
+    bdel = 0.0
+    end_u = [0.0] * S
+    for s in reversed(range(S)):
+        bps.append(B[s])
+        end_u[s] = t_f + _flow(bps, bdel, M) + U[s]
+        if s > 0 and crosses[s - 1]:
+            bps.append(ser[s - 1])
+            bdel += lat
+    it = max(end_u[s] - off[s] for s in range(S))
+    return it, {"forward_ns": t_f, "backward_ns": end_u[0] - t_f - U[0]}
+
+
+def _data_parallel(name, costs: StageCosts, hw: SimHardware, P: int, batches: int) -> FastResult:
+    S = costs.stages
+    F, B, U, L = costs.f_ns, costs.b_ns, costs.u_ns, costs.loss_ns
+    ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.param_bytes]
+    cpu_ar = [hw.cpu_ns(a) for a in ar]
+    t_comp = sum(F) + L + sum(B)
+    t_up = sum(U)
+    t_comm = sum(ar)
+    if name == "pipe-sgd":
+        it = max(t_comp + t_up + sum(cpu_ar), t_comm)
+        return FastResult(it, batches * it, [t_comp + t_up + sum(cpu_ar)] * P,
+                          "Pipe-SGD: max(T_comp + T_up, T_comm)",
+                          {"t_comp_ns": t_comp, "t_update_ns": t_up, "t_comm_ns": t_comm,
+                           "synchronous_ns": t_comp + t_up + t_comm})
+    # dp: buckets all-reduced as backwards finish, FIFO ring, then updates
+    t = sum(F) + L
+    ring = 0.0
+    done = [0.0] * S
+    for s in reversed(range(S)):
+        t += B[s]
+        if P > 1:
+            t += cpu_ar[s] if not hw.comm_overlaps_compute else 0
+            start = max(ring, t - (cpu_ar[s] if not hw.comm_overlaps_compute else 0))
+            ring = start + ar[s]
+            done[s] = ring
+        else:
+            done[s] = t
+    for s in reversed(range(S)):
+        t = max(t, done[s]) + U[s]
+    return FastResult(t, batches * t, [t_comp + t_up + sum(cpu_ar)] * P,
+                      "dp: bucketed ring all-reduce overlapping the backward, then updates",
+                      {"t_comp_ns": t_comp, "t_update_ns": t_up, "t_comm_ns": t_comm,
+                       "synchronous_ns": t_comp + t_up + t_comm})

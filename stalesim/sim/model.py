@@ -1,0 +1,276 @@
+"""Simulator inputs, resolved to integers: per-stage costs in ns and the hardware model.
+
+Everything the engine and the fast path need is computed here once, so both
+consume *the same* integer numbers (which is why they can agree to 1e-9):
+
+* :class:`SimHardware`: link latency (ns) and bandwidth, whether communication
+  overlaps compute (copy engines), the CPU occupancy of a transfer, the
+  all-reduce algorithm and the topology of the links.
+* :class:`StageCosts`: per stage, forward/backward at the (micro-)batch size,
+  update, loss, message and memory bytes, all from the profile's per-layer
+  numbers summed over the stage's layers (``Profile.stage_layers``).
+
+Time is integer nanoseconds: SimPy's clock would drift with float seconds, and
+integer ticks make event and closed-form results compare exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.hardware import Hardware, LinkSpec
+    from stalesim.workloads.profile import Profile
+
+NS = 1_000_000_000
+TOPOLOGIES = ("p2p", "nic", "bus")
+
+
+def to_ns(seconds: float) -> int:
+    """Seconds -> integer nanoseconds (rounded)."""
+    return int(round(seconds * NS))
+
+
+@dataclass(frozen=True)
+class SimHardware:
+    """The hardware facts the simulator uses.
+
+    ``topology``: ``p2p`` (default) = a dedicated full-duplex link per device
+    pair, each direction a FIFO channel; ``nic`` = one egress channel per device
+    (all of a device's sends queue on its NIC, receives are free); ``bus`` = one
+    shared half-duplex channel for every transfer. A channel is held for
+    ``bytes / bandwidth``; the message arrives ``latency`` after it leaves the
+    channel (latency is pipelined, bandwidth is not). All-reduces use one FIFO
+    "ring" channel (every step of a ring collective uses every link).
+    """
+
+    device: str
+    link: str
+    latency_ns: int = 0
+    bandwidth_Bps: float = math.inf
+    comm_overlaps_compute: bool = True
+    cpu_comm_occupancy: float = 0.0
+    allreduce_algorithm: str = "ring"
+    topology: str = "p2p"
+    memory_bytes: float | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise StalesimError(f"topology: expected one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
+        if not (self.bandwidth_Bps > 0):
+            raise StalesimError(f"link.bandwidth_Bps: must be > 0, got {self.bandwidth_Bps!r}")
+        if self.latency_ns < 0:
+            raise StalesimError(f"link.latency_s: must be >= 0, got {self.latency_ns / NS!r}")
+        occ = self.cpu_comm_occupancy
+        if not 0 <= occ <= 1:
+            raise StalesimError(f"cpu_comm_occupancy: must be in [0, 1], got {occ!r}")
+        if self.allreduce_algorithm not in ("ring", "tree"):
+            raise StalesimError(f"allreduce.algorithm: expected ring or tree, got {self.allreduce_algorithm!r}")
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def ideal(cls, device: str = "profile device") -> SimHardware:
+        """Zero latency, unlimited bandwidth: communication costs nothing."""
+        return cls(device=device, link="ideal")
+
+    @classmethod
+    def from_hardware(cls, hw: Hardware, *, topology: str | None = None,
+                      comm_overlaps_compute: bool | None = None,
+                      cpu_comm_occupancy: float | None = None) -> SimHardware:
+        """From a :class:`stalesim.workloads.hardware.Hardware` (catalog or JSON).
+
+        ``topology`` defaults to the link's ``topology`` field (JSON extra) or ``p2p``.
+        """
+        link = hw.link
+        topo = topology or str(link.extra.get("topology", "p2p"))
+        return cls(
+            device=hw.device.key or hw.device.name,
+            link=link.key or link.name,
+            latency_ns=to_ns(link.latency_s),
+            bandwidth_Bps=link.bandwidth_Bps,
+            comm_overlaps_compute=hw.comm_overlaps_compute if comm_overlaps_compute is None
+            else comm_overlaps_compute,
+            cpu_comm_occupancy=hw.cpu_comm_occupancy if cpu_comm_occupancy is None else cpu_comm_occupancy,
+            allreduce_algorithm=hw.allreduce_algorithm,
+            topology=topo,
+            memory_bytes=hw.device.memory_bytes,
+        )
+
+    @classmethod
+    def from_link(cls, device: str, link: LinkSpec, *, overlaps: bool, occupancy: float,
+                  topology: str = "p2p", algorithm: str = "ring") -> SimHardware:
+        """The profile's own device (not a catalog part) over a catalog link."""
+        return cls(device=device, link=link.key or link.name, latency_ns=to_ns(link.latency_s),
+                   bandwidth_Bps=link.bandwidth_Bps, comm_overlaps_compute=overlaps,
+                   cpu_comm_occupancy=occupancy, allreduce_algorithm=algorithm, topology=topology)
+
+    # ------------------------------------------------------------ costs
+    @property
+    def is_ideal(self) -> bool:
+        return self.latency_ns == 0 and math.isinf(self.bandwidth_Bps)
+
+    def serialize_ns(self, nbytes: float) -> int:
+        """Time a message of ``nbytes`` holds its channel."""
+        if math.isinf(self.bandwidth_Bps) or nbytes <= 0:
+            return 0
+        return to_ns(nbytes / self.bandwidth_Bps)
+
+    def p2p_ns(self, nbytes: float) -> int:
+        """One transfer alone on its link: latency + bytes / bandwidth."""
+        return self.latency_ns + self.serialize_ns(nbytes)
+
+    def allreduce_ns(self, nbytes: float, workers: int) -> int:
+        """ring: 2(P-1)a + 2(P-1)/P n/b; tree: 2 ceil(log2 P)(a + n/b); 0 for P = 1."""
+        p = int(workers)
+        if p <= 1:
+            return 0
+        nb = 0.0 if math.isinf(self.bandwidth_Bps) else nbytes / self.bandwidth_Bps
+        a = self.latency_ns
+        if self.allreduce_algorithm == "ring":
+            return 2 * (p - 1) * a + to_ns(2 * (p - 1) / p * nb)
+        steps = 2 * math.ceil(math.log2(p))
+        return steps * a + to_ns(steps * nb)
+
+    def cpu_ns(self, comm_ns: int) -> int:
+        """Compute time a transfer of ``comm_ns`` takes from a core (0 with copy engines)."""
+        if self.comm_overlaps_compute or comm_ns <= 0:
+            return 0
+        return int(round(self.cpu_comm_occupancy * comm_ns))
+
+    def describe(self) -> str:
+        ov = "overlaps compute" if self.comm_overlaps_compute else \
+            f"occupies the core {self.cpu_comm_occupancy:g} of its time"
+        bw = "unlimited" if math.isinf(self.bandwidth_Bps) else f"{self.bandwidth_Bps:.3g} B/s"
+        return (f"device {self.device}; link {self.link} (latency {self.latency_ns / NS:.3g} s, "
+                f"bandwidth {bw}, topology {self.topology}); communication {ov}; "
+                f"all-reduce {self.allreduce_algorithm}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device, "link": self.link, "latency_s": self.latency_ns / NS,
+            "bandwidth_Bps": None if math.isinf(self.bandwidth_Bps) else self.bandwidth_Bps,
+            "comm_overlaps_compute": self.comm_overlaps_compute,
+            "cpu_comm_occupancy": self.cpu_comm_occupancy,
+            "allreduce_algorithm": self.allreduce_algorithm, "topology": self.topology,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-stage integer costs for one simulation.
+
+    ``f_ns``/``b_ns``: forward/backward of one action (a micro-batch for
+    micro-batched schedules, a worker's slice for data-parallel ones);
+    ``u_ns``: the stage's optimizer update; ``loss_ns``: one LOSS action;
+    ``msg_bytes[s]``: stage s's output per action (sent forward, and the same
+    size comes back as the gradient); ``param_bytes``/``saved_bytes`` for
+    memory; ``seq_ns``: one whole mini-batch on one device (the baseline).
+    """
+
+    f_ns: tuple[int, ...]
+    b_ns: tuple[int, ...]
+    u_ns: tuple[int, ...]
+    loss_ns: int
+    msg_bytes: tuple[int, ...]
+    param_bytes: tuple[int, ...]
+    saved_bytes: tuple[int, ...]
+    seq_ns: int
+    batch_size: int
+    action_batch: int  # samples per F/B action (micro-batch or worker slice)
+    cuts: tuple[int, ...] = ()
+    ppv: tuple[int, ...] = ()
+    layer_ranges: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+
+    @property
+    def stages(self) -> int:
+        return len(self.f_ns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cuts": list(self.cuts), "ppv": list(self.ppv),
+            "layer_ranges": [list(r) for r in self.layer_ranges],
+            "forward_s": [x / NS for x in self.f_ns], "backward_s": [x / NS for x in self.b_ns],
+            "update_s": [x / NS for x in self.u_ns], "loss_s": self.loss_ns / NS,
+            "message_bytes": list(self.msg_bytes), "param_bytes": list(self.param_bytes),
+            "saved_bytes": list(self.saved_bytes), "action_batch": self.action_batch,
+        }
+
+
+def uniform_costs(stages: int, f_ns: int, b_ns: int, u_ns: int = 0, *, loss_ns: int = 0,
+                  msg_bytes: int = 0, param_bytes: int = 0, saved_bytes: int = 0,
+                  batch_size: int = 1, action_batch: int = 1,
+                  seq_ns: int | None = None) -> StageCosts:
+    """Identical stages (tests and benchmarks)."""
+    S = stages
+    if seq_ns is None:
+        scale = batch_size // max(1, action_batch)
+        seq_ns = S * (scale * (f_ns + b_ns) + u_ns) + loss_ns * scale
+    return StageCosts((f_ns,) * S, (b_ns,) * S, (u_ns,) * S, loss_ns, (msg_bytes,) * S,
+                      (param_bytes,) * S, (saved_bytes,) * S, seq_ns, batch_size, action_batch)
+
+
+def resolve_cuts(profile: Profile, stages: int | None, ppv: Sequence[int] | None,
+                 batch_size: int) -> tuple[list[int], list[int]]:
+    """Cuts and PPV from ``--ppv`` or the exact min-max partitioner (F+B+U cost)."""
+    from stalesim.workloads.partition import (
+        min_max_partition,
+        weights_cuts_to_ppv,
+        weights_ppv_to_cuts,
+    )
+
+    wl = profile.weight_layers
+    if ppv is not None:
+        ppv = list(ppv)
+        if stages is not None and stages != len(ppv) + 1:
+            raise StalesimError(
+                f"ppv: {len(ppv)} entries give {len(ppv) + 1} stages, but --stages is {stages}"
+            )
+        cuts = weights_ppv_to_cuts(wl, ppv)
+        return cuts, ppv
+    S = stages or 1
+    if S > profile.n_layers:
+        raise StalesimError(
+            f"stages: {S} stages requested but the profile has only {profile.n_layers} layers"
+        )
+    if S == 1:
+        return [], []
+    scaled = profile.at_batch_size(batch_size)
+    part = min_max_partition(scaled.costs(), S, weight_layers=wl)
+    try:
+        ppv_out = weights_cuts_to_ppv(wl, part.cuts)
+    except StalesimError:
+        ppv_out = list(part.ppv)
+    return list(part.cuts), ppv_out
+
+
+def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, action_batch: int,
+                loss_s: float = 0.0, ppv: Sequence[int] = ()) -> StageCosts:
+    """Sum the profile's layers per stage at ``action_batch`` (and at ``batch_size`` for the baseline)."""
+    from stalesim.workloads.partition import stage_ranges
+
+    small = profile.at_batch_size(action_batch).stage_layers(list(cuts))
+    full = profile.at_batch_size(batch_size).stage_layers(list(cuts))
+    loss_ns = to_ns(loss_s * action_batch / batch_size) if loss_s else 0
+    seq = sum(to_ns(st.forward_s) + to_ns(st.backward_s) + to_ns(st.update_s) for st in full)
+    seq += to_ns(loss_s) if loss_s else 0
+    return StageCosts(
+        f_ns=tuple(to_ns(st.forward_s) for st in small),
+        b_ns=tuple(to_ns(st.backward_s) for st in small),
+        u_ns=tuple(to_ns(st.update_s) for st in small),
+        loss_ns=loss_ns,
+        msg_bytes=tuple(int(st.output_bytes) for st in small),
+        param_bytes=tuple(int(st.param_bytes) for st in small),
+        saved_bytes=tuple(int(st.saved_bytes) for st in small),
+        seq_ns=seq,
+        batch_size=batch_size,
+        action_batch=action_batch,
+        cuts=tuple(cuts), ppv=tuple(ppv),
+        layer_ranges=tuple(stage_ranges(list(cuts), profile.n_layers)),
+    )

@@ -1,0 +1,162 @@
+"""``SimResult``: what a simulation reports, plus its trace and Gantt views.
+
+All times in the result are seconds (floats); the engine's integer
+nanoseconds are converted once, here. ``to_dict()`` is flat enough for
+``pandas.json_normalize`` / ``pd.DataFrame([r.to_dict() for r in results])``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stalesim.sim.model import NS
+from stalesim.sim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.engine import Timeline
+
+_COMPUTE = {"F", "B", "U", "LOSS"}
+
+
+@dataclass
+class SimResult:
+    """One simulated configuration.
+
+    Timing: ``iteration_time_s`` is the steady-state time per mini-batch,
+    measured between the completion (last update) of batch ``steady_window[0]``
+    and of batch ``steady_window[1]``, so fill and drain are excluded
+    (``hybrid``: makespan / batches, since it has two regimes). ``fill_drain_s``
+    = makespan - batches x iteration. ``speedup`` = the same model on one
+    device running ``sequential`` (sum of the stage costs at the full batch)
+    over ``iteration_time_s``. ``utilization``: per device, compute busy / wall
+    inside the steady window; ``bubble_fraction`` = 1 - mean utilization.
+    """
+
+    schedule: str
+    method: str  # "event" | "fast"
+    stages: int
+    microbatches: int
+    workers: int
+    batches: int
+    devices: int
+    batch_size: int
+    iteration_time_s: float
+    fill_drain_s: float
+    makespan_s: float
+    throughput_samples_per_s: float
+    speedup: float
+    sequential_time_s: float
+    utilization: list[float]
+    bubble_fraction: float
+    peak_memory_bytes: list[int]
+    memory_breakdown: list[dict[str, int]]
+    staleness: list[int]
+    versions: dict[str, Any]
+    partition: dict[str, Any]
+    hardware: dict[str, Any]
+    hardware_note: str
+    steady_window: list[int] = field(default_factory=list)
+    fast_iteration_time_s: float | None = None
+    fast_formula: str = ""
+    notes: list[str] = field(default_factory=list)
+    stage_costs: dict[str, Any] = field(default_factory=dict)
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "timeline"}
+        return d
+
+    def summary(self) -> str:
+        """A few human lines (the CLI's text output)."""
+        ms = self.iteration_time_s * 1e3
+        util = " ".join(f"{u:.2f}" for u in self.utilization)
+        mem = " ".join(_fmt_bytes(b) for b in self.peak_memory_bytes)
+        lines = [
+            f"schedule {self.schedule}: S={self.stages} M={self.microbatches} P={self.workers} "
+            f"batches={self.batches} batch_size={self.batch_size} devices={self.devices} "
+            f"({self.method} path)",
+            f"hardware: {self.hardware_note}",
+            f"partition: ppv={self.partition.get('ppv')} cuts={self.partition.get('cuts')}",
+            f"iteration time   {ms:.4g} ms per mini-batch (steady state; fill+drain "
+            f"{self.fill_drain_s * 1e3:.4g} ms, makespan {self.makespan_s * 1e3:.4g} ms)",
+            f"throughput       {self.throughput_samples_per_s:.4g} samples/s",
+            f"speed-up         {self.speedup:.3f}x over one device running sequential "
+            f"({self.sequential_time_s * 1e3:.4g} ms per batch)",
+            f"utilization      {util}  (bubble {self.bubble_fraction:.3f})",
+            f"peak memory      {mem}",
+            f"staleness        {self.staleness}  versions kept {self.versions.get('versions_kept')}",
+        ]
+        if self.fast_iteration_time_s is not None and self.method == "event":
+            lines.append(f"fast path        {self.fast_iteration_time_s * 1e3:.4g} ms ({self.fast_formula})")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ trace
+    def trace_events(self) -> tuple[list[TraceEvent], list[Flow]]:
+        """Slices (compute and comm tracks) and send->receive flows from the timeline."""
+        tl = self.timeline
+        if tl is None:
+            raise ValueError("no timeline: the fast path has no trace (use method='event')")
+        prog = tl.program
+        us = 1e-3
+        events: list[TraceEvent] = []
+        flows: list[Flow] = []
+        labels = [action_label(a) for a in prog.actions]
+        coll_of = {op[1]: op[4] for ops in prog.ops for op in ops if op[0] == 3}  # AR -> collective
+        for gid, a in enumerate(prog.actions):
+            d = prog.device_of_gid[gid]
+            k = a.kind.value
+            if k in _COMPUTE:
+                events.append(TraceEvent(labels[gid], tl.start[gid] * us,
+                                         (tl.end[gid] - tl.start[gid]) * us, d, "compute", k))
+            elif k.startswith("SEND"):
+                xs, arr = tl.xfer[gid]
+                events.append(TraceEvent(labels[gid], xs * us, (arr - xs) * us, d, "comm", k))
+                rg = prog.send_to_recv.get(gid)
+                if rg is not None:
+                    flows.append(Flow(gid, labels[gid], d, xs * us, prog.device_of_gid[rg],
+                                      tl.start[rg] * us))
+            elif k.startswith("RECV"):
+                events.append(TraceEvent(labels[gid], tl.start[gid] * us,
+                                         (tl.end[gid] - tl.start[gid]) * us, d, "comm", k))
+            elif k == "AR":
+                cs, cd = tl.coll_span[coll_of[gid]]
+                events.append(TraceEvent(labels[gid], cs * us, (cd - cs) * us, d, "comm", k))
+            else:  # ARW
+                events.append(TraceEvent(labels[gid], tl.start[gid] * us,
+                                         (tl.end[gid] - tl.start[gid]) * us, d, "comm", k))
+        for d, s0, e0, gid in tl.cpu_jobs:
+            events.append(TraceEvent(f"{labels[gid]} cpu", s0 * us, (e0 - s0) * us, d, "compute", "comm-cpu"))
+        return events, flows
+
+    def chrome_trace(self) -> dict[str, Any]:
+        events, flows = self.trace_events()
+        names = {d: f"device {d}" for d in range(self.devices)}
+        meta = {"producer": "stalesim simulate", "schedule": self.schedule,
+                "stages": self.stages, "microbatches": self.microbatches, "workers": self.workers,
+                "hardware": self.hardware_note, "iteration_time_s": self.iteration_time_s}
+        return chrome_trace(events, flows, process_names=names, metadata=meta)
+
+    def write_trace(self, path: str | os.PathLike[str]) -> Path:
+        return write_chrome_trace(path, self.chrome_trace())
+
+    def plot(self, path: str | os.PathLike[str], **kwargs: Any) -> Path:
+        from stalesim.sim.plot import gantt
+
+        return gantt(self, path, **kwargs)
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(b) < 1000 or unit == "TB":
+            return f"{b:.3g}{unit}"
+        b /= 1000
+    return f"{b}"  # pragma: no cover
+
+
+def ns_to_s(x: float) -> float:
+    return x / NS
