@@ -79,6 +79,10 @@ def test_partition_comm_and_memory(prof_path: Path, capsys) -> None:
         (["partition", "--profile", "{p}", "--stages", "0"], "expected an integer >= 1"),
         (["profile", "--model", "lenet5", "--batch-size", "8,x", "-o", "{out}"], "batch-size"),
         (["calibrate", "--backend", "gloo", "--ranks", "1", "-o", "{out}"], "ranks"),
+        (["profile", "--roofline", "h100-sxm", "-o", "{out}"], "--roofline: needs --from"),
+        (["profile", "--roofline", "tpu9", "--from", "{p}", "-o", "{out}"], "device: unknown"),
+        (["profile", "--model", "lenet5", "-o", "{out}"], "--batch-size: required"),
+        (["profile", "--batch-size", "8", "-o", "{out}"], "--model: required"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(argv, pattern, prof_path: Path, tmp_path: Path,
@@ -111,3 +115,15 @@ def test_cli_subprocess_no_traceback(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "layers: missing" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_profile_roofline_what_if(prof_path: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "h100.json"
+    assert main(["profile", "--roofline", "h100-sxm", "--from", str(prof_path), "--dtype",
+                 "bfloat16", "--batch-size", "64", "-o", str(out)]) == 0
+    assert "roofline" in capsys.readouterr().out
+    r = load_profile(out)
+    assert r.device == "h100-sxm (roofline)" and r.dtype == "bfloat16" and r.batch_size == 64
+    assert r.n_layers == 6 and all(lp.forward_s > 0 for lp in r.layers)
+    # bytes halve for bfloat16 and double for batch 64 (activations only)
+    assert r.layers[0].saved_bytes == (1 << 22) and r.layers[0].param_bytes == (1 << 19)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from stalesim.cli.common import nonneg_int, positive_int, print_json
+from stalesim.errors import StalesimError
 
 
 def batch_sizes(text: str) -> list[int]:
@@ -35,14 +36,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "for interpolation."
         ),
     )
-    p.add_argument("--model", required=True, help="zoo model name, e.g. lenet5, resnet20")
-    p.add_argument("--batch-size", required=True, type=batch_sizes, metavar="B[,B...]")
+    p.add_argument("--model", help="zoo model name, e.g. lenet5, resnet20")
+    p.add_argument("--batch-size", type=batch_sizes, metavar="B[,B...]",
+                   help="batch size(s) to measure (with --roofline: rescale to this one)")
+    p.add_argument("--roofline", metavar="DEVICE", default=None,
+                   help="instead of measuring, estimate --from PROFILE.json on a catalog device "
+                        "(e.g. h100-sxm) with the roofline model")
+    p.add_argument("--from", dest="from_profile", metavar="PROFILE.json", default=None,
+                   help="the measured profile --roofline starts from (FLOPs and bytes)")
+    p.add_argument("--launch-overhead", type=float, default=None, metavar="SECONDS",
+                   help="roofline: fixed per-phase overhead per block (default 5e-6)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i> (default cpu)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default: torch's current setting)")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed rounds (default 5)")
     p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded rounds (default 2)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "tf32"],
+                   help="float32 (default) or bfloat16; roofline also takes tf32")
     p.add_argument("--seed", type=int, default=0, help="model init and input seed")
     p.add_argument("--num-classes", type=positive_int, default=10)
     p.add_argument("-o", "--output", required=True, metavar="PROFILE.json")
@@ -55,7 +65,7 @@ def _table(prof) -> str:  # type: ignore[no-untyped-def]
     lines = [f"{prof.model} on {prof.device} ({prof.meta.get('device_name', '')}), "
              f"{prof.dtype}, batch {prof.batch_size}, threads {prof.threads}, "
              f"median of {prof.repeats} repeats",
-             f"{'block':<10} {'fwd ms':>9} {'bwd ms':>9} {'upd ms':>8} {'spread%':>8} "
+             f"{'block':<10} {'fwd ms':>9} {'bwd ms':>9} {'upd ms':>8} {'IQR %':>7} "
              f"{'params KiB':>11} {'out KiB':>9} {'saved KiB':>10} {'MFLOP':>9}"]
     for lp in prof.layers:
         sp = lp.spread or {}
@@ -64,19 +74,60 @@ def _table(prof) -> str:  # type: ignore[no-untyped-def]
             s = sp.get(key)
             med = getattr(lp, key)
             if s and med > 0:
-                rel = max(rel, (s["max"] - s["min"]) / med * 100)
+                rel = max(rel, s["iqr"] / med * 100)
         lines.append(
             f"{lp.name:<10} {lp.forward_s * 1e3:9.3f} {lp.backward_s * 1e3:9.3f} "
-            f"{lp.update_s * 1e3:8.3f} {rel:8.1f} {lp.param_bytes / 1024:11.1f} "
+            f"{lp.update_s * 1e3:8.3f} {rel:7.1f} {lp.param_bytes / 1024:11.1f} "
             f"{lp.output_bytes / 1024:9.1f} {lp.saved_bytes / 1024:10.1f} {lp.flops / 1e6:9.1f}"
         )
     total = sum(lp.compute_s for lp in prof.layers)
+    lines.append("IQR % = larger of forward/backward interquartile range over the median")
+    load = prof.meta.get("loadavg_1min")
+    if load and load[0] is not None:
+        lines.append(f"1-min load average before/after: {load[0]}/{load[1]} "
+                     f"on {prof.meta.get('cpu_count')} CPUs (other work inflates the spread)")
     lines.append(f"sum of blocks {total * 1e3:.3f} ms; whole model {prof.whole_model_s * 1e3:.3f} ms;"
                  f" sum/whole = {prof.sum_over_whole_ratio:.3f}")
     return "\n".join(lines)
 
 
+def _run_roofline(args: argparse.Namespace) -> int:
+    from stalesim.workloads.hardware import DEFAULT_LAUNCH_OVERHEAD_S, roofline_profile
+    from stalesim.workloads.profile import load_profile
+
+    if not args.from_profile:
+        raise StalesimError("--roofline: needs --from PROFILE.json (the FLOPs and bytes to use)")
+    if args.model:
+        raise StalesimError("--roofline: the model comes from --from; drop --model")
+    src = load_profile(args.from_profile)
+    if args.batch_size:
+        if len(args.batch_size) != 1:
+            raise StalesimError("--batch-size: --roofline takes a single batch size")
+        src = src.at_batch_size(args.batch_size[0])
+    overhead = DEFAULT_LAUNCH_OVERHEAD_S if args.launch_overhead is None else args.launch_overhead
+    prof = roofline_profile(src, args.roofline, args.dtype, launch_overhead_s=overhead)
+    prof.to_json(args.output)
+    if args.json:
+        print_json(prof.to_dict())
+    elif not args.quiet:
+        total = sum(prof.costs())
+        print(f"{prof.model} on {prof.device}, {prof.dtype}, batch {prof.batch_size}: "
+              f"{total * 1e3:.3f} ms per step (sum of blocks, roofline)")
+        print(f"wrote {args.output}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.roofline:
+        return _run_roofline(args)
+    if args.from_profile:
+        raise StalesimError("--from: only used with --roofline DEVICE")
+    if not args.model:
+        raise StalesimError("--model: required (or --roofline DEVICE --from PROFILE.json)")
+    if not args.batch_size:
+        raise StalesimError("--batch-size: required when measuring")
+    if args.dtype == "tf32":
+        raise StalesimError("--dtype: tf32 is only a roofline setting; measure float32")
     from stalesim.workloads.profiler import profile_model
 
     prof = profile_model(
@@ -86,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         repeats=args.repeats,
         warmup=args.warmup,
-        dtype=args.dtype,
+        dtype=args.dtype or "float32",
         seed=args.seed,
         num_classes=args.num_classes,
         progress=lambda msg: print(msg, file=sys.stderr),

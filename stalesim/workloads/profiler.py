@@ -1,7 +1,8 @@
 """Measure a model block by block: the numbers behind ``stalesim profile``.
 
 One measured *round* is one real training step executed block by block, the
-way a pipeline stage would run it: each block's forward reads the (detached)
+way a pipeline stage would run it, followed by one whole-model step (so that
+interference on a shared machine hits both halves of ``sum_over_whole_ratio``): each block's forward reads the (detached)
 output of the block before it; the backwards run in reverse order, each fed
 the input gradient the next block produced; then each block's SGD-momentum
 update is timed on its own. The first ``warmup`` rounds are discarded; the
@@ -19,6 +20,7 @@ per-block sum is from the real step (per-call overheads, cache effects).
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import sys
@@ -27,7 +29,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from stalesim.errors import StalesimError
 from stalesim.workloads.profile import (
@@ -178,7 +179,7 @@ def _measure_batch(
     repeats: int,
     warmup: int,
     seed: int,
-) -> tuple[list[LayerProfile], float]:
+) -> tuple[list[LayerProfile], float, dict[str, float]]:
     gen = torch.Generator().manual_seed(seed)
     x0 = torch.randn((batch_size, *model.input_shape), generator=gen).to(device, dtype)
     target = torch.randint(0, 10, (batch_size,), generator=gen).to(device)
@@ -199,6 +200,17 @@ def _measure_batch(
     fw: list[list[float]] = [[] for _ in range(n)]
     bw: list[list[float]] = [[] for _ in range(n)]
     up: list[list[float]] = [[] for _ in range(n)]
+    whole: list[float] = []
+    # the whole model in one piece, for sum_over_whole_ratio
+    whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
+
+    def whole_step() -> None:
+        loss = F.cross_entropy(model(x0).float(), target)
+        loss.backward()
+        whole_opt.step()
+
+    # Each round = one block-by-block step, then one whole-model step, so that a
+    # burst of interference on a shared machine hits both and the ratio stays honest.
     for r in range(warmup + repeats):
         keep = r >= warmup
         f_s: list[list[float]] = [[] for _ in range(n)]
@@ -228,28 +240,16 @@ def _measure_batch(
                 u_s[i].append(0.0)
         timer.flush()
         del outs, xs
+        model.zero_grad(set_to_none=True)
+        w_s: list[float] = []
+        timer.time(w_s, whole_step)
+        timer.flush()
         if keep:
+            whole += w_s
             for i in range(n):
                 fw[i] += f_s[i]
                 bw[i] += b_s[i]
                 up[i] += u_s[i]
-
-    # the whole model in one piece, for sum_over_whole_ratio
-    whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
-    whole: list[float] = []
-
-    def step() -> None:
-        loss = F.cross_entropy(model(x0).float(), target)
-        loss.backward()
-        whole_opt.step()
-
-    for r in range(warmup + repeats):
-        model.zero_grad(set_to_none=True)
-        sink: list[float] = []
-        timer.time(sink, step)
-        timer.flush()
-        if r >= warmup:
-            whole += sink
     model.zero_grad(set_to_none=True)
 
     layers = []
@@ -270,7 +270,15 @@ def _measure_batch(
             backward_flops=bflops[i],
             spread={"forward_s": f_sp, "backward_s": b_sp, "update_s": u_sp},
         ))
-    return layers, statistics.median(whole)
+    w_med, w_sp = _stats(whole)
+    return layers, w_med, w_sp
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
 
 
 def _device_name(device: torch.device) -> str:
@@ -322,15 +330,18 @@ def profile_model(
         raise StalesimError("model: expected a zoo name or a LayeredModel")
     net = net.to(dev, tdtype).train()
 
+    load_before = _loadavg()
     old_threads = torch.get_num_threads()
     if dev.type == "cpu" and threads is not None:
         torch.set_num_threads(threads)
     try:
         points: list[BatchPoint] = []
+        whole_spread: dict[str, dict[str, float]] = {}
         for b in sizes:
             if progress:
                 progress(f"profiling {net.name} batch {b} on {dev} ({repeats} repeats)")
-            layers, whole = _measure_batch(net, b, dev, tdtype, repeats, warmup, seed)
+            layers, whole, w_sp = _measure_batch(net, b, dev, tdtype, repeats, warmup, seed)
+            whole_spread[str(b)] = w_sp
             points.append(BatchPoint(b, tuple(layers), whole))
     finally:
         torch.set_num_threads(old_threads)
@@ -344,6 +355,10 @@ def profile_model(
         "machine": platform.machine(),
         "timer": "cuda-events" if dev.type == "cuda" else "perf_counter",
         "update": "SGD(momentum=0.9) step over the block's parameters",
+        # 1-minute load average before/after: a busy shared machine explains wide spreads
+        "loadavg_1min": [load_before, _loadavg()],
+        "cpu_count": os.cpu_count(),
+        "whole_model_spread_s": whole_spread,
     }
     return Profile(
         model=net.name,
@@ -361,7 +376,3 @@ def profile_model(
         meta=meta,
         schema_version=SCHEMA_VERSION,
     )
-
-
-def _unused(_: nn.Module) -> None:  # pragma: no cover - keeps nn import for type hints
-    return None
