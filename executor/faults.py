@@ -1,0 +1,113 @@
+"""Failure handling: fault injection (tests), progress beacons, parent-death kill.
+
+- ``STALESIM_EXECUTOR_FAULT="RANK:ACTION:MODE"`` (test only) makes rank RANK
+  misbehave just before it runs ACTION (its text without version, e.g. ``1F3``):
+  ``crash`` (SIGKILL itself), ``exit`` (exit status 3), ``hang`` (sleep forever),
+  ``raise`` (a Python exception). Several faults may be separated by ``;``.
+- A *beacon* is a small memory-mapped file per rank holding the text of the
+  action it is running (or waiting on). Writing it costs a memcpy, and when a
+  rank dies without a word (SIGKILL, OOM killer) the launcher can still name
+  the action it was in.
+- Children started by the local launcher ask the kernel to SIGKILL them when
+  the launcher dies (``PR_SET_PDEATHSIG``), so no rank outlives its launcher.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+FAULT_ENV = "STALESIM_EXECUTOR_FAULT"
+BEACON_SIZE = 96
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the ``raise`` fault mode."""
+
+
+def parse_faults(text: str | None) -> dict[tuple[int, str], str]:
+    out: dict[tuple[int, str], str] = {}
+    if not text:
+        return out
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        bits = part.split(":")
+        if len(bits) != 3 or bits[2] not in ("crash", "exit", "hang", "raise"):
+            raise ValueError(f"{FAULT_ENV}: expected RANK:ACTION:crash|exit|hang|raise, got {part!r}")
+        out[(int(bits[0]), bits[1])] = bits[2]
+    return out
+
+
+class FaultInjector:
+    """Checks, before each action, whether the test asked this rank to fail there."""
+
+    def __init__(self, rank: int, text: str | None = None) -> None:
+        faults = parse_faults(text if text is not None else os.environ.get(FAULT_ENV))
+        self.here = {label: mode for (r, label), mode in faults.items() if r == rank}
+
+    def __bool__(self) -> bool:
+        return bool(self.here)
+
+    def check(self, label: str) -> None:
+        mode = self.here.get(label)
+        if mode is None:
+            return
+        sys.stderr.flush()
+        if mode == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif mode == "exit":
+            os._exit(3)
+        elif mode == "hang":
+            while True:
+                time.sleep(3600)
+        raise InjectedFault(f"injected fault at {label}")
+
+
+class Beacon:
+    """Fixed-size mmap'd file holding what the rank is doing now."""
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self._mm = None
+        if path is None:
+            return
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as fh:
+            fh.write(b"\0" * BEACON_SIZE)
+        self._fh = open(p, "r+b")
+        self._mm = mmap.mmap(self._fh.fileno(), BEACON_SIZE)
+
+    def set(self, text: str) -> None:
+        if self._mm is not None:
+            data = text.encode()[: BEACON_SIZE - 1]
+            self._mm[: len(data) + 1] = data + b"\0"
+
+
+def read_beacon(path: str | os.PathLike[str]) -> str | None:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None
+    text = raw.split(b"\0", 1)[0].decode(errors="replace")
+    return text or None
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent exits (no orphaned ranks)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+    if os.getppid() == 1:  # the parent already died before prctl
+        os._exit(1)

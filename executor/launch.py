@@ -1,0 +1,244 @@
+"""Local launch: spawn one process per device, watch them, gather the results.
+
+``run_local(jobs, devices)`` starts ``world`` child processes
+(``python -m executor --spec FILE``) with the torchrun environment (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so a rank cannot tell
+whether this launcher or ``torchrun`` started it. The launcher:
+
+- picks a free port (unless MASTER_PORT is set) and sets the CPU thread count
+  *before* the child imports torch (OMP/MKL variables, then ``set_num_threads``);
+- starts each child in its own session and asks the kernel to kill it if the
+  launcher dies (no orphans);
+- polls the children; when one fails it gives the others a short grace period
+  to report (they see the broken connection, or their per-operation deadline
+  passes) and then SIGKILLs whatever is left, so every rank is gone within
+  ``timeout + grace`` seconds of a failure;
+- raises :class:`ExecutorError` (a ``StalesimError``: CLI exit status 2) whose
+  one-line message names each failed rank and the action it was in.
+
+Several jobs (e.g. every schedule of a test) can share one process group: the
+ranks run them back to back, which pays the torch import and rendezvous once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+
+class ExecutorError(StalesimError):
+    """The distributed run failed (a rank crashed, hung or raised)."""
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Parsed ``--devices``: ``cpu:N`` or ``cuda:0,1,...`` (or ``cuda:N`` for 0..N-1)."""
+
+    kind: str  # "cpu" | "cuda"
+    ids: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.kind == "cuda" else "gloo"
+
+    def device_for(self, local_rank: int) -> str:
+        return "cpu" if self.kind == "cpu" else f"cuda:{self.ids[local_rank]}"
+
+    def __str__(self) -> str:
+        if self.kind == "cpu":
+            return f"cpu:{self.count}"
+        return "cuda:" + ",".join(str(i) for i in self.ids)
+
+
+def parse_devices(text: str) -> Devices:
+    """``cpu:4``: 4 CPU ranks (gloo); ``cuda:0,1``: one rank per listed GPU (NCCL).
+
+    ``cuda:2`` is the single GPU 2 (a list of one), not a count.
+    """
+    raw = (text or "").strip().lower()
+    kind, sep, rest = raw.partition(":")
+    if kind not in ("cpu", "cuda") or not sep or not rest:
+        raise StalesimError(f"--devices: expected cpu:N or cuda:0,1,..., got {text!r}")
+    if kind == "cpu":
+        try:
+            n = int(rest)
+        except ValueError:
+            raise StalesimError(f"--devices: expected cpu:N with N an integer >= 1, got {text!r}") from None
+        if n < 1:
+            raise StalesimError(f"--devices: expected cpu:N with N >= 1, got {text!r}")
+        return Devices("cpu", tuple(range(n)))
+    try:
+        ids = tuple(int(p) for p in rest.split(",") if p.strip() != "")
+    except ValueError:
+        raise StalesimError(f"--devices: expected cuda:0,1,... (GPU indices), got {text!r}") from None
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise StalesimError(f"--devices: expected distinct GPU indices >= 0, got {text!r}")
+    return Devices("cuda", ids)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _thread_env(threads: int) -> dict[str, str]:
+    t = str(threads)
+    return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
+            "STALESIM_EXECUTOR_THREADS": t}
+
+
+def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | str, *,
+              timeout_s: float = 60.0, threads: int = 1, grace_s: float | None = None,
+              env: dict[str, str] | None = None, workdir: str | os.PathLike[str] | None = None,
+              master_addr: str | None = None) -> Any:
+    """Run one job (dict) or several (list) on ``devices``; return the summary (or list).
+
+    A job is the JSON-able spec built by :func:`executor.spec.make_job`. The
+    summaries are what rank 0 computed (the same dict ``--json`` prints).
+    """
+    devs = parse_devices(devices) if isinstance(devices, str) else devices
+    single = isinstance(jobs, dict)
+    job_list = [jobs] if single else list(jobs)
+    world = devs.count
+    grace = float(grace_s if grace_s is not None else min(5.0, max(1.0, timeout_s)))
+    own_tmp = None
+    if workdir is None:
+        own_tmp = tempfile.TemporaryDirectory(prefix="stalesim-exec-")
+        workdir = own_tmp.name
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    spec = {"jobs": job_list, "devices": {"kind": devs.kind, "ids": list(devs.ids)},
+            "timeout_s": float(timeout_s), "threads": int(threads), "workdir": str(wd)}
+    spec_path = wd / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    addr = master_addr or os.environ.get("STALESIM_MASTER_ADDR", "127.0.0.1")
+    port = free_port(addr if addr != "localhost" else "127.0.0.1")
+    base = dict(os.environ)
+    base.update(env or {})
+    base.update(_thread_env(threads))
+    base.update({"MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+                 "LOCAL_WORLD_SIZE": str(world), "STALESIM_EXECUTOR_LAUNCHED": "1",
+                 "PYTHONUNBUFFERED": "1"})
+    root = str(Path(__file__).resolve().parent.parent)
+    base["PYTHONPATH"] = root + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
+    procs: list[subprocess.Popen] = []
+    try:
+        for r in range(world):
+            e = dict(base, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "executor", "--spec", str(spec_path)],
+                env=e, stdout=sys.stderr.fileno(), stderr=None, start_new_session=True,
+            ))
+        codes, killed = _watch(procs, grace)
+    except BaseException:
+        _kill_all(procs)
+        raise
+    if any(c != 0 for c in codes):
+        raise ExecutorError(_failure_message(wd, codes, killed))
+    results = []
+    for i in range(len(job_list)):
+        path = wd / f"result{i}.json"
+        if not path.exists():
+            raise ExecutorError(f"rank 0 exited cleanly but wrote no result for job {i}")
+        results.append(json.loads(path.read_text()))
+    if own_tmp is not None:
+        own_tmp.cleanup()
+    return results[0] if single else results
+
+
+def _watch(procs: list[subprocess.Popen], grace: float) -> tuple[list[int], set[int]]:
+    """Wait for all children; after the first failure, kill survivors after ``grace``."""
+    codes: list[int | None] = [None] * len(procs)
+    killed: set[int] = set()
+    first_fail: float | None = None
+    while True:
+        for r, p in enumerate(procs):
+            if codes[r] is None:
+                c = p.poll()
+                if c is not None:
+                    codes[r] = c
+                    if c != 0 and first_fail is None:
+                        first_fail = time.monotonic()
+        if all(c is not None for c in codes):
+            return [int(c) for c in codes], killed  # type: ignore[arg-type]
+        if first_fail is not None and time.monotonic() - first_fail > grace:
+            for r, p in enumerate(procs):
+                if codes[r] is None:
+                    killed.add(r)
+                    _kill(p)
+            for r, p in enumerate(procs):
+                if codes[r] is None:
+                    codes[r] = p.wait()
+            return [int(c) for c in codes], killed  # type: ignore[arg-type]
+        time.sleep(0.02)
+
+
+def _kill(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # the child leads its own session/group
+    except (ProcessLookupError, PermissionError):
+        try:
+            p.kill()
+        except ProcessLookupError:
+            pass
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            _kill(p)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _failure_message(wd: Path, codes: list[int], killed: set[int]) -> str:
+    from executor.faults import read_beacon
+
+    parts: list[tuple[int, str]] = []
+    for r, c in enumerate(codes):
+        if c == 0:
+            continue
+        where = read_beacon(wd / f"rank{r}.beacon")
+        at = f" during {where}" if where else ""
+        err_path = wd / f"rank{r}.error.json"
+        if r in killed:
+            parts.append((2, f"rank {r} did not exit after the failure and was killed{at}"))
+        elif err_path.exists():
+            try:
+                info = json.loads(err_path.read_text())
+                msg = info.get("message", "")
+            except (OSError, ValueError):
+                msg = f"rank {r} failed{at}"
+            rank_prefix = f"rank {r}:"
+            text = msg if msg.startswith(rank_prefix) or msg.startswith(f"rank {r} ") else f"rank {r}: {msg}"
+            lost = "lost the connection" in msg
+            parts.append((1 if lost else 0, text))
+        elif c < 0:
+            try:
+                sig = signal.Signals(-c).name
+            except ValueError:
+                sig = f"signal {-c}"
+            parts.append((0, f"rank {r} was killed by {sig}{at}"))
+        else:
+            parts.append((0, f"rank {r} exited with status {c}{at}"))
+    parts.sort(key=lambda x: x[0])
+    return "executor failed: " + "; ".join(p for _, p in parts)

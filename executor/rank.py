@@ -1,0 +1,361 @@
+"""One rank: its device's action list from the IR, one method per action kind.
+
+No schedule logic lives here: the order is ``sched.device_actions[rank]``, the
+weight versions and mitigations are :class:`StageRuntime`'s (the same code the
+emulator runs), and this module only moves tensors. The dispatcher calls
+``_F``, ``_LOSS``, ``_B``, ``_U``, ``_SEND_F``, ``_RECV_F``, ``_SEND_B``,
+``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind.
+
+Inputs and labels: only stage 0 reads the data (``batch_stream``, then
+``shard`` by worker and micro-batch, as the emulator does). The labels of
+(worker, batch, micro) travel with the activation (one extra small message per
+``SEND_F``, its own tag), so the last stage (every stage for ``local``) gets
+them from stage 0 and no second data stream exists that could drift.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from executor.faults import Beacon, FaultInjector
+from executor.measure import Recorder, label_of
+from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
+from stalesim.errors import StalesimError
+from stalesim.schedule import Action, Kind
+
+# How many receives a rank keeps posted ahead of the action that consumes them.
+RECV_AHEAD = 8
+
+
+@dataclass
+class RankContext:
+    """Process-wide state of one rank: process group(s), device, deadline."""
+
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    timeout_s: float
+    beacon: Beacon
+    fwd_group: Any = None
+    bwd_group: Any = None
+
+    @classmethod
+    def create(cls, *, rank: int, world: int, local_rank: int, devices: dict[str, Any],
+               timeout_s: float, beacon: Beacon) -> RankContext:
+        kind = devices.get("kind", "cpu")
+        if kind == "cuda":
+            ids = devices.get("ids") or list(range(world))
+            dev = torch.device(f"cuda:{ids[local_rank % len(ids)]}")
+            torch.cuda.set_device(dev)
+            backend = "nccl"
+        else:
+            dev, backend = torch.device("cpu"), "gloo"
+        td = datetime.timedelta(seconds=timeout_s)
+        beacon.set("rendezvous")
+        kwargs: dict[str, Any] = {"backend": backend, "timeout": td, "rank": rank, "world_size": world}
+        if backend == "nccl":
+            kwargs["device_id"] = dev
+        dist.init_process_group(**kwargs)
+        ctx = cls(rank, world, local_rank, dev, backend, timeout_s, beacon)
+        if backend == "nccl":
+            # NCCL pairs point-to-point messages by order on a communicator: one group per
+            # direction keeps activations and gradients from queueing behind each other.
+            ctx.fwd_group = dist.new_group(backend="nccl", timeout=td)
+            ctx.bwd_group = dist.new_group(backend="nccl", timeout=td)
+        return ctx
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@dataclass
+class _Store:
+    """Tensors in flight on this rank, keyed by (worker, stage, batch, micro)."""
+
+    inputs: dict = field(default_factory=dict)  # received activations (key of the consumer F)
+    grads_in: dict = field(default_factory=dict)  # received gradients (key of the consumer B)
+    outputs: dict = field(default_factory=dict)  # F outputs awaiting SEND_F / local F(s+1)
+    grads_out: dict = field(default_factory=dict)  # B input-grads awaiting SEND_B / local B(s-1)
+    labels: dict = field(default_factory=dict)  # (worker, batch, micro) -> labels
+    label_uses: Counter = field(default_factory=Counter)
+
+    def nbytes(self) -> int:
+        n = 0
+        for d in (self.inputs, self.grads_in, self.outputs, self.grads_out, self.labels):
+            for t in d.values():
+                if isinstance(t, torch.Tensor):
+                    n += t.numel() * t.element_size()
+        return n
+
+
+class Rank:
+    """Executes one device's action list (see the module doc)."""
+
+    def __init__(self, ctx: RankContext, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
+                 stream: Any, out_shapes: list[tuple[int, ...]], *, faults: FaultInjector | None = None,
+                 start_index: int = 0) -> None:
+        self.ctx = ctx
+        self.sched = sched
+        self.cfg = cfg
+        self.rts = runtimes
+        self.stream = stream
+        self.out_shapes = out_shapes
+        self.actions: list[Action] = sched.device_actions[ctx.rank]
+        self.S = sched.stages
+        self.P = sched.workers
+        self.M = sched.microbatches if sched.uses_micro else 1
+        self.micro_size = cfg.batch_size // (self.P * self.M)
+        self.dtype = cfg.torch_dtype
+        self.device = ctx.device
+        self.tr = Transport(ctx.rank, ctx.timeout_s, fwd_group=ctx.fwd_group, bwd_group=ctx.bwd_group)
+        self.rec = Recorder(device=ctx.device, cuda=ctx.device.type == "cuda")
+        self.faults = faults or FaultInjector(ctx.rank)
+        self.store = _Store()
+        self.posted: dict[tuple, tuple[Pending, Pending | None]] = {}
+        self.ar: dict[tuple[int, int, int], tuple[Pending, list[torch.Tensor], torch.Tensor]] = {}
+        self.losses: dict[tuple[int, int, int], float] = defaultdict(float)
+        self.next_recv = 0
+        self.recv_idx = [i for i, a in enumerate(self.actions) if a.kind in (Kind.RECV_F, Kind.RECV_B)]
+        self.index = start_index
+        self.peak_bytes = 0
+        self.static_bytes = 0
+        for i, a in enumerate(self.actions):
+            if i < start_index:
+                continue
+            if a.kind is Kind.LOSS or a.kind is Kind.SEND_F:
+                self.store.label_uses[(a.worker, a.batch, a.micro)] += 1
+        while self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] < start_index:
+            self.next_recv += 1
+        self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
+        self.on_action_done = None  # hook (checkpointing): called with the index just finished
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> None:
+        acts = self.actions
+        handlers = self._handlers
+        beacon = self.ctx.beacon
+        rec = self.rec
+        check = self.faults.check if self.faults else None
+        self._post_ahead()
+        for i in range(self.index, len(acts)):
+            a = acts[i]
+            label = label_of(a)
+            if check is not None:
+                check(label)
+            beacon.set(label)
+            if self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] <= i + RECV_AHEAD * 4:
+                self._post_ahead()
+            st = rec.begin()
+            try:
+                handlers[a.kind](a)
+            except StalesimError:
+                raise
+            except RuntimeError as exc:
+                if getattr(exc, "action", None):
+                    raise
+                raise type(exc)(f"rank {self.ctx.rank}: {exc} at action {label}") from exc
+            rec.end(a, st)
+            self.index = i + 1
+            if a.kind in (Kind.F, Kind.B, Kind.U):
+                self._track_memory()
+            if self.on_action_done is not None:
+                self.on_action_done(i)
+        beacon.set("finishing (waiting for the last sends)")
+        self.tr.flush()
+
+    # ------------------------------------------------------------- receiving
+    def _post_ahead(self) -> None:
+        """Keep up to RECV_AHEAD receives posted, in list order (NCCL needs that order)."""
+        while self.next_recv < len(self.recv_idx) and len(self.posted) < RECV_AHEAD:
+            a = self.actions[self.recv_idx[self.next_recv]]
+            self.next_recv += 1
+            self._post(a)
+
+    def _post(self, a: Action) -> None:
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        label = label_of(a)
+        if a.kind is Kind.RECV_F:
+            src = self.sched.device_of(s - 1, w)
+            buf = torch.empty((self.micro_size, *self.out_shapes[s - 1]), dtype=self.dtype, device=self.device)
+            p = self.tr.post_recv(buf, src, tag_for(ACT, s - 1, t, m), label,
+                                  f"the activation of {s - 1}F{t}", self.ctx.fwd_group)
+            lab = torch.empty((self.micro_size,), dtype=torch.int64, device=self.device)
+            q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, m), label,
+                                  f"the labels of batch {t}", self.ctx.fwd_group)
+            self.posted[a.key] = (p, q)
+        else:
+            src = self.sched.device_of(s + 1, w)
+            buf = torch.empty((self.micro_size, *self.out_shapes[s]), dtype=self.dtype, device=self.device)
+            p = self.tr.post_recv(buf, src, tag_for(GRAD, s + 1, t, m), label,
+                                  f"the gradient of {s + 1}B{t}", self.ctx.bwd_group)
+            self.posted[a.key] = (p, None)
+
+    def _take_posted(self, a: Action) -> tuple[Pending, Pending | None]:
+        if a.key not in self.posted:
+            self._post_ahead()
+        while a.key not in self.posted and self.next_recv < len(self.recv_idx):
+            self._post(self.actions[self.recv_idx[self.next_recv]])
+            self.next_recv += 1
+        return self.posted.pop(a.key)
+
+    # --------------------------------------------------------------- compute
+    def _input(self, w: int, t: int, m: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        from stalesim.runtime.data import shard
+
+        x, y = self.stream(t)
+        if self.P > 1:
+            x, y = shard(x, self.P, w), shard(y, self.P, w)
+        if self.M > 1 or m is not None:
+            x, y = shard(x, self.M, m or 0), shard(y, self.M, m or 0)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def _F(self, a: Action) -> None:
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        st = self.store
+        if s == 0:
+            x, y = self._input(w, t, m)
+            st.labels[(w, t, m)] = y
+        else:
+            prev = (w, s - 1, t, m)
+            if prev in st.outputs:  # previous stage on this rank
+                x = st.outputs.pop(prev).detach()
+            else:
+                x = st.inputs.pop((w, s, t, m))
+            if not self.sched.local_loss:
+                x.requires_grad_(True)
+        y_out = self.rts[(w, s)].forward(a, x)
+        if s < self.S - 1:
+            st.outputs[(w, s, t, m)] = y_out
+
+    def _LOSS(self, a: Action) -> None:
+        key = (a.worker, a.batch, a.micro)
+        labels = self.store.labels[key]
+        value = self.rts[(a.worker, a.stage)].loss(a, labels)
+        self.losses[(a.worker, a.stage, a.batch)] += value
+        self._used_labels(key)
+
+    def _used_labels(self, key: tuple) -> None:
+        uses = self.store.label_uses
+        uses[key] -= 1
+        if uses[key] <= 0:
+            del uses[key]
+            self.store.labels.pop(key, None)
+
+    def _B(self, a: Action) -> None:
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        rt = self.rts[(w, s)]
+        st = self.store
+        if rt.is_loss_stage:
+            gy = None
+        else:
+            nxt = (w, s + 1, t, m)
+            gy = st.grads_out.pop(nxt) if nxt in st.grads_out else st.grads_in.pop((w, s, t, m))
+        gx = rt.backward(a, gy)
+        if s > 0 and not self.sched.local_loss and gx is not None:
+            st.grads_out[(w, s, t, m)] = gx
+
+    def _U(self, a: Action) -> None:
+        self.rts[(a.worker, a.stage)].update(a)
+
+    # ---------------------------------------------------------- point to point
+    def _SEND_F(self, a: Action) -> None:
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        y = self.store.outputs.pop((w, s, t, m))
+        dst = self.sched.device_of(s + 1, w)
+        label = label_of(a)
+        self.tr.send(y, dst, tag_for(ACT, s, t, m), label, f"the activation of {label}", self.ctx.fwd_group)
+        key = (w, t, m)
+        self.tr.send(self.store.labels[key], dst, tag_for(LABELS, s, t, m), label,
+                     f"the labels of batch {t}", self.ctx.fwd_group)
+        self._used_labels(key)
+
+    def _RECV_F(self, a: Action) -> None:
+        p, q = self._take_posted(a)
+        x = self.tr.wait(p)
+        y = self.tr.wait(q)  # type: ignore[arg-type]
+        self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
+        self.store.labels[(a.worker, a.batch, a.micro)] = y
+        self._post_ahead()
+
+    def _SEND_B(self, a: Action) -> None:
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        g = self.store.grads_out.pop((w, s, t, m))
+        label = label_of(a)
+        self.tr.send(g, self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
+                     f"the gradient of {label}", self.ctx.bwd_group)
+
+    def _RECV_B(self, a: Action) -> None:
+        p, _ = self._take_posted(a)
+        self.store.grads_in[(a.worker, a.stage, a.batch, a.micro)] = self.tr.wait(p)
+        self._post_ahead()
+
+    # -------------------------------------------------------------- all-reduce
+    def _AR(self, a: Action) -> None:
+        from stalesim.runtime.mitigations import compress
+
+        gs = self.rts[(a.worker, a.stage)].grads(a.batch)
+        mode = self.cfg.compression
+        flat = torch.cat([compress(g, mode).reshape(-1) for g in gs]) if gs else \
+            torch.zeros(0, dtype=self.dtype, device=self.device)
+        p = self.tr.all_reduce_start(flat, label_of(a))
+        self.ar[(a.worker, a.stage, a.batch)] = (p, gs, flat)
+
+    def _ARW(self, a: Action) -> None:
+        p, gs, flat = self.ar.pop((a.worker, a.stage, a.batch))
+        self.tr.wait(p)
+        flat.div_(self.P)
+        o = 0
+        for g in gs:
+            n = g.numel()
+            g.copy_(flat[o:o + n].view_as(g))
+            o += n
+
+    # ------------------------------------------------------------------ memory
+    def _track_memory(self) -> None:
+        if self.device.type == "cuda":
+            return
+        n = self.static_bytes + self.store.nbytes()
+        for rt in self.rts.values():
+            n += rt.stash_bytes()
+            for buf in rt.buffers.values():
+                n += sum(g.numel() * g.element_size() for g in buf if g is not None)
+            for rec in rt.inflight.values():
+                n += rec.x.numel() * rec.x.element_size() + rec.y.numel() * rec.y.element_size()
+        for _, _, flat in self.ar.values():
+            n += flat.numel() * flat.element_size()
+        if n > self.peak_bytes:
+            self.peak_bytes = n
+
+    def init_static_bytes(self) -> None:
+        n = 0
+        for rt in self.rts.values():
+            n += sum(p.numel() * p.element_size() for p in rt.params)
+            for mod in (rt.module, rt.head):
+                if mod is not None:
+                    n += sum(b.numel() * b.element_size() for b in mod.buffers())
+            if rt.optimizer is not None:
+                for state in rt.optimizer.state.values():
+                    n += sum(v.numel() * v.element_size() for v in state.values()
+                             if isinstance(v, torch.Tensor))
+        # momentum buffers appear after the first update: count them up front (SGD: one per param)
+        if self.cfg.momentum:
+            n += sum(p.numel() * p.element_size() for rt in self.rts.values() for p in rt.params) \
+                if not any(rt.optimizer and rt.optimizer.state for rt in self.rts.values()) else 0
+        self.static_bytes = n
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+from executor.job import run_job  # noqa: E402,F401  (re-export: worker imports it from here)

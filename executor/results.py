@@ -1,0 +1,203 @@
+"""Rank 0: turn what every rank sent into the summary and the run folder.
+
+Run folder (each file written atomically; ``summary.json`` last, so a folder
+with a summary is complete): ``config.json`` (training config, devices,
+schedule), ``metrics.jsonl`` (one line per mini-batch: loss, per-stage
+losses, completion time), ``trace.json`` (Chrome trace, the simulator's labels
+and tracks), ``versions.json`` (weight version each F/B/U used, per stage),
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from executor.measure import COMPUTE, summarize
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    _atomic_text(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+
+
+def ir_versions(sched: Any) -> dict[str, int]:
+    """Action text (no version) -> version the IR says it reads, for every F and B."""
+    out: dict[str, int] = {}
+    for acts in sched.device_actions:
+        for a in acts:
+            if a.version is not None and a.kind.value in ("F", "B"):
+                out[str(a.with_version(None))] = a.version
+    return out
+
+
+def measured_staleness(sched: Any, versions_used: dict[str, list]) -> list[int]:
+    """Per stage, max over batches of u - 1 - v_F, from the versions the runtimes *used*."""
+    from stalesim.schedule import Action
+
+    vf: dict[tuple[int, int, int], int] = {}
+    upd: dict[tuple[int, int, int], int] = {}
+    for entries in versions_used.values():
+        for text, v in entries:
+            a = Action.parse(text)
+            key = (a.worker, a.stage, a.batch)
+            if a.kind.value == "F":
+                vf[key] = min(v, vf.get(key, v))
+            elif a.kind.value == "U":
+                upd[key] = v
+    out = [0] * sched.stages
+    for key, v in vf.items():
+        u = upd.get(key)
+        if u is not None:
+            out[key[1]] = max(out[key[1]], u - 1 - v)
+    return out
+
+
+def _rows_to_events(rows_by_rank: dict[int, list]):  # noqa: ANN202
+    try:
+        from stalesim.sim.trace import TraceEvent, chrome_trace
+    except ImportError:  # the simulator's writer not present: use ours (same labels)
+        from executor.measure import chrome_trace as ours
+
+        return ours(rows_by_rank)
+    events = []
+    for d, rows in sorted(rows_by_rank.items()):
+        for label, kind, stage, batch, micro, worker, s, e in rows:
+            events.append(TraceEvent(label, round(s * 1e6, 3), round(max(0.0, e - s) * 1e6, 3), d,
+                                     "compute" if kind in COMPUTE else "comm", kind))
+    return chrome_trace(events, metadata={"source": "stalesim executor (measured)"})
+
+
+def evaluate(model: Any, stages: list[Any], states: dict[str, Any], stream: Any,
+             device: torch.device) -> float | None:
+    """Top-1 test accuracy of the full model with the trained stage weights (eval mode)."""
+    if stream is None or stream.data.test_x is None:
+        return None
+    with torch.no_grad():
+        for s, sd in states.items():
+            stages[int(s)].load_state_dict(sd)
+        model.to(device)
+        was = model.training
+        model.eval()
+        correct = total = 0
+        for x, y in stream.test_batches(1000):
+            pred = model(x.to(device)).argmax(1).cpu()
+            correct += int((pred == y).sum())
+            total += int(y.numel())
+        model.train(was)
+    return correct / total if total else None
+
+
+def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: list[dict[str, Any]], *,
+                  model: Any, stages: list[Any], stream: Any, device: torch.device) -> dict[str, Any]:
+    rows_by_rank = {p["rank"]: p["rows"] for p in gathered}
+    S, P = sched.stages, sched.workers
+    per: dict[tuple[int, int, int], float] = {}
+    for p in gathered:
+        for w, s, t, v in p["losses"]:
+            per[(w, s, t)] = v
+    losses = []
+    for t in range(N):
+        vals = [per[(w, S - 1, t)] for w in range(P) if (w, S - 1, t) in per]
+        losses.append(sum(vals) / len(vals) if vals else None)
+    stage_losses = None
+    if sched.local_loss:
+        stage_losses = [[per.get((0, s, t)) for t in range(N)] for s in range(S)]
+    versions_used: dict[str, list] = {}
+    for p in gathered:
+        versions_used.update(p["versions_used"])
+    expect = ir_versions(sched)
+    mismatches = []
+    for entries in versions_used.values():
+        for text, v in entries:
+            if text in expect and expect[text] != v:
+                mismatches.append(f"{text}: used v{v}, IR v{expect[text]}")
+    timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size)
+    states: dict[str, Any] = {}
+    for p in gathered:
+        states.update(p.get("state") or {})
+    accuracy = evaluate(model, stages, states, stream, device) if job.get("evaluate", True) and states else None
+    summary: dict[str, Any] = {
+        "executor": True,
+        "label": job.get("label"),
+        "model": cfg.model,
+        "dataset": cfg.dataset,
+        "data_note": getattr(getattr(stream, "data", None), "note", None),
+        "schedule": sched.name,
+        "stages": S,
+        "workers": P,
+        "microbatches": sched.microbatches,
+        "devices": sched.num_devices,
+        "device_kind": device.type,
+        "batch_size": cfg.batch_size,
+        "iterations": N,
+        "losses": losses,
+        "final_loss": losses[-1] if losses else None,
+        "test_accuracy": accuracy,
+        **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
+                                  "utilization_whole_run", "wall_s", "warmup_batches_skipped")},
+        "peak_memory_bytes": {str(p["rank"]): p["peak_memory_bytes"] for p in gathered},
+        "peak_memory_kind": "cuda.max_memory_allocated" if device.type == "cuda"
+        else "tracked: params + buffers + optimizer + stashed versions + grad buffers + in-flight tensors",
+        "staleness": measured_staleness(sched, versions_used),
+        "staleness_ir": sched.versions.staleness(),
+        "versions_match_ir": not mismatches,
+        "version_mismatches": mismatches[:20],
+        "time_by_kind_s": timing["time_by_kind_s"],
+        "setup_s": max(p["setup_s"] for p in gathered),
+    }
+    if stage_losses is not None:
+        summary["stage_losses"] = stage_losses
+    out = job.get("out")
+    if out:
+        summary["run_dir"] = str(out)
+        _write_run_dir(Path(out), job, cfg, sched, summary, timing, versions_used, rows_by_rank,
+                       stage_losses)
+    if job.get("keep_rows"):
+        summary["versions_used"] = versions_used
+        summary["rows"] = {str(k): v for k, v in rows_by_rank.items()}
+    return summary
+
+
+def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary: dict[str, Any],
+                   timing: dict[str, Any], versions_used: dict[str, list],
+                   rows_by_rank: dict[int, list], stage_losses: Any) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_json(out / "config.json", {
+        "command": "run", "train": cfg.to_dict(), "devices": job.get("devices"),
+        "timeout_s": job.get("timeout_s"), "threads": job.get("threads"),
+        "checkpoint_every": job.get("checkpoint_every"), "resume": job.get("resume"),
+        "schedule": {"name": sched.name, "stages": sched.stages, "batches": sched.batches,
+                     "microbatches": sched.microbatches, "workers": sched.workers,
+                     "devices": sched.num_devices, "policy": sched.policy.value,
+                     "params": dict(sched.params)},
+    })
+    lines = []
+    done = timing["batch_completion_s"]
+    for t, loss in enumerate(summary["losses"]):
+        row = {"step": t, "loss": loss, "completed_s": done[t] if t < len(done) else None}
+        if stage_losses is not None:
+            row["stage_losses"] = [sl[t] for sl in stage_losses]
+        lines.append(json.dumps(row))
+    _atomic_text(out / "metrics.jsonl", "\n".join(lines) + "\n")
+    trace = _rows_to_events(rows_by_rank)
+    _atomic_text(out / "trace.json", json.dumps(trace))
+    _atomic_json(out / "versions.json", versions_used)
+    _atomic_json(out / "summary.json", summary)

@@ -1,0 +1,93 @@
+"""The body of one rank's process: set up, run the jobs, report, exit.
+
+Started either by :func:`executor.launch.run_local` (``--spec FILE``) or by
+``torchrun ... -m executor <run flags>``; both give the torchrun environment
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Any failure is
+written to ``rank<r>.error.json`` (for the launcher's message) and to stderr
+as one line naming the rank and the action, and the process exits with status
+2 at once (``os._exit``: a broken process group must not hang the exit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
+
+
+def worker_main(spec: dict[str, Any]) -> int:
+    """Run every job of ``spec`` on this rank; rank 0 writes ``result<i>.json`` per job."""
+    from executor.faults import Beacon, die_with_parent
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
+    launched = os.environ.get("STALESIM_EXECUTOR_LAUNCHED") == "1"
+    if launched:
+        die_with_parent()
+    workdir = Path(spec["workdir"]) if spec.get("workdir") else None
+    beacon = Beacon(workdir / f"rank{rank}.beacon" if workdir is not None else None)
+    threads = spec.get("threads") or int(os.environ.get("STALESIM_EXECUTOR_THREADS", "0") or 0)
+    try:
+        _set_threads(threads)
+        from executor.rank import RankContext, run_job
+
+        ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,
+                                 devices=spec["devices"], timeout_s=float(spec.get("timeout_s", 60.0)),
+                                 beacon=beacon)
+        try:
+            for i, job in enumerate(spec["jobs"]):
+                result = run_job(job, ctx)
+                if rank == 0 and workdir is not None:
+                    _write_json(workdir / f"result{i}.json", result)
+                if rank == 0 and spec.get("print_json"):
+                    json.dump(result, sys.stdout, indent=2)
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
+        finally:
+            ctx.close()
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - report everything, then exit hard
+        msg = _message(rank, exc)
+        if workdir is not None:
+            try:
+                _write_json(workdir / f"rank{rank}.error.json",
+                            {"rank": rank, "message": msg, "action": getattr(exc, "action", None),
+                             "traceback": traceback.format_exc()[-4000:]})
+            except OSError:
+                pass
+        print(f"executor: {msg}", file=sys.stderr)
+        if os.environ.get("STALESIM_EXECUTOR_DEBUG"):
+            traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(2)
+
+
+def _message(rank: int, exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if text.startswith(f"rank {rank}"):
+        return text
+    action = getattr(exc, "action", None)
+    at = f" at action {action}" if action else ""
+    return f"rank {rank}: {type(exc).__name__}: {text}{at}"
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)

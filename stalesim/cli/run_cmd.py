@@ -1,0 +1,228 @@
+"""``stalesim run``: train for real on N ranks (gloo on CPU, NCCL on GPUs).
+
+Same model/data/schedule/optimizer/mitigation flags as ``stalesim emulate``
+(they all land in one :class:`TrainConfig`), plus ``--devices cpu:N`` or
+``--devices cuda:0,1,...``; the command spawns one process per device of the
+schedule and prints (``--json``) or writes (``--out``) the measured summary.
+Under ``torchrun`` use ``python -m executor`` with the same flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from stalesim.cli.common import nonneg_int, positive_float, positive_int, print_json
+from stalesim.errors import StalesimError
+
+_TRAIN_FIELDS = (
+    "model", "dataset", "schedule", "stages", "ppv", "microbatches", "workers", "iterations", "epochs",
+    "batch_size", "lr", "momentum", "weight_decay", "lr_schedule", "seed", "dtype", "data_dir",
+    "switch", "switch_epoch", "warmup", "compression", "weight_prediction", "spike_compensation",
+    "pipemare_lr", "pipemare_warmup", "pipemare_correction", "pipemare_gamma", "staleness_lr",
+    "num_classes", "synthetic_size",
+)
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    """Model/data/schedule/optimizer/mitigation flags (one per TrainConfig field)."""
+    from stalesim.cli.common import int_list
+    from stalesim.cli.schedule_cmd import add_schedule_args
+
+    add_schedule_args(p)  # --stages --batches --microbatches --workers --devices --switch --warmup
+    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, alexnet, vgg16, resnet20, ...)")
+    p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | synthetic "
+                   "(default: the model's dataset)")
+    p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
+    p.add_argument("--ppv", type=int_list, default=None, help="pipeline placement vector, e.g. 2 or 7,14")
+    p.add_argument("--iterations", type=positive_int, default=None, help="mini-batches to train")
+    p.add_argument("--epochs", type=positive_int, default=None, help="full passes over the data")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
+    p.add_argument("--lr", type=positive_float, default=0.01)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--lr-schedule", default="constant", help="constant | step | cosine")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--dtype", default="float32", help="float32 | float64")
+    p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
+    p.add_argument("--switch-epoch", type=nonneg_int, default=None, help="hybrid: switch after this epoch")
+    p.add_argument("--compression", default="none", help="pipe-sgd/dp all-reduce: none | fp16 | int8")
+    p.add_argument("--weight-prediction", action="store_true")
+    p.add_argument("--spike-compensation", action="store_true")
+    p.add_argument("--pipemare-lr", action="store_true")
+    p.add_argument("--pipemare-warmup", type=nonneg_int, default=0)
+    p.add_argument("--pipemare-correction", action="store_true")
+    p.add_argument("--pipemare-gamma", type=float, default=0.9)
+    p.add_argument("--staleness-lr", action="store_true")
+    p.add_argument("--num-classes", type=positive_int, default=10)
+    p.add_argument("--synthetic-size", type=positive_int, default=1024)
+    p.add_argument("--no-augment", action="store_true", help="CIFAR: no random crop/flip")
+
+
+def add_executor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", required=False, default=None,
+                   help="cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
+                        "must equal the schedule's device count")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per CPU rank")
+    p.add_argument("--timeout", type=positive_float, default=60.0,
+                   help="seconds a rank may wait on a peer before the run is aborted")
+    p.add_argument("--out", default=None, help="run folder (default runs/run-<model>-<schedule>-<time>)")
+    p.add_argument("--checkpoint-every", type=nonneg_int, default=0, help="checkpoint every K iterations")
+    p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --out")
+    p.add_argument("--no-eval", action="store_true", help="skip the final test accuracy")
+    p.add_argument("--master-addr", default=None, help="rendezvous address (default 127.0.0.1)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="train for real on N ranks (torch.distributed: gloo/NCCL)",
+                       description="Run a schedule's per-device action lists on real processes "
+                                   "(one per device), measure time, utilization, memory and loss.",
+                       conflict_handler="resolve")
+    add_train_args(p)
+    add_executor_args(p)
+    p.set_defaults(func=run)
+
+
+def train_config(args: argparse.Namespace) -> Any:
+    """TrainConfig from the parsed flags (StalesimError names a bad field)."""
+    from stalesim.runtime.config import TrainConfig
+
+    iterations = args.iterations
+    if getattr(args, "batches", None) is not None:
+        if iterations is not None and iterations != args.batches:
+            raise StalesimError("--batches: disagrees with --iterations (give one)")
+        iterations = args.batches
+    if iterations is None and args.epochs is None:
+        iterations = 50
+    dataset = args.dataset
+    if dataset is None:
+        from stalesim.workloads.zoo import build_model  # noqa: F401 (cheap metadata via name)
+
+        dataset = "mnist" if args.model == "lenet5" else "cifar10"
+    stages = args.stages
+    if stages is None and args.ppv is None:
+        stages = 1
+    cfg = TrainConfig(
+        model=args.model, dataset=dataset, schedule=args.schedule, stages=stages,
+        ppv=args.ppv, microbatches=args.microbatches, workers=args.workers,
+        iterations=iterations, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        momentum=args.momentum, weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+        seed=args.seed, dtype=args.dtype, data_dir=args.data_dir, switch=args.switch,
+        switch_epoch=args.switch_epoch, warmup=args.warmup, compression=args.compression,
+        weight_prediction=args.weight_prediction, spike_compensation=args.spike_compensation,
+        pipemare_lr=args.pipemare_lr, pipemare_warmup=args.pipemare_warmup,
+        pipemare_correction=args.pipemare_correction, pipemare_gamma=args.pipemare_gamma,
+        staleness_lr=args.staleness_lr, num_classes=args.num_classes,
+        synthetic_size=args.synthetic_size, augment=not args.no_augment,
+    )
+    return cfg.check()
+
+
+def expected_devices(cfg: Any) -> int:
+    """Devices the schedule needs (built from the IR without torch)."""
+    from stalesim.runtime.plan import build_train_schedule
+
+    if cfg.schedule in ("dp", "pipe-sgd"):
+        return cfg.workers
+    n = cfg.iterations if cfg.iterations is not None else 2
+    return build_train_schedule(cfg, max(1, min(n, 4))).num_devices
+
+
+def _default_out(cfg: Any) -> str:
+    return os.path.join("runs", f"run-{cfg.model}-{cfg.schedule}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any]:
+    from executor.job import make_job
+
+    out = args.out or _default_out(cfg)
+    if args.resume and not args.out:
+        raise StalesimError("--resume: needs --out RUN_DIR (the run folder holding the checkpoints)")
+    job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
+                   resume=out if args.resume else None, evaluate=not args.no_eval)
+    job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
+    return job
+
+
+def run(args: argparse.Namespace) -> int:
+    from executor.launch import parse_devices, run_local
+
+    cfg = train_config(args)
+    if args.devices is None:
+        raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
+    devs = parse_devices(args.devices)
+    need = expected_devices(cfg)
+    if devs.count != need:
+        raise StalesimError(
+            f"--devices: {args.devices} gives {devs.count} ranks but schedule {cfg.schedule!r} with "
+            f"{cfg.num_stages} stage(s) and {cfg.workers} worker(s) needs {need}")
+    if devs.kind == "cuda":
+        _check_cuda(devs)
+    job = build_job(args, cfg, str(devs))
+    summary = run_local(job, devs, timeout_s=args.timeout, threads=args.threads,
+                        master_addr=args.master_addr)
+    if args.json:
+        print_json(summary)
+    else:
+        _print_text(summary)
+    return 0
+
+
+def _check_cuda(devs: Any) -> None:
+    import torch
+
+    n = torch.cuda.device_count()
+    bad = [i for i in devs.ids if i >= n]
+    if bad:
+        raise StalesimError(f"--devices: GPU {bad[0]} requested but {n} CUDA device(s) are visible")
+
+
+def _print_text(s: dict[str, Any]) -> None:
+    util = ", ".join(f"{d}: {u:.0%}" for d, u in s["utilization"].items())
+    mem = ", ".join(f"{d}: {b / 2**20:.1f} MiB" for d, b in s["peak_memory_bytes"].items())
+    acc = s.get("test_accuracy")
+    print(f"{s['schedule']} on {s['devices']} {s['device_kind']} rank(s): {s['iterations']} iterations, "
+          f"final loss {s['final_loss']:.4f}" + (f", test accuracy {acc:.4f}" if acc is not None else ""))
+    print(f"iteration {s['iteration_time_s'] * 1e3:.2f} ms, {s['throughput_samples_per_s']:.1f} samples/s")
+    print(f"utilization {util}; peak memory {mem}")
+    print(f"staleness {s['staleness']} (IR {s['staleness_ir']}), versions match IR: {s['versions_match_ir']}")
+    if s.get("run_dir"):
+        print(f"run folder: {s['run_dir']}")
+
+
+def torchrun_main(argv: list[str]) -> int:
+    """``torchrun ... -m executor <run flags>``: this process is one rank; no spawning."""
+    from stalesim.cli import _Parser
+
+    p = _Parser(prog="python -m executor", conflict_handler="resolve",
+                description="One rank of `stalesim run` under torchrun (same flags).")
+    add_train_args(p)
+    add_executor_args(p)
+    args = p.parse_args(argv)
+    try:
+        cfg = train_config(args)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        need = expected_devices(cfg)
+        if world != need:
+            raise StalesimError(f"WORLD_SIZE={world} but schedule {cfg.schedule!r} needs {need} ranks")
+        kind = "cuda" if (args.devices or "cpu").startswith("cuda") else "cpu"
+        if args.out is None:
+            args.out = _default_out(cfg)
+        job = build_job(args, cfg, kind)
+    except StalesimError as exc:
+        print(f"stalesim: error: {exc}", file=sys.stderr)
+        return 2
+    from executor.worker import worker_main
+
+    ids = None
+    if kind == "cuda" and args.devices and ":" in args.devices:
+        from executor.launch import parse_devices
+
+        ids = list(parse_devices(args.devices).ids)
+    spec = {"jobs": [job], "devices": {"kind": kind, "ids": ids}, "timeout_s": args.timeout,
+            "threads": args.threads, "workdir": None, "print_json": args.json}
+    return worker_main(spec)
