@@ -32,7 +32,7 @@ def default_batches(name: str, stages: int, microbatches: int = 1) -> int:
         return 8
     if name == "pipe-sgd":
         return 12
-    return max(16, 4 * stages + 8)
+    return max(16, 8 * stages + 16)
 
 
 def steady_window(batches: int) -> tuple[int, int]:
