@@ -119,7 +119,7 @@ class SimResult:
                 rg = prog.send_to_recv.get(gid)
                 if rg is not None:
                     flows.append(Flow(gid, labels[gid], d, xs * us, prog.device_of_gid[rg],
-                                      tl.start[rg] * us))
+                                      tl.end[rg] * us))
             elif k.startswith("RECV"):
                 events.append(TraceEvent(labels[gid], tl.start[gid] * us,
                                          (tl.end[gid] - tl.start[gid]) * us, d, "comm", k))

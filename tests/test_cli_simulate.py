@@ -1,0 +1,92 @@
+"""``stalesim simulate`` through the CLI, including bad input (exit 2, one line)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from stalesim.cli import main
+from stalesim.workloads.profile import uniform_profile
+
+
+@pytest.fixture(scope="module")
+def prof_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("p") / "u8.json"
+    uniform_profile(8, 1e-3, 2e-3, 128).to_json(p)
+    return str(p)
+
+
+def sim_json(capsys, *args):
+    assert main(["simulate", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+def test_done_when_flush(capsys, prof_path, name):
+    d = sim_json(capsys, "--profile", prof_path, "--schedule", name, "--stages", "4", "-M", "8",
+                 "--link", "ideal")
+    assert d["iteration_time_s"] == pytest.approx(8.25e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["pipedream", "stale"])
+def test_done_when_async(capsys, prof_path, name):
+    d = sim_json(capsys, "--profile", prof_path, "--schedule", name, "--stages", "4",
+                 "--link", "ideal")
+    assert d["iteration_time_s"] == pytest.approx(6e-3, rel=1e-12)
+    assert d["speedup"] == pytest.approx(4.0, rel=1e-12)
+
+
+def test_trace_plot_and_text(capsys, prof_path, tmp_path):
+    t, g = tmp_path / "t.json", tmp_path / "g.png"
+    assert main(["simulate", "--profile", prof_path, "--schedule", "stale", "-S", "4",
+                 "--device", "h100-sxm", "--link", "nvlink4", "--trace", str(t),
+                 "--plot", str(g)]) == 0
+    out = capsys.readouterr().out
+    assert "iteration time" in out and "roofline" in out and "speed-up" in out
+    from stalesim.sim.trace import check_chrome_trace
+
+    assert check_chrome_trace(json.loads(t.read_text())) == [] and g.stat().st_size > 0
+
+
+def test_default_hardware_is_stated(capsys, prof_path):
+    assert main(["simulate", "--profile", prof_path, "--schedule", "pipedream", "-S", "2"]) == 0
+    assert "profile's own device with an ideal link" in capsys.readouterr().out
+
+
+def test_hardware_json_and_fast_method(capsys, prof_path, tmp_path):
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"schema_version": 1, "device": "cpu-core",
+                              "link": {"name": "loop", "latency_s": 1e-5, "bandwidth_Bps": 1e9},
+                              "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
+    d = sim_json(capsys, "--profile", prof_path, "--schedule", "dp", "-S", "2", "-P", "2",
+                 "--hardware", str(hw), "--method", "fast")
+    assert d["method"] == "fast" and d["hardware"]["cpu_comm_occupancy"] == 0.5
+
+
+def test_bad_input_subprocess_exit_2(prof_path):
+    proc = subprocess.run([sys.executable, "-m", "stalesim", "simulate", "--profile", prof_path,
+                           "--schedule", "stale", "-S", "9"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("stalesim: error: stages")
+
+
+def test_bad_input_exit_2_one_line(prof_path, tmp_path, capsys):
+    zero = tmp_path / "zero.json"
+    zero.write_text(json.dumps({"schema_version": 1, "device": "cpu-core",
+                                "link": {"name": "x", "latency_s": 0, "bandwidth_Bps": 0}}))
+    cases = [
+        (["--hardware", str(zero)], "bandwidth_Bps"),
+        (["--schedule", "2bw", "-S", "4", "-M", "2"], "microbatches"),
+        (["--device", "tpu-v9"], "device"),
+        (["--ppv", "9"], "ppv[0]"),
+        (["-S", "9"], "stages"),
+        (["-M", "3", "--schedule", "gpipe", "-S", "2"], "batch_size"),
+    ]
+    for extra, needle in cases:
+        args = ["--profile", prof_path, "--schedule", "stale", "-S", "2"]
+        # later flags win in argparse
+        rc = main(["simulate", *args, *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2, (extra, err)
+        assert err.startswith("stalesim: error:") and needle in err and "\n" not in err, (extra, err)
