@@ -21,7 +21,7 @@ from stalesim.workloads.partition import (
     split_stages,
     weights_ppv_to_cuts,
 )
-from stalesim.workloads.zoo import LayeredModel, build_model
+from stalesim.workloads.zoo import build_model
 
 # The paper's 4-stage (S = 2) PPVs; for ResNets they cut right after group 1.
 PAPER_PPVS = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from itertools import pairwise
 
 from stalesim.cli.common import int_list, positive_float, positive_int, print_json
 from stalesim.errors import StalesimError
@@ -95,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
         costs = prof.costs()
         cm = comm or [0.0] * (prof.n_layers - 1)
         sc = [sum(costs[a:b]) + (cm[b - 1] if b < prof.n_layers else 0.0)
-              for a, b in zip(bounds, bounds[1:])]
+              for a, b in pairwise(bounds)]
         part = Partition(
             cuts=cuts, ppv=list(args.ppv), stage_costs=sc,
-            stage_memory=[sum(memory[a:b]) for a, b in zip(bounds, bounds[1:])],
+            stage_memory=[sum(memory[a:b]) for a, b in pairwise(bounds)],
             stage_comm=[cm[b - 1] if b < prof.n_layers else 0.0 for b in bounds[1:]],
         )
         if args.memory_limit is not None:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                                  weight_layers=prof.weight_layers)
     bounds = [0, *part.cuts, prof.n_layers]
     stage_rows = []
-    for s, (a, b) in enumerate(zip(bounds, bounds[1:])):
+    for s, (a, b) in enumerate(pairwise(bounds)):
         ls = prof.layers[a:b]
         stage_rows.append({
             "stage": s,

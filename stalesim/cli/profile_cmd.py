@@ -62,11 +62,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _table(prof) -> str:  # type: ignore[no-untyped-def]
-    lines = [f"{prof.model} on {prof.device} ({prof.meta.get('device_name', '')}), "
+    title = (f"{prof.model} on {prof.device} ({prof.meta.get('device_name', '')}), "
              f"{prof.dtype}, batch {prof.batch_size}, threads {prof.threads}, "
-             f"median of {prof.repeats} repeats",
-             f"{'block':<10} {'fwd ms':>9} {'bwd ms':>9} {'upd ms':>8} {'IQR %':>7} "
-             f"{'params KiB':>11} {'out KiB':>9} {'saved KiB':>10} {'MFLOP':>9}"]
+             f"median of {prof.repeats} repeats")
+    header = (f"{'block':<10} {'fwd ms':>9} {'bwd ms':>9} {'upd ms':>8} {'IQR %':>7} "
+              f"{'params KiB':>11} {'out KiB':>9} {'saved KiB':>10} {'MFLOP':>9}")
+    lines = [title, header]
     for lp in prof.layers:
         sp = lp.spread or {}
         rel = 0.0

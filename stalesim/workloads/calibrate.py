@@ -242,7 +242,7 @@ def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: i
                 f"ranks: {ranks} NCCL ranks need {ranks} GPUs, "
                 f"{torch.cuda.device_count()} visible"
             )
-    sz = sorted(set(int(x) for x in (sizes or DEFAULT_SIZES)))
+    sz = sorted({int(x) for x in (sizes or DEFAULT_SIZES)})
     if len(sz) < 2 or sz[0] < 4:
         raise StalesimError(f"sizes: need at least two distinct sizes >= 4 bytes, got {sizes!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -270,7 +270,7 @@ def calibrate(
         try:
             mp.spawn(_worker, args=(ranks, backend, free_port(), sz, repeats, out_path, timeout_s),
                      nprocs=ranks, join=True)
-        except Exception as exc:  # a rank died: report in one line
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:  # one line
             last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise StalesimError(f"calibrate: a rank failed ({last})") from None
         with open(out_path, encoding="utf-8") as fh:

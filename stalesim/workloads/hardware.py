@@ -37,19 +37,19 @@ from stalesim.errors import StalesimError
 from stalesim.workloads.profile import LayerProfile, Profile
 
 __all__ = [
+    "DEFAULT_LAUNCH_OVERHEAD_S",
     "DeviceSpec",
-    "LinkSpec",
     "Hardware",
+    "LinkSpec",
     "catalog",
     "device_names",
-    "link_names",
     "get_device",
     "get_link",
     "hardware_from_catalog",
     "hardware_from_dict",
+    "link_names",
     "load_hardware",
     "roofline_profile",
-    "DEFAULT_LAUNCH_OVERHEAD_S",
 ]
 
 HW_SCHEMA_VERSION = 1

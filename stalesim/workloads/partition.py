@@ -28,15 +28,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Partition",
-    "ppv_to_cuts",
-    "cuts_to_ppv",
-    "weights_ppv_to_cuts",
-    "weights_cuts_to_ppv",
-    "split_stages",
     "block_flops",
+    "cuts_to_ppv",
     "default_ppv",
     "min_max_partition",
+    "ppv_to_cuts",
+    "split_stages",
     "stage_ranges",
+    "weights_cuts_to_ppv",
+    "weights_ppv_to_cuts",
 ]
 
 

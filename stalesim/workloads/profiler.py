@@ -39,7 +39,7 @@ from stalesim.workloads.profile import (
 )
 from stalesim.workloads.zoo import LayeredModel, build_model
 
-__all__ = ["profile_model", "parse_device", "parse_dtype"]
+__all__ = ["parse_device", "parse_dtype", "profile_model"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -140,7 +140,8 @@ def _static_pass(
         param_keys |= {_storage_key(b) for b in block.buffers()}
         storages: dict[int, int] = {}
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
+        def pack(t: torch.Tensor, param_keys: set[int] = param_keys,
+                 storages: dict[int, int] = storages) -> torch.Tensor:
             key = _storage_key(t)
             if key not in param_keys:
                 storages[key] = t.untyped_storage().nbytes()
@@ -157,7 +158,6 @@ def _static_pass(
         saved.append(sum(storages.values()))
         outs.append(y)
         xs.append(y.detach().requires_grad_(True))
-    grad: torch.Tensor | None = None
     for i in reversed(range(len(blocks))):
         counter = FlopCounterMode(display=False)
         with counter:
@@ -222,9 +222,9 @@ def _measure_batch(
         for i, block in enumerate(blocks):
             x = xs[i]
             if i == n - 1:
-                y = timer.time(f_s[i], lambda: F.cross_entropy(block(x).float(), target))
+                y = timer.time(f_s[i], lambda b=block, x=x: F.cross_entropy(b(x).float(), target))
             else:
-                y = timer.time(f_s[i], lambda: block(x))
+                y = timer.time(f_s[i], lambda b=block, x=x: b(x))
             outs.append(y)
             xs.append(y.detach().requires_grad_(True))
         for i in reversed(range(n)):
@@ -232,7 +232,7 @@ def _measure_batch(
                 timer.time(b_s[i], outs[i].backward)
             else:
                 g = xs[i + 1].grad
-                timer.time(b_s[i], lambda: outs[i].backward(g))
+                timer.time(b_s[i], lambda y=outs[i], g=g: y.backward(g))
         for i, opt in enumerate(opts):
             if opt is not None:
                 timer.time(u_s[i], opt.step)

@@ -30,11 +30,11 @@ from torch import nn
 from stalesim.errors import StalesimError
 
 __all__ = [
-    "LayeredModel",
     "BasicBlock",
+    "LayeredModel",
     "build_model",
-    "model_names",
     "count_weight_layers",
+    "model_names",
 ]
 
 _WEIGHT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -198,7 +198,7 @@ def _vgg16(num_classes: int) -> LayeredModel:
     idx = 0
     for item in _VGG16_CFG:
         if item == "M":
-            last_name, last = blocks[-1]
+            _, last = blocks[-1]
             assert isinstance(last, nn.Sequential)
             last.append(nn.MaxPool2d(2))
             continue
@@ -314,7 +314,7 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
                     f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
                     f"(e.g. 20, 32, 44, 56, 110), got {depth}"
                 )
-            factory = lambda nc: _resnet(depth, nc)  # noqa: E731
+            factory = lambda nc: _resnet(depth, nc)
     if factory is None:
         raise StalesimError(
             f"unknown model {name!r}; known models: {', '.join(model_names())} "
