@@ -38,10 +38,11 @@ def parse_faults(text: str | None) -> dict[tuple[int, str], str]:
         part = part.strip()
         if not part:
             continue
-        bits = part.split(":")
-        if len(bits) != 3 or bits[2] not in ("crash", "exit", "hang", "raise"):
+        rank, _, rest = part.partition(":")
+        action, _, mode = rest.rpartition(":")
+        if not rank.isdigit() or not action or mode not in ("crash", "exit", "hang", "raise"):
             raise ValueError(f"{FAULT_ENV}: expected RANK:ACTION:crash|exit|hang|raise, got {part!r}")
-        out[(int(bits[0]), bits[1])] = bits[2]
+        out[(int(rank), action)] = mode
     return out
 
 
@@ -75,6 +76,7 @@ class Beacon:
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self._mm = None
+        self.text = ""
         if path is None:
             return
         p = Path(path)
@@ -85,6 +87,7 @@ class Beacon:
         self._mm = mmap.mmap(self._fh.fileno(), BEACON_SIZE)
 
     def set(self, text: str) -> None:
+        self.text = text
         if self._mm is not None:
             data = text.encode()[: BEACON_SIZE - 1]
             self._mm[: len(data) + 1] = data + b"\0"

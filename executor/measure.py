@@ -85,11 +85,12 @@ class Recorder:
         return self.rows
 
 
-def completions(rows_by_rank: dict[int, list[list[Any]]], batches: int) -> list[float]:
-    done = [0.0] * batches
+def completions(rows_by_rank: dict[int, list[list[Any]]], batches: int) -> list[float | None]:
+    """End of the last U of each batch (None for batches not run here, e.g. before a resume)."""
+    done: list[float | None] = [None] * batches
     for rows in rows_by_rank.values():
         for label, kind, stage, batch, micro, worker, s, e in rows:
-            if kind == "U" and e > done[batch]:
+            if kind == "U" and (done[batch] is None or e > done[batch]):
                 done[batch] = e
     return done
 
@@ -104,14 +105,17 @@ def warmup_batches(batches: int, stages: int) -> int:
 def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages: int,
               samples_per_batch: int) -> dict[str, Any]:
     done = completions(rows_by_rank, batches)
-    skip = warmup_batches(batches, stages)
-    if batches >= 2:
-        lo, hi = done[skip], done[batches - 1]
-        n = batches - 1 - skip
-        it = (hi - lo) / n if n > 0 and hi > lo else (hi / batches if hi else 0.0)
-    else:
-        lo, hi, it = 0.0, done[0], done[0]
+    present = [t for t in range(batches) if done[t] is not None]
+    skip = warmup_batches(len(present), stages)
     wall = max((r[7] for rows in rows_by_rank.values() for r in rows), default=0.0)
+    it = 0.0
+    lo, hi = 0.0, wall
+    if len(present) >= 2:
+        a, b = present[skip], present[-1]
+        lo, hi = done[a], done[b]  # type: ignore[assignment]
+        it = (hi - lo) / (b - a) if b > a and hi > lo else 0.0
+    elif present:
+        it = done[present[0]] or 0.0  # type: ignore[assignment]
     if hi <= lo:
         lo, hi = 0.0, wall
     util: dict[str, float] = {}

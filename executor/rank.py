@@ -138,6 +138,12 @@ class Rank:
             self.next_recv += 1
         self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
         self.on_action_done = None  # hook (checkpointing): called with the index just finished
+        self.loss_labels: dict[tuple, torch.Tensor] = {}  # labels of losses whose B is pending
+        self.retain_sends: dict[int, list[int]] = {}  # send index -> checkpoints that re-send it
+        self.retained: dict[int, list] = {}
+        self.resend: list[tuple[Action, list[torch.Tensor]]] = []  # resume: sends to repeat
+        self.restart_ar: list[Action] = []  # resume: all-reduces to start again
+        self.cur = start_index
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -147,6 +153,7 @@ class Rank:
         rec = self.rec
         check = self.faults.check if self.faults else None
         self._post_ahead()
+        self._resume_comm()
         for i in range(self.index, len(acts)):
             a = acts[i]
             label = label_of(a)
@@ -155,6 +162,7 @@ class Rank:
             beacon.set(label)
             if self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] <= i + RECV_AHEAD * 4:
                 self._post_ahead()
+            self.cur = i
             st = rec.begin()
             try:
                 handlers[a.kind](a)
@@ -172,6 +180,29 @@ class Rank:
                 self.on_action_done(i)
         beacon.set("finishing (waiting for the last sends)")
         self.tr.flush()
+
+    def _resume_comm(self) -> None:
+        """After a resume: repeat the sends the peers had not received, restart all-reduces."""
+        for a, tensors in self.resend:
+            w, s, t, m = a.worker, a.stage, a.batch, a.micro
+            label = label_of(a)
+            if a.kind is Kind.SEND_F:
+                dst = self.sched.device_of(s + 1, w)
+                self.tr.send(tensors[0], dst, tag_for(ACT, s, t, m), label, "a re-sent activation",
+                             self.ctx.fwd_group)
+                self.tr.send(tensors[1], dst, tag_for(LABELS, s, t, m), label, "re-sent labels",
+                             self.ctx.fwd_group)
+            else:
+                self.tr.send(tensors[0], self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
+                             "a re-sent gradient", self.ctx.bwd_group)
+        self.resend = []
+        for a in self.restart_ar:
+            self._AR(a)
+        self.restart_ar = []
+
+    def _keep_sent(self, a: Action, tensors: list[torch.Tensor]) -> None:
+        for k in self.retain_sends.get(self.cur, ()):
+            self.retained.setdefault(k, []).append((str(a), [t.detach() for t in tensors]))
 
     # ------------------------------------------------------------- receiving
     def _post_ahead(self) -> None:
@@ -242,6 +273,7 @@ class Rank:
         labels = self.store.labels[key]
         value = self.rts[(a.worker, a.stage)].loss(a, labels)
         self.losses[(a.worker, a.stage, a.batch)] += value
+        self.loss_labels[(a.worker, a.stage, a.batch, a.micro)] = labels
         self._used_labels(key)
 
     def _used_labels(self, key: tuple) -> None:
@@ -261,6 +293,7 @@ class Rank:
             nxt = (w, s + 1, t, m)
             gy = st.grads_out.pop(nxt) if nxt in st.grads_out else st.grads_in.pop((w, s, t, m))
         gx = rt.backward(a, gy)
+        self.loss_labels.pop((w, s, t, m), None)
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 
@@ -277,6 +310,8 @@ class Rank:
         key = (w, t, m)
         self.tr.send(self.store.labels[key], dst, tag_for(LABELS, s, t, m), label,
                      f"the labels of batch {t}", self.ctx.fwd_group)
+        if self.retain_sends:
+            self._keep_sent(a, [y, self.store.labels[key]])
         self._used_labels(key)
 
     def _RECV_F(self, a: Action) -> None:
@@ -293,6 +328,8 @@ class Rank:
         label = label_of(a)
         self.tr.send(g, self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
                      f"the gradient of {label}", self.ctx.bwd_group)
+        if self.retain_sends:
+            self._keep_sent(a, [g])
 
     def _RECV_B(self, a: Action) -> None:
         p, _ = self._take_posted(a)
@@ -312,6 +349,7 @@ class Rank:
 
     def _ARW(self, a: Action) -> None:
         p, gs, flat = self.ar.pop((a.worker, a.stage, a.batch))
+        p.action = label_of(a)
         self.tr.wait(p)
         flat.div_(self.P)
         o = 0

@@ -114,9 +114,14 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         for w, s, t, v in p["losses"]:
             per[(w, s, t)] = v
     losses = []
-    for t in range(N):
-        vals = [per[(w, S - 1, t)] for w in range(P) if (w, S - 1, t) in per]
-        losses.append(sum(vals) / len(vals) if vals else None)
+    for t in range(N):  # accumulate as the emulator does: sum over workers of loss / P
+        acc, seen = 0.0, False
+        for w in range(P):
+            v = per.get((w, S - 1, t))
+            if v is not None:
+                acc += v / P
+                seen = True
+        losses.append(acc if seen else None)
     stage_losses = None
     if sched.local_loss:
         stage_losses = [[per.get((0, s, t)) for t in range(N)] for s in range(S)]

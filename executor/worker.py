@@ -62,7 +62,7 @@ def worker_main(spec: dict[str, Any]) -> int:
             ctx.close()
         return 0
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit hard
-        msg = _message(rank, exc)
+        msg = _message(rank, exc, beacon.text)
         if workdir is not None:
             try:
                 _write_json(workdir / f"rank{rank}.error.json",
@@ -78,12 +78,19 @@ def worker_main(spec: dict[str, Any]) -> int:
         os._exit(2)
 
 
-def _message(rank: int, exc: BaseException) -> str:
+def _message(rank: int, exc: BaseException, doing: str = "") -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if text.startswith(f"rank {rank}"):
         return text
     action = getattr(exc, "action", None)
-    at = f" at action {action}" if action else ""
+    at = f" at action {action}" if action else (f" during {doing}" if doing else "")
+    low = text.lower()
+    if isinstance(exc, RuntimeError) and any(w in low for w in ("connection", "closed", "reset by peer")):
+        return f"rank {rank}: lost the connection (a peer rank died){at}"
+    if isinstance(exc, RuntimeError) and ("timed out" in low or "timeout" in low):
+        return f"rank {rank}: timed out{at}"
+    if len(text) > 300:
+        text = text[:300] + "..."
     return f"rank {rank}: {type(exc).__name__}: {text}{at}"
 
 
