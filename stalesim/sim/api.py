@@ -95,8 +95,8 @@ def simulate(
     for the profile's own device with an ideal link. ``method``: ``event``
     (SimPy) or ``fast`` (closed form). ``batch_size`` defaults to the profile's.
     """
-    from stalesim.schedule import ScheduleConfig, build_schedule, get_spec
-    from stalesim.sim.engine import compile_schedule, program_for
+    from stalesim.schedule import get_spec
+    from stalesim.sim.engine import compile_schedule, program_for, schedule_facts, schedule_for
 
     if method not in METHODS:
         raise StalesimError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
@@ -139,13 +139,18 @@ def simulate(
         if method == "event":
             prog = program_for(name, **cfg)
             sched = prog.sched
+            if prog.facts is None:
+                prog.facts = schedule_facts(sched)
+            facts = prog.facts
         else:
             # memory and staleness only need a short run of the IR
-            short = cfg if name == "hybrid" else dict(cfg, batches=min(N, max(2 * S + 4, 4)))
-            sched = build_schedule(name, ScheduleConfig(**short))
+            short = cfg if name == "hybrid" else dict(cfg, batches=min(N, max(2 * S + 4, warmup + 4)))
+            sched, facts = schedule_for(name, **short)
             prog = None
     else:
         prog = compile_schedule(sched) if method == "event" else None
+        facts = schedule_facts(sched)
+    counts, staleness, inconsistent = facts
     fast = fast_iteration(name, costs, hw, microbatches=M, workers=P, batches=N,
                           devices=sched.num_devices if not spec.data_parallel else None,
                           switch=sched.params.get("switch", switch))
@@ -174,15 +179,13 @@ def simulate(
         util = [min(1.0, b / it) if it else 0.0 for b in fast.busy_ns]
         makespan = fast.makespan_ns
         window = []
-    mem = memory_report(sched, costs, optimizer_state_factor=optimizer_state_factor)
-    vt = sched.versions
-    staleness = vt.staleness() if vt is not None else [0] * S
+    mem = memory_report(sched, costs, optimizer_state_factor=optimizer_state_factor, counts=counts)
     versions = {
         "policy": str(sched.policy),
         "versions_kept": _per_stage(mem.stages, S, "versions_kept"),
         "grad_buffers": _per_stage(mem.stages, S, "grad_buffers"),
         "max_in_flight": _per_stage(mem.stages, S, "max_in_flight"),
-        "weight_inconsistent_stages": vt.inconsistent_stages() if vt is not None else [],
+        "weight_inconsistent_stages": list(inconsistent),
         "max_staleness": max(staleness, default=0),
     }
     it_s = it / NS

@@ -65,6 +65,7 @@ class Program:
     coll_stage: list[int]
     u_gids_by_batch: list[list[int]]
     send_to_recv: dict[int, int] = field(default_factory=dict)
+    facts: tuple | None = None  # schedule_facts, cached by simulate()
 
     @property
     def n_actions(self) -> int:
@@ -124,16 +125,41 @@ def compile_schedule(sched: Schedule) -> Program:
 
 
 @lru_cache(maxsize=64)
-def _cached_program(key: tuple) -> Program:  # pragma: no cover - thin wrapper
+def _cached_program(key: tuple) -> Program:
     from stalesim.schedule import ScheduleConfig, build_schedule
 
     name, cfg = key
-    return compile_schedule(build_schedule(name, ScheduleConfig(**dict(cfg))))
+    prog = compile_schedule(build_schedule(name, ScheduleConfig(**dict(cfg))))
+    return prog
 
 
 def program_for(name: str, **cfg) -> Program:
     """Build and compile a schedule, cached per process (sweeps reuse it)."""
     return _cached_program((name, tuple(sorted(cfg.items()))))
+
+
+@lru_cache(maxsize=256)
+def _cached_schedule(key: tuple):
+    from stalesim.schedule import ScheduleConfig, build_schedule
+
+    name, cfg = key
+    sched = build_schedule(name, ScheduleConfig(**dict(cfg)))
+    return sched, schedule_facts(sched)
+
+
+def schedule_facts(sched: Schedule) -> tuple[list, list[int], list[int]]:
+    """(memory counts, staleness per stage, weight-inconsistent stages) of a schedule."""
+    from stalesim.sim.memory import stage_memory_counts
+
+    vt = sched.versions
+    stale = vt.staleness() if vt is not None else [0] * sched.stages
+    incons = vt.inconsistent_stages() if vt is not None else []
+    return stage_memory_counts(sched), stale, incons
+
+
+def schedule_for(name: str, **cfg):
+    """(schedule, schedule_facts), built once per process and shape (fast path, sweeps)."""
+    return _cached_schedule((name, tuple(sorted(cfg.items()))))
 
 
 @dataclass

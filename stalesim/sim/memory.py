@@ -110,10 +110,11 @@ class MemoryReport:
         }
 
 
-def memory_report(sched: Schedule, costs: StageCosts, *,
-                  optimizer_state_factor: float = 1.0) -> MemoryReport:
-    """Bytes per device from the counts and the stage costs."""
-    counts = stage_memory_counts(sched)
+def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
+                  counts: list[StageMemory] | None = None) -> MemoryReport:
+    """Bytes per device from the counts (derived here unless given) and the stage costs."""
+    if counts is None:
+        counts = stage_memory_counts(sched)
     n_dev = sched.num_devices
     breakdown = [dict.fromkeys(COMPONENTS, 0) for _ in range(n_dev)]
     for c in counts:
