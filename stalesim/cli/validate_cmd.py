@@ -1,0 +1,104 @@
+"""``stalesim validate``: predicted vs measured on this machine's devices.
+
+Profiles the model as the ranks run it, calibrates the link, simulates every
+schedule, runs each on the executor, emulates a few iterations, and writes
+``report.md``, ``summary.json``, figures and traces into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from stalesim.cli.common import int_list, positive_float, positive_int, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "validate", help="profile, calibrate, simulate, run and compare (report with figures)",
+        description="Predict each schedule with the simulator (profile measured on these devices, "
+                    "calibrated link) and run it for real on the executor; report predicted vs "
+                    "measured iteration time, utilization, speed-up and memory, and emulated vs "
+                    "executed loss.")
+    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, resnet20, ...)")
+    p.add_argument("--devices", default="cpu:2", help="cpu:N (gloo ranks) or cuda:0,1,... (NCCL)")
+    p.add_argument("--schedules", default="all", help="comma list of schedules, or all")
+    p.add_argument("--iterations", type=positive_int, default=40, help="mini-batches per run")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="global mini-batch size")
+    p.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches (gpipe/1f1b/2bw)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per CPU rank")
+    p.add_argument("--dataset", default="synthetic", help="synthetic | mnist | fashion-mnist | cifar10")
+    p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
+    p.add_argument("--ppv", type=int_list, default=None, help="partition (default: min-max over the profile)")
+    p.add_argument("--emulate-iterations", type=int, default=10,
+                   help="iterations the emulator runs per schedule for the loss check (0: skip)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="profile repeats")
+    p.add_argument("--hardware", default=None, metavar="HW.json",
+                   help="reuse a calibration (stalesim calibrate -o HW.json) instead of measuring")
+    p.add_argument("--no-contention", action="store_true",
+                   help="do not profile with the other ranks busy (CPU)")
+    p.add_argument("--no-overhead", action="store_true", help="do not add the per-action runtime overhead")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="per-operation deadline of the ranks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder (report.md, summary.json, figures/)")
+    p.add_argument("--json", action="store_true", help="print summary.json's content")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace):  # noqa: ANN201
+    from stalesim.errors import StalesimError
+    from stalesim.validate.config import ValidateConfig
+
+    if args.emulate_iterations < 0:
+        raise StalesimError(f"--emulate-iterations: expected >= 0, got {args.emulate_iterations}")
+    return ValidateConfig(
+        model=args.model, devices=args.devices, schedules=[args.schedules], iterations=args.iterations,
+        batch_size=args.batch_size, microbatches=args.microbatches, threads=args.threads,
+        dataset=args.dataset, data_dir=args.data_dir, ppv=args.ppv, out=args.out,
+        emulate_iterations=args.emulate_iterations, seed=args.seed, repeats=args.repeats,
+        hardware=args.hardware, contention=not args.no_contention, overhead=not args.no_overhead,
+        timeout_s=args.timeout,
+        command="stalesim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["validate"]
+        else "stalesim validate",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from stalesim.validate.config import check_config
+    from stalesim.validate.pipeline import validate
+
+    cfg = config_from_args(args)
+    check_config(cfg)  # one-line errors before anything is measured
+    summary = validate(cfg, progress=(lambda m: None) if args.quiet else None)
+    if args.json:
+        print_json(summary)
+        return 0
+    print(summary_table(summary))
+    print(f"report: {cfg.out}/report.md")
+    return 0
+
+
+def summary_table(summary: dict) -> str:
+    """The per-schedule comparison as aligned text."""
+    def f(x, fmt):  # noqa: ANN001, ANN202
+        return "n/a" if x is None else format(x, fmt)
+
+    head = ("schedule", "pred ms", "meas ms", "error", "util p/m", "speed-up p/m", "loss diff")
+    lines = [head]
+    for r in summary["rows"]:
+        pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
+        lines.append((
+            r["schedule"], f(None if pit is None else pit * 1e3, ".2f"),
+            f(None if mit is None else mit * 1e3, ".2f"), f(r["time_error"], "+.1%"),
+            f"{f(r['predicted_utilization_mean'], '.2f')}/{f(r['measured_utilization_mean'], '.2f')}",
+            f"{f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}",
+            f(r["max_loss_rel_diff"], ".1e")))
+    w = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    text = "\n".join("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(row))
+                     for row in lines)
+    tail = (f"median |time error| {f(summary.get('median_abs_time_error'), '.1%')}, "
+            f"max {f(summary.get('max_abs_time_error'), '.1%')}; "
+            f"load average {summary.get('load_average', {}).get('before')}")
+    return text + "\n" + tail

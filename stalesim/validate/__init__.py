@@ -1,0 +1,25 @@
+"""``stalesim validate``: predicted (simulator) vs measured (executor) vs emulated.
+
+Modules: ``config`` (what is compared, checked up front), ``costmodel`` (profile +
+per-action overhead + contention -> simulator costs), ``measured`` (executor rows ->
+the simulator's steady-state window), ``compare`` (rows and aggregates),
+``figures``, ``report``, ``pipeline`` (the orchestration). See docs/validate.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ValidateConfig", "validate"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ValidateConfig":
+        from stalesim.validate.config import ValidateConfig
+
+        return ValidateConfig
+    if name == "validate":
+        from stalesim.validate.pipeline import validate
+
+        return validate
+    raise AttributeError(name)

@@ -1,0 +1,141 @@
+"""What one ``validate`` run compares, checked before anything expensive starts.
+
+A :class:`ValidateConfig` fixes everything the three consumers must share:
+model, batch size, micro-batches, partition (PPV), iterations, the devices and
+the torch thread count of each rank. Every schedule is then simulated, run and
+emulated with exactly these numbers, so a difference between prediction and
+measurement is a modelling error, never a configuration mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+DATASETS = ("synthetic", "mnist", "fashion-mnist", "cifar10")
+
+
+@dataclass
+class ValidateConfig:
+    """One validation: ``schedules`` on ``devices`` (``cpu:N`` or ``cuda:0,1``).
+
+    Pipeline schedules use S = number of devices stages; data-parallel ones
+    (dp, pipe-sgd) use P = number of devices workers with S = 1.
+    """
+
+    model: str = "lenet5"
+    devices: str = "cpu:2"
+    schedules: list[str] = field(default_factory=lambda: ["all"])
+    iterations: int = 40
+    batch_size: int = 64
+    microbatches: int = 4
+    threads: int = 1
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    ppv: list[int] | None = None
+    out: str = "runs/validate"
+    emulate_iterations: int = 10
+    seed: int = 0
+    lr: float = 0.01
+    repeats: int = 5
+    hardware: str | None = None  # reuse a calibration (HW.json) instead of measuring
+    calibrate_repeats: int = 3
+    contention: bool = True  # profile again with the other ranks busy (CPU)
+    overhead: bool = True  # measure the per-action runtime overhead
+    timeout_s: float = 120.0
+    command: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def runnable_schedules(n_devices: int) -> list[str]:
+    """Schedules that run on ``n_devices``: every pipeline with S = n, dp/pipe-sgd with P = n.
+
+    On one device only ``sequential`` (S = 1) makes sense.
+    """
+    from stalesim.schedule import schedule_names
+
+    if n_devices <= 1:
+        return ["sequential"]
+    return list(schedule_names())
+
+
+def resolve_schedules(text: list[str] | str, n_devices: int) -> list[str]:
+    """``all`` or a comma list -> known, runnable schedule names (order kept, no repeats)."""
+    from stalesim.schedule import schedule_names
+
+    items = text.split(",") if isinstance(text, str) else [p for s in text for p in s.split(",")]
+    items = [s.strip() for s in items if s.strip()]
+    if not items:
+        raise StalesimError("--schedules: give at least one schedule name or 'all'")
+    known = schedule_names()
+    runnable = runnable_schedules(n_devices)
+    out: list[str] = []
+    for name in items:
+        names = runnable if name == "all" else [name]
+        for n in names:
+            if n not in known:
+                raise StalesimError(f"--schedules: unknown schedule {n!r} (known: {', '.join(known)}, all)")
+            if n not in runnable:
+                raise StalesimError(f"--schedules: {n!r} cannot run on {n_devices} device(s)")
+            if n not in out:
+                out.append(n)
+    return out
+
+
+def check_out_dir(path: str) -> Path:
+    """Create ``path`` if needed and prove it is writable (one-line error otherwise)."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p, prefix=".write-test.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise StalesimError(f"--out: {path!r} is not writable ({exc.strerror or exc})") from None
+    return p
+
+
+def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
+    """Validate every field cheaply (no torch); returns (parsed devices, schedules)."""
+    from executor.launch import parse_devices
+    from stalesim.workloads.zoo import model_names
+
+    devs = parse_devices(cfg.devices)
+    if devs.count < 1:
+        raise StalesimError(f"--devices: need at least one device, got {cfg.devices!r}")
+    if cfg.model not in model_names() and not cfg.model.startswith("resnet"):
+        raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())})")
+    if cfg.dataset not in DATASETS:
+        raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
+    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats"):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise StalesimError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {v!r}")
+    if cfg.iterations < 4:
+        raise StalesimError(f"--iterations: need at least 4 for a steady-state window, got {cfg.iterations}")
+    scheds = resolve_schedules(cfg.schedules, devs.count)
+    n = devs.count
+    for name in scheds:
+        from stalesim.schedule import get_spec
+
+        spec = get_spec(name)
+        split = n if spec.data_parallel else (cfg.microbatches if spec.uses_micro else 1)
+        if cfg.batch_size % split:
+            raise StalesimError(f"--batch-size: {cfg.batch_size} is not divisible by {split} "
+                                f"(schedule {name})")
+        if name == "2bw" and cfg.microbatches < n - 1:
+            raise StalesimError(f"--microbatches: 2bw needs M >= S-1 = {n - 1}, got {cfg.microbatches}")
+    if cfg.ppv is not None and len(cfg.ppv) + 1 != n:
+        raise StalesimError(f"--ppv: {len(cfg.ppv)} entries give {len(cfg.ppv) + 1} stages, "
+                            f"but --devices has {n}")
+    if cfg.hardware is not None and not Path(cfg.hardware).is_file():
+        raise StalesimError(f"--hardware: no such file {cfg.hardware!r}")
+    check_out_dir(cfg.out)
+    return devs, scheds

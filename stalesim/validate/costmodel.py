@@ -1,0 +1,363 @@
+"""The cost model ``validate`` predicts with: profile + measured overheads + contention.
+
+The simulator consumes per-stage costs (:class:`~stalesim.sim.model.StageCosts`).
+A plain per-layer profile describes one process alone on the machine, calling
+blocks directly. The ranks of a real run differ in two general ways, each
+measured here once per machine and model rather than fitted per schedule:
+
+* **Per-action runtime overhead** (``overhead_s[kind]``): a rank runs every
+  F/LOSS/B/U through :class:`~stalesim.runtime.stage.StageRuntime` (saved-tensor
+  hooks, version bookkeeping, a per-batch gradient buffer, ``autograd.grad``)
+  and the executor's dispatcher (timestamps, beacon, memory tracking). Measured
+  by :func:`measure_overhead` as the time of each action on a tiny stage through
+  the runtime minus the same arithmetic called directly; added to every action.
+* **Contention between ranks** on one CPU socket (shared memory bandwidth and
+  caches, SMT siblings, the gloo threads): the profile is measured a second time
+  while N-1 co-runner processes train the same model with the same thread count
+  (:func:`contended_profile`). A stage's cost is the interpolation
+  ``(1 - phi) * alone + phi * contended`` where ``phi`` is the fraction of that
+  device's busy time during which the other devices are busy too, read from the
+  simulated timeline itself (:func:`busy_overlap`) and iterated to a fixed point
+  (:func:`simulate_with_costs`). A sequential schedule (ranks never overlap)
+  thus gets the alone costs and a full pipeline the contended ones, with no
+  per-schedule factor anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.model import SimHardware, StageCosts
+    from stalesim.sim.result import SimResult
+    from stalesim.workloads.profile import Profile
+
+KINDS = ("F", "B", "U", "LOSS")
+
+
+@dataclass
+class CostModel:
+    """Everything needed to turn a schedule into per-stage simulator costs."""
+
+    profile: Profile  # one rank alone, the ranks' thread count and device
+    contended: Profile | None = None  # the same with the other ranks busy (CPU ranks)
+    overhead_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
+    notes: list[str] = field(default_factory=list)
+
+    def contention_ratio(self, batch_size: int | None = None) -> float | None:
+        """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
+        if self.contended is None:
+            return None
+        b = batch_size or self.profile.batch_size
+        a = sum(lp.compute_s for lp in self.profile.at_batch_size(b).layers)
+        c = sum(lp.compute_s for lp in self.contended.at_batch_size(b).layers)
+        return c / a if a > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overhead_s": dict(self.overhead_s),
+                "contention_ratio": self.contention_ratio(),
+                "has_contended_profile": self.contended is not None,
+                "notes": list(self.notes)}
+
+
+# ----------------------------------------------------------------- stage costs
+def action_batch(name: str, batch_size: int, microbatches: int, workers: int) -> int:
+    """Samples per F/B action of schedule ``name`` (micro-batch or worker slice)."""
+    from stalesim.schedule import get_spec
+
+    spec = get_spec(name)
+    if spec.data_parallel and workers > 1:
+        return batch_size // workers
+    if spec.uses_micro and microbatches > 1:
+        return batch_size // microbatches
+    return batch_size
+
+
+def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_size: int,
+                    action_batch: int, phi: list[float] | None = None) -> StageCosts:
+    """Per-stage costs: alone/contended interpolation by ``phi[s]``, plus per-action overhead."""
+    from stalesim.sim.model import stage_costs, to_ns
+
+    alone = stage_costs(cm.profile, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
+    S = alone.stages
+    phi = list(phi) if phi is not None else [0.0] * S
+    if cm.contended is not None and any(p > 0 for p in phi):
+        busy = stage_costs(cm.contended, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
+
+        def mix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(int(round((1 - phi[s]) * a[s] + phi[s] * b[s])) for s in range(S))
+
+        f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
+    else:
+        f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
+    o = {k: to_ns(cm.overhead_s.get(k, 0.0)) for k in KINDS}
+    # the profile's last block includes the loss arithmetic; the LOSS action adds its overhead
+    return replace(alone, f_ns=tuple(x + o["F"] for x in f), b_ns=tuple(x + o["B"] for x in b_),
+                   u_ns=tuple(x + o["U"] for x in u), loss_ns=alone.loss_ns + o["LOSS"])
+
+
+def busy_overlap(result: SimResult) -> list[float]:
+    """Per device: mean number of *other* devices computing while it computes, / (n-1).
+
+    Read from the simulated timeline inside its steady window (1.0: the others
+    are always busy when this one is; 0.0: they never overlap).
+    """
+    tl = result.timeline
+    if tl is None:
+        raise ValueError("busy_overlap: needs an event-simulation result")
+    prog = tl.program
+    n = result.devices
+    if n <= 1:
+        return [0.0] * n
+    lo, hi = _window_ns(result)
+    ivs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for gid, a in enumerate(prog.actions):
+        if a.kind.value in KINDS:
+            s0, e0 = max(tl.start[gid], lo), min(tl.end[gid], hi)
+            if e0 > s0:
+                ivs[prog.device_of_gid[gid]].append((s0, e0))
+    for d, s0, e0, _ in tl.cpu_jobs:
+        s0, e0 = max(s0, lo), min(e0, hi)
+        if e0 > s0:
+            ivs[d].append((s0, e0))
+    # sweep: +1/-1 events per device
+    events: list[tuple[int, int, int]] = []
+    for d, lst in enumerate(ivs):
+        for s0, e0 in lst:
+            events.append((s0, 1, d))
+            events.append((e0, -1, d))
+    events.sort(key=lambda x: (x[0], x[1]))
+    depth = [0] * n
+    busy_t = [0] * n
+    weighted = [0.0] * n
+    prev = events[0][0] if events else 0
+    for t, delta, d in events:
+        if t > prev:
+            active = [i for i in range(n) if depth[i] > 0]
+            k = len(active)
+            for i in active:
+                busy_t[i] += t - prev
+                weighted[i] += (t - prev) * (k - 1)
+            prev = t
+        depth[d] += delta
+    return [weighted[i] / busy_t[i] / (n - 1) if busy_t[i] else 0.0 for i in range(n)]
+
+
+def _window_ns(result: SimResult) -> tuple[int, int]:
+    from stalesim.sim.model import NS
+
+    tl = result.timeline
+    w = result.steady_window
+    if result.schedule == "hybrid" or not w or w[1] <= w[0]:
+        return 0, tl.makespan
+    done = tl.batch_done
+    lo, hi = done[w[0]], done[w[1]]
+    return (lo, hi) if hi > lo else (0, int(result.makespan_s * NS))
+
+
+def stage_phi(name: str, overlap: list[float], stages: int) -> list[float]:
+    """Device overlaps -> per-stage interpolation weights (stage s lives on device s,
+    or every stage on every worker for data-parallel schedules)."""
+    from stalesim.schedule import get_spec
+
+    if not overlap:
+        return [0.0] * stages
+    if get_spec(name).data_parallel or len(overlap) != stages:
+        m = sum(overlap) / len(overlap)
+        return [m] * stages
+    return list(overlap)
+
+
+def simulate_with_costs(cm: CostModel, hw: SimHardware, name: str, *, stages: int,
+                        ppv: list[int] | None, batch_size: int, microbatches: int, workers: int,
+                        batches: int, rounds: int = 4, tol: float = 0.002) -> tuple[SimResult, dict]:
+    """Event-simulate ``name`` with the cost model; contention by fixed-point iteration.
+
+    Returns the result and ``{"phi": per-stage weights, "rounds": n, "history": [...]}``.
+    """
+    from stalesim.schedule import get_spec
+    from stalesim.sim import simulate
+    from stalesim.sim.model import resolve_cuts
+
+    spec = get_spec(name)
+    S = 1 if spec.data_parallel else stages
+    P = workers if spec.data_parallel else 1
+    M = microbatches if spec.uses_micro else 1
+    ab = action_batch(name, batch_size, M, P)
+    cuts, ppv_used = resolve_cuts(cm.profile, S, ppv if S > 1 else None, batch_size)
+    phi = [0.0] * S
+    history: list[float] = []
+    result = None
+    for r in range(max(1, rounds)):
+        costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi)
+        result = simulate(None, name, stages=S, microbatches=M, workers=P, batches=batches,
+                          hardware=hw, costs=costs, method="event")
+        history.append(result.iteration_time_s)
+        if cm.contended is None or result.devices <= 1:
+            break
+        new_phi = stage_phi(name, busy_overlap(result), S)
+        if r > 0 and len(history) >= 2 and abs(history[-1] - history[-2]) <= tol * history[-2]:
+            break
+        phi = new_phi
+    assert result is not None
+    return result, {"phi": phi, "rounds": len(history), "history": history,
+                    "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab}
+
+
+# ----------------------------------------------------------------- measurements
+def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 200) -> dict[str, float]:
+    """Per-action overhead of running F/LOSS/B/U through StageRuntime (seconds).
+
+    A tiny stage (Linear 8->8 on a batch of 2) makes the arithmetic negligible;
+    each action is timed through the runtime and as the bare torch calls the
+    profiler times (block forward, cross-entropy, backward, SGD step); the
+    difference (median over ``repeats``, >= 0) is the overhead a rank pays per
+    action on top of the profile. A constant of this machine and software stack,
+    not of the model or schedule.
+    """
+    import torch
+    from torch import nn
+
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.stage import StageRuntime
+    from stalesim.schedule import Kind, ScheduleConfig, build_schedule
+
+    old = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        dev = torch.device(device)
+        torch.manual_seed(0)
+        n = repeats
+        sched = build_schedule("sequential", ScheduleConfig(stages=1, batches=n + 2))
+        cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="sequential", stages=1,
+                          iterations=n + 2, batch_size=2, lr=1e-6, momentum=0.9)
+        mod = nn.Sequential(nn.Linear(8, 8)).to(dev)
+        rt = StageRuntime(mod, stage=0, num_stages=1, schedule=sched, cfg=cfg, device=dev)
+        x = torch.randn(2, 8, device=dev)
+        y = torch.randint(0, 8, (2,), device=dev)
+        sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+        rt_t: dict[str, list[float]] = {k: [] for k in KINDS}
+        for t in range(n + 2):
+            acts = [a for a in sched.device_actions[0] if a.batch == t]
+            for a in acts:
+                t0 = time.perf_counter()
+                if a.kind is Kind.F:
+                    rt.forward(a, x)
+                elif a.kind is Kind.LOSS:
+                    rt.loss(a, y)
+                elif a.kind is Kind.B:
+                    rt.backward(a, None)
+                elif a.kind is Kind.U:
+                    rt.update(a)
+                sync()
+                if t >= 2 and a.kind.value in rt_t:
+                    rt_t[a.kind.value].append(time.perf_counter() - t0)
+        # bare calls, as the profiler times them
+        mod2 = nn.Sequential(nn.Linear(8, 8)).to(dev)
+        opt = torch.optim.SGD(mod2.parameters(), lr=1e-6, momentum=0.9)
+        raw: dict[str, list[float]] = {k: [] for k in KINDS}
+        import torch.nn.functional as F
+
+        for t in range(n + 2):
+            t0 = time.perf_counter()
+            out = mod2(x)
+            sync()
+            t1 = time.perf_counter()
+            loss = F.cross_entropy(out, y)
+            sync()
+            t2 = time.perf_counter()
+            loss.backward()
+            sync()
+            t3 = time.perf_counter()
+            opt.step()
+            sync()
+            t4 = time.perf_counter()
+            mod2.zero_grad(set_to_none=True)
+            if t >= 2:
+                raw["F"].append(t1 - t0)
+                raw["LOSS"].append(t2 - t1)
+                raw["B"].append(t3 - t2)
+                raw["U"].append(t4 - t3)
+        return {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in KINDS}
+    finally:
+        torch.set_num_threads(old)
+
+
+def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,
+               seed: int) -> None:  # pragma: no cover - runs in a child process
+    """A co-runner: train ``model`` on random data until ``stop`` is set."""
+    import torch
+    import torch.nn.functional as F
+
+    from stalesim.workloads.zoo import build_model
+
+    torch.set_num_threads(threads)
+    dev = torch.device(device)
+    net = build_model(model, seed=seed).to(dev).train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
+    x = torch.randn((batch_size, *net.input_shape), device=dev)
+    y = torch.randint(0, 10, (batch_size,), device=dev)
+    first = True
+    while not stop.is_set():
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if first:
+            ready.set()
+            first = False
+
+
+def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
+                      device: str = "cpu", repeats: int = 5, warmup: int = 2,
+                      co_batch: int | None = None, timeout_s: float = 120.0) -> Profile:
+    """``profile_model`` while ``co_runners`` processes train the same model (same threads).
+
+    This is what a CPU rank sees when the other ranks compute at the same time.
+    """
+    from stalesim.workloads.profiler import profile_model
+
+    if co_runners < 1:
+        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    readies = [ctx.Event() for _ in range(co_runners)]
+    procs = [ctx.Process(target=_busy_loop,
+                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1),
+                         daemon=True) for i in range(co_runners)]
+    for p in procs:
+        p.start()
+    try:
+        deadline = time.monotonic() + timeout_s
+        for p, ev in zip(procs, readies):
+            while not ev.wait(0.1):
+                if not p.is_alive():
+                    raise StalesimError("contention: a co-runner process died before it started")
+                if time.monotonic() > deadline:
+                    raise StalesimError("contention: co-runner processes did not start in time")
+        prof = profile_model(model, batch_sizes, device=device, threads=threads, repeats=repeats,
+                             warmup=warmup)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    meta = dict(prof.meta or {})
+    meta["co_runners"] = co_runners
+    meta["note"] = (f"measured while {co_runners} other process(es) trained {model} "
+                    f"with {threads} thread(s) each")
+    return replace(prof, meta=meta)
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,75 @@
+"""Measured numbers from an executor run, over the *same* window the simulator uses.
+
+The executor's own summary skips a few warm-up batches; the simulator reports
+the steady state between the completions of batches ``steady_window`` (the
+middle half, :func:`stalesim.sim.api.steady_window`). To compare like with
+like, ``validate`` recomputes the measured iteration time and utilization from
+the per-action rows over exactly that window (``hybrid``: whole run / batches,
+as the simulator does), and keeps the executor's own numbers beside them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMPUTE = ("F", "B", "U", "LOSS")
+
+
+def completions(rows_by_rank: dict[str, list[list[Any]]], batches: int) -> list[float | None]:
+    """End of the last ``U`` of each batch over all ranks (seconds since the start barrier)."""
+    done: list[float | None] = [None] * batches
+    for rows in rows_by_rank.values():
+        for _label, kind, _s, batch, _m, _w, _t0, t1 in rows:
+            if kind == "U" and 0 <= batch < batches and (done[batch] is None or t1 > done[batch]):
+                done[batch] = t1
+    return done
+
+
+def window(schedule: str, batches: int, done: list[float | None], wall: float) -> tuple[float, float, float, list[int]]:
+    """(iteration time, lo, hi, [k0, k1]) as the simulator defines its steady state."""
+    from stalesim.sim.api import steady_window
+
+    k0, k1 = steady_window(batches)
+    if schedule == "hybrid" or k1 <= k0 or done[k0] is None or done[k1] is None:
+        return wall / batches, 0.0, wall, [0, batches - 1]
+    lo, hi = float(done[k0]), float(done[k1])
+    if hi <= lo:
+        return wall / batches, 0.0, wall, [0, batches - 1]
+    return (hi - lo) / (k1 - k0), lo, hi, [k0, k1]
+
+
+def measured_timing(summary: dict[str, Any]) -> dict[str, Any]:
+    """Iteration time and per-device utilization from an executor summary with rows."""
+    rows = summary.get("rows") or {}
+    N = int(summary["iterations"])
+    done = completions(rows, N)
+    wall = max((r[7] for rs in rows.values() for r in rs), default=0.0)
+    it, lo, hi, win = window(summary["schedule"], N, done, wall)
+    util = []
+    for d in sorted(rows, key=int):
+        busy = 0.0
+        for r in rows[d]:
+            if r[1] in COMPUTE:
+                busy += max(0.0, min(r[7], hi) - max(r[6], lo))
+        util.append(min(1.0, busy / (hi - lo)) if hi > lo else 0.0)
+    return {"iteration_time_s": it, "utilization": util, "window": win, "window_s": [lo, hi],
+            "wall_s": wall, "batch_completion_s": done}
+
+
+def rows_to_events(rows_by_rank: dict[str, list[list[Any]]]) -> list[Any]:
+    """Measured rows -> :class:`stalesim.sim.trace.TraceEvent` (the simulator's labels/tracks)."""
+    from stalesim.sim.trace import TraceEvent
+
+    out = []
+    for d in sorted(rows_by_rank, key=int):
+        for label, kind, *_rest, s, e in rows_by_rank[d]:
+            out.append(TraceEvent(label, s * 1e6, max(0.0, e - s) * 1e6, int(d),
+                                  "compute" if kind in COMPUTE else "comm", kind))
+    return out
+
+
+def peak_memory(summary: dict[str, Any]) -> list[int] | None:
+    pm = summary.get("peak_memory_bytes")
+    if not isinstance(pm, dict) or not pm:
+        return None
+    return [int(pm[k]) for k in sorted(pm, key=int)]

@@ -1,0 +1,222 @@
+"""``report.md`` and the figures of a validation (everything written atomically).
+
+The report says what was compared, how each number was obtained, the cost
+model's measured parameters, the per-schedule table and the aggregate fidelity
+against the goals, and links the figures and traces.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_outputs(out: Path, summary: dict[str, Any], *, sims: dict[str, Any],
+                  measured: dict[str, dict], mtimes: dict[str, dict],
+                  emulated: dict[str, list | None]) -> dict[str, Any]:
+    """Figures (and the list of trace files); returns {kind: relative path(s)}."""
+    from stalesim.validate.figures import iteration_time_figure, loss_figure, timeline_figure
+    from stalesim.validate.measured import rows_to_events
+
+    files: dict[str, Any] = {"report": "report.md", "summary": "summary.json",
+                             "profile": "profile.json", "hardware": "hardware.json"}
+    if (out / "profile_contended.json").exists():
+        files["profile_contended"] = "profile_contended.json"
+    fig_dir = out / "figures"
+    rows = summary["rows"]
+    iteration_time_figure(rows, fig_dir / "iteration_time.png",
+                          title=f"{summary['config']['model']} on {summary['devices']}: predicted vs measured")
+    files["iteration_time_figure"] = "figures/iteration_time.png"
+    timelines: dict[str, str] = {}
+    traces: dict[str, dict[str, str]] = {}
+    for name, r in sims.items():
+        m = measured.get(name) or {}
+        mt = mtimes.get(name) or {}
+        trace_entry = {"simulated": f"traces/{name}.sim.json"}
+        if (out / "runs" / name / "trace.json").exists():
+            trace_entry["measured"] = f"runs/{name}/trace.json"
+        traces[name] = trace_entry
+        if not m.get("rows") or r.timeline is None:
+            continue
+        it_s = r.iteration_time_s
+        done = r.timeline.batch_done
+        w = r.steady_window
+        if name == "hybrid" or not w:
+            s_lo = 0.0
+        else:
+            s_lo = done[w[0]] / 1e3  # ns -> us
+        s_span = 3 * it_s * 1e6
+        m_it = mt.get("iteration_time_s") or it_s
+        m_lo = (mt.get("window_s") or [0.0])[0] * 1e6
+        m_span = 3 * m_it * 1e6
+        sim_events, _ = r.trace_events()
+        path = fig_dir / f"timeline_{name}.png"
+        timeline_figure(sim_events, (s_lo, s_lo + s_span), rows_to_events(m["rows"]),
+                        (m_lo, m_lo + m_span), r.devices, path,
+                        title=f"{name}: simulated (top) vs measured (bottom), 3 steady-state iterations")
+        timelines[name] = f"figures/timeline_{name}.png"
+    files["timeline_figures"] = timelines
+    files["traces"] = traces
+    curves = {}
+    for name in sims:
+        exe = (measured.get(name) or {}).get("losses")
+        if exe:
+            E = len(emulated.get(name) or [])
+            curves[name] = (emulated.get(name) or [], exe[:max(E, 1)] if E else exe)
+    if curves:
+        loss_figure(curves, fig_dir / "loss.png")
+        files["loss_figure"] = "figures/loss.png"
+    return files
+
+
+def _f(x: Any, fmt: str, none: str = "n/a") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return none
+    return format(x, fmt)
+
+
+def _ms(x: Any) -> str:
+    return _f(None if x is None else x * 1e3, ".2f")
+
+
+def _mib(xs: Any) -> str:
+    if not xs:
+        return "n/a"
+    return " / ".join(f"{b / 2**20:.2f}" for b in xs)
+
+
+def render_report(summary: dict[str, Any]) -> str:
+    cfg = summary["config"]
+    cm = summary.get("cost_model") or {}
+    hw = summary.get("sim_hardware") or {}
+    load = summary.get("load_average") or {}
+    base = summary.get("baseline") or {}
+    files = summary.get("files") or {}
+    L: list[str] = []
+    L.append(f"# Validation: {cfg['model']} on {summary['devices']}")
+    L.append("")
+    L.append(f"Command: `{summary.get('command', 'stalesim validate')}`  ")
+    L.append(f"Load average (1/5/15 min) before: {load.get('before')}, after: {load.get('after')}  ")
+    L.append(f"Machine: {summary.get('machine', {}).get('device_name')} "
+             f"({summary.get('machine', {}).get('cpu_count')} logical CPUs)")
+    L.append("")
+    L.append("## What was compared, and how")
+    L.append("")
+    L.append(f"* Same configuration for every consumer: batch {cfg['batch_size']}, "
+             f"{cfg['microbatches']} micro-batches (gpipe/1f1b/2bw), partition PPV {summary.get('ppv')} "
+             f"(min-max over the profile), {cfg['iterations']} iterations, dataset `{cfg['dataset']}`, "
+             f"seed {cfg['seed']}, {cfg['threads']} torch thread(s) per rank. Pipeline schedules use "
+             f"S = number of devices; dp and pipe-sgd use that many workers with S = 1.")
+    L.append("* **Predicted**: the event simulator with per-stage costs from the per-layer profile "
+             "measured on this device with the ranks' thread count, plus the measured per-action "
+             "runtime overhead, plus (CPU ranks) contention: a stage's cost is interpolated between "
+             "the profile measured alone and the one measured with the other ranks busy, by how much "
+             "the other devices compute at the same time in the simulated timeline (fixed point). "
+             "Link: the calibrated alpha-beta model, all-reduce ring, CPU occupancy of transfers.")
+    L.append("* **Measured**: the executor (one process per device, torch.distributed) ran each "
+             "schedule; iteration time = time between the completions (last U) of the batches "
+             "bounding the simulator's steady window (the middle half of the run; hybrid: whole run / "
+             "batches), utilization = compute (F/B/U/LOSS) time per device inside that window.")
+    L.append("* **Speed-up**: over one rank running `sequential` (S = 1): predicted from the same "
+             "cost model, measured by running it. "
+             f"Baseline iteration: predicted {_ms(base.get('predicted_iteration_time_s'))} ms, "
+             f"measured {_ms(base.get('measured_iteration_time_s'))} ms.")
+    L.append(f"* **Loss**: the emulator (one process) ran the same config for "
+             f"{cfg.get('emulate_iterations')} iterations; `loss diff` is the largest relative "
+             "difference to the executed per-step loss (exactness check).")
+    L.append("* **Memory**: predicted = the simulator's memory model; measured = the executor's "
+             "tracked bytes (CPU: params + buffers + optimizer + stashes + gradient buffers + "
+             "in-flight tensors; CUDA: max_memory_allocated).")
+    L.append("")
+    L.append("## Cost-model parameters (measured)")
+    L.append("")
+    ov = cm.get("overhead_s") or {}
+    L.append("| parameter | value |")
+    L.append("| --- | --- |")
+    L.append("| per-action overhead F / B / U / LOSS | " +
+             " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in ("F", "B", "U", "LOSS")) + " |")
+    cr = cm.get("contention_ratio")
+    L.append(f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |")
+    bw = hw.get("bandwidth_Bps")
+    L.append(f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "
+             f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |")
+    L.append(f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "
+             f"{_f(hw.get('cpu_comm_occupancy'), '.2f')} |")
+    L.append("")
+    L.append("## Results")
+    L.append("")
+    L.append("| schedule | predicted ms | measured ms | error | util pred | util meas | "
+             "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | loss diff |")
+    L.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: |")
+    for r in summary["rows"]:
+        pu = " ".join(f"{u:.2f}" for u in r.get("predicted_utilization") or [])
+        mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
+        L.append(f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
+                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r['time_error'], '+.1%')} | {pu} | {mu} | "
+                 f"{_f(r['predicted_speedup'], '.2f')} | {_f(r['measured_speedup'], '.2f')} | "
+                 f"{_mib(r.get('predicted_peak_memory_bytes'))} | {_mib(r.get('measured_peak_memory_bytes'))} | "
+                 f"{_f(r.get('max_loss_rel_diff'), '.1e')} |")
+    errs = [r for r in summary["rows"] if r.get("error")]
+    for r in errs:
+        L.append(f"\n**{r['schedule']} failed**: {r['error']}")
+    L.append("")
+    goals = summary.get("goals_met") or {}
+
+    def g(k: str) -> str:
+        v = goals.get(k)
+        return "n/a" if v is None else ("met" if v else "missed")
+
+    L.append("| aggregate | value | goal | |")
+    L.append("| --- | ---: | ---: | --- |")
+    L.append(f"| median abs iteration-time error | {_f(summary.get('median_abs_time_error'), '.1%')} | 3% | "
+             f"{g('median_abs_time_error')} |")
+    L.append(f"| max abs iteration-time error | {_f(summary.get('max_abs_time_error'), '.1%')} | 8% | "
+             f"{g('max_abs_time_error')} |")
+    L.append(f"| max utilization gap (mean over devices) | "
+             f"{_f(summary.get('max_abs_utilization_error_points'), '.1f')} points | 3 points | "
+             f"{g('max_abs_utilization_error_points')} |")
+    L.append(f"| max speed-up error | {_f(summary.get('max_abs_speedup_error'), '.1%')} | 5% | "
+             f"{g('max_abs_speedup_error')} |")
+    L.append(f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |")
+    L.append("")
+    L.append("## Figures and traces")
+    L.append("")
+    if files.get("iteration_time_figure"):
+        L.append(f"![predicted vs measured]({files['iteration_time_figure']})")
+        L.append("")
+    if files.get("loss_figure"):
+        L.append(f"![emulated vs executed loss]({files['loss_figure']})")
+        L.append("")
+    for name, p in (files.get("timeline_figures") or {}).items():
+        L.append(f"* {name}: [timeline]({p})" + "".join(
+            f", [{k} trace]({v})" for k, v in (files.get("traces") or {}).get(name, {}).items()))
+    L.append("")
+    L.append("Traces open in Perfetto (ui.perfetto.dev); simulated and measured slices carry the same "
+             "IR labels (`1F3`, `0SEND_F3.2`, `w1:0AR5`).")
+    t = summary.get("timings_s") or {}
+    L.append("")
+    L.append("Phase times: " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in t.items()))
+    L.append("")
+    return "\n".join(L)
+
+
+def write_report(out: Path, summary: dict[str, Any]) -> Path:
+    path = Path(out) / "report.md"
+    _atomic_text(path, render_report(summary))
+    return path
