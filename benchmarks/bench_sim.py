@@ -1,0 +1,130 @@
+"""Simulator benchmarks: event-path speed, a 1,000-configuration sweep, fast vs event.
+
+Run: ``python -m benchmarks.bench_sim`` (or ``python -m benchmarks sim``).
+Goals (issue 4): event path >= 300,000 actions/s; a 1,000-configuration sweep
+<= 30 s on 2 processes; fast path >= 10x faster than the event path.
+"""
+
+from __future__ import annotations
+
+import time
+
+GOAL_ACTIONS_PER_S = 300_000
+GOAL_SWEEP_S = 30.0
+GOAL_FAST_SPEEDUP = 10.0
+
+
+def _best(fn, repeat: int = 3) -> float:
+    """Best CPU time (process_time) of ``repeat`` runs: robust to other load on the box."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def event_speed() -> list[tuple[str, int, float]]:
+    """(case, actions, seconds) of the engine alone on compiled schedules."""
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.sim.engine import compile_schedule, simulate_program
+    from stalesim.sim.model import SimHardware, uniform_costs
+
+    ideal = SimHardware.ideal()
+    link = SimHardware(device="gpu", link="pcie", latency_ns=5_000, bandwidth_Bps=2.5e10)
+    cpu = SimHardware(device="cpu", link="gloo", latency_ns=20_000, bandwidth_Bps=1e9,
+                      comm_overlaps_compute=False, cpu_comm_occupancy=0.5)
+    cases = [
+        ("pipedream S=8 N=1000 ideal", "pipedream", dict(stages=8, batches=1000), ideal),
+        ("stale S=8 N=1000 ideal", "stale", dict(stages=8, batches=1000), ideal),
+        ("1f1b S=8 M=8 N=100 pcie", "1f1b", dict(stages=8, microbatches=8, batches=100), link),
+        ("gpipe S=4 M=16 N=100 pcie", "gpipe", dict(stages=4, microbatches=16, batches=100), link),
+        ("2bw S=8 M=8 N=100 pcie", "2bw", dict(stages=8, microbatches=8, batches=100), link),
+        ("dp S=8 P=8 N=100 pcie", "dp", dict(stages=8, workers=8, batches=100), link),
+        ("pipedream S=4 N=1000 cpu/gloo", "pipedream", dict(stages=4, batches=1000), cpu),
+    ]
+    out = []
+    for label, name, cfg, hw in cases:
+        sched = build_schedule(name, ScheduleConfig(**cfg))
+        prog = compile_schedule(sched)
+        S = cfg["stages"]
+        costs = uniform_costs(S, 300_000, 600_000, 20_000, msg_bytes=2_000_000,
+                              param_bytes=10_000_000)
+        dt = _best(lambda: simulate_program(prog, costs, hw), repeat=5)
+        out.append((label, prog.n_actions, dt))
+    return out
+
+
+def sweep_time(method: str, jobs: int = 2) -> tuple[int, float]:
+    """Wall time of a ~1,000-point sweep of a ResNet-like 20-layer random profile."""
+    import random
+
+    from stalesim.sim.sweep import grid, sweep
+    from stalesim.workloads.profile import profile_from_dict
+
+    rng = random.Random(0)
+    layers = [{"name": f"l{i}", "forward_s": rng.uniform(1e-4, 1e-3),
+               "backward_s": rng.uniform(2e-4, 2e-3), "update_s": 1e-5,
+               "param_bytes": rng.randint(10**5, 10**7), "output_bytes": rng.randint(10**5, 10**6),
+               "saved_bytes": rng.randint(10**5, 10**6), "flops": rng.randint(10**8, 10**9),
+               "weight_layers": 1} for i in range(20)]
+    prof = profile_from_dict({"schema_version": 1, "model": "bench", "device": "h100-sxm",
+                              "dtype": "float32", "batch_size": 128, "layers": layers})
+    pts = grid(["gpipe", "1f1b", "pipedream", "stale", "2bw", "local", "dp", "pipe-sgd"],
+               [2, 3, 4, 6, 8], microbatches=[1, 2, 4, 8], workers=[2, 4, 8],
+               devices=["h100-sxm", "a100-80gb-sxm", "v100-sxm2"],
+               links=["nvlink4", "pcie4-x16", "100gbe", "ideal"])
+    t0 = time.perf_counter()
+    rows = sweep(prof, pts, jobs=jobs, method=method)
+    return len(rows), time.perf_counter() - t0
+
+
+def fast_vs_event() -> list[tuple[str, float, float]]:
+    """Per-configuration time of simulate() with each method (schedules cached, as in a sweep)."""
+    from stalesim.sim import simulate
+    from stalesim.sim.fastpath import fast_iteration
+    from stalesim.sim.model import SimHardware, uniform_costs
+
+    hw = SimHardware(device="gpu", link="pcie", latency_ns=5_000, bandwidth_Bps=2.5e10)
+    out = []
+    for name, S, M in [("pipedream", 8, 1), ("stale", 8, 1), ("1f1b", 8, 8), ("gpipe", 4, 8)]:
+        c = uniform_costs(S, 300_000, 600_000, msg_bytes=1_000_000)
+        kw = dict(costs=c, schedule=name, stages=S, microbatches=M, hardware=hw, keep_timeline=False)
+        simulate(**kw, method="event")
+        simulate(**kw, method="fast")
+        ev = _best(lambda: simulate(**kw, method="event"))
+        fa = _best(lambda: simulate(**kw, method="fast"))
+        core = _best(lambda: fast_iteration(name, c, hw, microbatches=M), repeat=20)
+        out.append((f"{name} S={S} M={M}", ev, fa, core))
+    return out
+
+
+def main() -> None:
+    import os
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"cpus {os.cpu_count()}, load average {load:.1f} (times below are CPU seconds "
+          "of this process, sweeps are wall time)")
+    print("event path (engine only, compiled schedule, best of 3)")
+    rates = []
+    for label, n, dt in event_speed():
+        rates.append(n / dt)
+        print(f"  {label:<32} {n:>7} actions  {dt * 1e3:8.1f} ms  {n / dt:>10,.0f} actions/s")
+    worst = min(rates)
+    print(f"  slowest case {worst:,.0f} actions/s vs goal {GOAL_ACTIONS_PER_S:,}: "
+          f"{worst / GOAL_ACTIONS_PER_S:.2f}x of goal")
+    print("fast path vs event path (simulate() per configuration, schedules cached)")
+    ratios = []
+    for label, ev, fa, core in fast_vs_event():
+        ratios.append(ev / fa)
+        print(f"  {label:<20} event {ev * 1e3:7.2f} ms  fast {fa * 1e3:6.3f} ms  "
+              f"ratio {ev / fa:6.1f}x  (formula alone {core * 1e6:6.1f} us, {ev / core:,.0f}x)")
+    print(f"  smallest ratio {min(ratios):.1f}x vs goal {GOAL_FAST_SPEEDUP:.0f}x")
+    for method in ("fast", "event"):
+        n, dt = sweep_time(method, jobs=2)
+        print(f"sweep of {n} configurations, {method} path, 2 processes: {dt:.1f} s "
+              f"(goal <= {GOAL_SWEEP_S:.0f} s: {dt / GOAL_SWEEP_S:.2f} of budget)")
+
+
+if __name__ == "__main__":
+    main()
