@@ -35,13 +35,13 @@ def event_speed() -> list[tuple[str, int, float]]:
     cpu = SimHardware(device="cpu", link="gloo", latency_ns=20_000, bandwidth_Bps=1e9,
                       comm_overlaps_compute=False, cpu_comm_occupancy=0.5)
     cases = [
-        ("pipedream S=8 N=1000 ideal", "pipedream", dict(stages=8, batches=1000), ideal),
-        ("stale S=8 N=1000 ideal", "stale", dict(stages=8, batches=1000), ideal),
-        ("1f1b S=8 M=8 N=100 pcie", "1f1b", dict(stages=8, microbatches=8, batches=100), link),
-        ("gpipe S=4 M=16 N=100 pcie", "gpipe", dict(stages=4, microbatches=16, batches=100), link),
-        ("2bw S=8 M=8 N=100 pcie", "2bw", dict(stages=8, microbatches=8, batches=100), link),
-        ("dp S=8 P=8 N=100 pcie", "dp", dict(stages=8, workers=8, batches=100), link),
-        ("pipedream S=4 N=1000 cpu/gloo", "pipedream", dict(stages=4, batches=1000), cpu),
+        ("pipedream S=8 N=1000 ideal", "pipedream", {"stages": 8, "batches": 1000}, ideal),
+        ("stale S=8 N=1000 ideal", "stale", {"stages": 8, "batches": 1000}, ideal),
+        ("1f1b S=8 M=8 N=100 pcie", "1f1b", {"stages": 8, "microbatches": 8, "batches": 100}, link),
+        ("gpipe S=4 M=16 N=100 pcie", "gpipe", {"stages": 4, "microbatches": 16, "batches": 100}, link),
+        ("2bw S=8 M=8 N=100 pcie", "2bw", {"stages": 8, "microbatches": 8, "batches": 100}, link),
+        ("dp S=8 P=8 N=100 pcie", "dp", {"stages": 8, "workers": 8, "batches": 100}, link),
+        ("pipedream S=4 N=1000 cpu/gloo", "pipedream", {"stages": 4, "batches": 1000}, cpu),
     ]
     out = []
     for label, name, cfg, hw in cases:
@@ -50,7 +50,7 @@ def event_speed() -> list[tuple[str, int, float]]:
         S = cfg["stages"]
         costs = uniform_costs(S, 300_000, 600_000, 20_000, msg_bytes=2_000_000,
                               param_bytes=10_000_000)
-        dt = _best(lambda: simulate_program(prog, costs, hw), repeat=5)
+        dt = _best(lambda p=prog, c=costs, h=hw: simulate_program(p, c, h), repeat=5)
         out.append((label, prog.n_actions, dt))
     return out
 
@@ -89,12 +89,12 @@ def fast_vs_event() -> list[tuple[str, float, float]]:
     out = []
     for name, S, M in [("pipedream", 8, 1), ("stale", 8, 1), ("1f1b", 8, 8), ("gpipe", 4, 8)]:
         c = uniform_costs(S, 300_000, 600_000, msg_bytes=1_000_000)
-        kw = dict(costs=c, schedule=name, stages=S, microbatches=M, hardware=hw, keep_timeline=False)
+        kw = {"costs": c, "schedule": name, "stages": S, "microbatches": M, "hardware": hw, "keep_timeline": False}
         simulate(**kw, method="event")
         simulate(**kw, method="fast")
-        ev = _best(lambda: simulate(**kw, method="event"))
-        fa = _best(lambda: simulate(**kw, method="fast"))
-        core = _best(lambda: fast_iteration(name, c, hw, microbatches=M), repeat=20)
+        ev = _best(lambda kw=kw: simulate(**kw, method="event"))
+        fa = _best(lambda kw=kw: simulate(**kw, method="fast"))
+        core = _best(lambda n=name, c=c, m=M: fast_iteration(n, c, hw, microbatches=m), repeat=20)
         out.append((f"{name} S={S} M={M}", ev, fa, core))
     return out
 

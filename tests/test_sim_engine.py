@@ -45,7 +45,7 @@ def test_latency_and_bandwidth_alpha_beta():
 
 def test_channel_contention_bus_vs_p2p():
     c = uniform_costs(4, 1_000_000, 2_000_000, msg_bytes=1_000_000)
-    kw = dict(device="x", link="l", latency_ns=0, bandwidth_Bps=1e9)
+    kw = {"device": "x", "link": "l", "latency_ns": 0, "bandwidth_Bps": 1e9}
     per = {}
     for topo in ("p2p", "nic", "bus"):
         tl = run("stale", c, SimHardware(**kw, topology=topo), stages=4, batches=48)
@@ -106,7 +106,7 @@ def test_pipe_sgd_hides_allreduce_until_comm_bound():
 
 
 def test_cpu_occupancy_takes_core_time():
-    base = dict(device="x", link="l", latency_ns=0, bandwidth_Bps=1e9)
+    base = {"device": "x", "link": "l", "latency_ns": 0, "bandwidth_Bps": 1e9}
     c = uniform_costs(2, 1_000_000, 2_000_000, msg_bytes=1_000_000)
     gpu = run("local", c, SimHardware(**base), stages=2, batches=20)
     cpu = run("local", c, SimHardware(**base, comm_overlaps_compute=False,

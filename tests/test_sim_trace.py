@@ -5,7 +5,7 @@ import json
 import pytest
 
 from stalesim.sim import simulate
-from stalesim.sim.trace import TraceEvent, chrome_trace, check_chrome_trace, write_chrome_trace
+from stalesim.sim.trace import TraceEvent, check_chrome_trace, chrome_trace, write_chrome_trace
 from stalesim.workloads.hardware import hardware_from_catalog
 from stalesim.workloads.profile import uniform_profile
 

@@ -25,8 +25,12 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
     """(profile, SimHardware) from --hardware | --device/--link | default (ideal link)."""
     from stalesim.errors import StalesimError
     from stalesim.sim.model import SimHardware
-    from stalesim.workloads.hardware import get_link, hardware_from_catalog, load_hardware, \
-        roofline_profile
+    from stalesim.workloads.hardware import (
+        get_link,
+        hardware_from_catalog,
+        load_hardware,
+        roofline_profile,
+    )
 
     overlap = None if args.comm_overlap is None else args.comm_overlap == "yes"
     occ = args.cpu_comm_occupancy
@@ -46,8 +50,9 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
                                        cpu_comm_occupancy=occ)
         from dataclasses import replace
 
-        hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key} from the "
-                                f"profile measured on {profile.device}",))
+        note = (f"compute estimated by roofline for {hwc.device.key} from the "
+                f"profile measured on {profile.device}")
+        hw = replace(hw, notes=(note,))
         return prof, hw
     if link:
         lnk = get_link(link)

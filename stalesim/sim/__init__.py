@@ -15,6 +15,15 @@ from stalesim.sim.result import SimResult
 from stalesim.sim.trace import Flow, TraceEvent, chrome_trace, write_chrome_trace
 
 __all__ = [
-    "simulate", "default_batches", "steady_window", "SimResult", "SimHardware", "StageCosts",
-    "uniform_costs", "TraceEvent", "Flow", "chrome_trace", "write_chrome_trace",
+    "Flow",
+    "SimHardware",
+    "SimResult",
+    "StageCosts",
+    "TraceEvent",
+    "chrome_trace",
+    "default_batches",
+    "simulate",
+    "steady_window",
+    "uniform_costs",
+    "write_chrome_trace",
 ]

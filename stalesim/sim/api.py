@@ -133,8 +133,8 @@ def simulate(
         B = costs.batch_size
         if costs.stages != S:
             raise StalesimError(f"stages: {S} requested, the stage costs have {costs.stages}")
-    cfg = dict(stages=S, batches=N, microbatches=M, workers=P, devices=devices, switch=switch,
-               warmup=warmup)
+    cfg = {"stages": S, "batches": N, "microbatches": M, "workers": P, "devices": devices, "switch": switch,
+               "warmup": warmup}
     if sched is None:
         if method == "event":
             prog = program_for(name, **cfg)

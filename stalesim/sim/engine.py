@@ -221,7 +221,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
 
     def queue_cpu(devices: tuple[int, ...] | list[int], t: int, ns: int, gid: int) -> None:
         for dd in devices:
-            s0 = core_free[dd] if core_free[dd] > t else t
+            s0 = max(t, core_free[dd])
             core_free[dd] = s0 + ns
             cpu_jobs.append((dd, s0, s0 + ns, gid))
 
@@ -244,8 +244,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                     if clock > now:
                         yield timeout(clock - now)
                         now = clock
-                    if core_free[d] > clock:
-                        clock = core_free[d]
+                    clock = max(clock, core_free[d])
                     core_free[d] = clock + dur
                 start[gid] = clock
                 clock += dur
@@ -271,7 +270,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
             elif op == 1:  # SEND
                 ser = msg_ser[s]
                 ch = _channel_index(topo, n_dev, d, ref)
-                xs = chan_free[ch] if chan_free[ch] > now else now
+                xs = max(now, chan_free[ch])
                 chan_free[ch] = xs + ser
                 arr = xs + ser + lat
                 arrive[gid] = arr
@@ -281,14 +280,14 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 if ev is not None:
                     ev.succeed(now)
                 if shares_core and arr > xs:
-                    ns = int(round(occ * (arr - xs)))
+                    ns = round(occ * (arr - xs))
                     if ns:
                         (queue_cpu if xs == now else later_cpu)((d, ref), xs, ns, gid)
             elif op == 3:  # AR: non-blocking start of a collective
                 start[gid] = end[gid] = now
                 coll_count[ref] += 1
                 if coll_count[ref] == P:
-                    cs = ring[0] if ring[0] > now else now
+                    cs = max(now, ring[0])
                     done = cs + ar_ns[s]
                     ring[0] = done
                     coll_start[ref] = cs
@@ -297,7 +296,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                     if ev is not None:
                         ev.succeed(now)
                     if shares_core and done > cs:
-                        ns = int(round(occ * (done - cs)))
+                        ns = round(occ * (done - cs))
                         if ns:
                             devs = [sched.device_of(s, w) for w in range(P)]
                             (queue_cpu if cs == now else later_cpu)(devs, cs, ns, gid)

@@ -57,7 +57,7 @@ def stage_memory_counts(sched: Schedule) -> list[StageMemory]:
         # state per (worker, stage) on this device
         state: dict[tuple[int, int], dict[str, Any]] = {}
 
-        def st(a) -> dict[str, Any]:
+        def st(a, state=state) -> dict[str, Any]:
             key = (a.worker, a.stage)
             s = state.get(key)
             if s is None:
@@ -123,7 +123,7 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
         b = breakdown[d]
         b["weights"] += pb * c.versions_kept
         b["gradients"] += pb * c.grad_buffers
-        b["optimizer"] += int(round(pb * optimizer_state_factor))
+        b["optimizer"] += round(pb * optimizer_state_factor)
         b["activations"] += costs.saved_bytes[c.stage] * c.max_in_flight
         b["comm_buffers"] += costs.msg_bytes[c.stage] * c.comm_messages + pb * c.allreduce_in_flight
     peaks = [sum(b.values()) for b in breakdown]

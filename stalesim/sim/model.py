@@ -33,7 +33,7 @@ TOPOLOGIES = ("p2p", "nic", "bus")
 
 def to_ns(seconds: float) -> int:
     """Seconds -> integer nanoseconds (rounded)."""
-    return int(round(seconds * NS))
+    return round(seconds * NS)
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class SimHardware:
         """Compute time a transfer of ``comm_ns`` takes from a core (0 with copy engines)."""
         if self.comm_overlaps_compute or comm_ns <= 0:
             return 0
-        return int(round(self.cpu_comm_occupancy * comm_ns))
+        return round(self.cpu_comm_occupancy * comm_ns)
 
     def describe(self) -> str:
         ov = "overlaps compute" if self.comm_overlaps_compute else \

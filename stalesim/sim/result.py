@@ -76,16 +76,16 @@ class SimResult:
         util = " ".join(f"{u:.2f}" for u in self.utilization)
         mem = " ".join(_fmt_bytes(b) for b in self.peak_memory_bytes)
         lines = [
-            f"schedule {self.schedule}: S={self.stages} M={self.microbatches} P={self.workers} "
-            f"batches={self.batches} batch_size={self.batch_size} devices={self.devices} "
-            f"({self.method} path)",
+            (f"schedule {self.schedule}: S={self.stages} M={self.microbatches} P={self.workers} "
+             f"batches={self.batches} batch_size={self.batch_size} devices={self.devices} "
+             f"({self.method} path)"),
             f"hardware: {self.hardware_note}",
             f"partition: ppv={self.partition.get('ppv')} cuts={self.partition.get('cuts')}",
-            f"iteration time   {ms:.4g} ms per mini-batch (steady state; fill+drain "
-            f"{self.fill_drain_s * 1e3:.4g} ms, makespan {self.makespan_s * 1e3:.4g} ms)",
+            (f"iteration time   {ms:.4g} ms per mini-batch (steady state; fill+drain "
+             f"{self.fill_drain_s * 1e3:.4g} ms, makespan {self.makespan_s * 1e3:.4g} ms)"),
             f"throughput       {self.throughput_samples_per_s:.4g} samples/s",
-            f"speed-up         {self.speedup:.3f}x over one device running sequential "
-            f"({self.sequential_time_s * 1e3:.4g} ms per batch)",
+            (f"speed-up         {self.speedup:.3f}x over one device running sequential "
+             f"({self.sequential_time_s * 1e3:.4g} ms per batch)"),
             f"utilization      {util}  (bubble {self.bubble_fraction:.3f})",
             f"peak memory      {mem}",
             f"staleness        {self.staleness}  versions kept {self.versions.get('versions_kept')}",

@@ -29,8 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TraceEvent", "Flow", "action_label", "chrome_trace", "write_chrome_trace",
-           "check_chrome_trace"]
+__all__ = [
+    "Flow",
+    "TraceEvent",
+    "action_label",
+    "check_chrome_trace",
+    "chrome_trace",
+    "write_chrome_trace",
+]
 
 TRACKS = ("compute", "comm")
 
