@@ -1,0 +1,78 @@
+"""``stalesim validate`` end to end on 2 CPU ranks (short), and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from stalesim.cli import main
+
+
+def _hw(tmp_path: Path) -> Path:
+    """A fixed hardware file (the calibration itself is tested in the workloads area)."""
+    p = tmp_path / "hw.json"
+    p.write_text(json.dumps({"schema_version": 1, "device": "cpu-core", "link": "gloo-loopback",
+                             "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
+    return p
+
+
+@pytest.mark.slow
+def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
+    out = tmp_path / "v"
+    rc = main(["validate", "--model", "lenet5", "--devices", "cpu:2", "--schedules", "1f1b,pipe-sgd",
+               "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "2",
+               "--emulate-iterations", "3", "--hardware", str(_hw(tmp_path)), "--out", str(out),
+               "--quiet"])
+    assert rc == 0
+    text = capfd.readouterr().out
+    assert "1f1b" in text and "pipe-sgd" in text
+    for f in ("report.md", "summary.json", "profile.json", "profile_contended.json", "hardware.json",
+              "figures/iteration_time.png", "figures/loss.png", "figures/timeline_1f1b.png",
+              "figures/timeline_pipe-sgd.png", "traces/1f1b.sim.json", "runs/1f1b/trace.json"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "summary.json").read_text())
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(summary["rows"])
+    assert list(df["schedule"]) == ["1f1b", "pipe-sgd"]
+    for r in summary["rows"]:
+        assert math.isfinite(r["time_error"]) and r["predicted_iteration_time_s"] > 0
+        assert r["measured_iteration_time_s"] > 0
+        for key in ("predicted_utilization", "measured_utilization"):
+            assert len(r[key]) == 2 and all(0.0 <= u <= 1.0 for u in r[key])
+        assert 0 <= r["predicted_utilization_mean"] <= 1 and 0 <= r["measured_utilization_mean"] <= 1
+        assert r["predicted_speedup"] > 0 and r["measured_speedup"] > 0
+        assert r["max_loss_rel_diff"] is not None and r["max_loss_rel_diff"] < 1e-4
+        assert r["versions_match_ir"] is True
+        assert len(r["predicted_peak_memory_bytes"]) == 2 and len(r["measured_peak_memory_bytes"]) == 2
+    assert math.isfinite(summary["median_abs_time_error"]) and math.isfinite(summary["max_abs_time_error"])
+    assert summary["load_average"]["before"] is not None
+    assert summary["command"].startswith("stalesim")
+    assert summary["cost_model"]["overhead_s"]["F"] >= 0
+    report = (out / "report.md").read_text()
+    assert "| 1f1b |" in report and "figures/iteration_time.png" in report
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--schedules", "1f1b,bogus"], "unknown schedule 'bogus'"),
+    (["--devices", "gpu:2"], "--devices"),
+    (["--devices", "cpu:x"], "--devices"),
+    (["--batch-size", "30", "--microbatches", "4", "--schedules", "gpipe"], "--batch-size"),
+    (["--ppv", "1,2"], "--ppv"),
+    (["--model", "nonet"], "--model"),
+])
+def test_bad_input_one_line_exit_2(tmp_path: Path, capsys, argv, needle) -> None:
+    rc = main(["validate", "--out", str(tmp_path / "o"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.count("\n") == 0 and err.startswith("stalesim: error:") and needle in err
+
+
+def test_out_not_writable(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = main(["validate", "--out", str(blocker / "sub")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "--out" in err

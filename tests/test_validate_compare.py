@@ -1,0 +1,172 @@
+"""validate's pure logic on synthetic inputs: errors, rows, aggregates, windows, report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stalesim.errors import StalesimError
+from stalesim.validate.compare import aggregate, goals_met, make_row, max_loss_rel_diff, rel_error
+from stalesim.validate.config import check_out_dir, resolve_schedules, runnable_schedules
+from stalesim.validate.measured import completions, measured_timing, rows_to_events
+
+
+def test_rel_error_signed_and_missing() -> None:
+    assert rel_error(1.1, 1.0) == pytest.approx(0.1)
+    assert rel_error(0.9, 1.0) == pytest.approx(-0.1)
+    assert rel_error(None, 1.0) is None
+    assert rel_error(1.0, 0.0) is None
+    assert rel_error(float("nan"), 1.0) is None
+
+
+def test_max_loss_rel_diff() -> None:
+    assert max_loss_rel_diff([2.0, 1.0], [2.0, 1.0]) == 0.0
+    assert max_loss_rel_diff([2.0, 1.1, 5.0], [2.0, 1.0]) == pytest.approx(0.1)
+    assert max_loss_rel_diff([None, 1.0], [3.0, 1.0]) == 0.0
+    assert max_loss_rel_diff(None, [1.0]) is None
+
+
+def _row(name: str, p: float, m: float, **kw) -> dict:
+    return make_row(name, predicted={"iteration_time_s": p, "utilization": [0.8, 0.6],
+                                     "peak_memory_bytes": [10, 20]},
+                    measured={"iteration_time_s": m, "utilization": [0.7, 0.6],
+                              "peak_memory_bytes": [11, 19]},
+                    predicted_baseline_s=2.0, measured_baseline_s=2.2, **kw)
+
+
+def test_make_row_fields_and_speedup() -> None:
+    r = _row("1f1b", 1.0, 1.25, emulated_losses=[2.3, 2.2], executed_losses=[2.3, 2.2])
+    assert r["time_error"] == pytest.approx(-0.2)
+    assert r["predicted_utilization_mean"] == pytest.approx(0.7)
+    assert r["measured_utilization_mean"] == pytest.approx(0.65)
+    assert r["utilization_error_points"] == pytest.approx(5.0)
+    assert r["predicted_speedup"] == pytest.approx(2.0)
+    assert r["measured_speedup"] == pytest.approx(2.2 / 1.25)
+    assert r["max_loss_rel_diff"] == 0.0
+    for key in ("predicted_iteration_time_s", "measured_iteration_time_s", "predicted_utilization",
+                "measured_utilization", "predicted_peak_memory_bytes", "measured_peak_memory_bytes"):
+        assert key in r
+
+
+def test_aggregate_and_goals() -> None:
+    rows = [_row("a", 1.0, 1.0), _row("b", 1.02, 1.0), _row("c", 0.9, 1.0)]
+    agg = aggregate(rows)
+    assert agg["median_abs_time_error"] == pytest.approx(0.02)
+    assert agg["max_abs_time_error"] == pytest.approx(0.1)
+    met = goals_met(agg)
+    assert met["median_abs_time_error"] is True and met["max_abs_time_error"] is False
+    empty = aggregate([])
+    assert empty["median_abs_time_error"] is None and goals_met(empty)["max_abs_time_error"] is None
+
+
+def test_pandas_reads_rows() -> None:
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame([_row("a", 1.0, 1.1), _row("b", 2.0, 1.9)])
+    assert list(df["schedule"]) == ["a", "b"] and df["time_error"].abs().max() < 0.2
+
+
+def _rows_two_devices(it: float = 0.01, n: int = 8) -> dict[str, list]:
+    """Device 0 computes F then B for 60% of each iteration; device 1 does U at the end."""
+    r0, r1 = [], []
+    for t in range(n):
+        s = t * it
+        r0.append([f"0F{t}", "F", 0, t, None, 0, s, s + 0.3 * it])
+        r0.append([f"0B{t}", "B", 0, t, None, 0, s + 0.3 * it, s + 0.6 * it])
+        r0.append([f"0SEND_F{t}", "SEND_F", 0, t, None, 0, s + 0.6 * it, s + 0.61 * it])
+        r1.append([f"1U{t}", "U", 1, t, None, 0, s + 0.9 * it, s + it])
+    return {"0": r0, "1": r1}
+
+
+def test_measured_timing_uses_the_sim_window() -> None:
+    rows = _rows_two_devices()
+    done = completions(rows, 8)
+    assert done[3] == pytest.approx(0.04)
+    m = measured_timing({"rows": rows, "iterations": 8, "schedule": "1f1b"})
+    assert m["iteration_time_s"] == pytest.approx(0.01)
+    assert m["window"] == [2, 5]
+    assert m["utilization"][0] == pytest.approx(0.6)
+    assert m["utilization"][1] == pytest.approx(0.1)
+    h = measured_timing({"rows": rows, "iterations": 8, "schedule": "hybrid"})
+    assert h["iteration_time_s"] == pytest.approx(0.08 / 8)
+    evs = rows_to_events(rows)
+    assert {e.tid for e in evs} == {"compute", "comm"} and evs[0].name == "0F0"
+
+
+def test_schedules_resolution_and_errors(tmp_path) -> None:
+    assert resolve_schedules("all", 2) == runnable_schedules(2)
+    assert len(runnable_schedules(2)) == 10 and runnable_schedules(1) == ["sequential"]
+    assert resolve_schedules("dp,1f1b,dp", 2) == ["dp", "1f1b"]
+    with pytest.raises(StalesimError, match="unknown schedule 'nope'"):
+        resolve_schedules("1f1b,nope", 2)
+    with pytest.raises(StalesimError, match="cannot run on 1"):
+        resolve_schedules("gpipe", 1)
+    assert check_out_dir(str(tmp_path / "a" / "b")).is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StalesimError, match="--out"):
+        check_out_dir(str(blocker / "sub"))
+
+
+def test_cost_model_overhead_and_contention_mix() -> None:
+    from dataclasses import replace
+
+    from stalesim.validate.costmodel import CostModel, stage_costs_for
+    from stalesim.workloads.profile import uniform_profile
+
+    alone = uniform_profile(4, 1e-3, 2e-3, 32, update_s=1e-4)
+    busy = replace(alone, layers=[replace(lp, forward_s=2e-3, backward_s=4e-3, update_s=2e-4)
+                                  for lp in alone.layers])
+    cm = CostModel(alone, busy, {"F": 1e-5, "B": 2e-5, "U": 3e-5, "LOSS": 4e-5})
+    assert cm.contention_ratio() == pytest.approx(2.0)
+    c0 = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, phi=[0.0, 0.0])
+    assert c0.f_ns == (2_000_000 + 10_000,) * 2 and c0.b_ns == (4_000_000 + 20_000,) * 2
+    assert c0.u_ns == (200_000 + 30_000,) * 2 and c0.loss_ns == 40_000
+    c1 = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, phi=[1.0, 0.5])
+    assert c1.f_ns == (4_000_000 + 10_000, 3_000_000 + 10_000)
+
+
+def test_busy_overlap_from_the_simulated_timeline() -> None:
+    from stalesim.sim import simulate
+    from stalesim.sim.model import SimHardware, uniform_costs
+    from stalesim.validate.costmodel import CostModel, busy_overlap, simulate_with_costs
+    from stalesim.workloads.profile import uniform_profile
+
+    costs = uniform_costs(2, 1_000_000, 2_000_000)
+    seq = simulate(None, "sequential", stages=2, batches=8, costs=costs)
+    assert busy_overlap(seq) == [0.0, 0.0]  # the two devices never compute together
+    pd = simulate(None, "pipedream", stages=2, batches=24, costs=costs)
+    ov = busy_overlap(pd)
+    assert all(0.8 <= x <= 1.0 for x in ov)
+    # the fixed point: contended costs (2x) apply in proportion to the overlap
+    from dataclasses import replace
+
+    alone = uniform_profile(4, 1e-3, 2e-3, 32)
+    busy = replace(alone, layers=[replace(lp, forward_s=2e-3, backward_s=4e-3) for lp in alone.layers])
+    cm = CostModel(alone, busy)
+    hw = SimHardware.ideal()
+    r_seq, _ = simulate_with_costs(cm, hw, "sequential",
+                                   stages=2, ppv=None, batch_size=32, microbatches=1, workers=1, batches=8)
+    r_pd, info = simulate_with_costs(cm, hw, "pipedream",
+                                     stages=2, ppv=None, batch_size=32, microbatches=1, workers=1, batches=24)
+    assert r_seq.iteration_time_s == pytest.approx(2 * 6e-3, rel=1e-3)  # alone costs
+    assert min(info["phi"]) > 0.8 and r_pd.iteration_time_s > 1.6 * 6e-3
+    assert math.isfinite(r_pd.iteration_time_s)
+
+
+def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
+    from stalesim.validate.report import render_report, write_report
+
+    rows = [_row("1f1b", 1.0, 1.1, extra={"error": None}), _row("dp", 0.5, 0.5)]
+    summary = {"config": {"model": "lenet5", "batch_size": 32, "microbatches": 4, "iterations": 8,
+                          "dataset": "synthetic", "seed": 0, "threads": 1, "emulate_iterations": 3},
+               "devices": "cpu:2", "ppv": [2], "rows": rows, **aggregate(rows),
+               "goals_met": goals_met(aggregate(rows)),
+               "cost_model": {"overhead_s": {"F": 1e-4}, "contention_ratio": 1.2},
+               "sim_hardware": {"latency_s": 5e-5, "bandwidth_Bps": 2e9, "comm_overlaps_compute": False,
+                                "cpu_comm_occupancy": 0.5},
+               "files": {"iteration_time_figure": "figures/iteration_time.png"}}
+    text = render_report(summary)
+    assert "| 1f1b | 1000.00 | 1100.00 | -9.1% |" in text
+    assert "figures/iteration_time.png" in text and "median abs iteration-time error" in text
+    assert write_report(tmp_path, summary).read_text() == text
