@@ -22,11 +22,17 @@ from stalesim.errors import StalesimError
 
 def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
              resume: str | None = None, evaluate: bool = True, label: str | None = None,
-             keep_rows: bool = False) -> dict[str, Any]:
-    """The JSON-able description of one run (``cfg``: TrainConfig or its dict)."""
+             keep_rows: bool = False, deterministic: bool = False) -> dict[str, Any]:
+    """The JSON-able description of one run (``cfg``: TrainConfig or its dict).
+
+    ``keep_rows``: the summary also carries every rank's per-action timings and the
+    versions each runtime used (tests); ``deterministic``: the ranks call
+    ``torch.use_deterministic_algorithms(True)``.
+    """
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     return {"train": d, "out": out, "checkpoint_every": int(checkpoint_every or 0),
-            "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows}
+            "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
+            "deterministic": bool(deterministic)}
 
 
 def plan(cfg: Any, batches_per_epoch: int | None = None):  # noqa: ANN201
@@ -44,8 +50,13 @@ def build_stages(cfg: Any, S: int, local: bool):  # noqa: ANN201
     from stalesim.workloads.partition import split_stages
     from stalesim.workloads.zoo import build_model
 
-    model = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed).to(cfg.torch_dtype)
-    stages = split_stages(model, ppv=cfg.ppv) if cfg.ppv is not None else split_stages(model, stages=S)
+    from stalesim.workloads.partition import default_ppv
+
+    model = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+    # the FLOP-balanced cut is found on the float32 model, as the emulator does
+    ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(model, S) if S > 1 else [])
+    model = model.to(cfg.torch_dtype)
+    stages = split_stages(model, ppv=ppv)
     heads: list[Any] = [None] * S
     if local:
         from stalesim.emulator.heads import make_aux_heads
@@ -82,7 +93,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg = TrainConfig.from_dict(dict(job["train"]))
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
     cfg.check()
-    if torch.are_deterministic_algorithms_enabled() is False and job.get("deterministic"):
+    if job.get("deterministic"):
         torch.use_deterministic_algorithms(True)
     S = cfg.num_stages
     from stalesim.schedule import get_spec

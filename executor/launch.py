@@ -116,7 +116,7 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
     single = isinstance(jobs, dict)
     job_list = [jobs] if single else list(jobs)
     world = devs.count
-    grace = float(grace_s if grace_s is not None else min(5.0, max(1.0, timeout_s)))
+    grace = float(grace_s if grace_s is not None else min(3.0, max(1.0, timeout_s)))
     own_tmp = None
     if workdir is None:
         own_tmp = tempfile.TemporaryDirectory(prefix="stalesim-exec-")

@@ -157,9 +157,9 @@ class Rank:
         for i in range(self.index, len(acts)):
             a = acts[i]
             label = label_of(a)
+            beacon.set(label)
             if check is not None:
                 check(label)
-            beacon.set(label)
             if self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] <= i + RECV_AHEAD * 4:
                 self._post_ahead()
             self.cur = i
