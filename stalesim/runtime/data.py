@@ -146,6 +146,12 @@ def _load_idx(cfg: TrainConfig) -> Dataset:
 
 
 def _download(cls, cache: Path, looked: list[str], dataset: str):  # noqa: ANN001, ANN202
+    """torchvision's download into the cache (10 s socket timeout); ``STALESIM_NO_DOWNLOAD=1``
+    skips it (offline machines, tests)."""
+    if os.environ.get("STALESIM_NO_DOWNLOAD", "") not in ("", "0"):
+        raise StalesimError(
+            f"dataset: {dataset} not found (looked in {', '.join(looked)}); downloads are off "
+            "(STALESIM_NO_DOWNLOAD); pass --data-dir or set STALESIM_DATA")
     old = socket.getdefaulttimeout()
     socket.setdefaulttimeout(10)
     try:

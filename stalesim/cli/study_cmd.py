@@ -1,0 +1,76 @@
+"""``stalesim study``: a grid of emulations with a mean ± std table and a plot."""
+
+from __future__ import annotations
+
+import argparse
+
+from stalesim.cli.common import positive_int, print_json
+from stalesim.cli.train_args import add_train_args, train_config_from_args
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(p) for p in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "study", help="grid of emulations (schedule x placement x mitigation x seed)",
+        description="Run emulations over a grid in parallel processes and write results.jsonl, "
+                    "table.csv, table.md (mean ± std over seeds) and accuracy_vs_staleness.png.")
+    add_train_args(p)
+    p.add_argument("--schedules", type=_csv, default=["sequential", "stale"],
+                   help="comma-separated schedules (default sequential,stale)")
+    p.add_argument("--placements", default="S2",
+                   help="';'-separated PPVs or stage counts, e.g. '2;1,2;1,2,3,4' or 'S2;S4'")
+    p.add_argument("--mitigations", type=_csv, default=["none"],
+                   help="comma-separated: none, weight-prediction, spike-compensation, pipemare, "
+                        "pipemare-lr, pipemare-correction, staleness-lr")
+    p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
+    p.add_argument("--jobs", type=positive_int, default=2, help="parallel processes")
+    p.add_argument("--out", required=True, help="study folder")
+    p.add_argument("--json", action="store_true", help="print the aggregated table as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.emulator.study import aggregate, expand, parse_placements, plot, run_study, write_table
+
+    if args.ppv is not None or args.stages is not None:
+        from stalesim.errors import StalesimError
+
+        raise StalesimError("placements: use --placements for a study, not --ppv/--stages")
+    base = train_config_from_args(args)
+    out = Path(args.out)
+    places = parse_placements(args.placements)
+    points, mit_of = [], {}
+    for mit in args.mitigations:
+        for rid, cfg in expand(base, args.schedules, places, [mit], args.seeds):
+            if rid not in mit_of:
+                points.append((rid, cfg))
+                mit_of[rid] = mit
+    write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
+                                           "placements": args.placements,
+                                           "mitigations": args.mitigations, "seeds": args.seeds,
+                                           "runs": [rid for rid, _ in points]})
+    results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
+                        mitigation_of=mit_of)
+    rows = aggregate(results)
+    write_table(rows, out)
+    plot(rows, out)
+    if args.json:
+        print_json(rows)
+    else:
+        print((out / "table.md").read_text(), end="")
+        print(f"wrote {out}/table.csv, table.md, accuracy_vs_staleness.png, results.jsonl")
+    return 0

@@ -1,0 +1,91 @@
+"""Training flags shared by ``stalesim emulate`` and ``stalesim run`` (-> TrainConfig)."""
+
+from __future__ import annotations
+
+import argparse
+
+from stalesim.cli.common import int_list, nonneg_int, positive_float, positive_int
+from stalesim.cli.schedule_cmd import add_schedule_args
+from stalesim.errors import StalesimError
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return v
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    """Model, data, schedule, optimizer and mitigation flags (names match TrainConfig)."""
+    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, alexnet, vgg16, resnet20, ...)")
+    p.add_argument("--dataset", default=None,
+                   help="mnist | fashion-mnist | cifar10 | synthetic (default: the model's)")
+    p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
+    add_schedule_args(p)
+    p.add_argument("--ppv", type=int_list, default=None,
+                   help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=positive_int, default=None, help="full passes over the data")
+    length.add_argument("--iterations", type=positive_int, default=None, help="mini-batches to run")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
+    p.add_argument("--lr", type=positive_float, default=0.01)
+    p.add_argument("--momentum", type=_nonneg_float, default=0.9)
+    p.add_argument("--weight-decay", type=_nonneg_float, default=0.0)
+    p.add_argument("--lr-schedule", default="constant", help="constant | step | cosine")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
+    p.add_argument("--dtype", default="float32", help="float32 | float64")
+    p.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
+    p.add_argument("--switch-epoch", type=nonneg_int, default=None,
+                   help="hybrid: epochs run stale-pipelined before switching")
+    p.add_argument("--compression", default="none", help="dp/pipe-sgd all-reduce: none | fp16 | int8")
+    p.add_argument("--synthetic-size", type=positive_int, default=1024,
+                   help="training samples of the synthetic dataset")
+    p.add_argument("--no-augment", action="store_true", help="CIFAR: no random crop/flip")
+    m = p.add_argument_group("mitigations")
+    m.add_argument("--weight-prediction", action="store_true",
+                   help="forward/backward on w - lr*D*v (SpecTrain / linear weight prediction)")
+    m.add_argument("--spike-compensation", action="store_true", help="Kosson et al. (a=mu^D, b=(1-mu^D)/(1-mu))")
+    m.add_argument("--pipemare-lr", action="store_true", help="PipeMare lr rescheduling lr*tau^-p")
+    m.add_argument("--pipemare-warmup", type=nonneg_int, default=0,
+                   help="iterations over which PipeMare's p anneals from 1 to 0 (0: p stays 1)")
+    m.add_argument("--pipemare-correction", action="store_true", help="PipeMare discrepancy correction")
+    m.add_argument("--pipemare-gamma", type=_nonneg_float, default=0.9, help="EMA decay of the correction")
+    m.add_argument("--staleness-lr", action="store_true", help="staleness-aware lr: lr/(D+1)")
+    # --warmup (synchronous warm-up iterations) comes from add_schedule_args
+
+
+def train_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig
+    from stalesim.runtime.config import TrainConfig
+
+    if getattr(args, "devices", None) is not None:
+        raise StalesimError("devices: the emulator runs every stage on one device "
+                            "(--devices is for simulate/run)")
+    iterations = args.iterations
+    if args.batches is not None:
+        if iterations is not None or args.epochs is not None:
+            raise StalesimError("batches: give one of --batches/--iterations/--epochs")
+        iterations = args.batches
+    dataset = args.dataset
+    if dataset is None:
+        from stalesim.workloads.zoo import build_model
+
+        dataset = build_model(args.model).default_dataset
+    cfg = TrainConfig(
+        model=args.model, dataset=dataset, schedule=args.schedule,
+        stages=args.stages, ppv=args.ppv, microbatches=args.microbatches, workers=args.workers,
+        iterations=iterations, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        momentum=args.momentum, weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
+        seed=args.seed, device=args.device, dtype=args.dtype, data_dir=args.data_dir,
+        switch=args.switch, switch_epoch=args.switch_epoch, warmup=args.warmup,
+        compression=args.compression, weight_prediction=args.weight_prediction,
+        spike_compensation=args.spike_compensation, pipemare_lr=args.pipemare_lr,
+        pipemare_warmup=args.pipemare_warmup, pipemare_correction=args.pipemare_correction,
+        pipemare_gamma=args.pipemare_gamma, staleness_lr=args.staleness_lr,
+        synthetic_size=args.synthetic_size, augment=not args.no_augment,
+    )
+    return cfg.check()

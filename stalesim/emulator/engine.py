@@ -1,0 +1,472 @@
+"""The delay-buffer emulator: replays a schedule's global order on one device.
+
+Every (worker, stage) gets a :class:`~stalesim.runtime.stage.StageRuntime`; the
+actions of ``dry_run(sched)`` are executed in order. SEND/RECV are in-process
+hand-offs keyed by (worker, stage, batch, micro) (the activation is detached
+and re-marked ``requires_grad`` at the receiver, as the executor does), AR
+averages the workers' gradient buffers (through the Pipe-SGD compressor), and
+the per-stage queues of in-flight forwards inside the runtimes are the delay
+buffers. Nothing is recomputed and no weights are copied except the versions
+the schedule needs (see :mod:`stalesim.runtime.stage`).
+
+The schedule is built once for the whole run (about 1 ms per batch to build and
+dry-run), so the pipeline never drains between epochs, exactly as a real
+pipeline would run, and a resumed run replays the same order.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stalesim.emulator.heads import make_aux_heads
+from stalesim.errors import StalesimError
+from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.data import BatchStream, batch_stream, shard
+from stalesim.runtime.mitigations import compress
+from stalesim.runtime.plan import build_train_schedule
+from stalesim.runtime.stage import StageRuntime
+from stalesim.schedule import Action, Kind, Schedule, dry_run
+
+CKPT_NAME = "checkpoint.pt"
+
+
+@dataclass
+class RunState:
+    """Progress that a checkpoint must carry besides the runtimes."""
+
+    index: int = 0  # next step of the replay
+    losses: dict[int, float] = field(default_factory=dict)  # batch -> mini-batch loss
+    loss_parts: dict[int, float] = field(default_factory=dict)
+    loss_count: dict[int, int] = field(default_factory=dict)
+    correct: dict[int, int] = field(default_factory=dict)  # epoch -> correct train predictions
+    seen: dict[int, int] = field(default_factory=dict)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    elapsed: float = 0.0
+    diverged_at: int | None = None
+    ar_issued: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+class Emulator:
+    """Build once, then :meth:`run`. ``out`` (a run folder) enables logs and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None,
+                 checkpoint_every: int = 0, progress: bool | None = None,
+                 stream: BatchStream | None = None, model: torch.nn.Module | None = None) -> None:
+        """``model``: a LayeredModel to use instead of ``build_model(cfg.model)`` (tests,
+        bring-your-own models); ``stream``: a prepared batch stream (saves reloading data)."""
+        from stalesim.workloads.partition import split_stages
+        from stalesim.workloads.zoo import build_model
+
+        self.cfg = cfg.check()
+        self.out = Path(out) if out is not None else None
+        self.checkpoint_every = int(checkpoint_every)
+        self.progress = progress
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise StalesimError(f"device: {cfg.device} requested but no CUDA device is visible")
+        base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
+                                                           seed=cfg.seed)
+        self.input_shape = base.input_shape
+        self.stream = stream if stream is not None else batch_stream(cfg, input_shape=base.input_shape)
+        self.bpe = self.stream.batches_per_epoch
+        self.total = cfg.total_iterations(self.bpe)
+        self.sched: Schedule = build_train_schedule(cfg, self.total, self.bpe)
+        self.S, self.P = self.sched.stages, self.sched.workers
+        self.M = self.sched.microbatches if self.sched.uses_micro else 1
+        from stalesim.workloads.partition import default_ppv
+
+        self.ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, self.S) if self.S > 1 else [])
+        lr_fn: Callable[[int], float] = lambda t: cfg.lr_at(t, self.total)  # noqa: E731
+        self.models = [base] + [copy.deepcopy(base) for _ in range(self.P - 1)]
+        self.stage_mods: list[list[torch.nn.Module]] = []
+        self.rts: list[list[StageRuntime]] = []
+        for r, model in enumerate(self.models):
+            model.to(device=self.device, dtype=cfg.torch_dtype).train()
+            mods = split_stages(model, ppv=self.ppv)
+            if len(mods) != self.S:
+                raise StalesimError(f"ppv: gives {len(mods)} stages but the schedule has {self.S}")
+            heads = make_aux_heads(mods, base.input_shape, cfg.num_classes, cfg.seed) \
+                if self.sched.local_loss else [None] * self.S
+            self.stage_mods.append(mods)
+            self.rts.append([
+                StageRuntime(m, stage=s, num_stages=self.S, schedule=self.sched, cfg=cfg,
+                             device=self.device, worker=r, head=heads[s], lr_fn=lr_fn)
+                for s, m in enumerate(mods)
+            ])
+        self.steps = [st.action for st in dry_run(self.sched)]
+        self.state = RunState()
+        self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
+        self._events = self._plan_events()
+        self._acts: dict[tuple, torch.Tensor] = {}
+        self._grads: dict[tuple, torch.Tensor] = {}
+        self._batch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._batch_left: dict[int, int] = {}
+        self.loss_actions_per_batch = self.P * self.M
+        self.peak_inflight_bytes = 0
+
+    # ------------------------------------------------------------ planning
+    def _plan_events(self) -> dict[int, dict[str, Any]]:
+        """Replay positions after which an epoch ends / a checkpoint is due.
+
+        A batch is *done* when all its updates ran; "after step k" means every
+        batch < k is done. For every checkpoint, the forwards in flight there are
+        found now, so their weight versions can be reserved (kept) until it.
+        """
+        need = self.S * self.P
+        left: dict[int, int] = defaultdict(lambda: need)
+        done_upto = 0
+        finished: set[int] = set()
+        events: dict[int, dict[str, Any]] = {}
+        for i, a in enumerate(self.steps):
+            if a.kind is not Kind.U:
+                continue
+            left[a.batch] -= 1
+            if left[a.batch] == 0:
+                finished.add(a.batch)
+                del left[a.batch]
+                start = done_upto
+                while done_upto in finished:
+                    finished.discard(done_upto)
+                    done_upto += 1
+                for k in range(start + 1, done_upto + 1):
+                    ev = events.setdefault(i, {"done": k, "epoch_end": [], "checkpoint": False})
+                    ev["done"] = k
+                    if k % self.bpe == 0 and self.cfg.epochs is not None:
+                        ev["epoch_end"].append(k // self.bpe - 1)
+                    if self.out is not None and (
+                        (self.checkpoint_every and k % self.checkpoint_every == 0)
+                        or (k % self.bpe == 0 and k < self.total)
+                    ):
+                        ev["checkpoint"] = True
+        if self.out is not None:
+            self._reserve_for_checkpoints(events)
+        return events
+
+    def _reserve_for_checkpoints(self, events: dict[int, dict[str, Any]]) -> None:
+        ck = sorted(i for i, ev in events.items() if ev["checkpoint"])
+        if not ck:
+            return
+        f_at: dict[tuple, int] = {}
+        spans = []
+        for i, a in enumerate(self.steps):
+            if a.kind is Kind.F:
+                f_at[(a.worker, a.stage, a.batch, a.micro)] = i
+            elif a.kind is Kind.B:
+                key = (a.worker, a.stage, a.batch, a.micro)
+                spans.append((f_at.pop(key), i, key))
+        import bisect
+
+        self._ck_release = defaultdict(list)
+        table = self.sched.versions
+        for fi, bi, key in spans:
+            j = bisect.bisect_left(ck, fi)
+            while j < len(ck) and ck[j] < bi:
+                w, s, t, m = key
+                v = table.v_f(s, t, m, w)
+                self.rts[w][s].reserve(v)
+                self._ck_release[ck[j]].append((w, s, v))
+                j += 1
+
+    # ------------------------------------------------------------- actions
+    def _data(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self._batch.get(t)
+        if b is None:
+            x, y = self.stream(t)
+            b = (x.to(self.device), y.to(self.device))
+            self._batch[t] = b
+            self._batch_left.setdefault(
+                t, self.loss_actions_per_batch * (self.S if self.sched.local_loss else 1))
+        return b
+
+    def _slice(self, z: torch.Tensor, worker: int, micro: int | None) -> torch.Tensor:
+        if self.P > 1:
+            z = shard(z, self.P, worker)
+        if micro is not None and self.M > 1:
+            z = shard(z, self.M, micro)
+        return z
+
+    def _forward(self, a: Action) -> None:
+        r, s, t, m = a.worker, a.stage, a.batch, a.micro
+        if s == 0:
+            x = self._slice(self._data(t)[0], r, m)
+        else:
+            x = self._acts.pop((r, s, t, m))
+            if not self.sched.local_loss:
+                x.requires_grad_(True)
+        y = self.rts[r][s].forward(a, x)
+        if s < self.S - 1:
+            self._acts[(r, s + 1, t, m)] = y.detach()
+
+    def _loss(self, a: Action) -> None:
+        r, s, t, m = a.worker, a.stage, a.batch, a.micro
+        y = self._slice(self._data(t)[1], r, m)
+        rt = self.rts[r][s]
+        value = rt.loss(a, y)
+        if s == self.S - 1:
+            st = self.state
+            with torch.no_grad():
+                out = rt.inflight[(t, m)].y
+                ep = t // self.bpe
+                st.correct[ep] = st.correct.get(ep, 0) + int((out.argmax(1) == y).sum())
+                st.seen[ep] = st.seen.get(ep, 0) + int(y.shape[0])
+            st.loss_parts[t] = st.loss_parts.get(t, 0.0) + value / self.P
+            st.loss_count[t] = st.loss_count.get(t, 0) + 1
+            if st.loss_count[t] == self.loss_actions_per_batch:
+                loss = st.loss_parts.pop(t)
+                del st.loss_count[t]
+                st.losses[t] = loss
+                self._log_step(t, loss)
+                if not math.isfinite(loss) and st.diverged_at is None:
+                    st.diverged_at = t
+        self._batch_left[t] -= 1
+        if self._batch_left[t] == 0:
+            del self._batch_left[t], self._batch[t]
+
+    def _backward(self, a: Action) -> None:
+        r, s, t, m = a.worker, a.stage, a.batch, a.micro
+        gy = None
+        if not (self.sched.local_loss or s == self.S - 1):
+            gy = self._grads.pop((r, s, t, m))
+        gx = self.rts[r][s].backward(a, gy)
+        if s > 0 and not self.sched.local_loss:
+            self._grads[(r, s - 1, t, m)] = gx
+
+    def _allreduce_start(self, a: Action) -> None:
+        key = (a.stage, a.batch)
+        n = self.state.ar_issued.get(key, 0) + 1
+        if n < self.P:
+            self.state.ar_issued[key] = n
+            return
+        self.state.ar_issued.pop(key, None)
+        bufs = [self.rts[r][a.stage].grads(a.batch) for r in range(self.P)]
+        mode = self.cfg.compression
+        with torch.no_grad():
+            for i in range(len(bufs[0])):
+                parts = [compress(b[i], mode) for b in bufs]
+                mean = torch.stack(parts).mean(0)
+                for b in bufs:
+                    b[i].copy_(mean)
+
+    def _step(self, a: Action) -> None:
+        k = a.kind
+        if k is Kind.F:
+            self._forward(a)
+        elif k is Kind.LOSS:
+            self._loss(a)
+        elif k is Kind.B:
+            self._backward(a)
+        elif k is Kind.U:
+            self.rts[a.worker][a.stage].update(a)
+        elif k is Kind.AR:
+            self._allreduce_start(a)
+        # SEND_*/RECV_*: the hand-off dictionaries are the transport; ARW: done at the last AR
+
+    # ------------------------------------------------------------- logging
+    def _log_step(self, t: int, loss: float) -> None:
+        rec = {"step": t, "epoch": t // self.bpe, "loss": loss if math.isfinite(loss) else None,
+               "lr": self.cfg.lr_at(t, self.total), "wall_time_s": round(self._now(), 4)}
+        self.state.metrics.append(rec)
+        if self._metrics_fh is not None:
+            self._metrics_fh.write(json.dumps(rec) + "\n")
+
+    def _now(self) -> float:
+        return self.state.elapsed + (time.perf_counter() - self._t0)
+
+    @torch.no_grad()
+    def evaluate(self, worker: int = 0) -> float | None:
+        """Test accuracy with the current weights of ``worker`` (eval mode)."""
+        if self.stream.data.test_x is None:
+            return None
+        mods = self.stage_mods[worker]
+        for m in mods:
+            m.eval()
+        correct = n = 0
+        try:
+            for x, y in self.stream.test_batches(1000):
+                x, y = x.to(self.device), y.to(self.device)
+                for m in mods:
+                    x = m(x)
+                correct += int((x.argmax(1) == y).sum())
+                n += int(y.shape[0])
+        finally:
+            for m in mods:
+                m.train()
+        return correct / max(n, 1)
+
+    def _end_epoch(self, epoch: int) -> None:
+        st = self.state
+        acc = self.evaluate()
+        train_acc = st.correct.pop(epoch, 0) / max(st.seen.pop(epoch, 1), 1)
+        rec = {"epoch": epoch, "train_accuracy": train_acc, "test_accuracy": acc,
+               "wall_time_s": round(self._now(), 4)}
+        st.epochs.append(rec)
+        st.metrics.append(rec)
+        if self._metrics_fh is not None:
+            self._metrics_fh.write(json.dumps(rec) + "\n")
+
+    # ---------------------------------------------------------------- run
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        from stalesim.emulator import checkpoint as ckpt
+
+        self._metrics_fh = None
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            from stalesim.cli.common import write_json_atomic
+
+            if resume:
+                ckpt.load(self, self.out / CKPT_NAME)
+            else:
+                write_json_atomic(self.out / "config.json", {"train": self.cfg.to_dict(),
+                                                             "checkpoint_every": self.checkpoint_every})
+            with open(self.out / "metrics.jsonl", "w") as fh:  # rewritten up to the checkpoint
+                for rec in self.state.metrics:
+                    fh.write(json.dumps(rec) + "\n")
+            self._metrics_fh = open(self.out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        elif resume:
+            raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
+        self._t0 = time.perf_counter()
+        bar = self._bar()
+        try:
+            self._replay(bar)
+        finally:
+            if bar is not None:
+                bar.close()
+            if self._metrics_fh is not None:
+                self._metrics_fh.close()
+        return self.finish()
+
+    def _bar(self):  # noqa: ANN202
+        show = self.progress if self.progress is not None else sys.stderr.isatty()
+        if not show:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.total, initial=len(self.state.losses), unit="batch", file=sys.stderr,
+                    desc=f"{self.cfg.schedule} S={self.S}", leave=False)
+
+    def _replay(self, bar) -> None:  # noqa: ANN001
+        st = self.state
+        steps, events = self.steps, self._events
+        i = st.index
+        n = len(steps)
+        while i < n:
+            a = steps[i]
+            self._step(a)
+            i += 1
+            if st.diverged_at is not None:
+                st.index = i
+                return
+            ev = events.get(i - 1)
+            if ev is not None:
+                if bar is not None:
+                    bar.n = ev["done"]
+                    bar.refresh()
+                for e in ev["epoch_end"]:
+                    self._end_epoch(e)
+                if ev["checkpoint"]:
+                    st.index = i
+                    from stalesim.emulator import checkpoint as ckpt
+
+                    ckpt.save(self, self.out / CKPT_NAME)
+                    for w, s, v in self._ck_release.get(i - 1, []):
+                        self.rts[w][s].release(v)
+                    self._track_memory()
+            if a.kind is Kind.F:
+                self._track_memory()
+        st.index = i
+
+    def _track_memory(self) -> None:
+        b = sum(r.stash_bytes() for row in self.rts for r in row)
+        b += sum(rec.x.numel() * rec.x.element_size() for row in self.rts for r in row
+                 for rec in r.inflight.values())
+        self.peak_inflight_bytes = max(self.peak_inflight_bytes, b)
+
+    # ------------------------------------------------------------ results
+    def versions_log(self) -> list[dict[str, Any]]:
+        out = []
+        for r, row in enumerate(self.rts):
+            for s, rt in enumerate(row):
+                for text, v in rt.versions_used:
+                    out.append({"worker": r, "stage": s, "action": text, "version": v})
+        return out
+
+    def versions_match(self) -> bool:
+        """Every F/B read the version the IR's table says, every U produced u(s,t)."""
+        table = self.sched.versions
+        for rec in self.versions_log():
+            a = Action.parse(rec["action"])
+            if a.kind is Kind.F:
+                ok = table.v_f(a.stage, a.batch, a.micro, a.worker) == rec["version"]
+            elif a.kind is Kind.B:
+                ok = table.v_b(a.stage, a.batch, a.micro, a.worker) == rec["version"]
+            else:
+                ok = table.u(a.stage, a.batch, a.worker) == rec["version"]
+            if not ok:
+                return False
+        return True
+
+    def finish(self) -> dict[str, Any]:
+        st = self.state
+        diverged = st.diverged_at is not None
+        losses = [st.losses[t] for t in sorted(st.losses)]
+        epochs = list(st.epochs)
+        if not diverged and (not epochs or self.cfg.epochs is None):
+            acc = self.evaluate()
+            if acc is not None and (not epochs or epochs[-1].get("test_accuracy") is None):
+                epochs.append({"epoch": None, "test_accuracy": acc})
+        final_acc = epochs[-1]["test_accuracy"] if epochs and not diverged else None
+        summary = {
+            "schedule": self.cfg.schedule, "model": self.cfg.model, "dataset": self.cfg.dataset,
+            "stages": self.S, "ppv": self.ppv, "workers": self.P, "microbatches": self.M,
+            "batch_size": self.cfg.batch_size, "lr": self.cfg.lr, "momentum": self.cfg.momentum,
+            "weight_decay": self.cfg.weight_decay, "lr_schedule": self.cfg.lr_schedule,
+            "seed": self.cfg.seed, "iterations": self.total, "batches_per_epoch": self.bpe,
+            "epochs": self.cfg.epochs,
+            "steps_done": len(losses),
+            "losses": [x if math.isfinite(x) else None for x in losses],
+            "final_loss": (losses[-1] if losses and math.isfinite(losses[-1]) else None),
+            "final_test_accuracy": final_acc,
+            "epoch_metrics": epochs,
+            "staleness": self.sched.versions.staleness(),
+            "weight_inconsistent_stages": self.sched.versions.inconsistent_stages(),
+            "policy": self.sched.policy.value,
+            "versions_match": self.versions_match(),
+            "wall_time_s": round(self._now(), 4),
+            "diverged": diverged,
+            "diverged_at": st.diverged_at,
+            "data_note": self.stream.data.note,
+            "stash_peak_bytes": sum(r.stash_peak_bytes for row in self.rts for r in row),
+            "inflight_peak_bytes": self.peak_inflight_bytes,
+            "mitigations": {k: getattr(self.cfg, k) for k in (
+                "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_correction",
+                "staleness_lr", "warmup", "compression")},
+        }
+        if self.out is not None:
+            from stalesim.cli.common import write_json_atomic
+
+            tmp = self.out / ".versions.jsonl.tmp"
+            with open(tmp, "w") as fh:
+                for rec in self.versions_log():
+                    fh.write(json.dumps(rec) + "\n")
+            os.replace(tmp, self.out / "versions.jsonl")
+            write_json_atomic(self.out / "summary.json", summary)
+        return summary
+
+
+def emulate(cfg: TrainConfig, **kw: Any) -> dict[str, Any]:
+    """Build and run an emulation; returns the summary dict."""
+    resume = kw.pop("resume", False)
+    return Emulator(cfg, **kw).run(resume=resume)

@@ -1,0 +1,208 @@
+"""Studies: a grid of emulations (schedule x placement x mitigation x seed) in parallel.
+
+Each grid point is one :func:`~stalesim.emulator.engine.emulate` run in its own
+process (``jobs`` at a time, torch threads split between them) with its own run
+folder; the table aggregates over seeds (mean and sample std) and is written as
+CSV and markdown, with a plot of test accuracy against staleness depth.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+from stalesim.runtime.config import TrainConfig
+
+MITIGATIONS = {
+    "none": {},
+    "weight-prediction": {"weight_prediction": True},
+    "spike-compensation": {"spike_compensation": True},
+    "pipemare": {"pipemare_lr": True, "pipemare_correction": True},
+    "pipemare-lr": {"pipemare_lr": True},
+    "pipemare-correction": {"pipemare_correction": True},
+    "staleness-lr": {"staleness_lr": True},
+}
+# schedules whose result does not depend on the partition (staleness 0, same math)
+PLACEMENT_FREE = {"sequential", "gpipe", "1f1b", "dp"}
+
+
+def parse_placements(text: str) -> list[list[int] | int]:
+    """'2;1,2;1,2,3,4' -> PPVs; 'S2' -> 2 stages (default PPV); 'none' or '-' -> 1 stage."""
+    out: list[list[int] | int] = []
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        if part.lower() in ("none", "-", "s1"):
+            out.append([])
+        elif part[0] in "sS":
+            try:
+                out.append(int(part[1:]))
+            except ValueError:
+                raise StalesimError(f"placements: cannot read {part!r} (e.g. '2;1,2;S4;none')") from None
+        else:
+            try:
+                out.append([int(k) for k in part.split(",")])
+            except ValueError:
+                raise StalesimError(f"placements: cannot read {part!r} (e.g. '2;1,2;S4;none')") from None
+    if not out:
+        raise StalesimError("placements: empty")
+    return out
+
+
+def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] | int],
+           mitigations: list[str], seeds: list[int]) -> list[tuple[str, TrainConfig]]:
+    """Grid points as (run id, config); placement-free schedules run once per seed."""
+    points = []
+    for name in schedules:
+        places = [[]] if name in PLACEMENT_FREE else placements
+        for place in places:
+            for mit in mitigations:
+                if mit not in MITIGATIONS:
+                    raise StalesimError(f"mitigations: unknown {mit!r} (known: {', '.join(MITIGATIONS)})")
+                if name in PLACEMENT_FREE and mit != "none":
+                    continue
+                for seed in seeds:
+                    if isinstance(place, int):
+                        kw: dict[str, Any] = {"ppv": None, "stages": place}
+                        ptxt = f"S{place}"
+                    else:
+                        kw = {"ppv": list(place) if place else None, "stages": None if place else 1}
+                        ptxt = "ppv" + "-".join(map(str, place)) if place else "S1"
+                    cfg = replace(base, schedule=name, seed=seed, **kw, **MITIGATIONS[mit])
+                    cfg.check()
+                    points.append((f"{name}_{ptxt}_{mit}_seed{seed}", cfg))
+    return points
+
+
+def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    from stalesim.emulator.engine import emulate
+
+    cfg = TrainConfig.from_dict(cfg_dict)
+    summary = emulate(cfg, out=out, progress=False)
+    summary["run_id"] = run_id
+    return summary
+
+
+def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
+              progress: bool | None = None, mitigation_of: dict[str, str] | None = None) -> list[dict]:
+    """Run every point (``jobs`` processes), return the summaries (also results.jsonl)."""
+    out.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+    results: list[dict] = []
+    show = progress if progress is not None else sys.stderr.isatty()
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(points), unit="run", file=sys.stderr, desc="study")
+    t0 = time.perf_counter()
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
+            open(out / "results.jsonl", "w") as fh:
+        futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads): rid
+                for rid, cfg in points}
+        for fut in as_completed(futs):
+            rid = futs[fut]
+            res = fut.result()
+            res["mitigation"] = (mitigation_of or {}).get(rid, "none")
+            results.append(res)
+            fh.write(json.dumps(res) + "\n")
+            fh.flush()
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    order = {rid: i for i, (rid, _) in enumerate(points)}
+    results.sort(key=lambda r: order[r["run_id"]])
+    (out / "study_wall_time_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+    return results
+
+
+def _mean_std(xs: list[float]) -> tuple[float | None, float | None]:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def aggregate(results: list[dict]) -> list[dict[str, Any]]:
+    """One row per (schedule, placement, mitigation): mean ± std over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        key = (r["schedule"], json.dumps(r["ppv"]), r.get("mitigation", "none"))
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for (sched, ppv, mit), rs in groups.items():
+        acc_m, acc_s = _mean_std([r["final_test_accuracy"] for r in rs])
+        loss_m, loss_s = _mean_std([r["final_loss"] for r in rs])
+        rows.append({
+            "schedule": sched, "ppv": json.loads(ppv), "stages": rs[0]["stages"], "mitigation": mit,
+            "staleness": rs[0]["staleness"], "depth": max(rs[0]["staleness"]),
+            "seeds": len(rs), "diverged": sum(bool(r["diverged"]) for r in rs),
+            "test_acc_mean": acc_m, "test_acc_std": acc_s, "final_loss_mean": loss_m,
+            "final_loss_std": loss_s,
+            "wall_time_s_mean": statistics.fmean(r["wall_time_s"] for r in rs),
+        })
+    return rows
+
+
+def write_table(rows: list[dict], out: Path) -> None:
+    cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
+            "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "wall_time_s_mean"]
+    with open(out / "table.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(r[k]) if isinstance(r[k], list) else r[k] for k in cols})
+    lines = ["| schedule | PPV | S | mitigation | staleness | seeds | test accuracy (%) | final loss | diverged |",
+             "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        acc = "n/a" if r["test_acc_mean"] is None else f"{100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f}"
+        loss = "n/a" if r["final_loss_mean"] is None else f"{r['final_loss_mean']:.4f} ± {r['final_loss_std']:.4f}"
+        ppv = "-" if not r["ppv"] else "(" + ", ".join(map(str, r["ppv"])) + ")"
+        lines.append(f"| {r['schedule']} | {ppv} | {r['stages']} | {r['mitigation']} | "
+                     f"{r['staleness']} | {r['seeds']} | {acc} | {loss} | {r['diverged']} |")
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+def plot(rows: list[dict], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    series: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["test_acc_mean"] is not None:
+            series.setdefault((r["schedule"], r["mitigation"]), []).append(r)
+    for (sched, mit), rs in sorted(series.items()):
+        rs.sort(key=lambda r: r["depth"])
+        label = sched if mit == "none" else f"{sched} + {mit}"
+        ax.errorbar([r["depth"] for r in rs], [100 * r["test_acc_mean"] for r in rs],
+                    yerr=[100 * r["test_acc_std"] for r in rs], marker="o", capsize=3, label=label)
+    ax.set_xlabel("staleness depth (max over stages of u - 1 - v_F)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "accuracy_vs_staleness.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
