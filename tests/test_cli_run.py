@@ -1,0 +1,58 @@
+"""``stalesim run``: the acceptance command end to end, and bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stalesim", "run", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("devices, needle", [
+    ("cpu:3", "needs 2"),
+    ("gpu:2", "expected cpu:N or cuda"),
+    ("cpu:zero", "cpu:N"),
+])
+def test_bad_devices_is_one_line_exit_2(devices, needle):
+    p = _run("--model", "lenet5", "--dataset", "synthetic", "--schedule", "stale", "--stages", "2",
+             "--devices", devices, "--iterations", "5")
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stalesim: error: --devices") and needle in lines[0]
+
+
+def test_bad_training_flag_is_one_line_exit_2():
+    p = _run("--model", "lenet5", "--schedule", "stale", "--stages", "2", "--workers", "2",
+             "--devices", "cpu:2", "--iterations", "5")
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "workers" in p.stderr
+
+
+def test_acceptance_command(tmp_path):
+    out = tmp_path / "run"
+    p = _run("--model", "lenet5", "--dataset", "synthetic", "--schedule", "stale", "--stages", "2",
+             "--devices", "cpu:2", "--iterations", "50", "--json", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert len(s["losses"]) == 50 and all(isinstance(x, float) for x in s["losses"])
+    assert s["staleness"] == [2, 0] and s["versions_match_ir"]
+    assert s["iteration_time_s"] > 0 and s["throughput_samples_per_s"] > 0
+    assert set(s["utilization"]) == set(s["peak_memory_bytes"]) == {"0", "1"}
+    for name in ("config.json", "metrics.jsonl", "trace.json", "versions.json", "summary.json"):
+        assert (out / name).is_file(), name
+    trace = json.loads((out / "trace.json").read_text())
+    from stalesim.sim.trace import check_chrome_trace
+
+    assert check_chrome_trace(trace) == []
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert {"0F0", "1F0", "1LOSS0", "1B0", "0SEND_F0", "1RECV_F0", "0RECV_B0"} <= names
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 50

@@ -1,0 +1,96 @@
+"""Unit tests of the executor's pieces that need no process group (fast)."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.faults import parse_faults
+from executor.launch import parse_devices
+from stalesim.errors import StalesimError
+from stalesim.schedule import Kind, ScheduleConfig, build_schedule, dry_run, schedule_names
+
+
+def test_parse_devices():
+    d = parse_devices("cpu:3")
+    assert (d.kind, d.count, d.backend, str(d)) == ("cpu", 3, "gloo", "cpu:3")
+    g = parse_devices("cuda:0,2")
+    assert (g.kind, g.ids, g.backend, g.device_for(1)) == ("cuda", (0, 2), "nccl", "cuda:2")
+    for bad in ("gpu:2", "cpu", "cpu:0", "cpu:x", "cuda:", "cuda:0,0", "cuda:-1", ""):
+        with pytest.raises(StalesimError, match="--devices"):
+            parse_devices(bad)
+
+
+def test_parse_faults():
+    assert parse_faults("1:1F3:crash; 0:w1:0AR5:hang") == {(1, "1F3"): "crash", (0, "w1:0AR5"): "hang"}
+    with pytest.raises(ValueError):
+        parse_faults("1:1F3:explode")
+
+
+@pytest.mark.parametrize("name", schedule_names())
+def test_tags_are_unique_per_peer(name):
+    """No two messages between the same pair of ranks share a tag (gloo pairs by tag)."""
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from executor.transport import ACT, GRAD, LABELS, tag_for
+
+    dp = name in ("dp", "pipe-sgd")
+    cfg = ScheduleConfig(stages=1 if dp else 3, batches=12, microbatches=3 if name in ("gpipe", "1f1b", "2bw") else 1,
+                         workers=2 if dp else 1)
+    sched = build_schedule(name, cfg)
+    seen: dict[tuple, set] = {}
+    for d, acts in enumerate(sched.device_actions):
+        for a in acts:
+            if a.kind is Kind.SEND_F:
+                chans = ((ACT, sched.device_of(a.stage + 1)), (LABELS, sched.device_of(a.stage + 1)))
+            elif a.kind is Kind.SEND_B:
+                chans = ((GRAD, sched.device_of(a.stage - 1)),)
+            else:
+                continue
+            for ch, dst in chans:
+                tag = tag_for(ch, a.stage, a.batch, a.micro)
+                assert 0 <= tag < 2**31
+                bucket = seen.setdefault((d, dst), set())
+                assert tag not in bucket, f"{name}: tag clash at {a}"
+                bucket.add(tag)
+
+
+@pytest.mark.parametrize("name", schedule_names())
+def test_checkpoint_cuts_are_consistent(name):
+    """Every message received before a cut was sent before it (a consistent cut)."""
+    from executor.checkpoint import checkpoint_cuts
+    from stalesim.schedule.deps import peer
+
+    dp = name in ("dp", "pipe-sgd")
+    cfg = ScheduleConfig(stages=1 if dp else 3, batches=10, microbatches=2 if name in ("gpipe", "1f1b", "2bw") else 1,
+                         workers=2 if dp else 1)
+    sched = build_schedule(name, cfg)
+    cuts = checkpoint_cuts(sched, 3)
+    assert sorted(cuts) == [3, 6, 9]
+    where = {a.key: (d, i) for d, acts in enumerate(sched.device_actions) for i, a in enumerate(acts)}
+    for k, cut in cuts.items():
+        for d, acts in enumerate(sched.device_actions):
+            for a in acts[:cut[d]]:
+                if a.kind in (Kind.RECV_F, Kind.RECV_B):
+                    sd, si = where[peer(a)]
+                    assert si < cut[sd], f"{name}: {a} before cut {k} but its send is after"
+    # every batch < k is updated on every device before the cut
+    for k, cut in cuts.items():
+        for d, acts in enumerate(sched.device_actions):
+            for i, a in enumerate(acts):
+                if a.kind is Kind.U and a.batch < k:
+                    assert i < cut[d]
+    assert dry_run(sched)
+
+
+def test_summarize_steady_state():
+    from executor.measure import summarize
+
+    # two devices, 4 batches, each batch's U ends 1 s after the previous one
+    rows = {0: [], 1: []}
+    for t in range(4):
+        rows[0].append(["0F%d" % t, "F", 0, t, None, 0, t + 0.0, t + 0.5])
+        rows[0].append(["0U%d" % t, "U", 0, t, None, 0, t + 0.5, t + 0.6])
+        rows[1].append(["1U%d" % t, "U", 1, t, None, 0, t + 0.6, t + 1.0])
+    s = summarize(rows, batches=4, stages=2, samples_per_batch=10)
+    assert s["iteration_time_s"] == pytest.approx(1.0)
+    assert s["throughput_samples_per_s"] == pytest.approx(10.0)
+    assert s["utilization"]["0"] == pytest.approx(0.6)
