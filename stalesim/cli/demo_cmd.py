@@ -1,16 +1,40 @@
 """``stalesim demo``: the main job, end to end, in a few minutes.
 
-Stage 1 (always): build every schedule of the IR and print its derived staleness.
+1. the schedule IR: every schedule's derived staleness (table);
+2. profile a model on this machine (the ranks' thread count; alone and with the
+   other rank busy) and measure the per-action runtime overhead;
+3. calibrate this machine's link (gloo, or NCCL on a CUDA box);
+4. predict speed-up, utilization and memory for 2/4/8 devices of this kind and of
+   a catalog GPU over two link kinds;
+5. validate on 2 local ranks (short): predicted vs measured, emulated vs executed;
+6. with MNIST (``--data-dir`` or ``$STALESIM_DATA``): a short emulated staleness
+   study, sequential vs stale weights;
+7. one summary table; figures in ``--out`` (default ``runs/demo``).
+
+On a machine with two or more GPUs the ranks are ``cuda:0,1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: schedules, prediction, validation, staleness study")
     p.add_argument("--stages", type=int, default=4, help="pipeline depth for the schedule table")
+    p.add_argument("--out", default="runs/demo", help="folder for figures, reports and summary")
+    p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
+    p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
+    p.add_argument("--iterations", type=int, default=16, help="iterations per validated schedule")
+    p.add_argument("--schedules", default="sequential,gpipe,1f1b,pipedream,2bw,stale,dp,pipe-sgd",
+                   help="schedules to validate on 2 ranks (or all)")
+    p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
+    p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
+    p.add_argument("--study-iterations", type=int, default=300, help="iterations of the staleness study")
+    p.add_argument("--gpu", default="h100-sxm", help="catalog GPU for the what-if prediction")
+    p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
     p.set_defaults(func=run)
 
 
@@ -24,11 +48,208 @@ def schedule_table(stages: int) -> str:
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return _table(rows)
+
+
+def _table(rows: list[tuple]) -> str:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+class _Steps:
+    """Progress: one line per step with the elapsed time."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.t0 = time.perf_counter()
+        self.k = 0
+
+    def __call__(self, msg: str) -> None:
+        self.k += 1
+        print(f"\n[{self.k}/{self.total}] ({time.perf_counter() - self.t0:5.1f} s) {msg}", flush=True)
+
+    def note(self, msg: str) -> None:
+        print(f"      ({time.perf_counter() - self.t0:5.1f} s) {msg}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"[1] schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
+    from stalesim.errors import StalesimError
+
+    if args.stages < 1:
+        raise StalesimError(f"--stages: expected >= 1, got {args.stages}")
+    step = _Steps(7)
+    step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
     print(schedule_table(args.stages))
+
+    import torch
+
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.validate.config import ValidateConfig, check_out_dir
+
+    out = check_out_dir(args.out)
+    quick = args.quick
+    B = 16 if quick else args.batch_size
+    iters = 8 if quick else args.iterations
+    devices = args.devices or ("cuda:0,1" if torch.cuda.is_available() and torch.cuda.device_count() >= 2
+                               else "cpu:2")
+    cuda = devices.startswith("cuda")
+    data_dir = args.data_dir or os.environ.get("STALESIM_DATA") or None
+    load0 = os.getloadavg()
+    t_start = time.perf_counter()
+
+    # 2. profile ----------------------------------------------------------------------
+    from executor.launch import parse_devices
+    from stalesim.validate.costmodel import CostModel, contended_profile, measure_overhead
+    from stalesim.validate.pipeline import profile_sizes
+    from stalesim.workloads.profiler import profile_model
+
+    devs = parse_devices(devices)
+    dev0 = devs.device_for(0)
+    sizes = profile_sizes(B, 4, devs.count)
+    repeats = 2 if quick else 5
+    step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it)")
+    prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats, warmup=1 if quick else 2)
+    prof.to_json(out / "profile.json")
+    contended = None
+    if not cuda:
+        step.note("profiling again with the other rank busy (memory-bandwidth / cache contention)")
+        contended = contended_profile(args.model, sizes, co_runners=devs.count - 1, threads=1,
+                                      device=dev0, repeats=repeats, warmup=1 if quick else 2,
+                                      co_batch=sizes[-1])
+        contended.to_json(out / "profile_contended.json")
+    overhead = measure_overhead(threads=1, device=dev0)
+    cm = CostModel(prof, contended, overhead)
+    ratio = cm.contention_ratio()
+    step.note(f"one training step at batch {B}: {prof.whole_model_s * 1e3:.1f} ms alone"
+              + (f", x{ratio:.2f} with the other rank busy" if ratio else "")
+              + "; per-action runtime overhead F/B/U/LOSS "
+              + "/".join(f"{overhead[k] * 1e6:.0f}" for k in ("F", "B", "U", "LOSS")) + " us")
+
+    # 3. calibrate ---------------------------------------------------------------------
+    from stalesim.sim.model import SimHardware
+    from stalesim.workloads.calibrate import calibrate
+    from stalesim.workloads.hardware import hardware_from_dict
+
+    backend = "nccl" if cuda else "gloo"
+    step(f"calibrating the {backend} link between 2 local ranks")
+    hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
+                        repeats=2 if quick else 3)
+    write_json_atomic(out / "hardware.json", hw_dict)
+    hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
+              f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
+
+    # 4. predict -----------------------------------------------------------------------
+    from stalesim.validate.demo import fmt_bytes, predict_grid, prediction_figure
+
+    step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
+         f"and {args.gpu} over pcie4-x16 / nvlink4 (roofline from the same profile)")
+    grid = predict_grid(cm, hw, batch_size=4 * B, gpu=args.gpu,
+                        cpu_label="this GPU" if cuda else "this CPU")
+    prediction_figure(grid, out / "predict_speedup.png")
+    write_json_atomic(out / "predictions.json", grid)
+    _print_grid(grid, fmt_bytes)
+
+    # 5. validate ----------------------------------------------------------------------
+    from stalesim.cli.validate_cmd import summary_table
+    from stalesim.validate.pipeline import validate
+
+    scheds = "1f1b,dp" if quick else args.schedules
+    step(f"validating on {devices}: {scheds} ({iters} iterations each): predicted vs measured")
+    vcfg = ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
+                          batch_size=B, microbatches=4, threads=1, out=str(out / "validate"),
+                          emulate_iterations=3 if quick else 5, hardware=str(out / "hardware.json"),
+                          profile=str(out / "profile.json"),
+                          contended_profile=str(out / "profile_contended.json") if contended else None,
+                          command=f"stalesim validate --model {args.model} --devices {devices} "
+                                  f"--schedules {scheds} --iterations {iters} --batch-size {B} "
+                                  f"--out {out / 'validate'}")
+    vsum = validate(vcfg, progress=lambda m: step.note(m.split("] ", 1)[-1]))
+    print(summary_table(vsum))
+
+    # 6. staleness study ---------------------------------------------------------------
+    study = None
+    if data_dir and os.path.isdir(data_dir):
+        from stalesim.validate.demo import staleness_figure, staleness_study
+
+        n = 60 if quick else args.study_iterations
+        step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
+        study = staleness_study(data_dir, iterations=n, progress=step.note)
+        staleness_figure(study, out / "staleness.png")
+        write_json_atomic(out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
+    else:
+        step("staleness study skipped: no MNIST (give --data-dir or set STALESIM_DATA)")
+
+    # 7. summary -----------------------------------------------------------------------
+    elapsed = time.perf_counter() - t_start
+    step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
+    print(_summary(grid, vsum, study, args.gpu))
+    summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
+               "load_average_after": list(os.getloadavg()), "devices": devices, "model": args.model,
+               "validate": {k: vsum.get(k) for k in ("median_abs_time_error", "max_abs_time_error",
+                                                     "max_abs_utilization_error_points",
+                                                     "max_abs_speedup_error", "max_loss_rel_diff")},
+               "validate_rows": vsum["rows"], "predictions": grid,
+               "staleness": None if study is None else [{k: v for k, v in r.items() if k != "losses"}
+                                                        for r in study]}
+    write_json_atomic(out / "summary.json", summary)
+    print(f"\nfigures: {out}/predict_speedup.png, {out}/validate/figures/, "
+          + (f"{out}/staleness.png; " if study else "")
+          + f"report: {out}/validate/report.md; summary: {out}/summary.json")
     return 0
+
+
+def _print_grid(grid: list[dict], fmt_bytes) -> None:  # noqa: ANN001
+    groups: dict[tuple, dict] = {}
+    names: list[str] = []
+    for r in grid:
+        groups.setdefault((r["hardware"], r["link"], r["devices"]), {})[r["schedule"]] = r
+        if r["schedule"] not in names:
+            names.append(r["schedule"])
+    rows = [("hardware / link", "N", *names, "peak mem/dev (max)")]
+    for (hwl, link, n), by in groups.items():
+        cells = []
+        for s in names:
+            r = by.get(s)
+            cells.append("-" if r is None else f"{r['speedup']:.2f}x u{r['utilization_mean']:.2f}")
+        mem = max((r["peak_memory_bytes_max"] or 0) for r in by.values())
+        rows.append((f"{hwl} / {link}", str(n), *cells, fmt_bytes(mem)))
+    print("predicted speed-up over one device (and mean utilization):")
+    print(_table(rows))
+
+
+def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -> str:
+    lines = []
+    best: dict[tuple, dict] = {}
+    for r in grid:
+        k = (r["hardware"], r["link"], r["devices"])
+        if r["speedup"] and (k not in best or r["speedup"] > best[k]["speedup"]):
+            best[k] = r
+    rows = [("what", "where", "result")]
+    for (hwl, link, n), r in best.items():
+        rows.append(("predicted best", f"{n} x {hwl} / {link}",
+                     f"{r['schedule']}: {r['speedup']:.2f}x, utilization {r['utilization_mean']:.2f}, "
+                     f"staleness {r['staleness_max']}"))
+    for r in vsum["rows"]:
+        def f(x, fmt):  # noqa: ANN001, ANN202
+            return "n/a" if x is None else format(x, fmt)
+
+        rows.append(("validated", f"{r['schedule']} on {vsum['devices']}",
+                     f"predicted {f(r['predicted_iteration_time_s'] and r['predicted_iteration_time_s'] * 1e3, '.1f')}"
+                     f" ms vs measured {f(r['measured_iteration_time_s'] and r['measured_iteration_time_s'] * 1e3, '.1f')}"
+                     f" ms ({f(r['time_error'], '+.1%')}); speed-up {f(r['predicted_speedup'], '.2f')}"
+                     f"/{f(r['measured_speedup'], '.2f')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}"))
+    rows.append(("validation", "all schedules",
+                 f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
+                 f"{_pct(vsum.get('max_abs_time_error'))} (load average {vsum['load_average']['before']})"))
+    for r in study or []:
+        acc = r.get("test_accuracy")
+        rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",
+                     f"staleness {r['staleness']}, loss {r['final_loss_mean20']:.3f}, "
+                     f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'} after {r['iterations']} it."))
+    lines.append(_table(rows))
+    return "\n".join(lines)
+
+
+def _pct(x) -> str:  # noqa: ANN001
+    return "n/a" if x is None else f"{x:.1%}"

@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=positive_int, default=5, help="profile repeats")
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="reuse a calibration (stalesim calibrate -o HW.json) instead of measuring")
+    p.add_argument("--profile", default=None, metavar="P.json",
+                   help="reuse a profile (same device, --threads) instead of measuring one")
+    p.add_argument("--contended-profile", default=None, metavar="P.json",
+                   help="reuse the profile measured with the other ranks busy")
     p.add_argument("--no-contention", action="store_true",
                    help="do not profile with the other ranks busy (CPU)")
     p.add_argument("--no-overhead", action="store_true", help="do not add the per-action runtime overhead")
@@ -58,7 +62,8 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201
         batch_size=args.batch_size, microbatches=args.microbatches, threads=args.threads,
         dataset=args.dataset, data_dir=args.data_dir, ppv=args.ppv, out=args.out,
         emulate_iterations=args.emulate_iterations, seed=args.seed, repeats=args.repeats,
-        hardware=args.hardware, contention=not args.no_contention, overhead=not args.no_overhead,
+        hardware=args.hardware, profile=args.profile, contended_profile=args.contended_profile,
+        contention=not args.no_contention, overhead=not args.no_overhead,
         timeout_s=args.timeout,
         command="stalesim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["validate"]
         else "stalesim validate",

@@ -44,6 +44,8 @@ class ValidateConfig:
     lr: float = 0.01
     repeats: int = 5
     hardware: str | None = None  # reuse a calibration (HW.json) instead of measuring
+    profile: str | None = None  # reuse a profile (same device and thread count) instead of measuring
+    contended_profile: str | None = None  # and its contended twin
     calibrate_repeats: int = 3
     contention: bool = True  # profile again with the other ranks busy (CPU)
     overhead: bool = True  # measure the per-action runtime overhead
@@ -135,7 +137,9 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     if cfg.ppv is not None and len(cfg.ppv) + 1 != n:
         raise StalesimError(f"--ppv: {len(cfg.ppv)} entries give {len(cfg.ppv) + 1} stages, "
                             f"but --devices has {n}")
-    if cfg.hardware is not None and not Path(cfg.hardware).is_file():
-        raise StalesimError(f"--hardware: no such file {cfg.hardware!r}")
+    for flag in ("hardware", "profile", "contended_profile"):
+        path = getattr(cfg, flag)
+        if path is not None and not Path(path).is_file():
+            raise StalesimError(f"--{flag.replace('_', '-')}: no such file {path!r}")
     check_out_dir(cfg.out)
     return devs, scheds

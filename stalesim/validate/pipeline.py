@@ -100,13 +100,19 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
     dev0 = devs.device_for(0)
     sizes = profile_sizes(cfg.batch_size, cfg.microbatches, N)
-    say(f"[validate 1/{steps}] profiling {cfg.model} at batch {sizes} on {dev0} "
-        f"({cfg.threads} thread(s), {cfg.repeats} repeats)")
-    prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.repeats,
-                         warmup=2, seed=cfg.seed)
-    contended = None
     notes: list[str] = []
-    if devs.kind == "cpu" and N > 1 and cfg.contention:
+    if cfg.profile:
+        prof = _reuse_profile(cfg.profile, cfg, "--profile")
+        say(f"[validate 1/{steps}] profile from {cfg.profile}")
+    else:
+        say(f"[validate 1/{steps}] profiling {cfg.model} at batch {sizes} on {dev0} "
+            f"({cfg.threads} thread(s), {cfg.repeats} repeats)")
+        prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.repeats,
+                             warmup=2, seed=cfg.seed)
+    contended = None
+    if cfg.contended_profile and cfg.contention:
+        contended = _reuse_profile(cfg.contended_profile, cfg, "--contended-profile")
+    elif devs.kind == "cpu" and N > 1 and cfg.contention:
         say(f"[validate 1/{steps}] profiling again with {N - 1} co-runner(s) busy (contention)")
         contended = contended_profile(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
                                       device=dev0, repeats=cfg.repeats,
@@ -278,6 +284,17 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
     write_report(out, _clean(summary))
     return _clean(summary)
+
+
+def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
+    from stalesim.workloads.profile import load_profile
+
+    prof = load_profile(path)
+    if prof.model != cfg.model:
+        raise StalesimError(f"{flag}: profile of {prof.model!r}, but --model is {cfg.model!r}")
+    if prof.threads is not None and prof.device == "cpu" and prof.threads != cfg.threads:
+        raise StalesimError(f"{flag}: measured with {prof.threads} thread(s), the ranks use {cfg.threads}")
+    return prof
 
 
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
