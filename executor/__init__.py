@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["run_local", "make_job", "parse_devices", "ExecutorError"]
+__all__ = ["ExecutorError", "make_job", "parse_devices", "run_local"]
 
 
 def __getattr__(name: str) -> Any:

@@ -156,7 +156,7 @@ class Checkpointer:
             return
         self.ctx.beacon.set(f"writing checkpoint k={k}")
         st = rank.store
-        det = lambda d: {key: t.detach() for key, t in d.items()}  # noqa: E731
+        det = lambda d: {key: t.detach() for key, t in d.items()}
         state = {
             "format": FORMAT, "k": k, "every": self.every, "rank": self.ctx.rank,
             "world": self.ctx.world, "config": self.job["train"], "index": i + 1,

@@ -83,7 +83,7 @@ class Beacon:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "wb") as fh:
             fh.write(b"\0" * BEACON_SIZE)
-        self._fh = open(p, "r+b")
+        self._fh = open(p, "r+b")  # noqa: SIM115 - lives as long as the map
         self._mm = mmap.mmap(self._fh.fileno(), BEACON_SIZE)
 
     def set(self, text: str) -> None:

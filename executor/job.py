@@ -35,7 +35,7 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
             "deterministic": bool(deterministic)}
 
 
-def plan(cfg: Any, batches_per_epoch: int | None = None):  # noqa: ANN201
+def plan(cfg: Any, batches_per_epoch: int | None = None):
     """(total batches, schedule) for a config; usable without torch."""
     from stalesim.runtime.plan import build_train_schedule
 
@@ -45,12 +45,10 @@ def plan(cfg: Any, batches_per_epoch: int | None = None):  # noqa: ANN201
     return N, build_train_schedule(cfg, N, batches_per_epoch)
 
 
-def build_stages(cfg: Any, S: int, local: bool):  # noqa: ANN201
+def build_stages(cfg: Any, S: int, local: bool):
     """Full model from the zoo (seeded), split into S stages, aux heads for ``local``."""
-    from stalesim.workloads.partition import split_stages
+    from stalesim.workloads.partition import default_ppv, split_stages
     from stalesim.workloads.zoo import build_model
-
-    from stalesim.workloads.partition import default_ppv
 
     model = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
     # the FLOP-balanced cut is found on the float32 model, as the emulator does

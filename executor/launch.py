@@ -229,7 +229,7 @@ def _failure_message(wd: Path, codes: list[int], killed: set[int]) -> str:
             except (OSError, ValueError):
                 msg = f"rank {r} failed{at}"
             rank_prefix = f"rank {r}:"
-            text = msg if msg.startswith(rank_prefix) or msg.startswith(f"rank {r} ") else f"rank {r}: {msg}"
+            text = msg if msg.startswith((rank_prefix, f"rank {r} ")) else f"rank {r}: {msg}"
             lost = "lost the connection" in msg
             parts.append((1 if lost else 0, text))
         elif c < 0:

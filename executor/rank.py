@@ -371,8 +371,7 @@ class Rank:
                 n += rec.x.numel() * rec.x.element_size() + rec.y.numel() * rec.y.element_size()
         for _, _, flat in self.ar.values():
             n += flat.numel() * flat.element_size()
-        if n > self.peak_bytes:
-            self.peak_bytes = n
+        self.peak_bytes = max(self.peak_bytes, n)
 
     def init_static_bytes(self) -> None:
         n = 0
@@ -396,4 +395,4 @@ def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
 
-from executor.job import run_job  # noqa: E402,F401  (re-export: worker imports it from here)
+from executor.job import run_job  # noqa: F401  (re-export: worker imports it from here)

@@ -70,7 +70,7 @@ def measured_staleness(sched: Any, versions_used: dict[str, list]) -> list[int]:
     return out
 
 
-def _rows_to_events(rows_by_rank: dict[int, list]):  # noqa: ANN202
+def _rows_to_events(rows_by_rank: dict[int, list]):
     try:
         from stalesim.sim.trace import TraceEvent, chrome_trace
     except ImportError:  # the simulator's writer not present: use ours (same labels)

@@ -16,17 +16,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from executor import make_job, run_local  # noqa: E402
-from stalesim.emulator.engine import Emulator  # noqa: E402
-from stalesim.runtime.config import TrainConfig  # noqa: E402
-from stalesim.schedule import schedule_names  # noqa: E402
+from executor import make_job, run_local
+from stalesim.emulator.engine import Emulator
+from stalesim.runtime.config import TrainConfig
+from stalesim.schedule import schedule_names
 
 MICRO = {"gpipe", "1f1b", "2bw"}
 DP = {"dp", "pipe-sgd"}
 
 
 def _cfg(name: str, devices: int, **over) -> TrainConfig:
-    kw = dict(model="lenet5", dataset="synthetic", schedule=name, stages=devices, iterations=6,
+    kw = dict(  # noqa: C408
+        model="lenet5", dataset="synthetic", schedule=name, stages=devices, iterations=6,
               batch_size=24, synthetic_size=192, lr=0.05)
     if name in MICRO:
         kw["microbatches"] = devices

@@ -12,14 +12,15 @@ import pytest
 
 pytest.importorskip("torch")
 
-from executor import make_job, run_local  # noqa: E402
-from executor.launch import ExecutorError  # noqa: E402
-from stalesim.emulator.engine import Emulator  # noqa: E402
-from stalesim.runtime.config import TrainConfig  # noqa: E402
+from executor import make_job, run_local
+from executor.launch import ExecutorError
+from stalesim.emulator.engine import Emulator
+from stalesim.runtime.config import TrainConfig
 
 
 def _cfg(name: str, **over) -> TrainConfig:
-    kw = dict(model="lenet5", dataset="synthetic", schedule=name, stages=2, iterations=9,
+    kw = dict(  # noqa: C408
+        model="lenet5", dataset="synthetic", schedule=name, stages=2, iterations=9,
               batch_size=16, synthetic_size=128, lr=0.05)
     if name in ("gpipe", "1f1b", "2bw"):
         kw["microbatches"] = 2

@@ -87,9 +87,9 @@ def test_summarize_steady_state():
     # two devices, 4 batches, each batch's U ends 1 s after the previous one
     rows = {0: [], 1: []}
     for t in range(4):
-        rows[0].append(["0F%d" % t, "F", 0, t, None, 0, t + 0.0, t + 0.5])
-        rows[0].append(["0U%d" % t, "U", 0, t, None, 0, t + 0.5, t + 0.6])
-        rows[1].append(["1U%d" % t, "U", 1, t, None, 0, t + 0.6, t + 1.0])
+        rows[0].append([f"0F{t}", "F", 0, t, None, 0, t + 0.0, t + 0.5])
+        rows[0].append([f"0U{t}", "U", 0, t, None, 0, t + 0.5, t + 0.6])
+        rows[1].append([f"1U{t}", "U", 1, t, None, 0, t + 0.6, t + 1.0])
     s = summarize(rows, batches=4, stages=2, samples_per_batch=10)
     assert s["iteration_time_s"] == pytest.approx(1.0)
     assert s["throughput_samples_per_s"] == pytest.approx(10.0)

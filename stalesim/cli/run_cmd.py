@@ -18,48 +18,12 @@ from typing import Any
 from stalesim.cli.common import nonneg_int, positive_float, positive_int, print_json
 from stalesim.errors import StalesimError
 
-_TRAIN_FIELDS = (
-    "model", "dataset", "schedule", "stages", "ppv", "microbatches", "workers", "iterations", "epochs",
-    "batch_size", "lr", "momentum", "weight_decay", "lr_schedule", "seed", "dtype", "data_dir",
-    "switch", "switch_epoch", "warmup", "compression", "weight_prediction", "spike_compensation",
-    "pipemare_lr", "pipemare_warmup", "pipemare_correction", "pipemare_gamma", "staleness_lr",
-    "num_classes", "synthetic_size",
-)
-
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
-    """Model/data/schedule/optimizer/mitigation flags (one per TrainConfig field)."""
-    from stalesim.cli.common import int_list
-    from stalesim.cli.schedule_cmd import add_schedule_args
+    """The training flags shared with ``stalesim emulate`` (:mod:`stalesim.cli.train_args`)."""
+    from stalesim.cli.train_args import add_train_args as shared
 
-    add_schedule_args(p)  # --stages --batches --microbatches --workers --devices --switch --warmup
-    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, alexnet, vgg16, resnet20, ...)")
-    p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | synthetic "
-                   "(default: the model's dataset)")
-    p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
-    p.add_argument("--ppv", type=int_list, default=None, help="pipeline placement vector, e.g. 2 or 7,14")
-    p.add_argument("--iterations", type=positive_int, default=None, help="mini-batches to train")
-    p.add_argument("--epochs", type=positive_int, default=None, help="full passes over the data")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
-    p.add_argument("--lr", type=positive_float, default=0.01)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--lr-schedule", default="constant", help="constant | step | cosine")
-    p.add_argument("--seed", type=nonneg_int, default=0)
-    p.add_argument("--dtype", default="float32", help="float32 | float64")
-    p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
-    p.add_argument("--switch-epoch", type=nonneg_int, default=None, help="hybrid: switch after this epoch")
-    p.add_argument("--compression", default="none", help="pipe-sgd/dp all-reduce: none | fp16 | int8")
-    p.add_argument("--weight-prediction", action="store_true")
-    p.add_argument("--spike-compensation", action="store_true")
-    p.add_argument("--pipemare-lr", action="store_true")
-    p.add_argument("--pipemare-warmup", type=nonneg_int, default=0)
-    p.add_argument("--pipemare-correction", action="store_true")
-    p.add_argument("--pipemare-gamma", type=float, default=0.9)
-    p.add_argument("--staleness-lr", action="store_true")
-    p.add_argument("--num-classes", type=positive_int, default=10)
-    p.add_argument("--synthetic-size", type=positive_int, default=1024)
-    p.add_argument("--no-augment", action="store_true", help="CIFAR: no random crop/flip")
+    shared(p)
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -88,38 +52,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def train_config(args: argparse.Namespace) -> Any:
-    """TrainConfig from the parsed flags (StalesimError names a bad field)."""
-    from stalesim.runtime.config import TrainConfig
+    """TrainConfig from the parsed flags, through the helper ``emulate`` uses.
 
-    iterations = args.iterations
-    if getattr(args, "batches", None) is not None:
-        if iterations is not None and iterations != args.batches:
-            raise StalesimError("--batches: disagrees with --iterations (give one)")
-        iterations = args.batches
-    if iterations is None and args.epochs is None:
-        iterations = 50
-    dataset = args.dataset
-    if dataset is None:
-        from stalesim.workloads.zoo import build_model  # noqa: F401 (cheap metadata via name)
+    ``--devices`` here is the rank list (``cpu:N``), not the schedule's fold count the
+    shared helper knows, so it is set aside while the helper runs. Default length: 50
+    iterations.
+    """
+    from stalesim.cli.train_args import train_config_from_args
 
-        dataset = "mnist" if args.model == "lenet5" else "cifar10"
-    stages = args.stages
-    if stages is None and args.ppv is None:
-        stages = 1
-    cfg = TrainConfig(
-        model=args.model, dataset=dataset, schedule=args.schedule, stages=stages,
-        ppv=args.ppv, microbatches=args.microbatches, workers=args.workers,
-        iterations=iterations, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        momentum=args.momentum, weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
-        seed=args.seed, dtype=args.dtype, data_dir=args.data_dir, switch=args.switch,
-        switch_epoch=args.switch_epoch, warmup=args.warmup, compression=args.compression,
-        weight_prediction=args.weight_prediction, spike_compensation=args.spike_compensation,
-        pipemare_lr=args.pipemare_lr, pipemare_warmup=args.pipemare_warmup,
-        pipemare_correction=args.pipemare_correction, pipemare_gamma=args.pipemare_gamma,
-        staleness_lr=args.staleness_lr, num_classes=args.num_classes,
-        synthetic_size=args.synthetic_size, augment=not args.no_augment,
-    )
-    return cfg.check()
+    devices = args.devices
+    args.devices = None
+    try:
+        if args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None:
+            args.iterations = 50
+        return train_config_from_args(args)
+    finally:
+        args.devices = devices
 
 
 def expected_devices(cfg: Any) -> int:
