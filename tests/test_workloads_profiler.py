@@ -78,3 +78,12 @@ def test_profile_cuda_events() -> None:
     p = profile_model("lenet5", 8, repeats=2, warmup=1, device="cuda")
     assert p.device == "cuda:0" and p.meta["timer"] == "cuda-events"
     assert all(lp.forward_s > 0 for lp in p.layers)
+
+
+def test_profile_bfloat16_halves_bytes(lenet_profile) -> None:
+    p = profile_model("lenet5", 8, repeats=1, warmup=0, dtype="bfloat16", threads=1)
+    assert p.dtype == "bfloat16"
+    assert [lp.param_bytes * 2 for lp in p.layers] == [lp.param_bytes for lp in lenet_profile.layers]
+    assert [lp.output_bytes * 2 for lp in p.layers] == [
+        lp.output_bytes for lp in lenet_profile.layers
+    ]

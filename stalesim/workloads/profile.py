@@ -234,14 +234,32 @@ class Profile:
         """The JSON text; with ``path``, also write it atomically."""
         text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
         if path is not None:
-            from stalesim.cli.common import write_json_atomic
-
-            write_json_atomic(path, self.to_dict())
+            _write_atomic(path, text + "\n")
         return text
 
     @classmethod
     def from_dict(cls, data: Any) -> Profile:
         return profile_from_dict(data)
+
+
+def _write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write to a temp file in the same folder, then rename: readers never see half a file."""
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _scale(lp: LayerProfile, f: float) -> LayerProfile:
