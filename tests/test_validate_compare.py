@@ -170,3 +170,35 @@ def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
     assert "| 1f1b | 1000.00 | 1100.00 | -9.1% |" in text
     assert "figures/iteration_time.png" in text and "median abs iteration-time error" in text
     assert write_report(tmp_path, summary).read_text() == text
+
+
+def test_dispatch_counts_charge_comm_actions_to_compute() -> None:
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.validate.costmodel import dispatch_counts
+
+    seq1 = dispatch_counts(build_schedule("sequential", ScheduleConfig(stages=1, batches=4)))
+    assert seq1 == {("F", 0): 1.0, ("LOSS", 0): 1.0, ("B", 0): 1.0, ("U", 0): 1.0}
+    pipe = dispatch_counts(build_schedule("1f1b", ScheduleConfig(stages=2, batches=4, microbatches=2)))
+    # stage 0: every F is followed by SEND_F; stage 1: RECV_F before F (charged to the compute before it)
+    total = sum(pipe.values())
+    assert all(v >= 1.0 for v in pipe.values()) and total > len(pipe)
+    sched = build_schedule("1f1b", ScheduleConfig(stages=2, batches=4, microbatches=2))
+    n_actions = sum(len(a) for a in sched.device_actions)
+    from collections import Counter
+
+    comp = Counter((a.kind.value, a.stage) for acts in sched.device_actions for a in acts
+                   if a.kind.value in ("F", "B", "U", "LOSS"))
+    assert sum(pipe[k] * n for k, n in comp.items()) == pytest.approx(n_actions)
+
+
+def test_dispatch_gap_and_replay_costs() -> None:
+    from stalesim.sim.model import uniform_costs
+    from stalesim.validate.costmodel import replay_costs
+    from stalesim.validate.measured import dispatch_gap
+
+    rows = _rows_two_devices()
+    # device 0: F, B back to back (gap 0), then SEND_F 0.0 after B, then 0.39*it to the next F
+    assert dispatch_gap(rows) == pytest.approx(0.0, abs=1e-12)
+    c = replay_costs(uniform_costs(2, 1, 1, 1), rows)
+    assert c.f_ns[0] == 3_000_000 and c.b_ns[0] == 3_000_000 and c.u_ns[1] == 1_000_000
+    assert c.f_ns[1] == 1  # stage 1 never ran F in these rows: the predicted cost stays

@@ -90,13 +90,14 @@ def summary_table(summary: dict) -> str:
     def f(x, fmt):  # noqa: ANN001, ANN202
         return "n/a" if x is None else format(x, fmt)
 
-    head = ("schedule", "pred ms", "meas ms", "error", "util p/m", "speed-up p/m", "loss diff")
+    head = ("schedule", "pred ms", "meas ms", "error", "replay", "util p/m", "speed-up p/m", "loss diff")
     lines = [head]
     for r in summary["rows"]:
         pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
         lines.append((
             r["schedule"], f(None if pit is None else pit * 1e3, ".2f"),
             f(None if mit is None else mit * 1e3, ".2f"), f(r["time_error"], "+.1%"),
+            f(r.get("replay_time_error"), "+.1%"),
             f"{f(r['predicted_utilization_mean'], '.2f')}/{f(r['measured_utilization_mean'], '.2f')}",
             f"{f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}",
             f(r["max_loss_rel_diff"], ".1e")))

@@ -11,6 +11,11 @@ measured here once per machine and model rather than fitted per schedule:
   and the executor's dispatcher (timestamps, beacon, memory tracking). Measured
   by :func:`measure_overhead` as the time of each action on a tiny stage through
   the runtime minus the same arithmetic called directly; added to every action.
+* **Dispatch gap** (``dispatch_s``): the executor's loop spends time between
+  two actions (bookkeeping, posting receives, memory tracking) on every action,
+  communication actions included; measured as the median gap between
+  consecutive actions of the 1-rank run and charged per dispatched action
+  (:func:`dispatch_counts`).
 * **Contention between ranks** on one CPU socket (shared memory bandwidth and
   caches, SMT siblings, the gloo threads): the profile is measured a second time
   while N-1 co-runner processes train the same model with the same thread count
@@ -50,6 +55,7 @@ class CostModel:
     contended: Profile | None = None  # the same with the other ranks busy (CPU ranks)
     overhead_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
     notes: list[str] = field(default_factory=list)
+    dispatch_s: float = 0.0  # executor loop time between two consecutive actions of a rank
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -61,7 +67,7 @@ class CostModel:
         return c / a if a > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overhead_s": dict(self.overhead_s),
+        return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "contention_ratio": self.contention_ratio(),
                 "has_contended_profile": self.contended is not None,
                 "notes": list(self.notes)}
@@ -80,9 +86,42 @@ def action_batch(name: str, batch_size: int, microbatches: int, workers: int) ->
     return batch_size
 
 
+def dispatch_counts(sched: Any) -> dict[tuple[str, int], float]:
+    """Per (kind, stage) of compute actions: actions the rank dispatches per such action.
+
+    Every action (also SEND/RECV/AR/ARW, which the simulator gives no core time)
+    costs the executor loop one dispatch gap; a communication action's gap is
+    charged to the compute action before it on the same device (or the next one
+    at the start of a list). Derived from the lowered IR, so it holds for any
+    schedule.
+    """
+    from collections import Counter
+
+    comp: Counter = Counter()
+    attached: Counter = Counter()
+    for acts in sched.device_actions:
+        last = None
+        pending = 0
+        for a in acts:
+            k = a.kind.value
+            if k in KINDS:
+                key = (k, a.stage)
+                comp[key] += 1
+                attached[key] += pending
+                pending = 0
+                last = key
+            elif last is None:
+                pending += 1
+            else:
+                attached[last] += 1
+    return {key: 1.0 + attached[key] / n for key, n in comp.items()}
+
+
 def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_size: int,
-                    action_batch: int, phi: list[float] | None = None) -> StageCosts:
-    """Per-stage costs: alone/contended interpolation by ``phi[s]``, plus per-action overhead."""
+                    action_batch: int, phi: list[float] | None = None,
+                    dispatch: dict[tuple[str, int], float] | None = None) -> StageCosts:
+    """Per-stage costs: alone/contended interpolation by ``phi[s]``, plus per-action
+    overhead, plus ``cm.dispatch_s`` x ``dispatch[(kind, stage)]`` (see :func:`dispatch_counts`)."""
     from stalesim.sim.model import stage_costs, to_ns
 
     alone = stage_costs(cm.profile, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
@@ -97,10 +136,18 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
     else:
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-    o = {k: to_ns(cm.overhead_s.get(k, 0.0)) for k in KINDS}
+    o = {k: cm.overhead_s.get(k, 0.0) for k in KINDS}
+    dc = dispatch or {}
+
+    def extra(kind: str, s: int) -> int:
+        return to_ns(o[kind] + cm.dispatch_s * dc.get((kind, s), 1.0))
+
     # the profile's last block includes the loss arithmetic; the LOSS action adds its overhead
-    return replace(alone, f_ns=tuple(x + o["F"] for x in f), b_ns=tuple(x + o["B"] for x in b_),
-                   u_ns=tuple(x + o["U"] for x in u), loss_ns=alone.loss_ns + o["LOSS"])
+    loss_extra = max((extra("LOSS", s) for s in range(S) if ("LOSS", s) in dc), default=extra("LOSS", S - 1))
+    return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
+                   b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
+                   u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
+                   loss_ns=alone.loss_ns + loss_extra)
 
 
 def busy_overlap(result: SimResult) -> list[float]:
@@ -195,8 +242,15 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, name: str, *, stages: in
     phi = [0.0] * S
     history: list[float] = []
     result = None
+    dispatch = None
+    if cm.dispatch_s > 0:
+        from stalesim.schedule import ScheduleConfig, build_schedule
+
+        dispatch = dispatch_counts(build_schedule(name, ScheduleConfig(
+            stages=S, batches=batches, microbatches=M, workers=P)))
     for r in range(max(1, rounds)):
-        costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi)
+        costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
+                                dispatch=dispatch)
         result = simulate(None, name, stages=S, microbatches=M, workers=P, batches=batches,
                           hardware=hw, costs=costs, method="event")
         history.append(result.iteration_time_s)
@@ -208,7 +262,41 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, name: str, *, stages: in
         phi = new_phi
     assert result is not None
     return result, {"phi": phi, "rounds": len(history), "history": history,
-                    "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab}
+                    "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs}
+
+
+def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
+                 window_s: tuple[float, float] | None = None) -> StageCosts:
+    """The same stage costs with F/B/U/LOSS replaced by the *measured* median durations.
+
+    Simulating a schedule with these isolates the simulator's schedule and
+    communication model from the compute-cost model: if the replay matches the
+    measured iteration time, a prediction error comes from the costs (profile,
+    overhead, contention, machine load), not from how the schedule is played.
+    Only actions inside ``window_s`` (the steady state) are used when given.
+    """
+    from stalesim.sim.model import to_ns
+
+    S = costs.stages
+    durs: dict[tuple[str, int], list[float]] = {}
+    for rows in rows_by_rank.values():
+        for _label, kind, stage, _b, _m, _w, t0, t1 in rows:
+            if kind not in KINDS:
+                continue
+            if window_s is not None and (t1 < window_s[0] or t0 > window_s[1]):
+                continue
+            durs.setdefault((kind, int(stage)), []).append(t1 - t0)
+
+    def med(kind: str, s: int, fallback: int) -> int:
+        v = durs.get((kind, s))
+        return to_ns(statistics.median(v)) if v else fallback
+
+    losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
+    return replace(costs,
+                   f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
+                   b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                   u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
+                   loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
 
 
 # ----------------------------------------------------------------- measurements

@@ -73,3 +73,23 @@ def peak_memory(summary: dict[str, Any]) -> list[int] | None:
     if not isinstance(pm, dict) or not pm:
         return None
     return [int(pm[k]) for k in sorted(pm, key=int)]
+
+
+def dispatch_gap(rows_by_rank: dict[str, list[list[Any]]], window_s: tuple[float, float] | None = None) -> float:
+    """Median time between the end of one action and the start of the next on a rank.
+
+    That is the executor loop's own cost per action (bookkeeping, posting
+    receives, memory tracking), outside every recorded action span.
+    """
+    import statistics
+
+    gaps: list[float] = []
+    for rows in rows_by_rank.values():
+        rs = sorted(rows, key=lambda r: r[6])
+        for a, b in zip(rs, rs[1:]):
+            if window_s is not None and (a[7] < window_s[0] or b[6] > window_s[1]):
+                continue
+            g = b[6] - a[7]
+            if g >= 0:
+                gaps.append(g)
+    return statistics.median(gaps) if gaps else 0.0

@@ -153,6 +153,23 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     write_json_atomic(out / "hardware.json", _clean(hw_dict))
     timings["calibrate_s"] = time.perf_counter() - t0
 
+    # 3. the 1-rank baseline (speed-up denominator; its action gaps calibrate dispatch) -----
+    t0 = time.perf_counter()
+    from executor.job import make_job
+    from executor.launch import Devices, run_local
+    from stalesim.validate.measured import dispatch_gap, measured_timing
+
+    say(f"[validate 3/{steps}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
+    base_devs = Devices(devs.kind, devs.ids[:1])
+    base_job = make_job(train_config(cfg, "sequential", 1, [], cfg.iterations),
+                        out=str(out / "runs" / "baseline-1rank"), evaluate=False, label="baseline",
+                        keep_rows=True)
+    base_meas = run_local(base_job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+    base_t = measured_timing(base_meas)
+    if cfg.overhead:
+        cm.dispatch_s = dispatch_gap(base_meas["rows"], tuple(base_t["window_s"]))
+    timings["baseline_s"] = time.perf_counter() - t0
+
     # 3. simulate ------------------------------------------------------------------
     t0 = time.perf_counter()
     from stalesim.sim.model import resolve_cuts
@@ -184,21 +201,14 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
     # 4. run -----------------------------------------------------------------------
     t0 = time.perf_counter()
-    from executor.job import make_job
-    from executor.launch import Devices, run_local
-
     say(f"[validate 4/{steps}] running {len(scheds)} schedule(s) on {devs} "
-        f"({cfg.iterations} iterations each), then the 1-rank baseline")
+        f"({cfg.iterations} iterations each)")
     jobs = []
     for name in scheds:
         tc = train_config(cfg, name, N, ppv, cfg.iterations, device="cpu")
         jobs.append(make_job(tc, out=str(out / "runs" / name), evaluate=False, label=name,
                              keep_rows=True))
     measured = _run_jobs(jobs, devs, cfg, say)
-    base_devs = Devices(devs.kind, devs.ids[:1])
-    base_job = make_job(train_config(cfg, "sequential", 1, [], cfg.iterations), out=str(out / "runs" / "baseline-1rank"),
-                        evaluate=False, label="baseline", keep_rows=True)
-    base_meas = run_local(base_job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
     timings["run_s"] = time.perf_counter() - t0
 
     # 5. emulate -------------------------------------------------------------------
@@ -214,9 +224,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     t0 = time.perf_counter()
     say(f"[validate 6/{steps}] comparing; writing report, summary and figures to {out}")
     from stalesim.validate.compare import aggregate, goals_met, make_row
-    from stalesim.validate.measured import measured_timing, peak_memory
-
-    base_t = measured_timing(base_meas)
+    from stalesim.validate.measured import peak_memory
     rows = []
     mtimes: dict[str, dict] = {}
     for name in scheds:
@@ -227,6 +235,15 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         else:
             mt = measured_timing(m)
         mtimes[name] = mt
+        replay_it = None
+        if m is not None and m.get("rows"):
+            from stalesim.sim import simulate
+            from stalesim.validate.costmodel import replay_costs
+
+            rc = replay_costs(sim_info[name]["costs"], m["rows"], tuple(mt["window_s"]))
+            rr = simulate(None, name, stages=r.stages, microbatches=r.microbatches, workers=r.workers,
+                          batches=cfg.iterations, hardware=hw, costs=rc, keep_timeline=False)
+            replay_it = rr.iteration_time_s
         extra = {
             "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
             "ppv": sim_info[name]["ppv"], "action_batch": sim_info[name]["action_batch"],
@@ -235,6 +252,9 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
             "executor_iteration_time_s": None if m is None else m.get("iteration_time_s"),
             "versions_match_ir": None if m is None else m.get("versions_match_ir"),
             "emulated_iterations": E,
+            "replay_iteration_time_s": replay_it,
+            "replay_time_error": (None if replay_it is None or not mt["iteration_time_s"]
+                                  else (replay_it - mt["iteration_time_s"]) / mt["iteration_time_s"]),
             "error": None if m is None else m.get("error"),
         }
         rows.append(make_row(

@@ -151,6 +151,7 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("| --- | --- |")
     L.append("| per-action overhead F / B / U / LOSS | " +
              " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in ("F", "B", "U", "LOSS")) + " |")
+    L.append(f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |")
     cr = cm.get("contention_ratio")
     L.append(f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |")
     bw = hw.get("bandwidth_Bps")
@@ -161,17 +162,23 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("")
     L.append("## Results")
     L.append("")
-    L.append("| schedule | predicted ms | measured ms | error | util pred | util meas | "
+    L.append("| schedule | predicted ms | measured ms | error | replay error | util pred | util meas | "
              "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | loss diff |")
-    L.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: |")
+    L.append("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: |")
     for r in summary["rows"]:
         pu = " ".join(f"{u:.2f}" for u in r.get("predicted_utilization") or [])
         mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
         L.append(f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
-                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r['time_error'], '+.1%')} | {pu} | {mu} | "
+                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r['time_error'], '+.1%')} | "
+                 f"{_f(r.get('replay_time_error'), '+.1%')} | {pu} | {mu} | "
                  f"{_f(r['predicted_speedup'], '.2f')} | {_f(r['measured_speedup'], '.2f')} | "
                  f"{_mib(r.get('predicted_peak_memory_bytes'))} | {_mib(r.get('measured_peak_memory_bytes'))} | "
                  f"{_f(r.get('max_loss_rel_diff'), '.1e')} |")
+    L.append("")
+    L.append("*replay error*: the simulator run with the **measured** median F/B/U/LOSS durations of "
+             "each stage (steady window) instead of the predicted ones. Small replay error with a large "
+             "error means the costs were off (profile vs. the ranks' real speed: machine load, "
+             "contention, overhead); a large replay error points at the schedule/communication model.")
     errs = [r for r in summary["rows"] if r.get("error")]
     for r in errs:
         L.append(f"\n**{r['schedule']} failed**: {r['error']}")
