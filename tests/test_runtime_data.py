@@ -38,7 +38,7 @@ def test_augment_crop_and_flip():
 def test_offline_without_data_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv("STALESIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("STALESIM_DATA", raising=False)
-    import stalesim.runtime.data as data
+    from stalesim.runtime import data
 
     def no_net(cls, cache, looked, dataset):
         raise StalesimError(f"dataset: {dataset} not found (looked in {', '.join(looked)})")

@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from _runtime_helpers import replay
 
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import compress, pipemare_exponent
 from stalesim.runtime.plan import build_train_schedule
-
-from _runtime_helpers import replay
 
 LR, MU = 0.1, 0.5
 

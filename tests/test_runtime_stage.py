@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _runtime_helpers import replay
 from torch import nn
 
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.stage import StageRuntime
 from stalesim.schedule import Kind, ScheduleConfig, build_schedule
-
-from _runtime_helpers import replay
 
 
 @pytest.mark.parametrize("name,M", [("sequential", 1), ("stale", 1), ("pipedream", 1), ("2bw", 3), ("gpipe", 2)])
@@ -33,7 +32,7 @@ def test_replay_versions_match_table_and_no_version_counter_error(name, M):
 
 def test_stash_holds_only_needed_versions():
     # pipedream S=3: stage 0 keeps at most S-1-s = 2 extra versions; latest policy keeps none
-    sched, rts, _ = replay("pipedream", 3, 8)
+    _, rts, _ = replay("pipedream", 3, 8)
     assert rts[0].stash_peak_bytes > 0
     per_version = sum(p.numel() * 8 for p in rts[0].params)
     assert rts[0].stash_peak_bytes <= 2 * per_version
@@ -75,7 +74,7 @@ def test_every_weight_tensor_is_versioned(model):
         seen = set()
         orig = rt._pack
 
-        def pack(t, orig=orig):
+        def pack(t, orig=orig, seen=seen):
             out = orig(t)
             if isinstance(out, tuple):
                 seen.add(out[1])

@@ -44,7 +44,14 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stalesim.cli.common import write_json_atomic
-    from stalesim.emulator.study import aggregate, expand, parse_placements, plot, run_study, write_table
+    from stalesim.emulator.study import (
+        aggregate,
+        expand,
+        parse_placements,
+        plot,
+        run_study,
+        write_table,
+    )
 
     if args.ppv is not None or args.stages is not None:
         from stalesim.errors import StalesimError

@@ -59,7 +59,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     # --warmup (synchronous warm-up iterations) comes from add_schedule_args
 
 
-def train_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig
+def train_config_from_args(args: argparse.Namespace):
     from stalesim.runtime.config import TrainConfig
 
     if getattr(args, "devices", None) is not None:

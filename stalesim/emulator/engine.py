@@ -89,13 +89,13 @@ class Emulator:
         from stalesim.workloads.partition import default_ppv
 
         self.ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, self.S) if self.S > 1 else [])
-        lr_fn: Callable[[int], float] = lambda t: cfg.lr_at(t, self.total)  # noqa: E731
+        lr_fn: Callable[[int], float] = lambda t: cfg.lr_at(t, self.total)
         self.models = [base] + [copy.deepcopy(base) for _ in range(self.P - 1)]
         self.stage_mods: list[list[torch.nn.Module]] = []
         self.rts: list[list[StageRuntime]] = []
-        for r, model in enumerate(self.models):
-            model.to(device=self.device, dtype=cfg.torch_dtype).train()
-            mods = split_stages(model, ppv=self.ppv)
+        for r, replica in enumerate(self.models):
+            replica.to(device=self.device, dtype=cfg.torch_dtype).train()
+            mods = split_stages(replica, ppv=self.ppv)
             if len(mods) != self.S:
                 raise StalesimError(f"ppv: gives {len(mods)} stages but the schedule has {self.S}")
             heads = make_aux_heads(mods, base.input_shape, cfg.num_classes, cfg.seed) \
@@ -332,8 +332,7 @@ class Emulator:
                 write_json_atomic(self.out / "config.json", {"train": self.cfg.to_dict(),
                                                              "checkpoint_every": self.checkpoint_every})
             with open(self.out / "metrics.jsonl", "w") as fh:  # rewritten up to the checkpoint
-                for rec in self.state.metrics:
-                    fh.write(json.dumps(rec) + "\n")
+                fh.writelines(json.dumps(rec) + "\n" for rec in self.state.metrics)
             self._metrics_fh = open(self.out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
         elif resume:
             raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
@@ -348,7 +347,15 @@ class Emulator:
                 self._metrics_fh.close()
         return self.finish()
 
-    def _bar(self):  # noqa: ANN202
+    def replay(self) -> float:
+        """Just the training replay (no run folder, no evaluation); returns seconds.
+        For benchmarks."""
+        self._metrics_fh = None
+        self._t0 = time.perf_counter()
+        self._replay(None)
+        return time.perf_counter() - self._t0
+
+    def _bar(self):
         show = self.progress if self.progress is not None else sys.stderr.isatty()
         if not show:
             return None
@@ -357,7 +364,7 @@ class Emulator:
         return tqdm(total=self.total, initial=len(self.state.losses), unit="batch", file=sys.stderr,
                     desc=f"{self.cfg.schedule} S={self.S}", leave=False)
 
-    def _replay(self, bar) -> None:  # noqa: ANN001
+    def _replay(self, bar) -> None:
         st = self.state
         steps, events = self.steps, self._events
         i = st.index
@@ -459,8 +466,7 @@ class Emulator:
 
             tmp = self.out / ".versions.jsonl.tmp"
             with open(tmp, "w") as fh:
-                for rec in self.versions_log():
-                    fh.write(json.dumps(rec) + "\n")
+                fh.writelines(json.dumps(rec) + "\n" for rec in self.versions_log())
             os.replace(tmp, self.out / "versions.jsonl")
             write_json_atomic(self.out / "summary.json", summary)
         return summary

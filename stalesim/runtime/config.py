@@ -163,7 +163,7 @@ class TrainConfig:
         return self.stages or 1
 
     @property
-    def torch_dtype(self):  # noqa: ANN201 - torch imported lazily
+    def torch_dtype(self):
         import torch
 
         return torch.float64 if self.dtype == "float64" else torch.float32

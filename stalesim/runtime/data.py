@@ -145,7 +145,7 @@ def _load_idx(cfg: TrainConfig) -> Dataset:
                    f"{name} (torchvision raw files)")
 
 
-def _download(cls, cache: Path, looked: list[str], dataset: str):  # noqa: ANN001, ANN202
+def _download(cls, cache: Path, looked: list[str], dataset: str):
     """torchvision's download into the cache (10 s socket timeout); ``STALESIM_NO_DOWNLOAD=1``
     skips it (offline machines, tests)."""
     if os.environ.get("STALESIM_NO_DOWNLOAD", "") not in ("", "0"):
@@ -213,7 +213,7 @@ def _nhwc(a: np.ndarray) -> torch.Tensor:
 # --------------------------------------------------------------- batches
 def augment_batch(x: torch.Tensor, gen: torch.Generator, pad: int = 4) -> torch.Tensor:
     """Random crop (zero padding ``pad``) and horizontal flip, per image, as tensor ops."""
-    B, C, H, W = x.shape
+    B, _, H, W = x.shape
     xp = torch.nn.functional.pad(x, (pad, pad, pad, pad))
     i = torch.randint(0, 2 * pad + 1, (B,), generator=gen)
     j = torch.randint(0, 2 * pad + 1, (B,), generator=gen)
@@ -258,7 +258,7 @@ class BatchStream:
             x = augment_batch(x, g)
         return self.data.prepare(x, self.cfg.torch_dtype), y
 
-    def test_batches(self, batch_size: int = 1000):  # noqa: ANN201 - iterator
+    def test_batches(self, batch_size: int = 1000):
         """Test set in order, normalized, no augmentation."""
         if self.data.test_x is None:
             return
