@@ -1,0 +1,94 @@
+"""Shared helpers: CSV + figure writing, and the cached "shape" profiles.
+
+A *shape profile* is a profile measured at a tiny batch with one repeat: its
+times are meaningless (CPU, one sample, a loaded machine), but its per-block
+FLOPs and bytes are exact and scale linearly with the batch
+(``Profile.at_batch_size``). The GPU what-ifs re-time it with the roofline, and
+the memory figure reads its bytes, so nothing here depends on this machine's
+speed. Shape profiles are cached under ``<out>/profiles/`` (committed), so
+``make figures`` does not re-profile unless asked to.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+SHAPE_BATCH = 8
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> Path:
+    """Write rows atomically (tmp + rename); columns default to the first row's keys."""
+    cols = list(columns or (rows[0].keys() if rows else []))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _cell(r.get(k)) for k in cols})
+    os.replace(tmp, path)
+    return path
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return " ".join(map(str, v))
+    return "" if v is None else v
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def pyplot():  # noqa: ANN201 - matplotlib.pyplot
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "font.size": 9})
+    return plt
+
+
+def save(fig, path: Path) -> Path:  # noqa: ANN001
+    fig.tight_layout()
+    fig.savefig(path)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):  # noqa: ANN201 - Profile
+    """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON."""
+    from stalesim.workloads.profile import load_profile
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"{model}_b{SHAPE_BATCH}_shape.json"
+    if path.exists() and not refresh:
+        return load_profile(path)
+    import torch
+
+    from stalesim.workloads.profiler import profile_model
+
+    old = torch.get_num_threads()
+    try:
+        prof = profile_model(model, [SHAPE_BATCH], device="cpu", threads=1, repeats=1, warmup=0)
+    finally:
+        torch.set_num_threads(old)
+    prof.to_json(path)
+    return prof
+
+
+def fmt_mb(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.2f}"
+
+
+def first(items: Iterable[Any], default: Any = None) -> Any:
+    return next(iter(items), default)
