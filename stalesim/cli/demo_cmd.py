@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/demo", help="folder for figures, reports and summary")
     p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
     p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
-    p.add_argument("--iterations", type=int, default=16, help="iterations per validated schedule")
-    p.add_argument("--schedules", default="sequential,gpipe,1f1b,pipedream,2bw,stale,dp,pipe-sgd",
+    p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
+    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd",
                    help="schedules to validate on 2 ranks (or all)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.cli.common import write_json_atomic
     from stalesim.validate.config import ValidateConfig, check_out_dir
 
+    # In-process work (profiling, emulation) uses one thread, as each rank does: with
+    # more, OpenMP threads spin against each other and everything else on a small shared box.
+    torch.set_num_threads(1)
     out = check_out_dir(args.out)
     quick = args.quick
     B = 16 if quick else args.batch_size
@@ -95,7 +98,6 @@ def run(args: argparse.Namespace) -> int:
     cuda = devices.startswith("cuda")
     data_dir = args.data_dir or os.environ.get("STALESIM_DATA") or None
     load0 = os.getloadavg()
-    t_start = time.perf_counter()
 
     # 2. profile ----------------------------------------------------------------------
     from executor.launch import parse_devices
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     devs = parse_devices(devices)
     dev0 = devs.device_for(0)
     sizes = profile_sizes(B, 4, devs.count)
-    repeats = 2 if quick else 5
+    repeats = 2 if quick else 3
     step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it)")
     prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats, warmup=1 if quick else 2)
     prof.to_json(out / "profile.json")
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     step(f"validating on {devices}: {scheds} ({iters} iterations each): predicted vs measured")
     vcfg = ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
                           batch_size=B, microbatches=4, threads=1, out=str(out / "validate"),
-                          emulate_iterations=3 if quick else 5, hardware=str(out / "hardware.json"),
+                          emulate_iterations=3, hardware=str(out / "hardware.json"),
                           profile=str(out / "profile.json"),
                           contended_profile=str(out / "profile_contended.json") if contended else None,
                           command=f"stalesim validate --model {args.model} --devices {devices} "
@@ -181,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         step("staleness study skipped: no MNIST (give --data-dir or set STALESIM_DATA)")
 
     # 7. summary -----------------------------------------------------------------------
-    elapsed = time.perf_counter() - t_start
+    elapsed = time.perf_counter() - step.t0
     step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
     print(_summary(grid, vsum, study, args.gpu))
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
@@ -199,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_grid(grid: list[dict], fmt_bytes) -> None:  # noqa: ANN001
+def _print_grid(grid: list[dict], fmt_bytes) -> None:
     groups: dict[tuple, dict] = {}
     names: list[str] = []
     for r in grid:
@@ -228,28 +230,28 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
     rows = [("what", "where", "result")]
     for (hwl, link, n), r in best.items():
         rows.append(("predicted best", f"{n} x {hwl} / {link}",
-                     f"{r['schedule']}: {r['speedup']:.2f}x, utilization {r['utilization_mean']:.2f}, "
-                     f"staleness {r['staleness_max']}"))
+                     (f"{r['schedule']}: {r['speedup']:.2f}x, utilization {r['utilization_mean']:.2f}, "
+                      f"staleness {r['staleness_max']}")))
     for r in vsum["rows"]:
-        def f(x, fmt):  # noqa: ANN001, ANN202
+        def f(x, fmt):
             return "n/a" if x is None else format(x, fmt)
 
+        pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
         rows.append(("validated", f"{r['schedule']} on {vsum['devices']}",
-                     f"predicted {f(r['predicted_iteration_time_s'] and r['predicted_iteration_time_s'] * 1e3, '.1f')}"
-                     f" ms vs measured {f(r['measured_iteration_time_s'] and r['measured_iteration_time_s'] * 1e3, '.1f')}"
-                     f" ms ({f(r['time_error'], '+.1%')}); speed-up {f(r['predicted_speedup'], '.2f')}"
-                     f"/{f(r['measured_speedup'], '.2f')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}"))
+                     (f"predicted {f(pit and pit * 1e3, '.1f')} ms vs measured {f(mit and mit * 1e3, '.1f')}"
+                      f" ms ({f(r['time_error'], '+.1%')}); speed-up {f(r['predicted_speedup'], '.2f')}"
+                      f"/{f(r['measured_speedup'], '.2f')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
     rows.append(("validation", "all schedules",
-                 f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
-                 f"{_pct(vsum.get('max_abs_time_error'))} (load average {vsum['load_average']['before']})"))
+                 (f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
+                  f"{_pct(vsum.get('max_abs_time_error'))} (load average {vsum['load_average']['before']})")))
     for r in study or []:
         acc = r.get("test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",
-                     f"staleness {r['staleness']}, loss {r['final_loss_mean20']:.3f}, "
-                     f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'} after {r['iterations']} it."))
+                     (f"staleness {r['staleness']}, loss {r['final_loss_mean20']:.3f}, "
+                      f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'} after {r['iterations']} it.")))
     lines.append(_table(rows))
     return "\n".join(lines)
 
 
-def _pct(x) -> str:  # noqa: ANN001
+def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.1%}"

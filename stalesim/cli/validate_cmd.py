@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace):  # noqa: ANN201
+def config_from_args(args: argparse.Namespace):
     from stalesim.errors import StalesimError
     from stalesim.validate.config import ValidateConfig
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 def summary_table(summary: dict) -> str:
     """The per-schedule comparison as aligned text."""
-    def f(x, fmt):  # noqa: ANN001, ANN202
+    def f(x, fmt):
         return "n/a" if x is None else format(x, fmt)
 
     head = ("schedule", "pred ms", "meas ms", "error", "replay", "util p/m", "speed-up p/m", "loss diff")

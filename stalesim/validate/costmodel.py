@@ -131,7 +131,7 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
         busy = stage_costs(cm.contended, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
 
         def mix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(int(round((1 - phi[s]) * a[s] + phi[s] * b[s])) for s in range(S))
+            return tuple(round((1 - phi[s]) * a[s] + phi[s] * b[s]) for s in range(S))
 
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
     else:

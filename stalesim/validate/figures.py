@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _plt():  # noqa: ANN202
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -81,12 +81,13 @@ def dispatch_gap(rows_by_rank: dict[str, list[list[Any]]], window_s: tuple[float
     That is the executor loop's own cost per action (bookkeeping, posting
     receives, memory tracking), outside every recorded action span.
     """
+    import itertools
     import statistics
 
     gaps: list[float] = []
     for rows in rows_by_rank.values():
         rs = sorted(rows, key=lambda r: r[6])
-        for a, b in zip(rs, rs[1:]):
+        for a, b in itertools.pairwise(rs):
             if window_s is not None and (a[7] < window_s[0] or b[6] > window_s[1]):
                 continue
             g = b[6] - a[7]

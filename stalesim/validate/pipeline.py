@@ -93,6 +93,11 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     t_all = time.perf_counter()
     steps = 6
 
+    if cfg.dataset != "synthetic":  # fail now (one line), not inside a rank later
+        from stalesim.runtime.data import load_dataset
+
+        load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
+
     # 1. profile + cost model ---------------------------------------------------
     t0 = time.perf_counter()
     from stalesim.validate.costmodel import CostModel, contended_profile, measure_overhead
