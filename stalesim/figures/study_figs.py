@@ -33,13 +33,31 @@ def find_studies(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOT
     return out
 
 
+def find_flat_tables(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[Path]:
+    """Study tables stored flat as ``<root>/<model>_<dataset>_*.csv`` (no study.json beside them)."""
+    out = []
+    for root in roots:
+        if root.is_dir():
+            out += sorted(p for p in root.glob(f"{model}_{dataset}_*.csv")
+                          if read_csv(p) and "test_acc_mean" in read_csv(p)[0])
+    return out
+
+
 def collect(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[dict[str, Any]]:
-    """Rows of every matching study; a (schedule, PPV, mitigation, length) seen twice keeps more seeds."""
+    """Rows of every matching study; a (schedule, PPV, mitigation, length) seen twice keeps more seeds.
+
+    Flat tables carry no config; their length/batch/lr are left empty (see the table's own .md).
+    """
     best: dict[tuple, dict[str, Any]] = {}
-    for d in find_studies(model, dataset, roots):
-        base = json.loads((d / "study.json").read_text())["base"]
-        length = f"{base['epochs']} epochs" if base.get("epochs") else f"{base.get('iterations')} iterations"
-        for r in read_csv(d / "table.csv"):
+    sources: list[tuple[Path, dict[str, Any]]] = [
+        (d / "table.csv", json.loads((d / "study.json").read_text())["base"])
+        for d in find_studies(model, dataset, roots)]
+    sources += [(p, {}) for p in find_flat_tables(model, dataset, roots)]
+    for table, base in sources:
+        d = table.parent if table.name == "table.csv" else table
+        length = (f"{base['epochs']} epochs" if base.get("epochs") else
+                  f"{base['iterations']} iterations" if base.get("iterations") else None)
+        for r in read_csv(table):
             if not r.get("test_acc_mean"):
                 continue
             row = {"schedule": r["schedule"], "ppv": json.loads(r["ppv"]), "stages": int(r["stages"]),
@@ -63,25 +81,29 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
         return []
     seq = [r for r in rows if r["schedule"] == "sequential"]
     for r in rows:
-        ref = next((s for s in seq if s["length"] == r["length"] and s["lr"] == r["lr"]), None)
+        # the sequential row of the same study, else one of the same length, else the only one
+        ref = (next((s for s in seq if s["source"] == r["source"]), None)
+               or next((s for s in seq if r["length"] and s["length"] == r["length"] and s["lr"] == r["lr"]), None)
+               or (seq[0] if len(seq) == 1 else None))
         r["drop_vs_sequential_pts"] = None if ref is None else ref["test_acc_mean_pct"] - r["test_acc_mean_pct"]
-    rows.sort(key=lambda r: (r["length"], r["schedule"] != "sequential", r["depth"], r["mitigation"]))
+        r["baseline_source"] = None if ref is None else ref["source"]
+    rows.sort(key=lambda r: (r["schedule"] != "sequential", r["depth"], r["schedule"], r["mitigation"]))
     cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
             "test_acc_mean_pct", "test_acc_std_pct", "drop_vs_sequential_pts", "length", "batch_size",
-            "lr", "switch_epoch", "source"]
+            "lr", "switch_epoch", "source", "baseline_source"]
     csv_path = write_csv(out / "lenet5_accuracy_vs_depth.csv", rows, cols)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    lengths = sorted({r["length"] for r in rows})
-    main = lengths[-1] if len(lengths) > 1 else lengths[0]
+    lengths = sorted({r["length"] for r in rows if r["length"]})
+    main = lengths[-1] if lengths else "stored studies"
     series: dict[str, list[dict]] = {}
     for r in rows:
-        if r["length"] != main:
+        if r["length"] not in (main, None):
             continue
         if r["schedule"] in ("sequential", "stale") and r["mitigation"] == "none":
             label = "stale (no mitigation)"
         elif r["schedule"] == "hybrid":
-            label = f"hybrid (stale for {r['switch_epoch']} epoch(s), then sequential)"
+            label = f"hybrid (stale for {r['switch_epoch']} epoch, then sequential)"
         else:
             label = f"{r['schedule']} + {r['mitigation']}"
         series.setdefault(label, []).append(r)
@@ -94,8 +116,8 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     ax.set_xlabel("staleness depth: max over stages of u-1-v_F (0 = sequential)")
     ax.set_ylabel("test accuracy (%)")
     ref = paper.STALE_DROPS_4STAGE["lenet5"]
-    ax.set_title(f"LeNet-5 / MNIST, {main}, mean ± std over seeds\n(paper: PPV (2) drops {ref[2]} points)",
-                 fontsize=9)
+    ax.set_title(f"LeNet-5 / MNIST, {main}, mean ± std over the seeds that did not diverge\n"
+                 f"(paper: PPV (2) drops {ref[2]} points)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return [csv_path, save(fig, out / "lenet5_accuracy_vs_depth.png")]
