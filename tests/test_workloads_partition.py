@@ -194,3 +194,13 @@ def test_min_max_matches_brute_force(data, n: int) -> None:
     assert sum(p.stage_costs) == pytest.approx(
         sum(costs) + sum(comm[c - 1] for c in p.cuts)
     )
+
+
+def test_default_partition_works_on_a_float64_model():
+    """split_stages(stages=S) must not depend on the model's dtype (FLOPs don't)."""
+    from stalesim.workloads.partition import split_stages
+    from stalesim.workloads.zoo import build_model
+
+    m64 = build_model("lenet5", seed=0).double()
+    m32 = build_model("lenet5", seed=0)
+    assert [len(s) for s in split_stages(m64, stages=3)] == [len(s) for s in split_stages(m32, stages=3)]

@@ -182,7 +182,11 @@ def block_flops(model: LayeredModel) -> list[int]:
     model.eval()
     try:
         with torch.no_grad():
+            # FLOPs do not depend on dtype/device, but the input must match the weights
+            param = next(model.parameters(), None)
             x = model.example_input(1)
+            if param is not None:
+                x = x.to(dtype=param.dtype, device=param.device)
             for block in model.blocks:
                 counter = FlopCounterMode(display=False)
                 with counter:
