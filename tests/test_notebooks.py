@@ -7,7 +7,6 @@ take a few minutes on 2 idle cores; each has its own timeout.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

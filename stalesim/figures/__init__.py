@@ -21,20 +21,20 @@ FIGURES: dict[str, tuple[Callable[..., list[Path]], str, str]] = {
                         "derived staleness u-1-v_F per stage for every schedule at S=4 (IR version table)",
                         "schedule IR only"),
     "predicted_speedup_resnet_2gpu": (sim_figs.predicted_speedup_resnet_2gpu,
-                                      "stale-weights paper 2-GPU table: predicted stale and hybrid speed-ups "
-                                      "of ResNet-56/110/224/362 (paper PPVs) on catalog GPUs vs the paper",
+                                      ("stale-weights paper 2-GPU table: predicted stale and hybrid speed-ups "
+                                       "of ResNet-56/110/224/362 (paper PPVs) on catalog GPUs vs the paper"),
                                       "shape profiles + roofline (catalog GPUs), event + fast path"),
     "predicted_speedup_schedules": (sim_figs.predicted_speedup_schedules,
-                                    "speed-up and peak memory vs S for gpipe/1f1b/2bw/pipedream/stale, "
-                                    "ResNet-56 on H100 (roofline) over NVLink4",
+                                    ("speed-up and peak memory vs S for gpipe/1f1b/2bw/pipedream/stale, "
+                                     "ResNet-56 on H100 (roofline) over NVLink4"),
                                     "shape profile + roofline, fast path"),
     "memory_stale_vs_stash": (sim_figs.memory_stale_vs_stash,
-                              "memory increase of stale pipelining vs PipeDream stashing (2 partitions, "
-                              "paper PPVs, batch 128) vs the paper's Table 9",
+                              ("memory increase of stale pipelining vs PipeDream stashing (2 partitions, "
+                               "paper PPVs, batch 128) vs the paper's Table 9"),
                               "shape profiles (exact bytes), simulator memory model"),
     "pipe_sgd_timing": (sim_figs.pipe_sgd_timing,
-                        "Pipe-SGD timing model: synchronous dp vs width-2 pipeline over ring all-reduce vs "
-                        "cluster size, latency, bandwidth, compression",
+                        ("Pipe-SGD timing model: synchronous dp vs width-2 pipeline over ring all-reduce "
+                         "vs cluster size, latency, bandwidth, compression"),
                         "ResNet-56 shape profile + V100 roofline, fast path (event path checked)"),
     "lenet5_accuracy_vs_depth": (study_figs.lenet5_accuracy_vs_depth,
                                  "LeNet-5/MNIST test accuracy vs staleness depth, mitigations and hybrid",

@@ -46,7 +46,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def pyplot():  # noqa: ANN201 - matplotlib.pyplot
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,7 +56,7 @@ def pyplot():  # noqa: ANN201 - matplotlib.pyplot
     return plt
 
 
-def save(fig, path: Path) -> Path:  # noqa: ANN001
+def save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path)
     import matplotlib.pyplot as plt
@@ -65,7 +65,7 @@ def save(fig, path: Path) -> Path:  # noqa: ANN001
     return path
 
 
-def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):  # noqa: ANN201 - Profile
+def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):
     """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON."""
     from stalesim.workloads.profile import load_profile
 

@@ -30,17 +30,17 @@ class Ctx:
     refresh: bool = False
     log: Any = print
 
-    def profile(self, model: str, batch: int = BATCH):  # noqa: ANN201 - Profile
+    def profile(self, model: str, batch: int = BATCH):
         return shape_profile(model, self.profiles, refresh=self.refresh).at_batch_size(batch)
 
 
-def _roofline(prof, device: str):  # noqa: ANN001, ANN202
+def _roofline(prof, device: str):
     from stalesim.workloads.hardware import roofline_profile
 
     return roofline_profile(prof, device)
 
 
-def _hw(device: str, link: str):  # noqa: ANN202
+def _hw(device: str, link: str):
     from stalesim.workloads.hardware import hardware_from_catalog
 
     return hardware_from_catalog(device, link)
@@ -196,7 +196,7 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
         # PipeDream on as many devices as the paper's pipeline has stages (4; min-max partition)
         res["pipedream4"] = simulate(prof, "pipedream", stages=4, method="fast", keep_timeline=False)
 
-        def tot(r, comps=None):  # noqa: ANN001, ANN202
+        def tot(r, comps=None):
             return sum(sum(v for k, v in b.items() if comps is None or k in comps) for b in r.memory_breakdown)
 
         wa = ("weights", "activations")
@@ -242,7 +242,7 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
 
 
 # --------------------------------------------------------------------------- Pipe-SGD
-def _scale_allreduce(prof, factor: float):  # noqa: ANN001, ANN202
+def _scale_allreduce(prof, factor: float):
     """Compression as the timing model sees it: all-reduce messages shrink by ``factor``."""
     return replace(prof, layers=[replace(lp, param_bytes=round(lp.param_bytes * factor)) for lp in prof.layers])
 
@@ -265,7 +265,7 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     rows = []
 
     def point(sweep: str, P: int, hw, link: str, comp: str, factor: float, lat_us=None, bw=None,
-              event=False):  # noqa: ANN001
+              event=False):
         prof = _scale_allreduce(base, factor)
         prof = replace(prof, batch_size=per_worker_batch)
         B = per_worker_batch * P

@@ -1,0 +1,90 @@
+"""`stalesim figures`: registry, CLI, simulator figures from the committed shape profiles, study reader."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stalesim.cli import main
+from stalesim.errors import StalesimError
+from stalesim.figures import FIGURES, make_figures
+from stalesim.figures.paper import STALE_2GPU, implied_pipelined_fraction
+from stalesim.figures.study_figs import collect, lenet5_accuracy_vs_depth
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _with_profiles(tmp_path: Path) -> Path:
+    out = tmp_path / "fig"
+    shutil.copytree(ROOT / "figures" / "profiles", out / "profiles")
+    return out
+
+
+def test_list_and_unknown(capsys, tmp_path):
+    assert main(["figures", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in FIGURES)
+    with pytest.raises(StalesimError, match="unknown figure"):
+        make_figures(tmp_path, ["nope"])
+
+
+def test_hybrid_fraction_is_about_half():
+    for r in STALE_2GPU:
+        assert 0.45 < implied_pipelined_fraction(r["speedup_pipelined"], r["speedup_hybrid"]) < 0.55
+
+
+def test_staleness_and_memory_figures(tmp_path):
+    out = _with_profiles(tmp_path)
+    done = make_figures(out, ["staleness_table", "memory_stale_vs_stash"], log=lambda m: None)
+    assert all(Path(p).exists() for d in done for p in d["paths"])
+    rows = list(_read(out / "staleness_table.csv"))
+    stale = [int(r["staleness"]) for r in rows if r["schedule"] == "stale"]
+    assert stale == [6, 4, 2, 0]  # 2(S-1-s) at S = 4, derived from the IR
+    mem = {r["model"]: r for r in _read(out / "memory_stale_vs_stash.csv")}
+    assert set(mem) == {"lenet5", "alexnet", "vgg16", "resnet20"}
+    # weights in the model match the paper's Table 9 to 2 %
+    assert abs(float(mem["alexnet"]["weights_mib"]) * 2**20 / 1e6 / 88.87 - 1) < 0.06
+    assert mem["lenet5"]["stale_in_flight"] == "3 1" and mem["lenet5"]["pipedream_versions_kept"] == "2 1"
+
+
+def test_pipe_sgd_fast_matches_event(tmp_path):
+    out = _with_profiles(tmp_path)
+    make_figures(out, ["pipe_sgd_timing"], log=lambda m: None)
+    rows = list(_read(out / "pipe_sgd_timing.csv"))
+    checked = [r for r in rows if r.get("pipe_iteration_ms_event")]
+    assert checked
+    for r in checked:
+        assert float(r["pipe_iteration_ms"]) == pytest.approx(float(r["pipe_iteration_ms_event"]), rel=0.02)
+        assert float(r["sync_iteration_ms"]) == pytest.approx(float(r["sync_iteration_ms_event"]), rel=0.02)
+        assert float(r["pipe_over_sync"]) <= 2.0 + 1e-9  # width-2 pipelining hides at most half
+
+
+def test_study_reader(tmp_path):
+    d = tmp_path / "results" / "mystudy"
+    d.mkdir(parents=True)
+    (d / "study.json").write_text(json.dumps({"base": {"model": "lenet5", "dataset": "mnist", "epochs": 2,
+                                                       "batch_size": 128, "lr": 0.01}}))
+    cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
+            "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "wall_time_s_mean"]
+    with open(d / "table.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        w.writerow(["sequential", "[]", 1, "none", "[0]", 0, 3, 0, 0.98, 0.001, 0.05, 0.01, 1.0])
+        w.writerow(["stale", "[2]", 2, "none", "[2, 0]", 2, 3, 0, 0.97, 0.002, 0.06, 0.01, 1.0])
+    rows = collect("lenet5", "mnist", roots=(tmp_path / "results",))
+    assert {r["schedule"] for r in rows} == {"sequential", "stale"}
+    paths = lenet5_accuracy_vs_depth(tmp_path, roots=(tmp_path / "results",))
+    got = {r["schedule"]: r for r in _read(paths[0])}
+    assert float(got["stale"]["drop_vs_sequential_pts"]) == pytest.approx(1.0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert lenet5_accuracy_vs_depth(empty, roots=(tmp_path / "none",)) == []
