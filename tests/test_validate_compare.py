@@ -202,3 +202,18 @@ def test_dispatch_gap_and_replay_costs() -> None:
     c = replay_costs(uniform_costs(2, 1, 1, 1), rows)
     assert c.f_ns[0] == 3_000_000 and c.b_ns[0] == 3_000_000 and c.u_ns[1] == 1_000_000
     assert c.f_ns[1] == 1  # stage 1 never ran F in these rows: the predicted cost stays
+
+
+def test_median_profile_of_rounds() -> None:
+    from dataclasses import replace
+
+    from stalesim.validate.costmodel import median_profile
+    from stalesim.workloads.profile import uniform_profile
+
+    base = uniform_profile(3, 1e-3, 2e-3, 16, update_s=1e-4)
+    slow = replace(base, layers=[replace(lp, forward_s=3e-3) for lp in base.layers], whole_model_s=0.02)
+    mid = replace(base, layers=[replace(lp, forward_s=2e-3) for lp in base.layers], whole_model_s=0.01)
+    m = median_profile([base, slow, mid])
+    assert [lp.forward_s for lp in m.layers] == [2e-3] * 3
+    assert m.layers[0].backward_s == 2e-3 and m.n_layers == 3
+    assert median_profile([base]) is base

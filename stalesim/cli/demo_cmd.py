@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. profile ----------------------------------------------------------------------
     from executor.launch import parse_devices
-    from stalesim.validate.costmodel import CostModel, contended_profile, measure_overhead
+    from stalesim.validate.costmodel import CostModel, measure_overhead, paired_profiles
     from stalesim.validate.pipeline import profile_sizes
     from stalesim.workloads.profiler import profile_model
 
@@ -109,16 +109,18 @@ def run(args: argparse.Namespace) -> int:
     dev0 = devs.device_for(0)
     sizes = profile_sizes(B, 4, devs.count)
     repeats = 2 if quick else 3
-    step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it)")
-    prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats, warmup=1 if quick else 2)
-    prof.to_json(out / "profile.json")
     contended = None
-    if not cuda:
-        step.note("profiling again with the other rank busy (memory-bandwidth / cache contention)")
-        contended = contended_profile(args.model, sizes, co_runners=devs.count - 1, threads=1,
-                                      device=dev0, repeats=repeats, warmup=1 if quick else 2,
-                                      co_batch=sizes[-1])
+    if cuda:
+        step(f"profiling {args.model} on {dev0} at batch {sizes} (as each rank runs it)")
+        prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
+                             warmup=1 if quick else 2)
+    else:
+        step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
+             "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
+        prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
+                                          device=dev0, repeats=2 * repeats, co_batch=sizes[-1])
         contended.to_json(out / "profile_contended.json")
+    prof.to_json(out / "profile.json")
     overhead = measure_overhead(threads=1, device=dev0)
     cm = CostModel(prof, contended, overhead)
     ratio = cm.contention_ratio()

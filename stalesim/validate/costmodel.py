@@ -380,8 +380,8 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,
-               seed: int) -> None:  # pragma: no cover - runs in a child process
-    """A co-runner: train ``model`` on random data until ``stop`` is set."""
+               seed: int, go: Any = None) -> None:  # pragma: no cover - runs in a child process
+    """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set)."""
     import torch
     import torch.nn.functional as F
 
@@ -395,6 +395,9 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     y = torch.randint(0, 10, (batch_size,), device=dev)
     first = True
     while not stop.is_set():
+        if go is not None and not first and not go.is_set():
+            go.wait(0.05)
+            continue
         loss = F.cross_entropy(net(x), y)
         loss.backward()
         opt.step()
@@ -445,6 +448,97 @@ def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, th
     meta["note"] = (f"measured while {co_runners} other process(es) trained {model} "
                     f"with {threads} thread(s) each")
     return replace(prof, meta=meta)
+
+
+def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
+                    device: str = "cpu", repeats: int = 5, rounds: int = 2, co_batch: int | None = None,
+                    timeout_s: float = 120.0) -> tuple[Profile, Profile]:
+    """(alone, contended) profiles measured in alternating rounds.
+
+    The co-runners stay alive and are paused between rounds, so the alone and
+    the contended measurements interleave in time: on a machine whose
+    background load drifts, both see the same drift and their ratio stays about
+    the contention itself. Each profile is the per-layer median over rounds.
+    """
+    from stalesim.workloads.profiler import profile_model
+
+    if co_runners < 1:
+        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
+    ctx = mp.get_context("spawn")
+    stop, go = ctx.Event(), ctx.Event()
+    go.set()
+    readies = [ctx.Event() for _ in range(co_runners)]
+    procs = [ctx.Process(target=_busy_loop,
+                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
+                               go), daemon=True) for i in range(co_runners)]
+    for p in procs:
+        p.start()
+    per = max(2, math.ceil(repeats / max(1, rounds)))
+    alone: list[Profile] = []
+    busy: list[Profile] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        for p, ev in zip(procs, readies):
+            while not ev.wait(0.1):
+                if not p.is_alive():
+                    raise StalesimError("contention: a co-runner process died before it started")
+                if time.monotonic() > deadline:
+                    raise StalesimError("contention: co-runner processes did not start in time")
+        for _ in range(max(1, rounds)):
+            go.clear()
+            time.sleep(0.2)  # the co-runners finish their step and wait
+            alone.append(profile_model(model, batch_sizes, device=device, threads=threads,
+                                       repeats=per, warmup=1))
+            go.set()
+            time.sleep(0.2)
+            busy.append(profile_model(model, batch_sizes, device=device, threads=threads,
+                                      repeats=per, warmup=1))
+    finally:
+        stop.set()
+        go.set()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    a, b = median_profile(alone), median_profile(busy)
+    meta = dict(b.meta or {})
+    meta["co_runners"] = co_runners
+    meta["note"] = (f"measured while {co_runners} other process(es) trained {model} with {threads} "
+                    f"thread(s) each; {rounds} rounds alternating with the alone profile")
+    return a, replace(b, meta=meta)
+
+
+def median_profile(profs: list[Profile]) -> Profile:
+    """Per-layer (and per batch size) median of the times of several profiles of one model."""
+    from stalesim.workloads.profile import BatchPoint
+
+    if len(profs) == 1:
+        return profs[0]
+
+    def layers(lists: list[Any]) -> list[Any]:
+        out = []
+        for ls in zip(*lists):
+            out.append(replace(ls[0], forward_s=statistics.median(x.forward_s for x in ls),
+                               backward_s=statistics.median(x.backward_s for x in ls),
+                               update_s=statistics.median(x.update_s for x in ls)))
+        return out
+
+    def whole(ws: list[float | None]) -> float | None:
+        vals = [w for w in ws if w is not None]
+        return statistics.median(vals) if vals else None
+
+    first = profs[0]
+    top = layers([p.layers for p in profs])
+    w = whole([p.whole_model_s for p in profs])
+    points = None
+    if first.by_batch_size:
+        points = [BatchPoint(pts[0].batch_size, tuple(layers([list(q.layers) for q in pts])),
+                             whole([q.whole_model_s for q in pts]))
+                  for pts in zip(*(p.by_batch_size for p in profs))]
+    ratio = sum(lp.compute_s for lp in top) / w if w else None
+    return replace(first, layers=top, whole_model_s=w, sum_over_whole_ratio=ratio, by_batch_size=points,
+                   repeats=sum(p.repeats or 0 for p in profs) or first.repeats)
 
 
 def finite(x: Any) -> bool:

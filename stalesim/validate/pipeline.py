@@ -106,18 +106,30 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     dev0 = devs.device_for(0)
     sizes = profile_sizes(cfg.batch_size, cfg.microbatches, N)
     notes: list[str] = []
+    want_contention = devs.kind == "cpu" and N > 1 and cfg.contention
+    contended = None
     if cfg.profile:
         prof = _reuse_profile(cfg.profile, cfg, "--profile")
         say(f"[validate 1/{steps}] profile from {cfg.profile}")
+    elif want_contention and not cfg.contended_profile:
+        from stalesim.validate.costmodel import paired_profiles
+
+        say(f"[validate 1/{steps}] profiling {cfg.model} at batch {sizes} on {dev0} "
+            f"({cfg.threads} thread(s), {cfg.repeats} repeats), alternating with {N - 1} co-runner(s) busy")
+        prof, contended = paired_profiles(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
+                                          device=dev0, repeats=cfg.repeats,
+                                          co_batch=sizes[-1] if len(sizes) > 1 else sizes[0],
+                                          timeout_s=cfg.timeout_s)
     else:
         say(f"[validate 1/{steps}] profiling {cfg.model} at batch {sizes} on {dev0} "
             f"({cfg.threads} thread(s), {cfg.repeats} repeats)")
         prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.repeats,
                              warmup=2, seed=cfg.seed)
-    contended = None
-    if cfg.contended_profile and cfg.contention:
+    if contended is not None:
+        pass
+    elif cfg.contended_profile and cfg.contention:
         contended = _reuse_profile(cfg.contended_profile, cfg, "--contended-profile")
-    elif devs.kind == "cpu" and N > 1 and cfg.contention:
+    elif want_contention:
         say(f"[validate 1/{steps}] profiling again with {N - 1} co-runner(s) busy (contention)")
         contended = contended_profile(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
                                       device=dev0, repeats=cfg.repeats,
