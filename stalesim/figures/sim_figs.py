@@ -234,7 +234,7 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
     for k, (key, lab, col, hatch) in enumerate(series):
         ax.bar(x + k * w, [r[key] for r in rows], w, label=lab, color=col, hatch=hatch,
                alpha=1.0 if hatch is None else 0.55, edgecolor="k", lw=0.3)
-    ax.set_xticks(x + 3 * w, [f"{r['model']} PPV {tuple(r['ppv'])}" for r in rows])
+    ax.set_xticks(x + 3 * w, [f"{r['model']} PPV ({', '.join(map(str, r['ppv']))})" for r in rows])
     ax.set_ylabel("memory increase over non-pipelined (%)")
     ax.set_title("2 partitions (paper's 4-stage), batch 128: stale weights vs weight stashing", fontsize=9)
     ax.legend(fontsize=7, ncol=2)

@@ -55,7 +55,7 @@ def collect(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) ->
     sources += [(p, {}) for p in find_flat_tables(model, dataset, roots)]
     for table, base in sources:
         d = table.parent if table.name == "table.csv" else table
-        length = (f"{base['epochs']} epochs" if base.get("epochs") else
+        length = (f"{base['epochs']} epoch{'s' if base['epochs'] != 1 else ''}" if base.get("epochs") else
                   f"{base['iterations']} iterations" if base.get("iterations") else None)
         for r in read_csv(table):
             if not r.get("test_acc_mean"):
@@ -82,8 +82,10 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     seq = [r for r in rows if r["schedule"] == "sequential"]
     for r in rows:
         # the sequential row of the same study, else one of the same length, else the only one
+        # (a flat table's config is unknown: it is the fallback, named in baseline_source)
         ref = (next((s for s in seq if s["source"] == r["source"]), None)
                or next((s for s in seq if r["length"] and s["length"] == r["length"] and s["lr"] == r["lr"]), None)
+               or next((s for s in seq if s["length"] is None), None)
                or (seq[0] if len(seq) == 1 else None))
         r["drop_vs_sequential_pts"] = None if ref is None else ref["test_acc_mean_pct"] - r["test_acc_mean_pct"]
         r["baseline_source"] = None if ref is None else ref["source"]
