@@ -97,6 +97,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _child_stdout() -> int | None:
+    """Ranks print their progress to our stderr, so stdout stays clean for ``--json``.
+
+    Inside Jupyter (or any host whose ``sys.stderr`` is not a real file) there is
+    no file descriptor to hand over; the ranks then inherit the process's own
+    stdout instead of failing to start.
+    """
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
 def _thread_env(threads: int) -> dict[str, str]:
     t = str(threads)
     return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t,
@@ -143,7 +156,7 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
             e = dict(base, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "executor", "--spec", str(spec_path)],
-                env=e, stdout=sys.stderr.fileno(), stderr=None, start_new_session=True,
+                env=e, stdout=_child_stdout(), stderr=None, start_new_session=True,
             ))
         codes, killed = _watch(procs, grace)
     except BaseException:

@@ -94,3 +94,21 @@ def test_summarize_steady_state():
     assert s["iteration_time_s"] == pytest.approx(1.0)
     assert s["throughput_samples_per_s"] == pytest.approx(10.0)
     assert s["utilization"]["0"] == pytest.approx(0.6)
+
+
+def test_ranks_start_when_stderr_has_no_file_descriptor(monkeypatch):
+    """Jupyter's sys.stderr has no fileno(); launching ranks must still work there."""
+    import io
+
+    from executor import launch
+
+    class NoFileno(io.StringIO):
+        def fileno(self):
+            raise io.UnsupportedOperation("fileno")
+
+    monkeypatch.setattr(launch.sys, "stderr", NoFileno())
+    assert launch._child_stdout() is None
+    monkeypatch.undo()
+    import sys
+
+    assert launch._child_stdout() == sys.stderr.fileno()
