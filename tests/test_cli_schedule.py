@@ -35,3 +35,14 @@ def test_bad_input_exit_2_one_line():
         assert needle in proc.stderr
         assert "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_closed_pipe_is_quiet():
+    """`stalesim ... --json | head -1` must not print a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "stalesim", "schedule", "stale", "-S", "8", "-N", "64",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err
