@@ -66,12 +66,13 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
     points = []
     for name in schedules:
         places = [[]] if name in PLACEMENT_FREE else placements
+        for mit in mitigations:
+            if mit not in MITIGATIONS:
+                raise StalesimError(f"mitigations: unknown {mit!r} (known: {', '.join(MITIGATIONS)})")
+        # a placement-free schedule is the baseline: it always runs, unmitigated
+        mits = ["none"] if name in PLACEMENT_FREE else mitigations
         for place in places:
-            for mit in mitigations:
-                if mit not in MITIGATIONS:
-                    raise StalesimError(f"mitigations: unknown {mit!r} (known: {', '.join(MITIGATIONS)})")
-                if name in PLACEMENT_FREE and mit != "none":
-                    continue
+            for mit in mits:
                 for seed in seeds:
                     if isinstance(place, int):
                         kw: dict[str, Any] = {"ppv": None, "stages": place}
