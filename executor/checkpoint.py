@@ -28,7 +28,6 @@ uninterrupted run's exactly.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from stalesim.atomic import torch_save_atomic
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -174,14 +174,7 @@ class Checkpointer:
             "peak_bytes": rank.peak_bytes,
         }
         path = self._file(k, self.ctx.rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            torch.save(state, tmp)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        torch_save_atomic(state, path)
         for w, s, v in self.reserved.pop(k, []):
             self.rts[(w, s)].release(v)
 

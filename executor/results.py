@@ -11,31 +11,17 @@ and tracks), ``versions.json`` (weight version each F/B/U used, per stage),
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from executor.measure import COMPUTE, summarize
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from stalesim.atomic import write_text_atomic
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
-    _atomic_text(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
 
 
 def ir_versions(sched: Any) -> dict[str, int]:
@@ -201,8 +187,8 @@ def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary
         if stage_losses is not None:
             row["stage_losses"] = [sl[t] for sl in stage_losses]
         lines.append(json.dumps(row))
-    _atomic_text(out / "metrics.jsonl", "\n".join(lines) + "\n")
+    write_text_atomic(out / "metrics.jsonl", "\n".join(lines) + "\n")
     trace = _rows_to_events(rows_by_rank)
-    _atomic_text(out / "trace.json", json.dumps(trace))
+    write_text_atomic(out / "trace.json", json.dumps(trace))
     _atomic_json(out / "versions.json", versions_used)
     _atomic_json(out / "summary.json", summary)

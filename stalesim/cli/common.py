@@ -7,8 +7,6 @@ import json
 import math
 import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 
@@ -57,18 +55,7 @@ def print_json(obj: Any) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write JSON so that a reader never sees a half-written file (rename is atomic)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write JSON so that a reader never sees a half-written file (see :mod:`stalesim.atomic`)."""
+    from stalesim.atomic import write_json_atomic as _write
+
+    _write(path, obj)

@@ -14,12 +14,12 @@ losses as an uninterrupted one (tested).
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from stalesim.atomic import torch_save_atomic
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -46,13 +46,7 @@ def save(emu: Emulator, path: Path) -> None:
         "batch_left": emu._batch_left,
         "peak_inflight": emu.peak_inflight_bytes,
     }
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    torch_save_atomic(state, path)
 
 
 def load(emu: Emulator, path: Path) -> None:

@@ -8,23 +8,10 @@ against the goals, and links the figures and traces.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-
-def _atomic_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from stalesim.atomic import write_text_atomic
 
 
 def write_outputs(out: Path, summary: dict[str, Any], *, sims: dict[str, Any],
@@ -225,5 +212,5 @@ def render_report(summary: dict[str, Any]) -> str:
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:
     path = Path(out) / "report.md"
-    _atomic_text(path, render_report(summary))
+    write_text_atomic(path, render_report(summary))
     return path
