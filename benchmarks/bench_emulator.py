@@ -104,14 +104,15 @@ def _interleaved(model: str, dataset: str, batch: int, chunk: int, rounds: int, 
 
 
 CHILD = r"""
-import json, resource, sys
+import json, sys
 sys.path.insert(0, sys.argv[3])
 from benchmarks.bench_emulator import _contender
 spec = json.loads(sys.argv[1])
 import torch; torch.set_num_threads(int(sys.argv[2]))
 run, info = _contender(spec["name"], spec["model"], spec["dataset"], spec["batch"], spec["iters"], spec["data_dir"])
 run(0, spec["iters"])
-print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM"))  # reset by exec, unlike ru_maxrss
+print(json.dumps({"rss_mib": int(hwm.split()[1]) / 1024}))
 """
 
 
