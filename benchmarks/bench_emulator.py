@@ -53,7 +53,7 @@ def _contender(name: str, model: str, dataset: str, batch: int, iters: int, data
 
         return run, lambda: {"stash": 0, "inflight": 0}
 
-    from stalesim.emulator.engine import Emulator
+    from stalesim.emulator.replay import Emulator
     from stalesim.schedule import Kind
 
     cfg = TrainConfig(model=model, dataset=dataset, schedule=name, stages=4, iterations=iters,

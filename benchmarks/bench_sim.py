@@ -27,7 +27,7 @@ def _best(fn, repeat: int = 3) -> float:
 def event_speed() -> list[tuple[str, int, float]]:
     """(case, actions, seconds) of the engine alone on compiled schedules."""
     from stalesim.schedule import ScheduleConfig, build_schedule
-    from stalesim.sim.engine import compile_schedule, simulate_program
+    from stalesim.sim.events import compile_schedule, simulate_program
     from stalesim.sim.model import SimHardware, uniform_costs
 
     ideal = SimHardware.ideal()
@@ -45,7 +45,7 @@ def event_speed() -> list[tuple[str, int, float]]:
     ]
     out = []
     for label, name, cfg, hw in cases:
-        sched = build_schedule(name, ScheduleConfig(**cfg))
+        sched = build_schedule(ScheduleConfig(name, **cfg))
         prog = compile_schedule(sched)
         S = cfg["stages"]
         costs = uniform_costs(S, 300_000, 600_000, 20_000, msg_bytes=2_000_000,
@@ -81,7 +81,9 @@ def sweep_time(method: str, jobs: int = 2) -> tuple[int, float]:
 
 def fast_vs_event() -> list[tuple[str, float, float]]:
     """Per-configuration time of simulate() with each method (schedules cached, as in a sweep)."""
-    from stalesim.sim import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.sim.events import schedule_for
     from stalesim.sim.fastpath import fast_iteration
     from stalesim.sim.model import SimHardware, uniform_costs
 
@@ -89,12 +91,14 @@ def fast_vs_event() -> list[tuple[str, float, float]]:
     out = []
     for name, S, M in [("pipedream", 8, 1), ("stale", 8, 1), ("1f1b", 8, 8), ("gpipe", 4, 8)]:
         c = uniform_costs(S, 300_000, 600_000, msg_bytes=1_000_000)
-        kw = {"costs": c, "schedule": name, "stages": S, "microbatches": M, "hardware": hw, "keep_timeline": False}
-        simulate(**kw, method="event")
-        simulate(**kw, method="fast")
-        ev = _best(lambda kw=kw: simulate(**kw, method="event"))
-        fa = _best(lambda kw=kw: simulate(**kw, method="fast"))
-        core = _best(lambda n=name, c=c, m=M: fast_iteration(n, c, hw, microbatches=m), repeat=20)
+        cfg = ScheduleConfig(name, stages=S, microbatches=M)
+        ev_o, fa_o = SimOptions(keep_timeline=False), SimOptions(method="fast", keep_timeline=False)
+        simulate(c, cfg, hw, ev_o)
+        simulate(c, cfg, hw, fa_o)
+        ev = _best(lambda cfg=cfg, c=c: simulate(c, cfg, hw, ev_o))
+        fa = _best(lambda cfg=cfg, c=c: simulate(c, cfg, hw, fa_o))
+        short = schedule_for(ScheduleConfig(name, stages=S, microbatches=M, batches=2 * S + 4))
+        core = _best(lambda sh=short, c=c: fast_iteration(sh, c, hw), repeat=20)
         out.append((f"{name} S={S} M={M}", ev, fa, core))
     return out
 

@@ -1,8 +1,7 @@
-"""``python -m executor``: one rank of a distributed run.
+"""``python -m executor --spec FILE``: one rank of a local run (started by the launcher).
 
-- ``python -m executor --spec FILE``: started by the local launcher.
-- ``torchrun --nnodes 2 --nproc-per-node 4 ... -m executor --model ... --schedule ...``:
-  the same flags as ``stalesim run`` (without spawning: torchrun already did).
+Under torchrun the entry point is the CLI itself: ``torchrun ... -m stalesim run
+FLAGS`` (the run command sees torchrun's environment and acts as one rank).
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         from executor.worker import worker_main
 
         return worker_main(spec)
-    from stalesim.cli.run_cmd import torchrun_main
-
-    return torchrun_main(argv)
+    print("stalesim: error: `python -m executor FLAGS` is now `torchrun ... -m stalesim run FLAGS` "
+          "(python -m executor only takes --spec FILE from the local launcher)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

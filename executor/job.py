@@ -36,31 +36,14 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
 
 
 def plan(cfg: Any, batches_per_epoch: int | None = None):
-    """(total batches, schedule) for a config; usable without torch."""
-    from stalesim.runtime.plan import build_train_schedule
+    """(total batches, schedule) for a config; usable without torch. The schedule comes
+    from the one IR call every consumer makes with the run's config."""
+    from stalesim.schedule import build_schedule
 
     if cfg.iterations is None and batches_per_epoch is None:
         raise StalesimError("epochs: the executor needs the dataset size to count batches")
     N = cfg.total_iterations(batches_per_epoch or 0)
-    return N, build_train_schedule(cfg, N, batches_per_epoch)
-
-
-def build_stages(cfg: Any, S: int, local: bool):
-    """Full model from the zoo (seeded), split into S stages, aux heads for ``local``."""
-    from stalesim.workloads.partition import default_ppv, split_stages
-    from stalesim.workloads.zoo import build_model
-
-    model = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
-    # the FLOP-balanced cut is found on the float32 model, as the emulator does
-    ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(model, S) if S > 1 else [])
-    model = model.to(cfg.torch_dtype)
-    stages = split_stages(model, ppv=ppv)
-    heads: list[Any] = [None] * S
-    if local:
-        from stalesim.emulator.heads import make_aux_heads
-
-        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed)
-    return model, stages, heads
+    return N, build_schedule(cfg.schedule_config(N, batches_per_epoch))
 
 
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
@@ -83,9 +66,9 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the summary, the others None."""
     from executor.checkpoint import Checkpointer
     from executor.rank import Rank
+    from stalesim.runtime.build import build_stage_modules, stage_runtimes
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
-    from stalesim.runtime.stage import StageRuntime
 
     t_start = time.perf_counter()
     cfg = TrainConfig.from_dict(dict(job["train"]))
@@ -93,12 +76,6 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg.check()
     if job.get("deterministic"):
         torch.use_deterministic_algorithms(True)
-    S = cfg.num_stages
-    from stalesim.schedule import get_spec
-
-    local = get_spec(cfg.schedule).local_loss
-    model, stages, heads = build_stages(cfg, S, local)
-    shapes = stage_out_shapes(model, stages, cfg.torch_dtype)
     # batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data
     # set when counting by epochs; the count is broadcast.
     stream = None
@@ -114,6 +91,9 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         dist.broadcast_object_list(box, src=0)
         bpe = int(box[0])
         N, sched = plan(cfg, bpe)
+    mods = build_stage_modules(cfg, sched)  # on the CPU; each rank moves only its own stages
+    model, stages = mods.model, mods.stages
+    shapes = stage_out_shapes(model, stages, cfg.torch_dtype)
     if sched.num_devices != ctx.world:
         raise StalesimError(
             f"--devices: schedule {cfg.schedule!r} needs {sched.num_devices} devices, "
@@ -123,12 +103,10 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         stream = batch_stream(cfg, input_shape=model.input_shape)
     dev = ctx.device
     runtimes: dict[tuple[int, int], Any] = {}
-    for w, s in mine:
-        mod = stages[s].to(dev)
-        head = heads[s].to(dev) if heads[s] is not None else None
-        runtimes[(w, s)] = StageRuntime(mod, stage=s, num_stages=S, schedule=sched, cfg=cfg,
-                                        device=dev, worker=w, head=head,
-                                        lr_fn=lambda t, _N=N: cfg.lr_at(t, _N))
+    for w in sorted({w for w, _ in mine}):
+        ours = [s for ww, s in mine if ww == w]
+        for s, rt in stage_runtimes(cfg, sched, mods, worker=w, stages=ours, device=dev, total=N).items():
+            runtimes[(w, s)] = rt
     ck = Checkpointer(job, ctx, sched, runtimes)
     start_index, restored = ck.restore()  # (0, None) unless resuming
     rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index)

@@ -20,7 +20,6 @@ Summary (rank 0, from all ranks' events):
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,29 +141,3 @@ def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages:
         "warmup_batches_skipped": skip,
         "batch_completion_s": done,
     }
-
-
-def chrome_trace(rows_by_rank: dict[int, list[list[Any]]], *, name: str = "executor") -> dict[str, Any]:
-    """Chrome trace (Perfetto) with one track per device, labels = IR text without version."""
-    events: list[dict[str, Any]] = []
-    for d in sorted(rows_by_rank):
-        events.append({"ph": "M", "name": "process_name", "pid": d, "tid": 0,
-                       "args": {"name": f"device {d}"}})
-        for label, kind, stage, batch, micro, worker, s, e in rows_by_rank[d]:
-            events.append({
-                "ph": "X", "name": label, "cat": kind, "pid": d, "tid": 0,
-                "ts": round(s * 1e6, 3), "dur": round(max(0.0, e - s) * 1e6, 3),
-                "args": {"stage": stage, "batch": batch, "micro": micro, "worker": worker},
-            })
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"source": name}}
-
-
-def write_trace(path: str, trace: dict[str, Any]) -> None:
-    import os
-    import tempfile
-
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".trace.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(trace, fh)
-    os.replace(tmp, path)

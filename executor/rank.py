@@ -28,6 +28,7 @@ from executor.faults import Beacon, FaultInjector
 from executor.measure import Recorder, label_of
 from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
+from stalesim.runtime.allreduce import pack, unpack_mean
 from stalesim.schedule import Action, Kind
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
@@ -338,12 +339,8 @@ class Rank:
 
     # -------------------------------------------------------------- all-reduce
     def _AR(self, a: Action) -> None:
-        from stalesim.runtime.mitigations import compress
-
         gs = self.rts[(a.worker, a.stage)].grads(a.batch)
-        mode = self.cfg.compression
-        flat = torch.cat([compress(g, mode).reshape(-1) for g in gs]) if gs else \
-            torch.zeros(0, dtype=self.dtype, device=self.device)
+        flat = pack(gs, self.cfg.compression, dtype=self.dtype, device=self.device)
         p = self.tr.all_reduce_start(flat, label_of(a))
         self.ar[(a.worker, a.stage, a.batch)] = (p, gs, flat)
 
@@ -351,12 +348,7 @@ class Rank:
         p, gs, flat = self.ar.pop((a.worker, a.stage, a.batch))
         p.action = label_of(a)
         self.tr.wait(p)
-        flat.div_(self.P)
-        o = 0
-        for g in gs:
-            n = g.numel()
-            g.copy_(flat[o:o + n].view_as(g))
-            o += n
+        unpack_mean(flat, gs, self.P)
 
     # ------------------------------------------------------------------ memory
     def _track_memory(self) -> None:
@@ -394,5 +386,3 @@ class Rank:
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")
 
-
-from executor.job import run_job  # noqa: F401  (re-export: worker imports it from here)

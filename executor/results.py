@@ -35,34 +35,17 @@ def ir_versions(sched: Any) -> dict[str, int]:
 
 
 def measured_staleness(sched: Any, versions_used: dict[str, list]) -> list[int]:
-    """Per stage, max over batches of u - 1 - v_F, from the versions the runtimes *used*."""
-    from stalesim.schedule import Action
+    """Per stage, max over batches of u - 1 - v_F, from the versions the runtimes *used*
+    (the IR's version table built from the log instead of from the action lists)."""
+    from stalesim.schedule import Action, VersionTable
 
-    vf: dict[tuple[int, int, int], int] = {}
-    upd: dict[tuple[int, int, int], int] = {}
-    for entries in versions_used.values():
-        for text, v in entries:
-            a = Action.parse(text)
-            key = (a.worker, a.stage, a.batch)
-            if a.kind.value == "F":
-                vf[key] = min(v, vf.get(key, v))
-            elif a.kind.value == "U":
-                upd[key] = v
-    out = [0] * sched.stages
-    for key, v in vf.items():
-        u = upd.get(key)
-        if u is not None:
-            out[key[1]] = max(out[key[1]], u - 1 - v)
-    return out
+    entries = ((Action.parse(text), v) for rows in versions_used.values() for text, v in rows)
+    return VersionTable.from_log(sched.stages, entries).complete_rows().staleness()
 
 
 def _rows_to_events(rows_by_rank: dict[int, list]):
-    try:
-        from stalesim.sim.trace import TraceEvent, chrome_trace
-    except ImportError:  # the simulator's writer not present: use ours (same labels)
-        from executor.measure import chrome_trace as ours
+    from stalesim.trace import TraceEvent, chrome_trace
 
-        return ours(rows_by_rank)
     events = []
     for d, rows in sorted(rows_by_rank.items()):
         for label, kind, stage, batch, micro, worker, s, e in rows:

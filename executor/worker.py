@@ -44,7 +44,8 @@ def worker_main(spec: dict[str, Any]) -> int:
     threads = spec.get("threads") or int(os.environ.get("STALESIM_EXECUTOR_THREADS", "0") or 0)
     try:
         _set_threads(threads)
-        from executor.rank import RankContext, run_job
+        from executor.job import run_job
+        from executor.rank import RankContext
 
         ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,
                                  devices=spec["devices"], timeout_s=float(spec.get("timeout_s", 60.0)),

@@ -94,7 +94,8 @@ pd.DataFrame(rows)
 This CPU over the catalog `gloo-loopback` link (run `stalesim calibrate` for the
 measured one), and catalog GPUs by roofline over PCIe / NVLink.
 """), ("code", """
-from stalesim.sim import simulate
+from stalesim.schedule import ScheduleConfig, get_spec
+from stalesim.sim import SimOptions, simulate
 from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
 targets = [("this CPU", prof, hardware_from_catalog("cpu-core", "gloo-loopback"))]
 gpus = [("v100-sxm2", "pcie3-x16"), ("h100-sxm", "nvlink4")] if SHORT else \\
@@ -110,8 +111,9 @@ for label, p, hw in targets:
         if n > p.n_layers:
             continue
         for name, M in SCHEDS:
-            kw = dict(workers=n, stages=1) if name in ("dp", "pipe-sgd") else dict(stages=n, microbatches=M)
-            r = simulate(p, name, hardware=hw, method=method, keep_timeline=False, **kw)
+            spec = get_spec(name)
+            cfg = spec.config(workers=n) if spec.data_parallel else spec.config(stages=n, microbatches=M)
+            r = simulate(p, cfg, hw, SimOptions(method=method, keep_timeline=False))
             pred.append({"target": label, "devices": n, "schedule": name, "speed-up": r.speedup,
                          "utilization": sum(r.utilization) / len(r.utilization),
                          "peak MiB/device": max(r.peak_memory_bytes) / 2**20,
@@ -131,7 +133,7 @@ stale_free = pred[pred["max staleness"] == 0]
 display(stale_free.loc[stale_free.groupby(["target", "devices"])["speed-up"].idxmax()].round(3))
 """), ("code", """
 label, p, hw = targets[-1]
-r = simulate(p, "1f1b", stages=2, microbatches=4, hardware=hw, method="event", batches=6)
+r = simulate(p, ScheduleConfig("1f1b", stages=2, microbatches=4, batches=6), hw)
 print(r.summary())
 r.plot(WORK / "gantt.png"); display(Image(str(WORK / "gantt.png")))
 """), ("md", """
@@ -158,7 +160,7 @@ Short mode: LeNet-5, 40 iterations, one seed, synthetic data unless
 from stalesim.schedule import ScheduleConfig, build_schedule
 rows = []
 for S in (2, 3, 4, 5):
-    sched = build_schedule("stale", ScheduleConfig(stages=S, batches=4 * S + 4))
+    sched = build_schedule(ScheduleConfig("stale", stages=S, batches=4 * S + 4))
     rows.append({"S (partitions)": S, "paper's pipeline stages": 2 * S,
                  "staleness per stage": sched.versions.staleness(),
                  "v_B != v_F on stages": sched.versions.inconsistent_stages()})
@@ -185,7 +187,7 @@ depth = pd.DataFrame(aggregate(results))
 print(f"{len(points)} runs in {time.time() - t0:.0f} s on {dataset}")
 depth[["schedule", "ppv", "stages", "staleness", "seeds", "test_acc_mean", "test_acc_std", "final_loss_mean"]]
 """), ("md", "## 3. The hybrid scheme: stale for the first half, then drain and continue non-pipelined"), ("code", """
-from stalesim.emulator.engine import emulate
+from stalesim.emulator.replay import emulate
 n = base.iterations or None
 hy_cfg = replace(base, schedule="hybrid", stages=None, ppv=[1, 2, 3, 4],
                  **({"switch": base.iterations // 2} if SHORT else {"switch_epoch": 1}))
@@ -345,7 +347,7 @@ pd.DataFrame(summary["rows"])[["schedule", "predicted_iteration_time_s", "measur
                                "time_error", "predicted_speedup", "measured_speedup", "max_loss_rel_diff"]]
 """), ("md", "## 3. Accuracy: 1-step staleness and compression (emulator, 2 workers)"), ("code", """
 from stalesim.runtime.config import TrainConfig
-from stalesim.emulator.engine import emulate
+from stalesim.emulator.replay import emulate
 dataset = "mnist" if DATA_DIR else "synthetic"
 acc = []
 for sched, comp in (("dp", "none"), ("pipe-sgd", "none"), ("pipe-sgd", "fp16"), ("pipe-sgd", "int8")):
@@ -374,8 +376,9 @@ without weight staleness (upstream features drift instead). We compare
 `local` on S devices vs `sequential` on one, ideal link).
 """), ("code", "PARAMS"), ("code", """
 from stalesim.runtime.config import TrainConfig
-from stalesim.emulator.engine import emulate
-from stalesim.sim import simulate
+from stalesim.emulator.replay import emulate
+from stalesim.schedule import ScheduleConfig, get_spec
+from stalesim.sim import SimOptions, simulate
 from stalesim.figures.common import shape_profile
 dataset = "mnist" if DATA_DIR else "synthetic"
 B = 64 if SHORT else 128
@@ -392,7 +395,7 @@ from stalesim.workloads.hardware import roofline_profile
 rp = roofline_profile(prof, "cpu-core")   # idealized: roofline times, ideal link
 rows = []
 for (name, S), s in runs.items():
-    r = simulate(rp, name, stages=S, method="fast", keep_timeline=False)
+    r = simulate(rp, ScheduleConfig(name, stages=S), options=SimOptions(method="fast", keep_timeline=False))
     flops = sum(lp.flops + (lp.backward_flops or 2 * lp.flops) for lp in prof.layers)
     rows.append({"schedule": name, "S": S, "iteration ms (ideal)": 1e3 * r.iteration_time_s,
                  "speed-up": r.speedup, "GFLOP / iteration": flops / 1e9})

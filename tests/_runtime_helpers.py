@@ -17,12 +17,12 @@ def mlp_stages(S: int, seed: int = 0, width: int = 5) -> list[nn.Module]:
 
 def replay(name: str, S: int, N: int, M: int = 1, lr: float = 0.1, sched=None, on_update=None, **kw):
     """Replay dry_run order on an S-stage tanh MLP; ``on_update(rt, action)`` runs before each U."""
-    from stalesim.runtime.plan import build_train_schedule
+    from stalesim.schedule import build_schedule
 
     cfg = TrainConfig(schedule=name, stages=S, iterations=N, microbatches=M, lr=lr, momentum=0.5,
                       dtype="float64", batch_size=4 * M, **kw)
     if sched is None:
-        sched = build_train_schedule(cfg, N)
+        sched = build_schedule(cfg.schedule_config(N))
     mods = mlp_stages(S)
     rts = [StageRuntime(m, stage=s, num_stages=S, schedule=sched, cfg=cfg) for s, m in enumerate(mods)]
     g = torch.Generator().manual_seed(1)

@@ -50,7 +50,7 @@ def test_acceptance_command(tmp_path):
     for name in ("config.json", "metrics.jsonl", "trace.json", "versions.json", "summary.json"):
         assert (out / name).is_file(), name
     trace = json.loads((out / "trace.json").read_text())
-    from stalesim.sim.trace import check_chrome_trace
+    from stalesim.trace import check_chrome_trace
 
     assert check_chrome_trace(trace) == []
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}

@@ -25,7 +25,7 @@ def test_text_output_has_grid_and_table(capsys):
 
 def test_bad_input_exit_2_one_line():
     for args, needle in [
-        (["schedule", "nope"], "unknown schedule 'nope'"),
+        (["schedule", "nope"], "schedule: unknown 'nope'"),
         (["schedule", "gpipe", "--stages", "0"], "--stages"),
         (["schedule", "gpipe", "-M", "x"], "--microbatches"),
         (["schedule", "2bw", "-S", "6", "-M", "2"], "2bw needs microbatches"),

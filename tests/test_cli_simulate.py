@@ -44,7 +44,7 @@ def test_trace_plot_and_text(capsys, prof_path, tmp_path):
                  "--plot", str(g)]) == 0
     out = capsys.readouterr().out
     assert "iteration time" in out and "roofline" in out and "speed-up" in out
-    from stalesim.sim.trace import check_chrome_trace
+    from stalesim.trace import check_chrome_trace
 
     assert check_chrome_trace(json.loads(t.read_text())) == [] and g.stat().st_size > 0
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from stalesim.emulator.engine import Emulator
+from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import schedule_names
 from stalesim.workloads.zoo import LayeredModel

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from executor import make_job, run_local
-from stalesim.emulator.engine import Emulator
+from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import schedule_names
 

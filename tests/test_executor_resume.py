@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from executor import make_job, run_local
 from executor.launch import ExecutorError
-from stalesim.emulator.engine import Emulator
+from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
 
 

@@ -7,7 +7,7 @@ import pytest
 from executor.faults import parse_faults
 from executor.launch import parse_devices
 from stalesim.errors import StalesimError
-from stalesim.schedule import Kind, ScheduleConfig, build_schedule, dry_run, schedule_names
+from stalesim.schedule import Kind, build_schedule, dry_run, get_spec, schedule_names
 
 
 def test_parse_devices():
@@ -32,10 +32,9 @@ def test_tags_are_unique_per_peer(name):
     torch = pytest.importorskip("torch")  # noqa: F841
     from executor.transport import ACT, GRAD, LABELS, tag_for
 
-    dp = name in ("dp", "pipe-sgd")
-    cfg = ScheduleConfig(stages=1 if dp else 3, batches=12, microbatches=3 if name in ("gpipe", "1f1b", "2bw") else 1,
-                         workers=2 if dp else 1)
-    sched = build_schedule(name, cfg)
+    spec = get_spec(name)
+    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3, batches=12,
+                                       microbatches=3, workers=2))
     seen: dict[tuple, set] = {}
     for d, acts in enumerate(sched.device_actions):
         for a in acts:
@@ -59,10 +58,9 @@ def test_checkpoint_cuts_are_consistent(name):
     from executor.checkpoint import checkpoint_cuts
     from stalesim.schedule.deps import peer
 
-    dp = name in ("dp", "pipe-sgd")
-    cfg = ScheduleConfig(stages=1 if dp else 3, batches=10, microbatches=2 if name in ("gpipe", "1f1b", "2bw") else 1,
-                         workers=2 if dp else 1)
-    sched = build_schedule(name, cfg)
+    spec = get_spec(name)
+    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3, batches=10,
+                                       microbatches=2, workers=2))
     cuts = checkpoint_cuts(sched, 3)
     assert sorted(cuts) == [3, 6, 9]
     where = {a.key: (d, i) for d, acts in enumerate(sched.device_actions) for i, a in enumerate(acts)}

@@ -10,7 +10,7 @@ from _runtime_helpers import replay
 
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import compress, pipemare_exponent
-from stalesim.runtime.plan import build_train_schedule
+from stalesim.schedule import build_schedule, get_spec
 
 LR, MU = 0.1, 0.5
 
@@ -121,7 +121,7 @@ def test_weight_prediction_backward_horizon_pipedream():
     # pipedream stashes: v_B = v_F, so D_B = D_F and the backward also predicts
     cfg = TrainConfig(schedule="pipedream", stages=3, iterations=6, weight_prediction=True,
                       lr=LR, momentum=MU)
-    sched = build_train_schedule(cfg, 6)
+    sched = _sched(cfg, 6)
     from stalesim.runtime.mitigations import Mitigations
 
     mit = Mitigations(cfg, sched, 0)
@@ -135,7 +135,7 @@ def test_weight_prediction_backward_horizon_pipedream():
 def test_pipemare_discrepancy_correction():
     cfg = TrainConfig(schedule="stale", stages=3, iterations=6, pipemare_correction=True,
                       pipemare_gamma=0.25)
-    sched = build_train_schedule(cfg, 6)
+    sched = _sched(cfg, 6)
     from stalesim.runtime.mitigations import Mitigations
 
     mit = Mitigations(cfg, sched, 0)
@@ -167,24 +167,32 @@ def test_compression_is_lossy_and_bounded():
     assert compress(g, "none") is g
 
 
+def _sched(cfg: TrainConfig, batches: int):
+    """The run's schedule: the one IR call every consumer makes."""
+    return build_schedule(cfg.schedule_config(batches))
+
+
 @pytest.mark.parametrize("name,M", [("stale", 1), ("pipedream", 1), ("2bw", 2), ("local", 1)])
 def test_sync_warmup_is_built_into_the_ir(name, M):
     K, N, S = 3, 9, 3
     cfg = TrainConfig(schedule=name, stages=S, iterations=N, microbatches=M, batch_size=4 * M, warmup=K)
-    sched = build_train_schedule(cfg, N)
-    plain = build_train_schedule(TrainConfig(schedule=name, stages=S, iterations=N, microbatches=M,
+    sched = _sched(cfg, N)
+    plain = _sched(TrainConfig(schedule=name, stages=S, iterations=N, microbatches=M,
                                              batch_size=4 * M), N)
     table = sched.versions
     for key in table.vf:
         if key[2] < K:
             assert table.staleness_of(key) == 0, key
     assert max(table.staleness()) == max(plain.versions.staleness())
-    assert sched.params["sync_warmup"] == K
+    if get_spec(name).staleness_free:  # nothing to warm up: the same schedule
+        assert "warmup" not in sched.params and sched.fingerprint() == plain.fingerprint()
+    else:
+        assert sched.params["warmup"] == K and sched.phases[0].last == K
     _, _, losses = replay(name, S, N, M, warmup=K)
     assert all(math.isfinite(x) for x in losses)
 
 
 def test_pipe_sgd_warmup_uses_its_own_param():
     cfg = TrainConfig(schedule="pipe-sgd", workers=2, iterations=6, warmup=2, batch_size=8)
-    sched = build_train_schedule(cfg, 6)
+    sched = _sched(cfg, 6)
     assert sched.params["warmup"] == 2

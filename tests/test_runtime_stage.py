@@ -43,7 +43,7 @@ def test_stash_holds_only_needed_versions():
 
 def test_backward_reads_live_weights_under_latest():
     """A saved weight is a token: changing the live weight after F changes what B reads."""
-    sched = build_schedule("stale", ScheduleConfig(stages=1, batches=1))
+    sched = build_schedule(ScheduleConfig("stale", stages=1, batches=1))
     cfg = TrainConfig(schedule="stale", iterations=1, dtype="float64")
     lin = nn.Linear(3, 2).double()
     mod = nn.Sequential(nn.Identity(), lin)
@@ -67,7 +67,7 @@ def test_every_weight_tensor_is_versioned(model):
 
     m = build_model(model, seed=0)
     stages = split_stages(m, stages=2)
-    sched = build_schedule("stale", ScheduleConfig(stages=2, batches=1))
+    sched = build_schedule(ScheduleConfig("stale", stages=2, batches=1))
     cfg = TrainConfig(model=model, schedule="stale", stages=2, iterations=1)
     for s, mod in enumerate(stages):
         rt = StageRuntime(mod, stage=s, num_stages=2, schedule=sched, cfg=cfg)

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from stalesim.sim import SimResult, simulate
+from stalesim.schedule import ScheduleConfig
+from stalesim.sim import SimOptions, SimResult, simulate
 from stalesim.workloads.profile import uniform_profile
 
 
@@ -18,7 +19,7 @@ def prof8():
 @pytest.mark.parametrize("name", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("method", ["event", "fast"])
 def test_flush_schedules_iteration(prof8, name, method):
-    r = simulate(prof8, name, stages=4, microbatches=8, method=method)
+    r = simulate(prof8, ScheduleConfig(name, stages=4, microbatches=8), options=SimOptions(method=method))
     assert r.iteration_time_s == pytest.approx((8 + 4 - 1) * (0.25 + 0.5) * 1e-3, rel=1e-12)
     assert r.speedup == pytest.approx(24 / 8.25)
     assert r.bubble_fraction == pytest.approx(3 / 11)
@@ -27,7 +28,7 @@ def test_flush_schedules_iteration(prof8, name, method):
 @pytest.mark.parametrize("name", ["pipedream", "stale"])
 @pytest.mark.parametrize("method", ["event", "fast"])
 def test_async_schedules_iteration_and_speedup(prof8, name, method):
-    r = simulate(prof8, name, stages=4, method=method)
+    r = simulate(prof8, ScheduleConfig(name, stages=4), options=SimOptions(method=method))
     assert r.iteration_time_s == pytest.approx(6e-3, rel=1e-12)
     assert r.speedup == pytest.approx(4.0, rel=1e-12)
     assert r.throughput_samples_per_s == pytest.approx(128 / 6e-3)
@@ -36,7 +37,7 @@ def test_async_schedules_iteration_and_speedup(prof8, name, method):
 
 
 def test_result_fields_and_json(prof8):
-    r = simulate(prof8, "stale", stages=4)
+    r = simulate(prof8, ScheduleConfig("stale", stages=4))
     assert isinstance(r, SimResult)
     d = r.to_dict()
     text = json.dumps(d, allow_nan=False)
@@ -53,7 +54,8 @@ def test_result_fields_and_json(prof8):
 
 
 def test_ppv_gives_partition_and_stages(prof8):
-    r = simulate(prof8, "pipedream", ppv=[1, 2, 3])  # stages 1,1,1,5 layers
+    r = simulate(prof8, ScheduleConfig("pipedream", stages=4), options=SimOptions(ppv=(1, 2, 3)))
+    # stages 1,1,1,5 layers
     assert r.stages == 4 and r.partition["cuts"] == [1, 2, 3]
     # bottleneck stage has 5 layers: 5 * 3 ms per batch
     assert r.iteration_time_s == pytest.approx(15e-3)
@@ -61,13 +63,13 @@ def test_ppv_gives_partition_and_stages(prof8):
 
 
 def test_batch_size_scales(prof8):
-    r = simulate(prof8, "pipedream", stages=4, batch_size=256)
+    r = simulate(prof8, ScheduleConfig("pipedream", stages=4), options=SimOptions(batch_size=256))
     assert r.iteration_time_s == pytest.approx(12e-3)
     assert r.speedup == pytest.approx(4.0)
 
 
 def test_data_parallel_split_and_speedup(prof8):
-    r = simulate(prof8, "dp", stages=2, workers=4)
+    r = simulate(prof8, ScheduleConfig("dp", stages=2, workers=4))
     assert r.iteration_time_s == pytest.approx(6e-3)  # 24 ms / 4 workers, ideal link
     assert r.speedup == pytest.approx(4.0)
     assert r.devices == 4
@@ -76,26 +78,28 @@ def test_data_parallel_split_and_speedup(prof8):
 def test_schedule_object_is_accepted(prof8):
     from stalesim.schedule import ScheduleConfig, build_schedule
 
-    sched = build_schedule("1f1b", ScheduleConfig(stages=4, microbatches=8, batches=6))
+    sched = build_schedule(ScheduleConfig("1f1b", stages=4, microbatches=8, batches=6))
     r = simulate(prof8, sched)
     assert r.batches == 6 and r.microbatches == 8
     assert r.iteration_time_s == pytest.approx(8.25e-3)
 
 
 def test_fast_and_event_agree_on_a_real_link(prof8):
+    from stalesim.schedule import get_spec
     from stalesim.workloads.hardware import hardware_from_catalog
 
     hw = hardware_from_catalog("h100-sxm", "pcie4-x16")
     prof = uniform_profile(8, 1e-3, 2e-3, 128, output_bytes=4_000_000, param_bytes=1_000_000)
     for name in ("pipedream", "gpipe", "1f1b", "stale"):
-        e = simulate(prof, name, stages=4, microbatches=4, hardware=hw)
-        f = simulate(prof, name, stages=4, microbatches=4, hardware=hw, method="fast")
+        sc = get_spec(name).config(stages=4, microbatches=4)
+        e = simulate(prof, sc, hw)
+        f = simulate(prof, sc, hw, SimOptions(method="fast"))
         assert math.isclose(e.iteration_time_s, f.iteration_time_s, rel_tol=0.01), name
 
 
 def test_memory_reported_per_device():
     prof = uniform_profile(8, 1e-3, 2e-3, 128, param_bytes=1000, saved_bytes=64_000, output_bytes=128)
-    r = simulate(prof, "gpipe", stages=4, microbatches=8)
+    r = simulate(prof, ScheduleConfig("gpipe", stages=4, microbatches=8))
     # per stage: 2 layers; saved bytes per micro-batch = 2 * 64000 / 8
     assert r.memory_breakdown[0]["activations"] == 8 * 2 * 64_000 // 8
     assert r.memory_breakdown[0]["weights"] == 2000
@@ -107,6 +111,10 @@ def test_bad_method(prof8):
     from stalesim.errors import StalesimError
 
     with pytest.raises(StalesimError, match="method"):
-        simulate(prof8, "stale", stages=2, method="magic")
+        simulate(prof8, ScheduleConfig("stale", stages=2), options=SimOptions(method="magic"))
     with pytest.raises(StalesimError, match="batch_size"):
-        simulate(prof8, "gpipe", stages=2, microbatches=3)
+        simulate(prof8, ScheduleConfig("gpipe", stages=2, microbatches=3))
+    with pytest.raises(StalesimError, match="ppv: 1 entries give 2 stages, but stages is 4"):
+        simulate(prof8, ScheduleConfig("stale", stages=4), options=SimOptions(ppv=(3,)))
+    with pytest.raises(StalesimError, match="microbatches: schedule 'stale' does not split"):
+        simulate(prof8, ScheduleConfig("stale", stages=2, microbatches=4))

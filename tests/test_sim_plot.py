@@ -2,6 +2,8 @@
 
 import pytest
 
+from stalesim.schedule import ScheduleConfig, build_schedule
+
 from stalesim.sim import simulate
 from stalesim.workloads.hardware import hardware_from_catalog
 from stalesim.workloads.profile import uniform_profile
@@ -10,8 +12,8 @@ from stalesim.workloads.profile import uniform_profile
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_gantt_written(tmp_path, suffix):
     prof = uniform_profile(8, 1e-3, 2e-3, 128, output_bytes=2_000_000)
-    r = simulate(prof, "1f1b", stages=4, microbatches=4, batches=2,
-                 hardware=hardware_from_catalog("cpu-core", "10gbe"))
+    r = simulate(prof, ScheduleConfig("1f1b", stages=4, microbatches=4, batches=2),
+                 hardware_from_catalog("cpu-core", "10gbe"))
     path = r.plot(tmp_path / f"g{suffix}")
     assert path.exists() and path.stat().st_size > 1000
     if suffix == ".png":

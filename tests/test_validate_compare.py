@@ -7,6 +7,7 @@ import math
 import pytest
 
 from stalesim.errors import StalesimError
+from stalesim.schedule import ScheduleConfig, build_schedule
 from stalesim.validate.compare import aggregate, goals_met, make_row, max_loss_rel_diff, rel_error
 from stalesim.validate.config import check_out_dir, resolve_schedules, runnable_schedules
 from stalesim.validate.measured import completions, measured_timing, rows_to_events
@@ -82,12 +83,14 @@ def test_measured_timing_uses_the_sim_window() -> None:
     rows = _rows_two_devices()
     done = completions(rows, 8)
     assert done[3] == pytest.approx(0.04)
-    m = measured_timing({"rows": rows, "iterations": 8, "schedule": "1f1b"})
+    m = measured_timing({"rows": rows, "iterations": 8, "schedule": "1f1b"},
+                        build_schedule(ScheduleConfig("1f1b", stages=2, batches=8)))
     assert m["iteration_time_s"] == pytest.approx(0.01)
     assert m["window"] == [2, 5]
     assert m["utilization"][0] == pytest.approx(0.6)
     assert m["utilization"][1] == pytest.approx(0.1)
-    h = measured_timing({"rows": rows, "iterations": 8, "schedule": "hybrid"})
+    h = measured_timing({"rows": rows, "iterations": 8, "schedule": "hybrid"},
+                        build_schedule(ScheduleConfig("hybrid", stages=2, batches=8)))
     assert h["iteration_time_s"] == pytest.approx(0.08 / 8)
     evs = rows_to_events(rows)
     assert {e.tid for e in evs} == {"compute", "comm"} and evs[0].name == "0F0"
@@ -133,9 +136,9 @@ def test_busy_overlap_from_the_simulated_timeline() -> None:
     from stalesim.workloads.profile import uniform_profile
 
     costs = uniform_costs(2, 1_000_000, 2_000_000)
-    seq = simulate(None, "sequential", stages=2, batches=8, costs=costs)
+    seq = simulate(costs, ScheduleConfig("sequential", stages=2, batches=8))
     assert busy_overlap(seq) == [0.0, 0.0]  # the two devices never compute together
-    pd = simulate(None, "pipedream", stages=2, batches=24, costs=costs)
+    pd = simulate(costs, ScheduleConfig("pipedream", stages=2, batches=24))
     ov = busy_overlap(pd)
     assert all(0.8 <= x <= 1.0 for x in ov)
     # the fixed point: contended costs (2x) apply in proportion to the overlap
@@ -145,10 +148,10 @@ def test_busy_overlap_from_the_simulated_timeline() -> None:
     busy = replace(alone, layers=[replace(lp, forward_s=2e-3, backward_s=4e-3) for lp in alone.layers])
     cm = CostModel(alone, busy)
     hw = SimHardware.ideal()
-    r_seq, _ = simulate_with_costs(cm, hw, "sequential",
-                                   stages=2, ppv=None, batch_size=32, microbatches=1, workers=1, batches=8)
-    r_pd, info = simulate_with_costs(cm, hw, "pipedream",
-                                     stages=2, ppv=None, batch_size=32, microbatches=1, workers=1, batches=24)
+    r_seq, _ = simulate_with_costs(cm, hw, ScheduleConfig("sequential", stages=2, batches=8),
+                                   ppv=None, batch_size=32)
+    r_pd, info = simulate_with_costs(cm, hw, ScheduleConfig("pipedream", stages=2, batches=24),
+                                     ppv=None, batch_size=32)
     assert r_seq.iteration_time_s == pytest.approx(2 * 6e-3, rel=1e-3)  # alone costs
     assert min(info["phi"]) > 0.8 and r_pd.iteration_time_s > 1.6 * 6e-3
     assert math.isfinite(r_pd.iteration_time_s)
@@ -176,13 +179,13 @@ def test_dispatch_counts_charge_comm_actions_to_compute() -> None:
     from stalesim.schedule import ScheduleConfig, build_schedule
     from stalesim.validate.costmodel import dispatch_counts
 
-    seq1 = dispatch_counts(build_schedule("sequential", ScheduleConfig(stages=1, batches=4)))
+    seq1 = dispatch_counts(build_schedule(ScheduleConfig("sequential", stages=1, batches=4)))
     assert seq1 == {("F", 0): 1.0, ("LOSS", 0): 1.0, ("B", 0): 1.0, ("U", 0): 1.0}
-    pipe = dispatch_counts(build_schedule("1f1b", ScheduleConfig(stages=2, batches=4, microbatches=2)))
+    pipe = dispatch_counts(build_schedule(ScheduleConfig("1f1b", stages=2, batches=4, microbatches=2)))
     # stage 0: every F is followed by SEND_F; stage 1: RECV_F before F (charged to the compute before it)
     total = sum(pipe.values())
     assert all(v >= 1.0 for v in pipe.values()) and total > len(pipe)
-    sched = build_schedule("1f1b", ScheduleConfig(stages=2, batches=4, microbatches=2))
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=4, microbatches=2))
     n_actions = sum(len(a) for a in sched.device_actions)
     from collections import Counter
 

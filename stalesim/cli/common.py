@@ -41,6 +41,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (NaN and infinity are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """argparse type for comma-separated integers such as a PPV ``7`` or ``2,5``."""
     try:

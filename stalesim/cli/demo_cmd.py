@@ -39,12 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def schedule_table(stages: int) -> str:
-    from stalesim.schedule import ScheduleConfig, build_schedule, get_spec, schedule_names
+    from stalesim.schedule import build_schedule, get_spec, schedule_names
 
     rows = [("schedule", "policy", "staleness per stage", "v_B != v_F on stages", "what")]
     for name in schedule_names():
-        cfg = ScheduleConfig(stages=stages, batches=4 * stages + 4, microbatches=stages, workers=2)
-        sched = build_schedule(name, cfg)
+        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
+                                                     microbatches=stages, workers=2))
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))

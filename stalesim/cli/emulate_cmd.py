@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.emulator.engine import emulate
+    from stalesim.emulator.replay import emulate
 
     cfg = train_config_from_args(args)
     summary = emulate(cfg, out=args.out, checkpoint_every=args.checkpoint_every,

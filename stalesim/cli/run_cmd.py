@@ -1,10 +1,11 @@
 """``stalesim run``: train for real on N ranks (gloo on CPU, NCCL on GPUs).
 
 Same model/data/schedule/optimizer/mitigation flags as ``stalesim emulate``
-(they all land in one :class:`TrainConfig`), plus ``--devices cpu:N`` or
-``--devices cuda:0,1,...``; the command spawns one process per device of the
-schedule and prints (``--json``) or writes (``--out``) the measured summary.
-Under ``torchrun`` use ``python -m executor`` with the same flags.
+(they all land in one :class:`TrainConfig`), plus the rank list ``--devices
+cpu:N`` or ``--devices cuda:0,1,...`` (alias ``--ranks``); the command spawns
+one process per device of the schedule and prints (``--json``) or writes
+(``--out``) the measured summary. Under ``torchrun`` (``torchrun ... -m stalesim
+run FLAGS``) this process is one rank and nothing is spawned.
 """
 
 from __future__ import annotations
@@ -16,20 +17,14 @@ import time
 from typing import Any
 
 from stalesim.cli.common import nonneg_int, positive_float, positive_int, print_json
+from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
 
 
-def add_train_args(p: argparse.ArgumentParser) -> None:
-    """The training flags shared with ``stalesim emulate`` (:mod:`stalesim.cli.train_args`)."""
-    from stalesim.cli.train_args import add_train_args as shared
-
-    shared(p)
-
-
 def add_executor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", required=False, default=None,
-                   help="cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
-                        "must equal the schedule's device count")
+    p.add_argument("--devices", "--ranks", dest="devices", required=False, default=None,
+                   help="the ranks: cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
+                        "must equal the schedule's device count (S, or --fold D, or P workers)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per CPU rank")
     p.add_argument("--timeout", type=positive_float, default=60.0,
                    help="seconds a rank may wait on a peer before the run is aborted")
@@ -44,40 +39,26 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="train for real on N ranks (torch.distributed: gloo/NCCL)",
                        description="Run a schedule's per-device action lists on real processes "
-                                   "(one per device), measure time, utilization, memory and loss.",
-                       conflict_handler="resolve")
-    add_train_args(p)
+                                   "(one per device), measure time, utilization, memory and loss.")
+    add_train_args(p, devices_alias=False)
     add_executor_args(p)
     p.set_defaults(func=run)
 
 
 def train_config(args: argparse.Namespace) -> Any:
-    """TrainConfig from the parsed flags, through the helper ``emulate`` uses.
-
-    ``--devices`` here is the rank list (``cpu:N``), not the schedule's fold count the
-    shared helper knows, so it is set aside while the helper runs. Default length: 50
-    iterations.
-    """
-    from stalesim.cli.train_args import train_config_from_args
-
-    devices = args.devices
-    args.devices = None
-    try:
-        if args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None:
-            args.iterations = 50
-        return train_config_from_args(args)
-    finally:
-        args.devices = devices
+    """TrainConfig from the parsed flags, through the helper ``emulate`` uses
+    (default length: 50 iterations)."""
+    if args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None:
+        args.iterations = 50
+    return train_config_from_args(args)
 
 
 def expected_devices(cfg: Any) -> int:
-    """Devices the schedule needs (built from the IR without torch)."""
-    from stalesim.runtime.plan import build_train_schedule
+    """Devices the schedule needs: asked of the IR (a short build of the same config)."""
+    from stalesim.schedule import build_schedule
 
-    if cfg.schedule in ("dp", "pipe-sgd"):
-        return cfg.workers
     n = cfg.iterations if cfg.iterations is not None else 2
-    return build_train_schedule(cfg, max(1, min(n, 4))).num_devices
+    return build_schedule(cfg.schedule_config(max(1, min(n, 4)))).num_devices
 
 
 def _default_out(cfg: Any) -> str:
@@ -96,9 +77,16 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     return job
 
 
+def under_torchrun() -> bool:
+    """torchrun's elastic agent sets TORCHELASTIC_RUN_ID for every rank it starts."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
 def run(args: argparse.Namespace) -> int:
     from executor.launch import parse_devices, run_local
 
+    if under_torchrun():
+        return torchrun_rank(args)
     cfg = train_config(args)
     if args.devices is None:
         raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
@@ -142,28 +130,17 @@ def _print_text(s: dict[str, Any]) -> None:
         print(f"run folder: {s['run_dir']}")
 
 
-def torchrun_main(argv: list[str]) -> int:
-    """``torchrun ... -m executor <run flags>``: this process is one rank; no spawning."""
-    from stalesim.cli import _Parser
-
-    p = _Parser(prog="python -m executor", conflict_handler="resolve",
-                description="One rank of `stalesim run` under torchrun (same flags).")
-    add_train_args(p)
-    add_executor_args(p)
-    args = p.parse_args(argv)
-    try:
-        cfg = train_config(args)
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        need = expected_devices(cfg)
-        if world != need:
-            raise StalesimError(f"WORLD_SIZE={world} but schedule {cfg.schedule!r} needs {need} ranks")
-        kind = "cuda" if (args.devices or "cpu").startswith("cuda") else "cpu"
-        if args.out is None:
-            args.out = _default_out(cfg)
-        job = build_job(args, cfg, kind)
-    except StalesimError as exc:
-        print(f"stalesim: error: {exc}", file=sys.stderr)
-        return 2
+def torchrun_rank(args: argparse.Namespace) -> int:
+    """``torchrun ... -m stalesim run FLAGS``: this process is one rank; no spawning."""
+    cfg = train_config(args)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    need = expected_devices(cfg)
+    if world != need:
+        raise StalesimError(f"WORLD_SIZE={world} but schedule {cfg.schedule!r} needs {need} ranks")
+    kind = "cuda" if (args.devices or "cpu").startswith("cuda") else "cpu"
+    if args.out is None:
+        args.out = _default_out(cfg)
+    job = build_job(args, cfg, kind)
     from executor.worker import worker_main
 
     ids = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import int_list, print_json
+from stalesim.cli.common import int_list, nonneg_float, print_json
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -22,7 +22,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, link: str | None):
-    """(profile, SimHardware) from --hardware | --device/--link | default (ideal link)."""
+    """(profile, SimHardware) from --hardware | --target/--link | default (ideal link)."""
     from stalesim.errors import StalesimError
     from stalesim.sim.model import SimHardware
     from stalesim.workloads.hardware import (
@@ -39,7 +39,7 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
     topo = args.topology
     if args.hardware:
         if device or link:
-            raise StalesimError("--hardware: give either a hardware JSON or --device/--link, not both")
+            raise StalesimError("--hardware: give either a hardware JSON or --target/--link, not both")
         hw = SimHardware.from_hardware(load_hardware(args.hardware), topology=topo,
                                        comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
         return profile, hw
@@ -85,13 +85,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pipeline placement vector (weight layers before each register), e.g. 2,5")
     p.add_argument("--batch-size", "-B", type=int, default=None,
                    help="mini-batch size (default: the profile's)")
-    p.add_argument("--device", default=None, metavar="KIND",
-                   help="catalog device: compute times estimated by roofline from the profile")
+    p.add_argument("--target", default=None, metavar="KIND",
+                   help="catalog device to predict for: compute times estimated by roofline "
+                        "from the profile (default: the profile's own device)")
+    p.add_argument("--device", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
     p.add_argument("--link", default=None, metavar="KIND", help="catalog link (ideal = free)")
     add_hardware_args(p)
     p.add_argument("--method", choices=("event", "fast"), default="event",
                    help="event simulation (default) or the closed-form fast path")
-    p.add_argument("--loss-time", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--loss-time", type=nonneg_float, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
@@ -100,25 +102,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stalesim.cli.schedule_cmd import config_from_args
     from stalesim.errors import StalesimError
-    from stalesim.sim import simulate
+    from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.profile import load_profile
 
     if args.batch_size is not None and args.batch_size < 1:
         raise StalesimError(f"--batch-size: must be >= 1, got {args.batch_size}")
-    if args.loss_time < 0:
-        raise StalesimError(f"--loss-time: must be >= 0, got {args.loss_time}")
     if (args.trace or args.plot) and args.method == "fast":
         raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
-    prof = load_profile(args.profile)
-    prof, hw = resolve_cli_hardware(args, prof, args.device, args.link)
     stages = args.stages
-    if stages is None and args.ppv is None:
-        stages = 1
-    r = simulate(prof, args.schedule, stages=stages, ppv=args.ppv, microbatches=args.microbatches,
-                 batches=args.batches, workers=args.workers, batch_size=args.batch_size,
-                 hardware=hw, devices=args.devices, switch=args.switch, warmup=args.warmup,
-                 method=args.method, loss_s=args.loss_time)
+    if stages is None:
+        stages = len(args.ppv) + 1 if args.ppv is not None else 1
+    cfg = config_from_args(args, stages=stages)
+    opts = SimOptions(ppv=None if args.ppv is None else tuple(args.ppv), batch_size=args.batch_size,
+                      method=args.method, loss_s=args.loss_time)
+    opts.check()
+    prof = load_profile(args.profile)
+    prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
+    r = simulate(prof, cfg, hw, opts)
     written = {}
     if args.trace:
         written["trace"] = str(r.write_trace(args.trace))

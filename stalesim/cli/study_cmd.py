@@ -44,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stalesim.cli.common import write_json_atomic
+    from stalesim.schedule import get_spec
     from stalesim.emulator.study import (
-        PLACEMENT_FREE,
         aggregate,
         expand,
         parse_placements,
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         for rid, cfg in expand(base, args.schedules, places, [mit], args.seeds):
             if rid not in mit_of:
                 points.append((rid, cfg))
-                mit_of[rid] = "none" if cfg.schedule in PLACEMENT_FREE else mit
+                mit_of[rid] = "none" if get_spec(cfg.schedule).placement_free else mit
     write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
                                            "placements": args.placements,
                                            "mitigations": args.mitigations, "seeds": args.seeds,

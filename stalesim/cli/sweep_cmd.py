@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep", help="simulate a grid of configurations in parallel and rank them by throughput",
         description="Simulate every combination of --schedules x --stages (or --ppv-candidates) "
-                    "x --microbatches x --workers x --devices x --links (fast path by default) "
+                    "x --microbatches x --workers x --targets x --links (fast path by default) "
                     "in --jobs processes; print a table ranked by throughput with memory and "
                     "staleness beside it; optionally write CSV/JSON.")
     p.add_argument("--profile", required=True, metavar="PROFILE.json")
@@ -34,8 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", "-M", type=_positive_list, default=[1], metavar="1,4")
     p.add_argument("--workers", "-P", type=_positive_list, default=[1], metavar="1,2,4",
                    help="data-parallel workers (dp, pipe-sgd)")
-    p.add_argument("--devices", type=_names, default=None, metavar="KIND,KIND",
-                   help="catalog devices (roofline from the profile); default: the profile's own")
+    p.add_argument("--targets", type=_names, default=None, metavar="KIND,KIND",
+                   help="catalog devices to predict for (roofline from the profile); "
+                        "default: the profile's own")
+    p.add_argument("--devices", type=_names, dest="targets", help=argparse.SUPPRESS)  # before 0.2
     p.add_argument("--links", type=_names, default=None, metavar="KIND,KIND",
                    help="catalog links; default: ideal")
     p.add_argument("--batch-size", "-B", type=positive_int, default=None)
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.workloads.profile import load_profile
 
     prof = load_profile(args.profile)
-    devices = args.devices or [None]
+    devices = args.targets or [None]
     links = args.links or [None]
     for d in devices:
         if d is not None:

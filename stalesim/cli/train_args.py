@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import int_list, nonneg_int, positive_float, positive_int
+from stalesim.cli.common import int_list, nonneg_float, nonneg_int, positive_float, positive_int
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return v
+def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
+    """Model, data, schedule, optimizer and mitigation flags (names match TrainConfig).
 
-
-def add_train_args(p: argparse.ArgumentParser) -> None:
-    """Model, data, schedule, optimizer and mitigation flags (names match TrainConfig)."""
+    ``devices_alias``: accept the old ``--devices N`` for ``--fold`` (not on ``run``,
+    where ``--devices`` is the rank list)."""
     p.add_argument("--model", default="lenet5", help="zoo model (lenet5, alexnet, vgg16, resnet20, ...)")
     p.add_argument("--dataset", default=None,
                    help="mnist | fashion-mnist | cifar10 | synthetic (default: the model's)")
     p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
-    add_schedule_args(p)
+    add_schedule_args(p, devices_alias=devices_alias)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
     length = p.add_mutually_exclusive_group()
@@ -33,8 +26,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     length.add_argument("--iterations", type=positive_int, default=None, help="mini-batches to run")
     p.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
     p.add_argument("--lr", type=positive_float, default=0.01)
-    p.add_argument("--momentum", type=_nonneg_float, default=0.9)
-    p.add_argument("--weight-decay", type=_nonneg_float, default=0.0)
+    p.add_argument("--momentum", type=nonneg_float, default=0.9)
+    p.add_argument("--weight-decay", type=nonneg_float, default=0.0)
     p.add_argument("--lr-schedule", default="constant", help="constant | step | cosine")
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
@@ -54,7 +47,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--pipemare-warmup", type=nonneg_int, default=0,
                    help="iterations over which PipeMare's p anneals from 1 to 0 (0: p stays 1)")
     m.add_argument("--pipemare-correction", action="store_true", help="PipeMare discrepancy correction")
-    m.add_argument("--pipemare-gamma", type=_nonneg_float, default=0.9, help="EMA decay of the correction")
+    m.add_argument("--pipemare-gamma", type=nonneg_float, default=0.9, help="EMA decay of the correction")
     m.add_argument("--staleness-lr", action="store_true", help="staleness-aware lr: lr/(D+1)")
     # --warmup (synchronous warm-up iterations) comes from add_schedule_args
 
@@ -62,9 +55,6 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def train_config_from_args(args: argparse.Namespace):
     from stalesim.runtime.config import TrainConfig
 
-    if getattr(args, "devices", None) is not None:
-        raise StalesimError("devices: the emulator runs every stage on one device "
-                            "(--devices is for simulate/run)")
     iterations = args.iterations
     if args.batches is not None:
         if iterations is not None or args.epochs is not None:
@@ -78,6 +68,7 @@ def train_config_from_args(args: argparse.Namespace):
     cfg = TrainConfig(
         model=args.model, dataset=dataset, schedule=args.schedule,
         stages=args.stages, ppv=args.ppv, microbatches=args.microbatches, workers=args.workers,
+        fold=args.fold,
         iterations=iterations, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
         momentum=args.momentum, weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
         seed=args.seed, device=args.device, dtype=args.dtype, data_dir=args.data_dir,

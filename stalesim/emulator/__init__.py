@@ -1,4 +1,4 @@
 """The delay-buffer emulator: exact staleness of any schedule, on one device.
 
-``from stalesim.emulator.engine import Emulator, emulate``; see docs/emulator.md.
+``from stalesim.emulator.replay import Emulator, emulate``; see docs/emulator.md.
 """

@@ -24,7 +24,7 @@ from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from stalesim.emulator.engine import Emulator
+    from stalesim.emulator.replay import Emulator
 
 FORMAT = 1
 
@@ -66,7 +66,7 @@ def load(emu: Emulator, path: Path) -> None:
         raise StalesimError(
             f"resume: checkpoint_every is {emu.checkpoint_every} but the checkpoint was made with "
             f"{state['checkpoint_every']} (it decides which weight versions are kept)")
-    from stalesim.emulator.engine import RunState
+    from stalesim.emulator.replay import RunState
 
     run = state["run"]
     emu.state = RunState(**run)

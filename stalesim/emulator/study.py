@@ -1,6 +1,6 @@
 """Studies: a grid of emulations (schedule x placement x mitigation x seed) in parallel.
 
-Each grid point is one :func:`~stalesim.emulator.engine.emulate` run in its own
+Each grid point is one :func:`~stalesim.emulator.replay.emulate` run in its own
 process (``jobs`` at a time, torch threads split between them) with its own run
 folder; the table aggregates over seeds (mean and sample std) and is written as
 CSV and markdown, with a plot of test accuracy against staleness depth.
@@ -32,8 +32,6 @@ MITIGATIONS = {
     "pipemare-correction": {"pipemare_correction": True},
     "staleness-lr": {"staleness_lr": True},
 }
-# schedules whose result does not depend on the partition (staleness 0, same math)
-PLACEMENT_FREE = {"sequential", "gpipe", "1f1b", "dp"}
 
 
 def parse_placements(text: str) -> list[list[int] | int]:
@@ -63,14 +61,19 @@ def parse_placements(text: str) -> list[list[int] | int]:
 def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] | int],
            mitigations: list[str], seeds: list[int]) -> list[tuple[str, TrainConfig]]:
     """Grid points as (run id, config); placement-free schedules run once per seed."""
+    from stalesim.schedule import get_spec
+
     points = []
     for name in schedules:
-        places = [[]] if name in PLACEMENT_FREE else placements
+        # a schedule whose result does not depend on the partition (no staleness, one
+        # loss: same math as one device) runs once per seed, as the baseline
+        placement_free = get_spec(name).placement_free
+        places = [[]] if placement_free else placements
         for mit in mitigations:
             if mit not in MITIGATIONS:
                 raise StalesimError(f"mitigations: unknown {mit!r} (known: {', '.join(MITIGATIONS)})")
         # a placement-free schedule is the baseline: it always runs, unmitigated
-        mits = ["none"] if name in PLACEMENT_FREE else mitigations
+        mits = ["none"] if placement_free else mitigations
         for place in places:
             for mit in mits:
                 for seed in seeds:
@@ -90,7 +93,7 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, A
     import torch
 
     torch.set_num_threads(threads)
-    from stalesim.emulator.engine import emulate
+    from stalesim.emulator.replay import emulate
 
     cfg = TrainConfig.from_dict(cfg_dict)
     summary = emulate(cfg, out=out, progress=False)

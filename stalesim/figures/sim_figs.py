@@ -49,13 +49,13 @@ def _hw(device: str, link: str):
 # --------------------------------------------------------------------------- staleness
 def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     """Derived staleness per stage for every schedule (S = ``stages``), from the IR."""
-    from stalesim.schedule import ScheduleConfig, build_schedule, schedule_names
+    from stalesim.schedule import build_schedule, get_spec, schedule_names
 
     rows = []
     names = schedule_names()
     for name in names:
-        cfg = ScheduleConfig(stages=stages, batches=4 * stages + 4, microbatches=stages, workers=2)
-        sched = build_schedule(name, cfg)
+        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
+                                                     microbatches=stages, workers=2))
         st = sched.versions.staleness()
         inc = set(sched.versions.inconsistent_stages())
         for s, v in enumerate(st):
@@ -91,7 +91,8 @@ def predicted_speedup_resnet_2gpu(out: Path, ctx: Ctx, batches: int = 400) -> li
     Roofline what-ifs on catalog GPUs (the paper's own GPUs are not modelled);
     ``hybrid`` switches at N/2, the fraction the paper's two speed-ups imply.
     """
-    from stalesim.sim import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
 
     rows = []
     for ref in paper.STALE_2GPU:
@@ -104,9 +105,12 @@ def predicted_speedup_resnet_2gpu(out: Path, ctx: Ctx, batches: int = 400) -> li
         for device, link in GPU_WHATIFS:
             rp = _roofline(prof, device)
             hw = _hw(device, link)
-            st = simulate(rp, "stale", ppv=ref["ppv"], hardware=hw, method="event", keep_timeline=False)
-            hy = simulate(rp, "hybrid", ppv=ref["ppv"], hardware=hw, method="fast", batches=batches,
-                          switch=batches // 2, keep_timeline=False)
+            S = len(ref["ppv"]) + 1
+            ppv = tuple(ref["ppv"])
+            st = simulate(rp, ScheduleConfig("stale", stages=S), hw,
+                          SimOptions(ppv=ppv, method="event", keep_timeline=False))
+            hy = simulate(rp, ScheduleConfig("hybrid", stages=S, batches=batches, switch=batches // 2), hw,
+                          SimOptions(ppv=ppv, method="fast", keep_timeline=False))
             sc = st.stage_costs
             t0 = sc["forward_s"][0] + sc["backward_s"][0] + sc["update_s"][0]
             t1 = sc["forward_s"][1] + sc["backward_s"][1] + sc["update_s"][1]
@@ -145,14 +149,16 @@ def predicted_speedup_resnet_2gpu(out: Path, ctx: Ctx, batches: int = 400) -> li
 def predicted_speedup_schedules(out: Path, ctx: Ctx, model: str = "resnet56", device: str = "h100-sxm",
                                 link: str = "nvlink4") -> list[Path]:
     """Speed-up and peak memory per device vs pipeline depth for each pipeline schedule."""
-    from stalesim.sim import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
 
     prof = _roofline(ctx.profile(model), device)
     hw = _hw(device, link)
     rows = []
     for S in (2, 4, 8):
         for name, M in (("gpipe", 8), ("1f1b", 8), ("2bw", 8), ("pipedream", 1), ("stale", 1)):
-            r = simulate(prof, name, stages=S, microbatches=M, hardware=hw, method="fast", keep_timeline=False)
+            r = simulate(prof, ScheduleConfig(name, stages=S, microbatches=M), hw,
+                         SimOptions(method="fast", keep_timeline=False))
             rows.append({"model": model, "device": device, "link": link, "batch_size": BATCH,
                          "schedule": name, "stages": S, "microbatches": M, "ppv": r.partition["ppv"],
                          "speedup": r.speedup, "iteration_ms": 1e3 * r.iteration_time_s,
@@ -184,17 +190,20 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
     gradients, momentum, stashed activations, message buffers) and weights +
     activations only (our reading of the paper's Table 9).
     """
-    from stalesim.sim import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
 
     rows = []
     for model, ref in paper.STALE_MEMORY_TABLE9.items():
         prof = ctx.profile(model)
-        res = {name: simulate(prof, name, ppv=None if name == "sequential" else ref["ppv"],
-                              stages=1 if name == "sequential" else None, method="fast",
-                              keep_timeline=False)
-               for name in ("sequential", "stale", "pipedream")}
+        fast = SimOptions(method="fast", keep_timeline=False)
+        staged = replace(fast, ppv=tuple(ref["ppv"]))
+        S = len(ref["ppv"]) + 1
+        res = {"sequential": simulate(prof, ScheduleConfig("sequential"), options=fast)}
+        for name in ("stale", "pipedream"):
+            res[name] = simulate(prof, ScheduleConfig(name, stages=S), options=staged)
         # PipeDream on as many devices as the paper's pipeline has stages (4; min-max partition)
-        res["pipedream4"] = simulate(prof, "pipedream", stages=4, method="fast", keep_timeline=False)
+        res["pipedream4"] = simulate(prof, ScheduleConfig("pipedream", stages=4), options=fast)
 
         def tot(r, comps=None):
             return sum(sum(v for k, v in b.items() if comps is None or k in comps) for b in r.memory_breakdown)
@@ -258,7 +267,8 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     Pipe-SGD (with its compression) beside uncompressed synchronous training, the kind
     of comparison behind the paper's 5.4x.
     """
-    from stalesim.sim import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
     from stalesim.sim.model import SimHardware
 
     base = _roofline(ctx.profile(model, per_worker_batch), device)
@@ -269,19 +279,20 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
         prof = _scale_allreduce(base, factor)
         prof = replace(prof, batch_size=per_worker_batch)
         B = per_worker_batch * P
-        one = simulate(prof, "sequential", stages=1, batch_size=per_worker_batch, method="fast",
-                       keep_timeline=False)
+        one = simulate(prof, ScheduleConfig("sequential"),
+                       options=SimOptions(batch_size=per_worker_batch, method="fast", keep_timeline=False))
         rec = {"sweep": sweep, "model": model, "device": device, "link": link, "workers": P,
                "latency_us": lat_us, "bandwidth_GBps": bw, "compression": comp,
                "per_worker_batch": per_worker_batch}
         for name in ("dp", "pipe-sgd"):
-            r = simulate(prof, name, workers=P, batch_size=B, hardware=hw, method="fast", keep_timeline=False)
+            r = simulate(prof, ScheduleConfig(name, workers=P), hw,
+                         SimOptions(batch_size=B, method="fast", keep_timeline=False))
             key = "sync" if name == "dp" else "pipe"
             rec[f"{key}_iteration_ms"] = 1e3 * r.iteration_time_s
             rec[f"{key}_samples_per_s"] = B / r.iteration_time_s
             if event:
-                e = simulate(prof, name, workers=P, batch_size=B, hardware=hw, method="event",
-                             keep_timeline=False)
+                e = simulate(prof, ScheduleConfig(name, workers=P), hw,
+                             SimOptions(batch_size=B, method="event", keep_timeline=False))
                 rec[f"{key}_iteration_ms_event"] = 1e3 * e.iteration_time_s
         rec["one_device_samples_per_s"] = per_worker_batch / one.iteration_time_s
         rec["pipe_over_sync"] = rec["sync_iteration_ms"] / rec["pipe_iteration_ms"]

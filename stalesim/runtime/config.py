@@ -1,7 +1,8 @@
 """TrainConfig: every training flag shared by ``stalesim emulate`` and ``stalesim run``.
 
 One dataclass so the emulator and the executor cannot drift apart: both build
-the schedule (:func:`stalesim.runtime.plan.build_train_schedule`), the data
+the schedule (``build_schedule(cfg.schedule_config(batches, batches_per_epoch))``,
+the same call the simulator makes), the data
 order (:func:`stalesim.runtime.data.batch_stream`), the learning-rate schedule
 (:meth:`TrainConfig.lr_at`) and the mitigations from the same fields.
 :meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field.
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.schedule import ScheduleConfig
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic")
 LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
-DATA_PARALLEL = ("dp", "pipe-sgd")
 
 
 @dataclass
@@ -32,9 +35,9 @@ class TrainConfig:
     Length: ``iterations`` (mini-batches) or ``epochs`` (full passes; the last
     incomplete batch of an epoch is dropped so every batch has the same size).
     ``switch``/``switch_epoch``: hybrid switch point in iterations or epochs.
-    ``warmup``: synchronous warm-up iterations (pipe-sgd: its own warm-up;
-    other schedules: the first ``warmup`` batches run one at a time, built into
-    the IR by :mod:`stalesim.runtime.plan`).
+    ``warmup``: synchronous warm-up iterations (the IR's warm-up phase: the first
+    ``warmup`` batches run as the schedule's staleness-free counterpart).
+    ``fold``: run the S stages on this many devices (ranks) instead of S.
     """
 
     model: str = "lenet5"
@@ -44,6 +47,7 @@ class TrainConfig:
     ppv: list[int] | None = None
     microbatches: int = 1
     workers: int = 1
+    fold: int | None = None
     iterations: int | None = None
     epochs: int | None = None
     batch_size: int = 128
@@ -88,7 +92,7 @@ class TrainConfig:
             raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)})")
         for name in ("microbatches", "workers", "batch_size", "num_classes", "synthetic_size"):
             _positive_int(name, getattr(self, name))
-        for name in ("iterations", "epochs", "stages"):
+        for name in ("iterations", "epochs", "stages", "fold"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         for name in ("switch", "switch_epoch"):
@@ -126,19 +130,20 @@ class TrainConfig:
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise StalesimError(f"device: expected cpu or cuda[:N], got {self.device!r}")
         if self.workers > 1 and not spec.data_parallel:
+            dp = ", ".join(n for n in schedule_names() if get_spec(n).data_parallel)
             raise StalesimError(
-                f"workers: {self.workers} workers need a data-parallel schedule "
-                f"({', '.join(DATA_PARALLEL)}), not {self.schedule!r}"
+                f"workers: {self.workers} workers need a data-parallel schedule ({dp}), "
+                f"not {self.schedule!r}"
             )
         if self.microbatches > 1 and not spec.uses_micro:
+            micro = ", ".join(n for n in schedule_names() if get_spec(n).uses_micro)
             raise StalesimError(
-                f"microbatches: schedule {self.schedule!r} does not split batches "
-                "(use gpipe, 1f1b or 2bw)"
+                f"microbatches: schedule {self.schedule!r} does not split batches (use {micro})"
             )
         if self.compression != "none" and not spec.data_parallel:
             raise StalesimError(
-                f"compression: {self.compression!r} compresses the all-reduce of dp/pipe-sgd, "
-                f"not {self.schedule!r}"
+                f"compression: {self.compression!r} compresses the gradient all-reduce of a "
+                f"data-parallel schedule, not {self.schedule!r}"
             )
         shards = self.workers * self.microbatches
         if self.batch_size % shards:
@@ -149,11 +154,38 @@ class TrainConfig:
             )
         if self.switch is not None and self.switch_epoch is not None:
             raise StalesimError("switch: give --switch (iterations) or --switch-epoch, not both")
-        if (self.switch is not None or self.switch_epoch is not None) and self.schedule != "hybrid":
-            raise StalesimError(f"switch: only the hybrid schedule switches, not {self.schedule!r}")
+        if (self.switch is not None or self.switch_epoch is not None) and not spec.switches:
+            raise StalesimError(f"switch: only a switching schedule (hybrid) switches, not {self.schedule!r}")
         if self.switch_epoch is not None and self.epochs is None:
             raise StalesimError("switch_epoch: needs --epochs (use --switch for iterations)")
+        if self.fold is not None:
+            if spec.data_parallel:
+                raise StalesimError(f"fold: {self.schedule!r} places each worker on its own device; "
+                                    "stages cannot be folded")
+            if self.fold > self.num_stages:
+                raise StalesimError(f"fold: {self.fold} devices for {self.num_stages} stage(s); "
+                                    "a stage runs on one device")
+        low = spec.min_microbatches(self.num_stages)
+        if self.microbatches < low:
+            raise StalesimError(f"microbatches: {self.schedule} needs microbatches >= stages - 1 = {low} "
+                                f"(got microbatches={self.microbatches}, stages={self.num_stages})")
         return self
+
+    def schedule_config(self, batches: int, batches_per_epoch: int | None = None) -> ScheduleConfig:
+        """The :class:`ScheduleConfig` of this run over ``batches`` mini-batches: what the
+        emulator, the executor and ``validate``'s simulation all build, one call."""
+        from stalesim.schedule import ScheduleConfig
+
+        switch = self.switch
+        if self.switch_epoch is not None:
+            switch = self.switch_epoch * (batches_per_epoch or 0)
+        if switch is not None:
+            switch = min(switch, batches)
+        return ScheduleConfig(
+            schedule=self.schedule, stages=self.num_stages, batches=batches,
+            microbatches=self.microbatches, workers=self.workers, fold=self.fold,
+            switch=switch, warmup=min(self.warmup, batches),
+        )
 
     # --------------------------------------------------------------- helpers
     @property

@@ -77,17 +77,16 @@ class Mitigations:
         self.delta: list[torch.Tensor] | None = None  # PipeMare EMA of weight steps
 
     # ---------------------------------------------------------------- delays
+    # (the version table answers them; no version arithmetic here)
     def delay_forward(self, batch: int, micro: int | None = None) -> int:
-        u = self.table.u(self.stage, batch, self.worker)
-        return u - 1 - self.table.v_f(self.stage, batch, micro, self.worker)
+        return self.table.delay_f(self.stage, batch, micro, self.worker)
 
     def delay_backward(self, batch: int, micro: int | None = None) -> int:
-        u = self.table.u(self.stage, batch, self.worker)
-        return u - 1 - self.table.v_b(self.stage, batch, micro, self.worker)
+        return self.table.delay_b(self.stage, batch, micro, self.worker)
 
     def batch_delay(self, batch: int) -> int:
         """D_F of the update fed by ``batch`` (max over its micro-batches)."""
-        return max(self.delay_forward(batch, m) for m in self.micros)
+        return self.table.batch_delay(self.stage, batch, self.micros, self.worker)
 
     # ------------------------------------------------------------------- lr
     def lr_factor(self, batch: int) -> float:
@@ -138,8 +137,7 @@ class Mitigations:
         if self.cfg.weight_prediction:
             out = self.predict(out, bufs, lr, self.delay_backward(batch, micro))
         if self.cfg.pipemare_correction and self.delta is not None:
-            gap = (self.table.v_b(self.stage, batch, micro, self.worker)
-                   - self.table.v_f(self.stage, batch, micro, self.worker))
+            gap = self.table.gap(self.stage, batch, micro, self.worker)
             if gap:
                 out = [w - gap * d for w, d in zip(out, self.delta)]
         return out

@@ -37,6 +37,7 @@ from torch import nn
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import Mitigations
 from stalesim.schedule import Action, Schedule
+from stalesim.schedule.liveness import backward_reads
 
 _TOKEN = "stalesim-param"
 
@@ -99,11 +100,7 @@ class StageRuntime:
         self.mit = Mitigations(cfg, schedule, stage, worker)
         self.version = 0
         self.stash: dict[int, list[torch.Tensor]] = {}
-        self.need: Counter[int] = Counter()
-        table = schedule.versions
-        for (w, s, _t, _m), vb in table.vb.items():
-            if w == worker and s == stage:
-                self.need[vb] += 1
+        self.need: Counter[int] = backward_reads(schedule.versions, stage, worker)
         self.inflight: dict[tuple[int, int | None], _Inflight] = {}
         self.buffers: dict[int, list[torch.Tensor | None]] = {}
         self.versions_used: list[tuple[str, int]] = []
@@ -240,7 +237,8 @@ class StageRuntime:
         key = self._key(action)
         rec = self.inflight.pop(key)
         v_b = self.version if action.version is None else action.version
-        if self.schedule.policy.value == "latest" and action.version is not None and v_b != self.version:
+        if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
+                and v_b != self.version):
             raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
         base = self.weights_of(v_b)
         if self.mit.changes_backward:

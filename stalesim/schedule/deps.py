@@ -21,10 +21,6 @@ def ardone(stage: int, batch: int) -> DepKey:
     return ("ARDONE", stage, batch)
 
 
-def has_loss(sched: Schedule, stage: int) -> bool:
-    return sched.local_loss or stage == sched.stages - 1
-
-
 def dependencies(sched: Schedule, a: Action) -> Iterator[DepKey]:
     """Keys that must be done before ``a`` starts (own-device order comes on top)."""
     k, s, t, m, r = a.kind, a.stage, a.batch, a.micro, a.worker
@@ -39,7 +35,7 @@ def dependencies(sched: Schedule, a: Action) -> Iterator[DepKey]:
         yield (Kind.F, r, s, t, m)
     elif k is Kind.B:
         yield (Kind.F, r, s, t, m)
-        if has_loss(sched, s):
+        if sched.has_loss(s):
             yield (Kind.LOSS, r, s, t, m)
         elif sched.lowered and same(s + 1, r) != same(s, r):
             yield (Kind.RECV_B, r, s, t, m)

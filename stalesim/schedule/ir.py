@@ -1,14 +1,19 @@
 """The schedule container: per-device ordered action lists plus placement.
 
 A :class:`Schedule` is plain data. Generators fill ``device_actions`` with the
-compute actions (F, LOSS, B, U, AR/ARW); :mod:`.lowering` adds the sends and
-receives; :mod:`.versions` annotates every F/B with the weight version it reads.
-The simulator, the emulator and the executor consume the same object.
+compute actions (F, LOSS, B, U, AR/ARW); :mod:`.transforms` joins phases
+(synchronous warm-up, hybrid switch) and folds stages onto fewer devices;
+:mod:`.lowering` adds the sends and receives; :mod:`.versions` annotates every
+F/B with the weight version it reads. The simulator, the emulator and the
+executor consume the same object, built by one call
+(:func:`stalesim.schedule.build_schedule`) from one :class:`ScheduleConfig`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +22,12 @@ from stalesim.schedule.actions import Action
 
 if TYPE_CHECKING:
     from stalesim.schedule.versions import VersionTable
+
+# Largest schedule the builder accepts: about this many compute actions take a
+# few seconds to generate, lower, validate and annotate in pure Python. Larger
+# requests are refused up front instead of appearing to hang.
+MAX_COMPUTE_ACTIONS = 4_000_000
+MAX_DIMENSION = 1 << 20  # any single dimension (stages, batches, micro-batches, workers)
 
 
 class Policy(str, Enum):
@@ -41,40 +52,80 @@ class Policy(str, Enum):
         return self is not Policy.LATEST
 
 
+def _int_field(name: str, value: Any, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ScheduleError(f"{name}: expected an integer >= {low}, got {value!r}")
+    if value > MAX_DIMENSION:
+        raise ScheduleError(f"{name}: {value} is larger than this tool handles ({MAX_DIMENSION})")
+
+
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """Parameters every generator draws from (each uses the ones it needs).
+    """Everything that determines a schedule; :func:`build_schedule` honours every field.
 
-    ``devices``: for pipeline schedules, how many devices the S stages are folded
-    onto (default S, one stage per device); data-parallel schedules always use one
-    device per worker. ``switch``: for ``hybrid``, the number of batches run
-    stale-pipelined before the drain. ``warmup``: for ``pipe-sgd``, synchronous
-    warm-up iterations.
+    ``schedule``: registry name. ``batches``: mini-batches of the whole run
+    (None: the schedule's default length for a simulation). ``fold``: place the
+    S stages contiguously on this many devices (pipeline schedules; None = one
+    stage per device). ``switch``: ``hybrid`` only, the batch index at which the
+    run drains and continues synchronously (None: half of the batches).
+    ``warmup``: the first ``warmup`` batches run synchronously (each schedule's
+    staleness-free counterpart, see :class:`~stalesim.schedule.spec.ScheduleSpec`),
+    then the schedule proper continues; a no-op for schedules without staleness.
     """
 
+    schedule: str
     stages: int = 1
-    batches: int = 8
+    batches: int | None = None
     microbatches: int = 1
     workers: int = 1
-    devices: int | None = None
+    fold: int | None = None
     switch: int | None = None
     warmup: int = 0
 
     def check(self) -> None:
-        for name in ("stages", "batches", "microbatches", "workers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ScheduleError(f"{name} must be an integer >= 1, got {value!r}")
-        if self.devices is not None and (not isinstance(self.devices, int) or self.devices < 1):
-            raise ScheduleError(f"devices must be an integer >= 1, got {self.devices!r}")
-        if self.devices is not None and self.devices > self.stages:
+        """Field ranges that hold for every schedule (the spec checks the rest)."""
+        if not isinstance(self.schedule, str) or not self.schedule:
+            raise ScheduleError(f"schedule: expected a schedule name, got {self.schedule!r}")
+        for name in ("stages", "microbatches", "workers"):
+            _int_field(name, getattr(self, name), 1)
+        if self.batches is not None:
+            _int_field("batches", self.batches, 1)
+        if self.fold is not None:
+            _int_field("fold", self.fold, 1)
+            if self.fold > self.stages:
+                raise ScheduleError(
+                    f"fold: {self.fold} devices for {self.stages} stage(s); a stage runs on one device")
+        _int_field("warmup", self.warmup, 0)
+        if self.switch is not None:
+            _int_field("switch", self.switch, 0)
+            if self.batches is not None and self.switch > self.batches:
+                raise ScheduleError(f"switch: must be in [0, batches={self.batches}], got {self.switch}")
+        n = (self.batches or 1) * self.workers * self.stages * (3 * self.microbatches + 1)
+        if n > MAX_COMPUTE_ACTIONS:
             raise ScheduleError(
-                f"devices={self.devices} is more than stages={self.stages}: a stage runs on one device"
-            )
-        if self.warmup < 0:
-            raise ScheduleError(f"warmup must be >= 0, got {self.warmup}")
-        if self.switch is not None and not 0 <= self.switch <= self.batches:
-            raise ScheduleError(f"switch must be in [0, batches={self.batches}], got {self.switch}")
+                f"batches x workers x stages x microbatches: about {n:,} actions, more than this tool "
+                f"builds ({MAX_COMPUTE_ACTIONS:,}); use fewer batches, stages or micro-batches")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A run of consecutive batches ``[first, last)`` ordered by one generator.
+
+    A schedule is one phase, or several joined by :mod:`.transforms`: a
+    synchronous warm-up before the schedule proper, the hybrid switch from the
+    stale pipeline to sequential training.
+    """
+
+    schedule: str  # registry name of the generator that ordered these batches
+    first: int
+    last: int  # exclusive
+
+    @property
+    def batches(self) -> int:
+        return self.last - self.first
 
 
 @dataclass
@@ -91,7 +142,11 @@ class Schedule:
     placement: list[list[int]]  # placement[worker][stage] -> device
     uses_micro: bool = False  # whether actions carry a micro index
     local_loss: bool = False  # every stage has its own LOSS (local updates)
+    data_parallel: bool = False  # P workers each hold every stage; gradients all-reduced
+    has_steady_state: bool = True  # False when the order changes mid-run (hybrid switch)
+    phases: tuple[Phase, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    config: ScheduleConfig | None = None  # the (resolved) config that built it
     lowered: bool = False
     versions: VersionTable | None = None
 
@@ -121,6 +176,43 @@ class Schedule:
             if d == device
         ]
 
+    def has_loss(self, stage: int) -> bool:
+        """Whether ``stage`` computes a loss (the last stage, or every stage for local updates)."""
+        return self.local_loss or stage == self.stages - 1
+
+    def action_batch_size(self, batch_size: int) -> int:
+        """Samples one F/B action processes when a mini-batch has ``batch_size`` samples:
+        the worker's shard for data-parallel schedules, the micro-batch when the
+        schedule splits batches, else the whole batch."""
+        parts = (self.workers if self.data_parallel else 1) * (self.microbatches if self.uses_micro else 1)
+        if batch_size % parts:
+            what = "workers" if self.data_parallel and self.workers > 1 else "microbatches"
+            raise ScheduleError(
+                f"batch_size: {batch_size} is not divisible by {what} ({parts}); each shard must be equal")
+        return batch_size // parts
+
+    def steady_window(self) -> tuple[int, int] | None:
+        """Batches whose completions bound the steady-state window: the middle half of
+        the last phase (a warm-up phase is never in it). None when the schedule has no
+        steady state (the hybrid switch): then only the whole-run mean is meaningful."""
+        if not self.has_steady_state:
+            return None
+        first, last = (self.phases[-1].first, self.phases[-1].last) if self.phases else (0, self.batches)
+        n = last - first
+        if n < 4:
+            return first, last - 1
+        q = n // 4
+        return first + q, last - 1 - q
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the action lists, placement and policy: two consumers ran the same
+        schedule exactly when their fingerprints are equal."""
+        payload = json.dumps({
+            "name": self.name, "policy": self.policy.value, "placement": self.placement,
+            "actions": [[str(a) for a in acts] for acts in self.device_actions],
+        }, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "schedule": self.name,
@@ -131,6 +223,7 @@ class Schedule:
             "devices": self.num_devices,
             "policy": self.policy.value,
             "params": dict(self.params),
+            "phases": [asdict(p) for p in self.phases],
             "placement": [list(row) for row in self.placement],
             "actions": {str(d): [str(a) for a in acts] for d, acts in enumerate(self.device_actions)},
         }
@@ -138,4 +231,5 @@ class Schedule:
             out["versions"] = self.versions.rows()
             out["staleness"] = self.versions.staleness()
             out["weight_inconsistent"] = self.versions.inconsistent_stages()
+        out["fingerprint"] = self.fingerprint()
         return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stalesim.schedule.actions import Action, Kind, act
-from stalesim.schedule.deps import has_loss
 from stalesim.schedule.ir import Schedule
 
 
@@ -35,7 +34,7 @@ def lower(sched: Schedule) -> Schedule:
                 if s < S - 1 and dev(s + 1, r) != dev(s, r):
                     out.append(act(Kind.SEND_F, s, t, m, r))
             elif a.kind is Kind.B:
-                needs_grad = not has_loss(sched, s)
+                needs_grad = not sched.has_loss(s)
                 if needs_grad and dev(s + 1, r) != dev(s, r):
                     out.append(act(Kind.RECV_B, s, t, m, r))
                 out.append(a)

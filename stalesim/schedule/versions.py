@@ -8,13 +8,18 @@ in: stage s's version counter n_s starts at 0 and every ``U(s, t)`` increments i
 - u(s, t): the value of n_s after ``U(s, t)``, i.e. the update batch t's gradient feeds.
 
 Staleness = u - 1 - v_F (0 for plain SGD); weight inconsistency is v_B != v_F.
+The per-action delays the mitigations need (forward delay D_F = u - 1 - v_F,
+backward delay D_B = u - 1 - v_B) are answered here too, so no consumer redoes
+version arithmetic. :meth:`VersionTable.from_log` builds the same table from the
+versions a runtime *used*, which is how measured staleness is reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from stalesim.schedule.actions import Kind
+from stalesim.schedule.actions import Action, Kind
 from stalesim.schedule.ir import Schedule
 
 Key = tuple[int, int, int, "int | None"]  # (worker, stage, batch, micro)
@@ -35,6 +40,25 @@ class VersionTable:
 
     def u(self, stage: int, batch: int, worker: int = 0) -> int:
         return self.upd[(worker, stage, batch)]
+
+    def delay_f(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        """Forward delay D_F = u - 1 - v_F: updates between the weights F read and the
+        weights its gradient updates (the staleness of this action)."""
+        return self.upd[(worker, stage, batch)] - 1 - self.vf[(worker, stage, batch, micro)]
+
+    def delay_b(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        """Backward delay D_B = u - 1 - v_B."""
+        return self.upd[(worker, stage, batch)] - 1 - self.vb[(worker, stage, batch, micro)]
+
+    def gap(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        """v_B - v_F: how many updates the backward's weights are ahead of the forward's."""
+        key = (worker, stage, batch, micro)
+        return self.vb[key] - self.vf[key]
+
+    def batch_delay(self, stage: int, batch: int, micro_indices: Iterable[int | None] = (None,),
+                    worker: int = 0) -> int:
+        """D_F of the update fed by ``batch``: the largest over its micro-batches."""
+        return max(self.delay_f(stage, batch, m, worker) for m in micro_indices)
 
     def staleness_of(self, key: Key) -> int:
         w, s, t, _ = key
@@ -70,6 +94,31 @@ class VersionTable:
                         "v_f": self.vf[k], "v_b": self.vb[k], "u": self.upd[(k[0], s, t)],
                     })
         return rows
+
+
+    @classmethod
+    def from_log(cls, stages: int, entries: Iterable[tuple[Action, int]]) -> VersionTable:
+        """The table of versions actually used: ``(action, version)`` pairs where F/B
+        give the version read and U the version produced. Rows whose update was not
+        logged are left out of :meth:`staleness`."""
+        table = cls(stages)
+        for a, v in entries:
+            key = (a.worker, a.stage, a.batch, a.micro)
+            if a.kind is Kind.F:
+                table.vf[key] = v
+            elif a.kind is Kind.B:
+                table.vb[key] = v
+            elif a.kind is Kind.U:
+                table.upd[(a.worker, a.stage, a.batch)] = v
+        return table
+
+    def complete_rows(self) -> VersionTable:
+        """Only the (worker, stage, batch) rows with an update (a partial log's prefix)."""
+        out = VersionTable(self.stages)
+        out.upd = dict(self.upd)
+        out.vf = {k: v for k, v in self.vf.items() if (k[0], k[1], k[2]) in self.upd}
+        out.vb = {k: v for k, v in self.vb.items() if (k[0], k[1], k[2]) in self.upd}
+        return out
 
 
 def derive_versions(sched: Schedule) -> VersionTable:

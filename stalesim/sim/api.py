@@ -1,58 +1,65 @@
-"""``simulate(...)``: profile + partition + schedule + hardware -> :class:`SimResult`.
+"""``simulate(workload, schedule, hardware, options)`` -> :class:`SimResult`.
 
-The one entry point the CLI (``simulate``, ``sweep``) and ``validate`` call.
-It resolves the partition (``ppv`` or the exact min-max partitioner), scales
-the profile to the (micro-)batch size, builds the schedule from the IR (or
-takes a ready one), runs the event simulation (or the fast path) and derives
-memory, staleness and versions from the same IR.
+The one entry point the CLI (``simulate``, ``sweep``), ``validate`` and the
+figures call. The schedule is a :class:`ScheduleConfig` (built here with
+:func:`stalesim.schedule.build_schedule`, the same call the emulator and the
+executor make) or an already built :class:`Schedule` (``validate`` passes the
+exact one it runs). The workload is a per-layer profile (partitioned by
+``options.ppv`` or the exact min-max partitioner, scaled to the action batch
+size) or ready :class:`StageCosts`. Every schedule fact (action batch size,
+steady window, phases, memory counts, staleness) is asked of the IR.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.schedule import Schedule, ScheduleConfig, get_spec, resolve
+from stalesim.schedule.registry import phases_of
 from stalesim.sim.fastpath import fast_iteration
 from stalesim.sim.memory import memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
 from stalesim.sim.result import SimResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from stalesim.schedule.ir import Schedule
     from stalesim.workloads.hardware import Hardware
     from stalesim.workloads.profile import Profile
 
 METHODS = ("event", "fast")
 
 
-def default_batches(name: str, stages: int, microbatches: int = 1) -> int:
-    """Enough mini-batches for a steady state between fill and drain."""
-    if name in ("gpipe", "1f1b", "sequential", "dp"):
-        return 8
-    if name == "pipe-sgd":
-        return 12
-    return max(16, 8 * stages + 16)
+@dataclass(frozen=True)
+class SimOptions:
+    """How to simulate, apart from the schedule and the hardware.
 
+    ``ppv``: pipeline placement vector (None: min-max partition over the stages);
+    ``batch_size``: mini-batch (default: the profile's); ``method``: ``event``
+    (SimPy) or ``fast`` (closed form); ``loss_s``: one LOSS at the full batch;
+    ``optimizer_state_factor``: optimizer state per parameter byte (SGD momentum 1);
+    ``keep_timeline``: keep the event timeline (needed for traces and plots).
+    """
 
-def steady_window(batches: int) -> tuple[int, int]:
-    """Batches whose completions bound the steady-state window (middle half)."""
-    if batches < 4:
-        return 0, batches - 1
-    q = batches // 4
-    return q, batches - 1 - q
+    ppv: tuple[int, ...] | None = None
+    batch_size: int | None = None
+    method: str = "event"
+    loss_s: float = 0.0
+    optimizer_state_factor: float = 1.0
+    keep_timeline: bool = True
 
+    def check(self) -> None:
+        import math
 
-def _action_batch(name: str, uses_micro: bool, data_parallel: bool, B: int, M: int, P: int) -> int:
-    if data_parallel and P > 1:
-        if B % P:
-            raise StalesimError(f"batch_size: {B} is not divisible by workers={P}")
-        return B // P
-    if uses_micro and M > 1:
-        if B % M:
-            raise StalesimError(f"batch_size: {B} is not divisible by microbatches={M}")
-        return B // M
-    return B
+        if self.method not in METHODS:
+            raise StalesimError(f"method: expected one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.batch_size is not None and (isinstance(self.batch_size, bool)
+                                            or not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise StalesimError(f"batch_size: expected an integer >= 1, got {self.batch_size!r}")
+        for name in ("loss_s", "optimizer_state_factor"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise StalesimError(f"{name}: expected a finite number >= 0, got {v!r}")
 
 
 def resolve_hardware(hardware: Hardware | SimHardware | None, profile: Profile | None) -> SimHardware:
@@ -65,108 +72,79 @@ def resolve_hardware(hardware: Hardware | SimHardware | None, profile: Profile |
     return SimHardware.from_hardware(hardware)
 
 
+def _short(cfg: ScheduleConfig) -> ScheduleConfig:
+    """The same configuration over just enough batches for the liveness counts and the
+    staleness to reach their steady values (the fast path needs no more)."""
+    n = min(cfg.batches or 0, min(cfg.warmup, cfg.batches or 0) + 2 * cfg.stages + 4)
+    sw = None if cfg.switch is None else min(cfg.switch, n)
+    return replace(cfg, batches=n, switch=sw)
+
+
 def simulate(
-    profile: Profile | None = None,
-    schedule: str | Schedule = "pipedream",
-    *,
-    stages: int | None = None,
-    ppv: Sequence[int] | None = None,
-    microbatches: int = 1,
-    batches: int | None = None,
-    workers: int = 1,
-    batch_size: int | None = None,
+    workload: Profile | StageCosts,
+    schedule: ScheduleConfig | Schedule,
     hardware: Hardware | SimHardware | None = None,
-    devices: int | None = None,
-    switch: int | None = None,
-    warmup: int = 0,
-    costs: StageCosts | None = None,
-    method: str = "event",
-    loss_s: float = 0.0,
-    optimizer_state_factor: float = 1.0,
-    keep_timeline: bool = True,
+    options: SimOptions | None = None,
 ) -> SimResult:
-    """Simulate one configuration.
+    """Simulate one configuration (see the module doc); StalesimError names the bad field."""
+    from stalesim.sim.events import (
+        busy_in_window,
+        compile_schedule,
+        program_for,
+        schedule_for,
+        simulate_program,
+    )
 
-    Give a ``profile`` (per-layer costs; the partition comes from ``ppv`` or the
-    min-max partitioner over ``stages``) or ready ``costs``. ``schedule`` is a
-    name from the IR registry or an already built :class:`Schedule` (then its
-    own stages/micro-batches/workers/batches are used). ``hardware``: a
-    workloads ``Hardware`` (catalog or JSON), a :class:`SimHardware`, or None
-    for the profile's own device with an ideal link. ``method``: ``event``
-    (SimPy) or ``fast`` (closed form). ``batch_size`` defaults to the profile's.
-    """
-    from stalesim.schedule import get_spec
-    from stalesim.sim.engine import compile_schedule, program_for, schedule_facts, schedule_for
-
-    if method not in METHODS:
-        raise StalesimError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
-    notes: list[str] = []
-    sched = None
-    if isinstance(schedule, str):
-        name = schedule
-        spec = get_spec(name)
+    opts = options or SimOptions()
+    opts.check()
+    if isinstance(schedule, Schedule):
+        full: Schedule | None = schedule
+        cfg = schedule.config
+        phases = list(schedule.phases)
+    elif isinstance(schedule, ScheduleConfig):
+        full = None
+        cfg = resolve(schedule)
+        phases = phases_of(cfg)
     else:
-        sched = schedule
-        name = sched.name
-        spec = get_spec(name)
-        stages, microbatches, workers = sched.stages, sched.microbatches, sched.workers
-        batches = sched.batches
+        raise StalesimError(f"schedule: expected a ScheduleConfig or Schedule, got {type(schedule).__name__}")
+    costs_given = isinstance(workload, StageCosts)
+    profile = None if costs_given else workload
     hw = resolve_hardware(hardware, profile)
-    if ppv is not None and stages is None:
-        stages = len(ppv) + 1
-    S = stages or (costs.stages if costs is not None else 1)
-    M = microbatches if spec.uses_micro else 1
-    if microbatches > 1 and not spec.uses_micro:
-        notes.append(f"{name} does not split batches: microbatches={microbatches} ignored")
-    P = workers if spec.data_parallel else 1
-    if workers > 1 and not spec.data_parallel:
-        notes.append(f"{name} is not data-parallel: workers={workers} ignored")
-    N = batches or default_batches(name, S, M)
-    if costs is None:
-        if profile is None:
-            raise StalesimError("profile: give a profile or stage costs")
-        B = batch_size or profile.batch_size
-        ab = _action_batch(name, spec.uses_micro, spec.data_parallel, B, M, P)
-        cuts, ppv_used = resolve_cuts(profile, S, ppv, B)
-        costs = stage_costs(profile, cuts, batch_size=B, action_batch=ab, loss_s=loss_s, ppv=ppv_used)
+    if full is None:
+        assert cfg is not None
+        if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
+            raise StalesimError(f"ppv: {len(opts.ppv)} entries give {len(opts.ppv) + 1} stages, "
+                                f"but stages is {cfg.stages}")
+        prog = program_for(cfg) if opts.method == "event" else None
+        sched = prog.sched if prog is not None else schedule_for(_short(cfg))
     else:
+        sched = full
+        prog = compile_schedule(full) if opts.method == "event" else None
+    S, N = sched.stages, phases[-1].last if phases else sched.batches
+    if costs_given:
+        costs = workload  # type: ignore[assignment]
         B = costs.batch_size
         if costs.stages != S:
             raise StalesimError(f"stages: {S} requested, the stage costs have {costs.stages}")
-    cfg = {"stages": S, "batches": N, "microbatches": M, "workers": P, "devices": devices, "switch": switch,
-               "warmup": warmup}
-    if sched is None:
-        if method == "event":
-            prog = program_for(name, **cfg)
-            sched = prog.sched
-            if prog.facts is None:
-                prog.facts = schedule_facts(sched)
-            facts = prog.facts
-        else:
-            # memory and staleness only need a short run of the IR
-            short = cfg if name == "hybrid" else dict(cfg, batches=min(N, max(2 * S + 4, warmup + 4)))
-            sched, facts = schedule_for(name, **short)
-            prog = None
     else:
-        prog = compile_schedule(sched) if method == "event" else None
-        facts = schedule_facts(sched)
-    counts, staleness, inconsistent = facts
-    fast = fast_iteration(name, costs, hw, microbatches=M, workers=P, batches=N,
-                          devices=sched.num_devices if not spec.data_parallel else None,
-                          switch=sched.params.get("switch", switch))
-    n_dev = sched.num_devices
+        if profile is None:
+            raise StalesimError("profile: give a profile or stage costs")
+        B = opts.batch_size or profile.batch_size
+        ab = sched.action_batch_size(B)
+        cuts, ppv_used = resolve_cuts(profile, S, opts.ppv, B)
+        costs = stage_costs(profile, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv_used)
+    fast = fast_iteration(sched, costs, hw, phases=phases)
     timeline = None
-    if method == "event":
-        from stalesim.sim.engine import busy_in_window, simulate_program
-
-        timeline = simulate_program(prog, costs, hw, workers=P)
+    if prog is not None:
+        timeline = simulate_program(prog, costs, hw, workers=sched.workers)
         done = timeline.batch_done
-        k0, k1 = steady_window(N)
-        if name == "hybrid" or k1 <= k0:
+        win = sched.steady_window()
+        if win is None or win[1] <= win[0]:  # no steady state: the run's mean, no window
             it = timeline.makespan / N
             lo, hi = 0, timeline.makespan
-            window = [0, N - 1]
+            window = []
         else:
+            k0, k1 = win
             it = (done[k1] - done[k0]) / (k1 - k0)
             lo, hi = done[k0], done[k1]
             window = [k0, k1]
@@ -174,28 +152,33 @@ def simulate(
         span = max(1, hi - lo)
         util = [min(1.0, b / span) for b in busy]
         makespan = timeline.makespan
+        phase_end = [done[p.last - 1] / NS for p in phases]
     else:
         it = fast.iteration_ns
         util = [min(1.0, b / it) if it else 0.0 for b in fast.busy_ns]
         makespan = fast.makespan_ns
         window = []
-    mem = memory_report(sched, costs, optimizer_state_factor=optimizer_state_factor, counts=counts)
+        phase_end = []
+    mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor)
+    vt = sched.versions
+    staleness = vt.staleness() if vt is not None else [0] * S
     versions = {
         "policy": str(sched.policy),
         "versions_kept": _per_stage(mem.stages, S, "versions_kept"),
         "grad_buffers": _per_stage(mem.stages, S, "grad_buffers"),
         "max_in_flight": _per_stage(mem.stages, S, "max_in_flight"),
-        "weight_inconsistent_stages": list(inconsistent),
+        "weight_inconsistent_stages": vt.inconsistent_stages() if vt is not None else [],
         "max_staleness": max(staleness, default=0),
     }
     it_s = it / NS
     hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
     return SimResult(
-        schedule=name, method=method, stages=S, microbatches=M, workers=P, batches=N,
-        devices=n_dev, batch_size=B,
+        schedule=sched.name, method=opts.method, stages=S, microbatches=sched.microbatches,
+        workers=sched.workers, batches=N, devices=sched.num_devices, batch_size=B,
         iteration_time_s=it_s,
         fill_drain_s=max(0.0, (makespan - N * it) / NS),
         makespan_s=makespan / NS,
+        mean_iteration_time_s=makespan / NS / N,
         throughput_samples_per_s=B / it_s if it_s > 0 else float("inf"),
         speedup=(costs.seq_ns / it) if it > 0 else float("inf"),
         sequential_time_s=costs.seq_ns / NS,
@@ -210,12 +193,20 @@ def simulate(
         hardware=hw.to_dict(),
         hardware_note=hw_note,
         steady_window=window,
+        phases=[dict(asdict(p), **({"end_s": e} if phase_end else {}))
+                for p, e in zip(phases, phase_end or [None] * len(phases))],
+        schedule_fingerprint=sched.fingerprint() if prog is not None else None,
         fast_iteration_time_s=fast.iteration_ns / NS,
         fast_formula=fast.formula,
-        notes=notes,
+        notes=[],
         stage_costs=costs.to_dict(),
-        timeline=timeline if keep_timeline else None,
+        timeline=timeline if opts.keep_timeline else None,
     )
+
+
+def default_batches(cfg: ScheduleConfig) -> int:
+    """Simulation length used when ``cfg.batches`` is None."""
+    return get_spec(cfg.schedule).default_batches(cfg)
 
 
 def _per_stage(counts: Any, S: int, attr: str) -> list[int]:

@@ -40,12 +40,13 @@ updates that outlast the next batch's arrival in flush schedules.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from stalesim.errors import StalesimError
+from stalesim.schedule import Phase, Schedule, get_spec
+from stalesim.schedule.liveness import in_flight_per_stage
 from stalesim.sim.model import SimHardware, StageCosts
-
-PERIODIC = ("pipedream", "stale", "2bw", "local")
 
 
 @dataclass
@@ -59,29 +60,38 @@ class FastResult:
     terms: dict[str, float] = field(default_factory=dict)
 
 
-def _stage_devices(S: int, devices: int | None) -> list[int]:
-    D = devices or S
-    return [s * D // S for s in range(S)]
+@dataclass
+class _Pipe:
+    """Per-stage costs of one configuration with the link folded in (see module doc)."""
+
+    S: int
+    M: int
+    F: list[float]
+    B: list[float]
+    U: list[float]
+    loss: list[float]
+    T: list[float]
+    ser: list[float]
+    lat: float
+    crosses: list[bool]
+    dev: list[int]
+    busy: list[float]
+    chan_max: float
 
 
-def fast_iteration(name: str, costs: StageCosts, hw: SimHardware, *, microbatches: int = 1,
-                   workers: int = 1, batches: int = 8, devices: int | None = None,
-                   switch: int | None = None) -> FastResult:
-    """Closed-form steady-state iteration time of schedule ``name`` (see module doc)."""
+def _pipe(sched: Schedule, costs: StageCosts, hw: SimHardware) -> _Pipe:
     S = costs.stages
-    M = microbatches if name in ("gpipe", "1f1b", "2bw") else 1
-    if name in ("dp", "pipe-sgd"):
-        return _data_parallel(name, costs, hw, workers, batches)
-    dev = _stage_devices(S, devices)
+    M = sched.microbatches if sched.uses_micro else 1
+    dev = [sched.device_of(s) for s in range(S)]
     D = max(dev) + 1
     lat = hw.latency_ns
     ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
     crosses = [s < S - 1 and dev[s] != dev[s + 1] for s in range(S)]  # boundary s -> s+1
     T = [lat + ser[s] if crosses[s] else 0 for s in range(S)]
     cpu = [hw.cpu_ns(T[s]) for s in range(S)]
-    local = name == "local"
+    local = sched.local_loss
     L = costs.loss_ns
-    loss = [L if (local or s == S - 1) else 0 for s in range(S)]
+    loss = [L if sched.has_loss(s) else 0 for s in range(S)]
     F = [costs.f_ns[s] + (cpu[s - 1] if s > 0 else 0) + cpu[s] for s in range(S)]
     if local:
         B = list(costs.b_ns)
@@ -100,54 +110,92 @@ def fast_iteration(name: str, costs: StageCosts, hw: SimHardware, *, microbatche
         for src, dst in pairs:
             key = {"bus": ("bus",), "nic": ("nic", src)}.get(hw.topology, (src, dst))
             chan[key] = chan.get(key, 0.0) + M * ser[s]
-    chan_max = max(chan.values(), default=0.0)
+    return _Pipe(S, M, F, B, U, loss, T, ser, lat, crosses, dev, busy, max(chan.values(), default=0.0))
 
-    if name in PERIODIC or name == "hybrid":
-        period, terms = _periodic(name if name != "hybrid" else "stale", S, M, F, B, U, loss, T,
-                                  busy, chan_max)
-        if name == "hybrid":
-            sw = batches // 2 if switch is None else switch
-            seq_t, _ = _sequential(S, F, B, U, loss, T, dev)
-            stale_span = (sw + S - 1) * period if sw else 0
-            total = stale_span + (batches - sw) * seq_t
-            it = total / batches
-            return FastResult(it, total, [b for b in busy], "hybrid: (switch+S-1) stale periods "
-                              "+ (N-switch) sequential batches, averaged",
-                              {"stale_period_ns": period, "sequential_ns": seq_t})
-        fill = _fill(name, S, M, F, B, U, loss, T)
-        return FastResult(period, batches * period + fill, busy,
+
+def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
+                   phases: Sequence[Phase] | None = None) -> FastResult:
+    """Closed-form iteration time of ``sched`` (see the module doc).
+
+    ``sched`` supplies the placement, micro-batching and the in-flight counts of
+    its liveness pass (a short build of the same config is enough); ``phases``
+    (default ``sched.phases``) the batch ranges of the whole run, each timed by
+    its own schedule's closed form (:attr:`ScheduleSpec.fast_path`). With a steady
+    state the iteration time is the last phase's; without one (the hybrid
+    switch) it is the mean over the run.
+    """
+    phases = list(phases if phases is not None else sched.phases)
+    if not phases:
+        raise StalesimError("schedule: no batches to time")
+    N = phases[-1].last
+    if sched.data_parallel:
+        parts = [(p, _data_parallel(get_spec(p.schedule).fast_path, costs, hw, sched.workers, p.batches))
+                 for p in phases]
+        main = parts[-1][1]
+        before = sum(r.iteration_ns * p.batches for p, r in parts[:-1])
+        return FastResult(main.iteration_ns, before + main.makespan_ns, main.busy_ns, main.formula,
+                          main.terms)
+    pipe = _pipe(sched, costs, hw)
+    inflight = in_flight_per_stage(sched)
+    timed = [(p, *_phase_time(get_spec(p.schedule), pipe, inflight)) for p in phases]
+    if not sched.has_steady_state:
+        total = 0.0
+        terms: dict[str, float] = {}
+        for p, it, kind, t in timed:
+            total += (p.batches + pipe.S - 1) * it if kind == "periodic" else p.batches * it
+            terms[f"{p.schedule}_{p.first}_{p.last}_ns"] = it
+        return FastResult(total / N, total, list(pipe.busy),
+                          "phases: (n+S-1) periods of each pipelined phase + n batches of each "
+                          "synchronous one, averaged over the run", terms)
+    before = sum(p.batches * it for p, it, _, _ in timed[:-1])
+    last, it, kind, terms = timed[-1]
+    if kind == "periodic":
+        fill = sum(pipe.F[s] + pipe.B[s] + pipe.loss[s] + pipe.U[s] for s in range(pipe.S)) + 2 * sum(pipe.T)
+        return FastResult(it, before + last.batches * it + fill, list(pipe.busy),
                           "max-plus period: bottleneck device/channel work per batch "
                           "(and round trip / in-flight)", terms)
-    if name == "gpipe":
-        it, terms = _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses)
-        return FastResult(it, batches * it, busy, "GPipe flow shop: sum p + (M-1) max p, fwd then bwd", terms)
-    if name == "1f1b":
-        it, terms = _one_f_one_b(S, M, F, B, U, loss, ser, lat, crosses, dev)
-        return FastResult(it, batches * it, busy,
-                          "1F1B: max-plus recurrence over one flush (uniform: (M+S-1)(F+B))", terms)
-    if name == "sequential":
-        it, _ = _sequential(S, F, B, U, loss, T, dev)
-        return FastResult(it, batches * it, busy, "sequential: critical path of one batch")
-    raise StalesimError(f"schedule: no fast path for {name!r}")
+    formula = {"gpipe": "GPipe flow shop: sum p + (M-1) max p, fwd then bwd",
+               "1f1b": "1F1B: max-plus recurrence over one flush (uniform: (M+S-1)(F+B))",
+               "sequential": "sequential: critical path of one batch"}[kind]
+    return FastResult(it, before + last.batches * it, list(pipe.busy), formula, terms)
 
 
-def _periodic(name, S, M, F, B, U, loss, T, busy, chan_max):
+def _phase_time(spec, pipe: _Pipe, inflight: list[int]) -> tuple[float, str, dict[str, float]]:
+    """(ns per batch, closed-form family, terms) of one phase's schedule."""
+    kind = spec.fast_path
+    P = pipe
+    if kind == "periodic":
+        round_trip = not spec.uses_micro and not spec.local_loss
+        period, terms = _periodic(P.S, P.F, P.B, P.U, P.loss, P.T, P.busy, P.chan_max,
+                                  inflight if round_trip else None)
+        return period, kind, terms
+    if kind == "gpipe":
+        it, terms = _gpipe(P.S, P.M, P.F, P.B, P.U, P.loss, P.T, P.ser, P.lat, P.crosses)
+        return it, kind, terms
+    if kind == "1f1b":
+        it, terms = _one_f_one_b(P.S, P.M, P.F, P.B, P.U, P.loss, P.ser, P.lat, P.crosses, P.dev)
+        return it, kind, terms
+    if kind == "sequential":
+        it, _ = _sequential(P.S, P.F, P.B, P.U, P.loss, P.T, P.dev)
+        return it, kind, {}
+    raise StalesimError(f"schedule: no fast path {kind!r} for a pipeline schedule")
+
+
+def _periodic(S, F, B, U, loss, T, busy, chan_max, inflight):
+    """Bottleneck work per batch; with ``inflight`` (whole-batch pipelines whose
+    backward crosses stages) also each stage's round trip over the batches it keeps
+    in flight (the liveness pass's count: S - s for PipeDream, 2(S-1-s)+1 stale)."""
     period = max(max(busy), chan_max)
     terms = {"bottleneck_device_ns": max(busy), "bottleneck_channel_ns": chan_max}
-    if name in ("pipedream", "stale"):
+    if inflight is not None:
         rt_max = 0.0
         for s in range(S):
-            k = 2 * (S - 1 - s) + 1 if name == "stale" else S - s
+            k = max(1, inflight[s])
             trip = sum(F[j] + B[j] + loss[j] for j in range(s, S)) + 2 * sum(T[s:S - 1]) + U[s]
             rt_max = max(rt_max, trip / k)
         terms["round_trip_ns"] = rt_max
         period = max(period, rt_max)
     return period, terms
-
-
-def _fill(name, S, M, F, B, U, loss, T) -> float:
-    """Rough fill + drain of the periodic schedules (one pass through the pipe)."""
-    return sum(F[s] + B[s] + loss[s] + U[s] for s in range(S)) + 2 * sum(T)
 
 
 def _sequential(S, F, B, U, loss, T, dev):
@@ -264,7 +312,7 @@ def _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses):
     return it, {"forward_ns": t_f, "backward_ns": end_u[0] - t_f - U[0]}
 
 
-def _data_parallel(name, costs: StageCosts, hw: SimHardware, P: int, batches: int) -> FastResult:
+def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batches: int) -> FastResult:
     S = costs.stages
     F, B, U, L = costs.f_ns, costs.b_ns, costs.u_ns, costs.loss_ns
     ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.param_bytes]
@@ -272,7 +320,7 @@ def _data_parallel(name, costs: StageCosts, hw: SimHardware, P: int, batches: in
     t_comp = sum(F) + L + sum(B)
     t_up = sum(U)
     t_comm = sum(ar)
-    if name == "pipe-sgd":
+    if kind == "pipe-sgd":
         it = max(t_comp + t_up + sum(cpu_ar), t_comm)
         return FastResult(it, batches * it, [t_comp + t_up + sum(cpu_ar)] * P,
                           "Pipe-SGD: max(T_comp + T_up, T_comm)",

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stalesim.sim.model import NS
-from stalesim.sim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
+from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
 
 if TYPE_CHECKING:  # pragma: no cover
-    from stalesim.sim.engine import Timeline
+    from stalesim.sim.events import Timeline
 
 _COMPUTE = {"F", "B", "U", "LOSS"}
 
@@ -28,7 +28,8 @@ class SimResult:
     Timing: ``iteration_time_s`` is the steady-state time per mini-batch,
     measured between the completion (last update) of batch ``steady_window[0]``
     and of batch ``steady_window[1]``, so fill and drain are excluded
-    (``hybrid``: makespan / batches, since it has two regimes). ``fill_drain_s``
+    (a schedule without a steady state, the hybrid switch: makespan / batches;
+    a synchronous warm-up phase is never inside the window). ``fill_drain_s``
     = makespan - batches x iteration. ``speedup`` = the same model on one
     device running ``sequential`` (sum of the stage costs at the full batch)
     over ``iteration_time_s``. ``utilization``: per device, compute busy / wall
@@ -59,6 +60,9 @@ class SimResult:
     hardware: dict[str, Any]
     hardware_note: str
     steady_window: list[int] = field(default_factory=list)
+    mean_iteration_time_s: float | None = None  # makespan / batches (fill, drain, warm-up included)
+    phases: list[dict[str, Any]] = field(default_factory=list)  # {schedule, first, last[, end_s]}
+    schedule_fingerprint: str | None = None  # of the schedule the event path ran (Schedule.fingerprint)
     fast_iteration_time_s: float | None = None
     fast_formula: str = ""
     notes: list[str] = field(default_factory=list)

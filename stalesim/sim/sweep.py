@@ -97,16 +97,19 @@ def _hardware(device: str | None, link: str | None):
 
 def run_point(pt: SweepPoint) -> dict[str, Any]:
     """Simulate one point in this process (after :func:`_init`)."""
-    from stalesim.sim.api import simulate
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim.api import SimOptions, simulate
 
     row: dict[str, Any] = {k: None for k in COLUMNS}
     row.update(asdict(pt))
     row["ppv"] = None if pt.ppv is None else ",".join(map(str, pt.ppv))
     try:
         prof, hw = _hardware(pt.device, pt.link)
-        r = simulate(prof, pt.schedule, stages=pt.stages, ppv=pt.ppv, microbatches=pt.microbatches,
-                     workers=pt.workers, batch_size=_STATE["batch_size"], batches=_STATE["batches"],
-                     hardware=hw, method=_STATE["method"], keep_timeline=False)
+        cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=_STATE["batches"],
+                             microbatches=pt.microbatches, workers=pt.workers)
+        opts = SimOptions(ppv=pt.ppv, batch_size=_STATE["batch_size"], method=_STATE["method"],
+                          keep_timeline=False)
+        r = simulate(prof, cfg, hw, opts)
     except StalesimError as exc:
         row["error"] = str(exc)
         return row

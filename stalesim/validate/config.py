@@ -124,16 +124,21 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         raise StalesimError(f"--iterations: need at least 4 for a steady-state window, got {cfg.iterations}")
     scheds = resolve_schedules(cfg.schedules, devs.count)
     n = devs.count
-    for name in scheds:
-        from stalesim.schedule import get_spec
+    from stalesim.schedule import ScheduleConfig, get_spec
 
+    for name in scheds:
         spec = get_spec(name)
         split = n if spec.data_parallel else (cfg.microbatches if spec.uses_micro else 1)
         if cfg.batch_size % split:
             raise StalesimError(f"--batch-size: {cfg.batch_size} is not divisible by {split} "
                                 f"(schedule {name})")
-        if name == "2bw" and cfg.microbatches < n - 1:
-            raise StalesimError(f"--microbatches: 2bw needs M >= S-1 = {n - 1}, got {cfg.microbatches}")
+        # the schedule's own constraints (e.g. 2bw's M >= S - 1), asked of its spec
+        try:
+            spec.check(ScheduleConfig(name, stages=1 if spec.data_parallel else n, batches=cfg.iterations,
+                                      microbatches=cfg.microbatches if spec.uses_micro else 1,
+                                      workers=n if spec.data_parallel else 1))
+        except StalesimError as exc:
+            raise StalesimError(f"--{exc}") from None
     if cfg.ppv is not None and len(cfg.ppv) + 1 != n:
         raise StalesimError(f"--ppv: {len(cfg.ppv)} entries give {len(cfg.ppv) + 1} stages, "
                             f"but --devices has {n}")

@@ -74,18 +74,6 @@ class CostModel:
 
 
 # ----------------------------------------------------------------- stage costs
-def action_batch(name: str, batch_size: int, microbatches: int, workers: int) -> int:
-    """Samples per F/B action of schedule ``name`` (micro-batch or worker slice)."""
-    from stalesim.schedule import get_spec
-
-    spec = get_spec(name)
-    if spec.data_parallel and workers > 1:
-        return batch_size // workers
-    if spec.uses_micro and microbatches > 1:
-        return batch_size // microbatches
-    return batch_size
-
-
 def dispatch_counts(sched: Any) -> dict[tuple[str, int], float]:
     """Per (kind, stage) of compute actions: actions the rank dispatches per such action.
 
@@ -202,67 +190,59 @@ def _window_ns(result: SimResult) -> tuple[int, int]:
 
     tl = result.timeline
     w = result.steady_window
-    if result.schedule == "hybrid" or not w or w[1] <= w[0]:
+    if not w or w[1] <= w[0]:
         return 0, tl.makespan
     done = tl.batch_done
     lo, hi = done[w[0]], done[w[1]]
     return (lo, hi) if hi > lo else (0, int(result.makespan_s * NS))
 
 
-def stage_phi(name: str, overlap: list[float], stages: int) -> list[float]:
+def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
     """Device overlaps -> per-stage interpolation weights (stage s lives on device s,
     or every stage on every worker for data-parallel schedules)."""
-    from stalesim.schedule import get_spec
-
+    stages = sched.stages
     if not overlap:
         return [0.0] * stages
-    if get_spec(name).data_parallel or len(overlap) != stages:
+    if sched.data_parallel or len(overlap) != stages:
         m = sum(overlap) / len(overlap)
         return [m] * stages
     return list(overlap)
 
 
-def simulate_with_costs(cm: CostModel, hw: SimHardware, name: str, *, stages: int,
-                        ppv: list[int] | None, batch_size: int, microbatches: int, workers: int,
-                        batches: int, rounds: int = 4, tol: float = 0.002) -> tuple[SimResult, dict]:
-    """Event-simulate ``name`` with the cost model; contention by fixed-point iteration.
+def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[int] | None,
+                        batch_size: int, rounds: int = 4, tol: float = 0.002) -> tuple[SimResult, dict]:
+    """Event-simulate the schedule of ``cfg`` (a ScheduleConfig, built once through the IR)
+    with the cost model; contention by fixed-point iteration.
 
     Returns the result and ``{"phi": per-stage weights, "rounds": n, "history": [...]}``.
     """
-    from stalesim.schedule import get_spec
+    from stalesim.schedule import build_schedule
     from stalesim.sim import simulate
     from stalesim.sim.model import resolve_cuts
 
-    spec = get_spec(name)
-    S = 1 if spec.data_parallel else stages
-    P = workers if spec.data_parallel else 1
-    M = microbatches if spec.uses_micro else 1
-    ab = action_batch(name, batch_size, M, P)
+    sched = build_schedule(cfg)
+    S = sched.stages
+    ab = sched.action_batch_size(batch_size)
     cuts, ppv_used = resolve_cuts(cm.profile, S, ppv if S > 1 else None, batch_size)
     phi = [0.0] * S
     history: list[float] = []
     result = None
-    dispatch = None
-    if cm.dispatch_s > 0:
-        from stalesim.schedule import ScheduleConfig, build_schedule
-
-        dispatch = dispatch_counts(build_schedule(name, ScheduleConfig(
-            stages=S, batches=batches, microbatches=M, workers=P)))
+    dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 else None
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
                                 dispatch=dispatch)
-        result = simulate(None, name, stages=S, microbatches=M, workers=P, batches=batches,
-                          hardware=hw, costs=costs, method="event")
+        result = simulate(costs, sched, hw)
         history.append(result.iteration_time_s)
         if cm.contended is None or result.devices <= 1:
             break
-        new_phi = stage_phi(name, busy_overlap(result), S)
+        new_phi = stage_phi(sched, busy_overlap(result))
         if r > 0 and len(history) >= 2 and abs(history[-1] - history[-2]) <= tol * history[-2]:
             break
         phi = new_phi
     assert result is not None
     return result, {"phi": phi, "rounds": len(history), "history": history,
-                    "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs}
+                    "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs,
+                    "schedule": sched}
 
 
 def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
@@ -324,7 +304,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         dev = torch.device(device)
         torch.manual_seed(0)
         n = repeats
-        sched = build_schedule("sequential", ScheduleConfig(stages=1, batches=n + 2))
+        sched = build_schedule(ScheduleConfig("sequential", stages=1, batches=n + 2))
         cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="sequential", stages=1,
                           iterations=n + 2, batch_size=2, lr=1e-6, momentum=0.9)
         mod = nn.Sequential(nn.Linear(8, 8)).to(dev)

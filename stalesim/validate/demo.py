@@ -32,7 +32,7 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
     same profile over catalog links. Speed-up is over one device of the same kind
     running ``sequential``. Pipelines use S = devices and M = 2 x devices micro-batches.
     """
-    from stalesim.schedule import get_spec
+    from stalesim.schedule import ScheduleConfig, get_spec
     from stalesim.sim.model import SimHardware
     from stalesim.validate.costmodel import CostModel, simulate_with_costs
     from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
@@ -45,8 +45,8 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
     for link in gpu_links:
         kinds.append((gpu, link, gpu_cm, SimHardware.from_hardware(hardware_from_catalog(gpu, link))))
     for label, link, model, hw in kinds:
-        base, _ = simulate_with_costs(model, hw, "sequential", stages=1, ppv=None, batch_size=batch_size,
-                                      microbatches=1, workers=1, batches=8)
+        base, _ = simulate_with_costs(model, hw, ScheduleConfig("sequential", batches=8), ppv=None,
+                                      batch_size=batch_size)
         for n in devices:
             for name in schedules:
                 spec = get_spec(name)
@@ -55,9 +55,9 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
                 M = 2 * n if spec.uses_micro else 1
                 if batch_size % (n if spec.data_parallel else M):
                     continue
-                r, _ = simulate_with_costs(model, hw, name, stages=n, ppv=None, batch_size=batch_size,
-                                           microbatches=M, workers=n, batches=batches or _batches(name, n),
-                                           rounds=3)
+                sc = spec.config(stages=1 if spec.data_parallel else n, batches=batches,
+                                 microbatches=M, workers=n)
+                r, _ = simulate_with_costs(model, hw, sc, ppv=None, batch_size=batch_size, rounds=3)
                 rows.append({
                     "hardware": label, "link": link, "devices": n, "schedule": name,
                     "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
@@ -68,12 +68,6 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
                     "staleness_max": max(r.staleness) if r.staleness else 0,
                 })
     return rows
-
-
-def _batches(name: str, n: int) -> int:
-    from stalesim.sim.api import default_batches
-
-    return default_batches(name, n)
 
 
 def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
@@ -102,7 +96,7 @@ def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[st
 def staleness_study(data_dir: str, *, iterations: int = 300, batch_size: int = 64, lr: float = 0.01,
                     device: str = "cpu", progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Emulate LeNet-5 on MNIST: sequential vs the stale-weights pipeline (S=2, PPV (2))."""
-    from stalesim.emulator.engine import Emulator
+    from stalesim.emulator.replay import Emulator
     from stalesim.runtime.config import TrainConfig
 
     out = []

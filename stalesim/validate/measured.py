@@ -1,11 +1,12 @@
 """Measured numbers from an executor run, over the *same* window the simulator uses.
 
 The executor's own summary skips a few warm-up batches; the simulator reports
-the steady state between the completions of batches ``steady_window`` (the
-middle half, :func:`stalesim.sim.api.steady_window`). To compare like with
-like, ``validate`` recomputes the measured iteration time and utilization from
-the per-action rows over exactly that window (``hybrid``: whole run / batches,
-as the simulator does), and keeps the executor's own numbers beside them.
+the steady state between the completions of the batches of the schedule's
+steady window (:meth:`Schedule.steady_window`: the middle half of the last
+phase). To compare like with like, ``validate`` recomputes the measured
+iteration time and utilization from the per-action rows over exactly that window
+(a schedule without a steady state: whole run / batches, as the simulator does),
+and keeps the executor's own numbers beside them.
 """
 
 from __future__ import annotations
@@ -25,26 +26,27 @@ def completions(rows_by_rank: dict[str, list[list[Any]]], batches: int) -> list[
     return done
 
 
-def window(schedule: str, batches: int, done: list[float | None], wall: float) -> tuple[float, float, float, list[int]]:
-    """(iteration time, lo, hi, [k0, k1]) as the simulator defines its steady state."""
-    from stalesim.sim.api import steady_window
-
-    k0, k1 = steady_window(batches)
-    if schedule == "hybrid" or k1 <= k0 or done[k0] is None or done[k1] is None:
+def window(sched: Any, done: list[float | None], wall: float) -> tuple[float, float, float, list[int]]:
+    """(iteration time, lo, hi, [k0, k1]) as the simulator defines the schedule's steady state."""
+    batches = sched.batches
+    win = sched.steady_window()
+    if win is None or win[1] <= win[0] or done[win[0]] is None or done[win[1]] is None:
         return wall / batches, 0.0, wall, [0, batches - 1]
+    k0, k1 = win
     lo, hi = float(done[k0]), float(done[k1])
     if hi <= lo:
         return wall / batches, 0.0, wall, [0, batches - 1]
     return (hi - lo) / (k1 - k0), lo, hi, [k0, k1]
 
 
-def measured_timing(summary: dict[str, Any]) -> dict[str, Any]:
-    """Iteration time and per-device utilization from an executor summary with rows."""
+def measured_timing(summary: dict[str, Any], sched: Any) -> dict[str, Any]:
+    """Iteration time and per-device utilization from an executor summary with rows, over
+    the steady window of ``sched`` (the Schedule the run executed)."""
     rows = summary.get("rows") or {}
     N = int(summary["iterations"])
     done = completions(rows, N)
     wall = max((r[7] for rs in rows.values() for r in rs), default=0.0)
-    it, lo, hi, win = window(summary["schedule"], N, done, wall)
+    it, lo, hi, win = window(sched, done, wall)
     util = []
     for d in sorted(rows, key=int):
         busy = 0.0
@@ -57,8 +59,8 @@ def measured_timing(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows_to_events(rows_by_rank: dict[str, list[list[Any]]]) -> list[Any]:
-    """Measured rows -> :class:`stalesim.sim.trace.TraceEvent` (the simulator's labels/tracks)."""
-    from stalesim.sim.trace import TraceEvent
+    """Measured rows -> :class:`stalesim.trace.TraceEvent` (the simulator's labels/tracks)."""
+    from stalesim.trace import TraceEvent
 
     out = []
     for d in sorted(rows_by_rank, key=int):

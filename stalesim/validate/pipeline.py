@@ -78,7 +78,8 @@ def train_config(cfg: ValidateConfig, name: str, n_devices: int, ppv: list[int],
         workers=n_devices if dp else 1,
         iterations=iterations, batch_size=cfg.batch_size, lr=cfg.lr, momentum=0.9,
         seed=cfg.seed, device=device, data_dir=cfg.data_dir,
-        switch=(cfg.iterations // 2) if name == "hybrid" else None,
+        # the run's switch point, also when the emulation checks a shorter prefix
+        switch=(cfg.iterations // 2) if spec.switches else None,
     ).check()
 
 
@@ -177,12 +178,14 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     from stalesim.validate.measured import dispatch_gap, measured_timing
 
     say(f"[validate 3/{steps}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
+    from stalesim.schedule import build_schedule
+
     base_devs = Devices(devs.kind, devs.ids[:1])
-    base_job = make_job(train_config(cfg, "sequential", 1, [], cfg.iterations),
-                        out=str(out / "runs" / "baseline-1rank"), evaluate=False, label="baseline",
-                        keep_rows=True)
+    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    base_job = make_job(base_tc, out=str(out / "runs" / "baseline-1rank"), evaluate=False,
+                        label="baseline", keep_rows=True)
     base_meas = run_local(base_job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
-    base_t = measured_timing(base_meas)
+    base_t = measured_timing(base_meas, build_schedule(base_tc.schedule_config(cfg.iterations)))
     if cfg.overhead:
         cm.dispatch_s = dispatch_gap(base_meas["rows"], tuple(base_t["window_s"]))
     timings["baseline_s"] = time.perf_counter() - t0
@@ -205,15 +208,15 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     sim_info: dict[str, dict] = {}
     (out / "traces").mkdir(parents=True, exist_ok=True)
     for name in scheds:
-        r, info = simulate_with_costs(cm, hw, name, stages=S, ppv=ppv or None,
-                                      batch_size=cfg.batch_size, microbatches=cfg.microbatches,
-                                      workers=N, batches=cfg.iterations)
+        # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
+        tc = train_config(cfg, name, N, ppv, cfg.iterations)
+        r, info = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=ppv or None,
+                                      batch_size=cfg.batch_size)
         sims[name] = r
         sim_info[name] = info
         r.write_trace(out / "traces" / f"{name}.sim.json")
-    base_sim, _ = simulate_with_costs(cm, hw, "sequential", stages=1, ppv=None,
-                                      batch_size=cfg.batch_size, microbatches=1, workers=1,
-                                      batches=cfg.iterations)
+    base_sim, _ = simulate_with_costs(cm, hw, base_tc.schedule_config(cfg.iterations), ppv=None,
+                                      batch_size=cfg.batch_size)
     timings["simulate_s"] = time.perf_counter() - t0
 
     # 4. run -----------------------------------------------------------------------
@@ -250,16 +253,15 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         if m is None or "error" in m:
             mt = {"iteration_time_s": None, "utilization": [], "window": [], "window_s": [0, 0]}
         else:
-            mt = measured_timing(m)
+            mt = measured_timing(m, sim_info[name]["schedule"])
         mtimes[name] = mt
         replay_it = None
         if m is not None and m.get("rows"):
-            from stalesim.sim import simulate
+            from stalesim.sim import SimOptions, simulate
             from stalesim.validate.costmodel import replay_costs
 
             rc = replay_costs(sim_info[name]["costs"], m["rows"], tuple(mt["window_s"]))
-            rr = simulate(None, name, stages=r.stages, microbatches=r.microbatches, workers=r.workers,
-                          batches=cfg.iterations, hardware=hw, costs=rc, keep_timeline=False)
+            rr = simulate(rc, sim_info[name]["schedule"], hw, SimOptions(keep_timeline=False))
             replay_it = rr.iteration_time_s
         extra = {
             "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
@@ -359,7 +361,7 @@ def _emulate_all(cfg: ValidateConfig, scheds: list[str], N: int, ppv: list[int],
                  device: str) -> dict[str, list | None]:
     import torch
 
-    from stalesim.emulator.engine import Emulator
+    from stalesim.emulator.replay import Emulator
 
     out: dict[str, list | None] = {}
     old = torch.get_num_threads()
@@ -367,10 +369,7 @@ def _emulate_all(cfg: ValidateConfig, scheds: list[str], N: int, ppv: list[int],
         torch.set_num_threads(cfg.threads)
     try:
         for name in scheds:
-            tc = train_config(cfg, name, N, ppv, E, device=device)
-            if name == "hybrid":
-                tc.switch = cfg.iterations // 2  # same switch point as the executed run
-                tc.switch = min(tc.switch, E)
+            tc = train_config(cfg, name, N, ppv, E, device=device)  # the run's switch point
             summ = Emulator(tc, progress=False).run()
             out[name] = summ.get("losses")
     finally:

@@ -1,4 +1,4 @@
-"""Auxiliary heads for the ``local`` schedule (Laskin et al., "Parallel Training of
+"""Auxiliary heads for local-update schedules (Laskin et al., "Parallel Training of
 Deep Networks with Local Updates"): each stage but the last trains on its own
 small classifier (global average pool + linear) on its output; the last stage's
 own head is the model's classifier."""

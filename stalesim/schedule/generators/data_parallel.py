@@ -3,13 +3,14 @@
 Each worker holds all S stages on its own device and runs them in sequence;
 the gradient of every stage is all-reduced across workers (one bucket per
 stage, started right after that stage's backward so it overlaps the rest of
-the backward, as DDP does).
+the backward, as DDP does). Pipe-SGD's synchronous warm-up is the generic
+warm-up phase (``dp`` for the first K batches, :mod:`stalesim.schedule.transforms`).
 """
 
 from __future__ import annotations
 
 from stalesim.schedule.actions import Action, Kind, act
-from stalesim.schedule.ir import Policy, ScheduleConfig
+from stalesim.schedule.ir import ScheduleConfig
 from stalesim.schedule.orders import forward
 
 PerDevice = list[list[Action]]
@@ -37,38 +38,35 @@ def _finish(S: int, t: int, r: int, allreduce: bool) -> list[Action]:
     return acts
 
 
-def dp(cfg: ScheduleConfig) -> tuple[PerDevice, Policy, dict]:
+def dp(cfg: ScheduleConfig) -> PerDevice:
     """Synchronous data parallelism with ring all-reduce: staleness 0."""
     S, P = cfg.stages, cfg.workers
     ar = P > 1
     lists: PerDevice = []
     for r in range(P):
         acts: list[Action] = []
-        for t in range(cfg.batches):
+        for t in range(cfg.batches or 0):
             acts += _compute(S, t, r, ar) + _finish(S, t, r, ar)
         lists.append(acts)
-    return lists, Policy.LATEST, {}
+    return lists
 
 
-def pipe_sgd(cfg: ScheduleConfig) -> tuple[PerDevice, Policy, dict]:
+def pipe_sgd(cfg: ScheduleConfig) -> PerDevice:
     """Pipe-SGD (Li et al.): width-2 pipeline of compute and all-reduce.
 
     The all-reduce of step t overlaps the compute of step t + 1, and its update is
-    applied after that compute: w(t+1) = w(t) - lr * g(w(t-1)), staleness 1. The
-    first ``warmup`` steps are synchronous (staleness 0).
+    applied after that compute: w(t+1) = w(t) - lr * g(w(t-1)), staleness 1.
     """
-    S, P, W = cfg.stages, cfg.workers, cfg.warmup
+    S, P, N = cfg.stages, cfg.workers, cfg.batches or 0
     ar = P > 1
     lists: PerDevice = []
     for r in range(P):
         acts: list[Action] = []
-        for t in range(cfg.batches):
+        for t in range(N):
             acts += _compute(S, t, r, ar)
-            if t < W:
-                acts += _finish(S, t, r, ar)
-            elif t - 1 >= W:
+            if t >= 1:
                 acts += _finish(S, t - 1, r, ar)
-        if cfg.batches - 1 >= W:
-            acts += _finish(S, cfg.batches - 1, r, ar)
+        if N:
+            acts += _finish(S, N - 1, r, ar)
         lists.append(acts)
-    return lists, Policy.LATEST, {"warmup": W}
+    return lists

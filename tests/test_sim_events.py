@@ -6,19 +6,19 @@ import pytest
 import simpy
 
 from stalesim.schedule import ScheduleConfig, build_schedule
-from stalesim.sim.engine import busy_in_window, compile_schedule, simulate_program
+from stalesim.sim.events import busy_in_window, compile_schedule, simulate_program
 from stalesim.sim.model import SimHardware, StageCosts, uniform_costs
 
 
 def run(name, costs, hw=None, **cfg):
-    sched = build_schedule(name, ScheduleConfig(**cfg))
+    sched = build_schedule(ScheduleConfig(name, **cfg))
     return simulate_program(compile_schedule(sched), costs, hw or SimHardware.ideal())
 
 
 def test_every_action_runs_once_in_device_order_and_respects_deps():
     from stalesim.schedule.deps import dependencies
 
-    sched = build_schedule("1f1b", ScheduleConfig(stages=3, microbatches=4, batches=3))
+    sched = build_schedule(ScheduleConfig("1f1b", stages=3, microbatches=4, batches=3))
     prog = compile_schedule(sched)
     costs = StageCosts((3, 5, 7), (6, 9, 4), (2, 2, 2), 1, (0,) * 3, (0,) * 3, (0,) * 3, 100, 4, 1)
     tl = simulate_program(prog, costs, SimHardware(device="x", link="l", latency_ns=3,
@@ -131,9 +131,9 @@ def test_folded_devices_and_baseline_equals_sum():
     # sequential on one device == the sum the speed-up baseline uses
     c = StageCosts((3, 5, 7), (6, 9, 4), (2, 1, 2), 0, (9,) * 3, (0,) * 3, (0,) * 3, 0, 1, 1)
     hw = SimHardware(device="x", link="l", latency_ns=1000, bandwidth_Bps=1.0)
-    tl = run("sequential", c, hw, stages=3, devices=1, batches=3)
+    tl = run("sequential", c, hw, stages=3, fold=1, batches=3)
     assert tl.makespan == 3 * (3 + 5 + 7 + 6 + 9 + 4 + 2 + 1 + 2)  # no link on one device
-    tl2 = run("pipedream", c, SimHardware.ideal(), stages=3, devices=2, batches=30)
+    tl2 = run("pipedream", c, SimHardware.ideal(), stages=3, fold=2, batches=30)
     assert len(tl2.compute_busy) == 2
 
 

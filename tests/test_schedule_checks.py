@@ -8,34 +8,41 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stalesim.errors import ScheduleError
-from stalesim.schedule import Kind, ScheduleConfig, build_schedule, dry_run, schedule_names, validate
+from stalesim.schedule import (
+    Kind,
+    ScheduleConfig,
+    build_schedule,
+    dry_run,
+    get_spec,
+    schedule_names,
+    validate,
+)
 from stalesim.schedule.deps import peer
 
 
 @st.composite
 def configs(draw):
+    """Any schedule with every flag that applies to it: micro-batches, workers, fold,
+    switch, synchronous warm-up."""
     name = draw(st.sampled_from(schedule_names()))
-    S = draw(st.integers(1, 16))
-    M = draw(st.integers(max(1, S - 1) if name == "2bw" else 1, 32))
+    spec = get_spec(name)
+    S = draw(st.integers(1, 4 if spec.data_parallel else 16))
+    M = draw(st.integers(spec.min_microbatches(S), 32)) if spec.uses_micro else 1
     N = draw(st.integers(1, 64))
-    P = draw(st.integers(1, 4))
+    P = draw(st.integers(1, 4)) if spec.data_parallel else 1
     # keep each example's action count moderate so CI stays fast
-    if name in ("gpipe", "1f1b", "2bw"):
-        N = min(N, max(1, 2000 // (S * M)))
-    if name in ("dp", "pipe-sgd"):
-        S = min(S, 4)
-    devices = draw(st.none() | st.integers(1, S)) if name not in ("dp", "pipe-sgd") else None
-    switch = draw(st.none() | st.integers(0, N)) if name == "hybrid" else None
-    warmup = draw(st.integers(0, N)) if name == "pipe-sgd" else 0
-    return name, ScheduleConfig(stages=S, batches=N, microbatches=M, workers=P,
-                                devices=devices, switch=switch, warmup=warmup)
+    N = min(N, max(1, 2000 // (S * M)))
+    fold = None if spec.data_parallel else draw(st.none() | st.integers(1, S))
+    switch = draw(st.none() | st.integers(0, N)) if spec.switches else None
+    warmup = draw(st.integers(0, N))
+    return ScheduleConfig(name, stages=S, batches=N, microbatches=M, workers=P,
+                          fold=fold, switch=switch, warmup=warmup)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
-def test_every_schedule_validates_and_sends_pair(case):
-    name, cfg = case
-    sched = build_schedule(name, cfg)
+def test_every_schedule_validates_and_sends_pair(cfg):
+    sched = build_schedule(cfg)
     steps = validate(sched)  # raises on duplicates, missing actions, deadlock
     assert len(steps) == sum(len(a) for a in sched.device_actions)
     keys = {a.key for a in sched.actions()}
@@ -59,7 +66,7 @@ def test_every_schedule_validates_and_sends_pair(case):
 
 
 def test_lowering_adds_sends_only_across_devices():
-    sched = build_schedule("gpipe", ScheduleConfig(stages=4, microbatches=2, batches=1, devices=2))
+    sched = build_schedule(ScheduleConfig("gpipe", stages=4, microbatches=2, batches=1, fold=2))
     assert sched.placement == [[0, 0, 1, 1]]
     kinds = [str(a) for a in sched.actions() if a.kind in (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)]
     assert sorted(kinds) == sorted(["1SEND_F0.0", "1SEND_F0.1", "2RECV_F0.0", "2RECV_F0.1",
@@ -67,13 +74,13 @@ def test_lowering_adds_sends_only_across_devices():
 
 
 def test_local_sends_no_gradients():
-    sched = build_schedule("local", ScheduleConfig(stages=3, batches=4))
+    sched = build_schedule(ScheduleConfig("local", stages=3, batches=4))
     assert not [a for a in sched.actions() if a.kind in (Kind.SEND_B, Kind.RECV_B)]
     assert len([a for a in sched.actions() if a.kind is Kind.LOSS]) == 3 * 4
 
 
 def test_single_device_fold_is_plain_training_order():
-    sched = build_schedule("sequential", ScheduleConfig(stages=3, batches=2, devices=1))
+    sched = build_schedule(ScheduleConfig("sequential", stages=3, batches=2, fold=1))
     assert [str(a) for a in sched.device_actions[0]] == [
         "0F0v0", "1F0v0", "2F0v0", "2LOSS0", "2B0v0", "2U0", "1B0v0", "1U0", "0B0v0", "0U0",
         "0F1v1", "1F1v1", "2F1v1", "2LOSS1", "2B1v1", "2U1", "1B1v1", "1U1", "0B1v1", "0U1",
@@ -81,7 +88,7 @@ def test_single_device_fold_is_plain_training_order():
 
 
 def _raw(name="sequential", **kw):
-    return build_schedule(name, ScheduleConfig(**kw))
+    return build_schedule(ScheduleConfig(name, **kw))
 
 
 def test_duplicate_action_is_named_with_its_steps():
@@ -125,23 +132,36 @@ def test_cross_device_cycle_deadlocks():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(stages=0), "stages must be an integer >= 1, got 0"),
-        (dict(microbatches=0), "microbatches must be an integer >= 1, got 0"),
+        (dict(stages=0), "stages: expected an integer >= 1, got 0"),
+        (dict(microbatches=0), "microbatches: expected an integer >= 1, got 0"),
         (dict(batches=-1), "batches"),
-        (dict(stages=2, devices=3), "devices=3 is more than stages=2"),
-        (dict(stages=2, switch=99, batches=4), "switch must be in"),
+        (dict(stages=2, fold=3), "fold: 3 devices for 2 stage"),
+        (dict(stages=2, switch=99, batches=4), "switch: must be in"),
+        (dict(stages=2, microbatches=2), "microbatches: schedule 'hybrid' does not split batches"),
+        (dict(workers=2), "workers: schedule 'hybrid' is not data-parallel"),
+        (dict(stages=10**6, batches=8), "actions, more than this tool builds"),
+        (dict(stages=2, batches=10**7), "batches:"),
     ],
 )
 def test_impossible_parameters(kwargs, match):
     with pytest.raises(ScheduleError, match=match):
-        build_schedule("hybrid", ScheduleConfig(**kwargs))
+        build_schedule(ScheduleConfig("hybrid", **kwargs))
 
 
 def test_2bw_needs_enough_microbatches():
     with pytest.raises(ScheduleError, match="2bw needs microbatches >= stages - 1"):
-        build_schedule("2bw", ScheduleConfig(stages=5, microbatches=2))
+        build_schedule(ScheduleConfig("2bw", stages=5, microbatches=2))
 
 
 def test_unknown_schedule_lists_known_ones():
-    with pytest.raises(ScheduleError, match="unknown schedule 'nope'.*stale"):
-        build_schedule("nope")
+    with pytest.raises(ScheduleError, match="schedule: unknown 'nope'.*stale"):
+        build_schedule(ScheduleConfig("nope"))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(schedule="dp", workers=2, stages=2, fold=1), "fold: 'dp' places each worker"),
+    (dict(schedule="stale", stages=2, switch=1), "switch: only a switching schedule"),
+])
+def test_flags_that_do_not_apply_are_refused(kwargs, match):
+    with pytest.raises(ScheduleError, match=match):
+        build_schedule(ScheduleConfig(**kwargs))

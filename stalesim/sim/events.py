@@ -39,7 +39,7 @@ import simpy
 from stalesim.errors import StalesimError
 from stalesim.schedule.actions import Action, Kind
 from stalesim.schedule.deps import dependencies
-from stalesim.schedule.ir import Schedule
+from stalesim.schedule.ir import Schedule, ScheduleConfig
 from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes
@@ -65,7 +65,6 @@ class Program:
     coll_stage: list[int]
     u_gids_by_batch: list[list[int]]
     send_to_recv: dict[int, int] = field(default_factory=dict)
-    facts: tuple | None = None  # schedule_facts, cached by simulate()
 
     @property
     def n_actions(self) -> int:
@@ -125,41 +124,19 @@ def compile_schedule(sched: Schedule) -> Program:
 
 
 @lru_cache(maxsize=64)
-def _cached_program(key: tuple) -> Program:
-    from stalesim.schedule import ScheduleConfig, build_schedule
+def program_for(cfg: ScheduleConfig) -> Program:
+    """Build and compile the schedule of ``cfg``, cached per process (sweeps reuse it)."""
+    from stalesim.schedule import build_schedule
 
-    name, cfg = key
-    prog = compile_schedule(build_schedule(name, ScheduleConfig(**dict(cfg))))
-    return prog
-
-
-def program_for(name: str, **cfg) -> Program:
-    """Build and compile a schedule, cached per process (sweeps reuse it)."""
-    return _cached_program((name, tuple(sorted(cfg.items()))))
+    return compile_schedule(build_schedule(cfg))
 
 
 @lru_cache(maxsize=256)
-def _cached_schedule(key: tuple):
-    from stalesim.schedule import ScheduleConfig, build_schedule
+def schedule_for(cfg: ScheduleConfig) -> Schedule:
+    """The schedule of ``cfg``, built once per process and shape (fast path, sweeps)."""
+    from stalesim.schedule import build_schedule
 
-    name, cfg = key
-    sched = build_schedule(name, ScheduleConfig(**dict(cfg)))
-    return sched, schedule_facts(sched)
-
-
-def schedule_facts(sched: Schedule) -> tuple[list, list[int], list[int]]:
-    """(memory counts, staleness per stage, weight-inconsistent stages) of a schedule."""
-    from stalesim.sim.memory import stage_memory_counts
-
-    vt = sched.versions
-    stale = vt.staleness() if vt is not None else [0] * sched.stages
-    incons = vt.inconsistent_stages() if vt is not None else []
-    return stage_memory_counts(sched), stale, incons
-
-
-def schedule_for(name: str, **cfg):
-    """(schedule, schedule_facts), built once per process and shape (fast path, sweeps)."""
-    return _cached_schedule((name, tuple(sorted(cfg.items()))))
+    return build_schedule(cfg)
 
 
 @dataclass

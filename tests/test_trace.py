@@ -4,8 +4,10 @@ import json
 
 import pytest
 
+from stalesim.schedule import ScheduleConfig, build_schedule
+
 from stalesim.sim import simulate
-from stalesim.sim.trace import TraceEvent, check_chrome_trace, chrome_trace, write_chrome_trace
+from stalesim.trace import TraceEvent, check_chrome_trace, chrome_trace, write_chrome_trace
 from stalesim.workloads.hardware import hardware_from_catalog
 from stalesim.workloads.profile import uniform_profile
 
@@ -13,8 +15,8 @@ from stalesim.workloads.profile import uniform_profile
 @pytest.fixture(scope="module")
 def result():
     prof = uniform_profile(8, 1e-3, 2e-3, 128, output_bytes=1_000_000, param_bytes=1000)
-    return simulate(prof, "1f1b", stages=4, microbatches=4, batches=3,
-                    hardware=hardware_from_catalog("a100-80gb-sxm", "pcie4-x16"))
+    return simulate(prof, ScheduleConfig("1f1b", stages=4, microbatches=4, batches=3),
+                    hardware_from_catalog("a100-80gb-sxm", "pcie4-x16"))
 
 
 def test_trace_file_is_valid_chrome_trace(result, tmp_path):
@@ -66,8 +68,8 @@ def test_check_catches_unpaired_flow():
 
 def test_dp_trace_has_allreduce_on_comm_track():
     prof = uniform_profile(4, 1e-3, 2e-3, 128, param_bytes=4_000_000)
-    r = simulate(prof, "dp", stages=2, workers=2, batches=2,
-                 hardware=hardware_from_catalog("h100-sxm", "nvlink4"))
+    r = simulate(prof, ScheduleConfig("dp", stages=2, workers=2, batches=2),
+                 hardware_from_catalog("h100-sxm", "nvlink4"))
     tr = r.chrome_trace()
     assert check_chrome_trace(tr) == []
     ar = [e for e in tr["traceEvents"] if e["ph"] == "X" and e["name"].endswith("AR0") and "AR" in e["name"]]

@@ -1,33 +1,37 @@
-"""Pipeline schedules over S stages on S devices: sequential, gpipe, 1f1b, pipedream, 2bw.
+"""Pipeline schedules over S stages: sequential, gpipe, 1f1b, pipedream, 2bw.
 
 Each generator returns one action list per stage (device s runs stage s);
-:func:`stalesim.schedule.registry.build_schedule` lowers and annotates it.
+:func:`stalesim.schedule.build_schedule` lowers and annotates it. The weight
+policy of each schedule is a fact of its spec (:mod:`stalesim.schedule.registry`).
 """
 
 from __future__ import annotations
 
-from stalesim.errors import ScheduleError
 from stalesim.schedule.actions import Action, Kind, act
-from stalesim.schedule.ir import Policy, ScheduleConfig
+from stalesim.schedule.ir import ScheduleConfig
 from stalesim.schedule.orders import forward, one_f_one_b, sequential_batch
 
 PerStage = list[list[Action]]
 
 
-def sequential(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
+def _n(cfg: ScheduleConfig) -> int:
+    return cfg.batches or 0
+
+
+def sequential(cfg: ScheduleConfig) -> PerStage:
     """One batch at a time through all stages and back (naive model parallelism)."""
     per_stage: PerStage = [[] for _ in range(cfg.stages)]
-    for t in range(cfg.batches):
+    for t in range(_n(cfg)):
         for s, acts in enumerate(sequential_batch(cfg.stages, t)):
             per_stage[s].extend(acts)
-    return per_stage, Policy.LATEST, {}
+    return per_stage
 
 
-def gpipe(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
+def gpipe(cfg: ScheduleConfig) -> PerStage:
     """GPipe: all M micro-batch forwards, then all backwards, flush, update."""
     S, M = cfg.stages, cfg.microbatches
     per_stage: PerStage = [[] for _ in range(S)]
-    for t in range(cfg.batches):
+    for t in range(_n(cfg)):
         for s in range(S):
             acts = per_stage[s]
             for m in range(M):
@@ -35,14 +39,14 @@ def gpipe(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
             for m in range(M):
                 acts.append(act(Kind.B, s, t, m))
             acts.append(act(Kind.U, s, t))
-    return per_stage, Policy.LATEST, {}
+    return per_stage
 
 
-def one_f_one_b_flush(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
+def one_f_one_b_flush(cfg: ScheduleConfig) -> PerStage:
     """PipeDream-flush: 1F1B over the M micro-batches of a batch, flush, update."""
     S, M = cfg.stages, cfg.microbatches
     per_stage: PerStage = [[] for _ in range(S)]
-    for t in range(cfg.batches):
+    for t in range(_n(cfg)):
         for s in range(S):
             acts = per_stage[s]
             for kind, m in one_f_one_b(M, S - 1 - s):
@@ -51,13 +55,13 @@ def one_f_one_b_flush(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
                 else:
                     acts.append(act(Kind.B, s, t, m))
             acts.append(act(Kind.U, s, t))
-    return per_stage, Policy.LATEST, {}
+    return per_stage
 
 
-def pipedream(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
+def pipedream(cfg: ScheduleConfig) -> PerStage:
     """PipeDream: asynchronous 1F1B over whole batches, update after each backward,
     weight stashing (the backward reads the version its forward read)."""
-    S, N = cfg.stages, cfg.batches
+    S, N = cfg.stages, _n(cfg)
     per_stage: PerStage = [[] for _ in range(S)]
     for s in range(S):
         acts = per_stage[s]
@@ -67,10 +71,10 @@ def pipedream(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
             else:
                 acts.append(act(Kind.B, s, t))
                 acts.append(act(Kind.U, s, t))
-    return per_stage, Policy.STASH, {}
+    return per_stage
 
 
-def two_bw(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
+def two_bw(cfg: ScheduleConfig) -> PerStage:
     """PipeDream-2BW: asynchronous 1F1B over the stream of micro-batches, no flush.
 
     Batch t's gradient (accumulated over its M micro-batches) is applied just
@@ -80,11 +84,7 @@ def two_bw(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
     versions alive per stage (double buffering). Needs M >= S - 1, otherwise the
     backwards of batch t have not finished when batch t + 2 starts.
     """
-    S, M, N = cfg.stages, cfg.microbatches, cfg.batches
-    if M < S - 1:
-        raise ScheduleError(
-            f"2bw needs microbatches >= stages - 1 (got microbatches={M}, stages={S})"
-        )
+    S, M, N = cfg.stages, cfg.microbatches, _n(cfg)
     per_stage: PerStage = [[] for _ in range(S)]
     for s in range(S):
         acts = per_stage[s]
@@ -100,4 +100,4 @@ def two_bw(cfg: ScheduleConfig) -> tuple[PerStage, Policy, dict]:
                 acts.append(act(Kind.B, s, t, m))
         for t in range(updated, N):
             acts.append(act(Kind.U, s, t))
-    return per_stage, Policy.DOUBLE_BUFFER, {}
+    return per_stage

@@ -16,7 +16,6 @@ pipeline would run, and a resumed run replays the same order.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -30,17 +29,20 @@ from typing import Any
 
 import torch
 
-from stalesim.emulator.heads import make_aux_heads
+from stalesim.atomic import write_json_atomic, write_text_atomic
 from stalesim.errors import StalesimError
+from stalesim.runtime.allreduce import mean_in_process
+from stalesim.runtime.build import build_stage_modules, replicate, stage_runtimes
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import BatchStream, batch_stream, shard
-from stalesim.runtime.mitigations import compress
-from stalesim.runtime.plan import build_train_schedule
 from stalesim.runtime.stage import StageRuntime
-from stalesim.schedule import Action, Kind, Schedule, dry_run
+from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
 
 CKPT_NAME = "checkpoint.pt"
 
+
+def _nothing(a: Action) -> None:
+    """Sends, receives and all-reduce waits move nothing in one process."""
 
 @dataclass
 class RunState:
@@ -67,7 +69,6 @@ class Emulator:
                  stream: BatchStream | None = None, model: torch.nn.Module | None = None) -> None:
         """``model``: a LayeredModel to use instead of ``build_model(cfg.model)`` (tests,
         bring-your-own models); ``stream``: a prepared batch stream (saves reloading data)."""
-        from stalesim.workloads.partition import split_stages
         from stalesim.workloads.zoo import build_model
 
         self.cfg = cfg.check()
@@ -83,29 +84,19 @@ class Emulator:
         self.stream = stream if stream is not None else batch_stream(cfg, input_shape=base.input_shape)
         self.bpe = self.stream.batches_per_epoch
         self.total = cfg.total_iterations(self.bpe)
-        self.sched: Schedule = build_train_schedule(cfg, self.total, self.bpe)
+        self.sched: Schedule = build_schedule(cfg.schedule_config(self.total, self.bpe))
         self.S, self.P = self.sched.stages, self.sched.workers
         self.M = self.sched.microbatches if self.sched.uses_micro else 1
-        from stalesim.workloads.partition import default_ppv
-
-        self.ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, self.S) if self.S > 1 else [])
-        lr_fn: Callable[[int], float] = lambda t: cfg.lr_at(t, self.total)
-        self.models = [base] + [copy.deepcopy(base) for _ in range(self.P - 1)]
-        self.stage_mods: list[list[torch.nn.Module]] = []
+        first = build_stage_modules(cfg, self.sched, model=base, device=self.device)
+        self.ppv = first.ppv
+        replicas = [first] + [replicate(first, cfg, self.sched) for _ in range(self.P - 1)]
+        self.models = [r.model for r in replicas]
+        self.stage_mods: list[list[torch.nn.Module]] = [r.stages for r in replicas]
         self.rts: list[list[StageRuntime]] = []
-        for r, replica in enumerate(self.models):
-            replica.to(device=self.device, dtype=cfg.torch_dtype).train()
-            mods = split_stages(replica, ppv=self.ppv)
-            if len(mods) != self.S:
-                raise StalesimError(f"ppv: gives {len(mods)} stages but the schedule has {self.S}")
-            heads = make_aux_heads(mods, base.input_shape, cfg.num_classes, cfg.seed) \
-                if self.sched.local_loss else [None] * self.S
-            self.stage_mods.append(mods)
-            self.rts.append([
-                StageRuntime(m, stage=s, num_stages=self.S, schedule=self.sched, cfg=cfg,
-                             device=self.device, worker=r, head=heads[s], lr_fn=lr_fn)
-                for s, m in enumerate(mods)
-            ])
+        for w, mods in enumerate(replicas):
+            rts = stage_runtimes(cfg, self.sched, mods, worker=w, stages=range(self.S),
+                                 device=self.device, total=self.total)
+            self.rts.append([rts[s] for s in range(self.S)])
         self.steps = [st.action for st in dry_run(self.sched)]
         self.state = RunState()
         self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
@@ -116,6 +107,15 @@ class Emulator:
         self._batch_left: dict[int, int] = {}
         self.loss_actions_per_batch = self.P * self.M
         self.peak_inflight_bytes = 0
+        # one method per action kind, as the executor's Rank dispatches; sends and
+        # receives are the in-process hand-off dictionaries, the ARW waits for nothing
+        # (the all-reduce completes at the last worker's AR)
+        self._handlers: dict[Kind, Callable[[Action], None]] = {
+            Kind.F: self._forward, Kind.LOSS: self._loss, Kind.B: self._backward,
+            Kind.U: self._update, Kind.AR: self._allreduce_start,
+            Kind.SEND_F: _nothing, Kind.RECV_F: _nothing, Kind.SEND_B: _nothing,
+            Kind.RECV_B: _nothing, Kind.ARW: _nothing,
+        }
 
     # ------------------------------------------------------------ planning
     def _plan_events(self) -> dict[int, dict[str, Any]]:
@@ -244,6 +244,13 @@ class Emulator:
         if s > 0 and not self.sched.local_loss:
             self._grads[(r, s - 1, t, m)] = gx
 
+    def _step(self, a: Action) -> None:
+        """Dispatch one action to its kind's method (the executor's Rank does the same)."""
+        self._handlers[a.kind](a)
+
+    def _update(self, a: Action) -> None:
+        self.rts[a.worker][a.stage].update(a)
+
     def _allreduce_start(self, a: Action) -> None:
         key = (a.stage, a.batch)
         n = self.state.ar_issued.get(key, 0) + 1
@@ -251,28 +258,8 @@ class Emulator:
             self.state.ar_issued[key] = n
             return
         self.state.ar_issued.pop(key, None)
-        bufs = [self.rts[r][a.stage].grads(a.batch) for r in range(self.P)]
-        mode = self.cfg.compression
-        with torch.no_grad():
-            for i in range(len(bufs[0])):
-                parts = [compress(b[i], mode) for b in bufs]
-                mean = torch.stack(parts).mean(0)
-                for b in bufs:
-                    b[i].copy_(mean)
-
-    def _step(self, a: Action) -> None:
-        k = a.kind
-        if k is Kind.F:
-            self._forward(a)
-        elif k is Kind.LOSS:
-            self._loss(a)
-        elif k is Kind.B:
-            self._backward(a)
-        elif k is Kind.U:
-            self.rts[a.worker][a.stage].update(a)
-        elif k is Kind.AR:
-            self._allreduce_start(a)
-        # SEND_*/RECV_*: the hand-off dictionaries are the transport; ARW: done at the last AR
+        mean_in_process([self.rts[r][a.stage].grads(a.batch) for r in range(self.P)],
+                        self.cfg.compression)
 
     # ------------------------------------------------------------- logging
     def _log_step(self, t: int, loss: float) -> None:
@@ -324,8 +311,6 @@ class Emulator:
         self._metrics_fh = None
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
-            from stalesim.cli.common import write_json_atomic
-
             if resume:
                 ckpt.load(self, self.out / CKPT_NAME)
             else:
@@ -462,12 +447,8 @@ class Emulator:
                 "staleness_lr", "warmup", "compression")},
         }
         if self.out is not None:
-            from stalesim.cli.common import write_json_atomic
-
-            tmp = self.out / ".versions.jsonl.tmp"
-            with open(tmp, "w") as fh:
-                fh.writelines(json.dumps(rec) + "\n" for rec in self.versions_log())
-            os.replace(tmp, self.out / "versions.jsonl")
+            write_text_atomic(self.out / "versions.jsonl",
+                              "".join(json.dumps(rec) + "\n" for rec in self.versions_log()))
             write_json_atomic(self.out / "summary.json", summary)
         return summary
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stalesim.errors import ScheduleError
 from stalesim.schedule.actions import Action, Kind
-from stalesim.schedule.deps import has_loss, peer
+from stalesim.schedule.deps import peer
 from stalesim.schedule.dryrun import Step, dry_run
 from stalesim.schedule.ir import Schedule
 
@@ -24,7 +24,7 @@ def expected_compute(sched: Schedule) -> set[tuple]:
                 for m in micros:
                     keys.add((Kind.F, r, s, t, m))
                     keys.add((Kind.B, r, s, t, m))
-                    if has_loss(sched, s):
+                    if sched.has_loss(s):
                         keys.add((Kind.LOSS, r, s, t, m))
     return keys
 

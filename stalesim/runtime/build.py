@@ -1,0 +1,93 @@
+"""Model -> partition -> stages -> auxiliary heads -> stage runtimes, written once.
+
+The emulator (every stage of every worker in one process) and the executor (the
+stages of one rank) must start from bit-identical weights split at the same
+place, or "the emulator is exact" would be a coincidence. Both call
+:func:`build_stage_modules` (the full model from the zoo with the run's seed,
+the PPV or the FLOP-balanced default cut found on the float32 model, the split,
+the seeded auxiliary heads of local-update schedules) and :func:`stage_runtimes`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from stalesim.errors import StalesimError
+from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.heads import make_aux_heads
+from stalesim.runtime.stage import StageRuntime
+from stalesim.schedule import Schedule
+
+
+@dataclass
+class StageModules:
+    """One worker's copy of the model, its PPV, its stage modules (sharing the model's
+    parameters) and the auxiliary heads (None where a stage has none)."""
+
+    model: Any  # LayeredModel
+    ppv: list[int]
+    stages: list[nn.Module]
+    heads: list[nn.Module | None]
+
+
+def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
+                        device: torch.device | str | None = None) -> StageModules:
+    """The run's model (``model`` or the zoo's, seeded), split into ``sched.stages`` stages.
+
+    ``device``: move the whole model there first (the emulator); the executor
+    leaves it on the CPU and moves only its own stages.
+    """
+    from stalesim.workloads.partition import default_ppv
+    from stalesim.workloads.zoo import build_model
+
+    S = sched.stages
+    base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
+                                                       seed=cfg.seed)
+    # the FLOP-balanced cut is found on the model as built (float32), on every consumer
+    ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, S) if S > 1 else [])
+    base.to(dtype=cfg.torch_dtype)
+    if device is not None:
+        base.to(device=device)
+    base.train()
+    return _split(cfg, sched, base, ppv)
+
+
+def replicate(mods: StageModules, cfg: TrainConfig, sched: Schedule) -> StageModules:
+    """An independent copy for another data-parallel worker (same initial weights and heads)."""
+    return _split(cfg, sched, copy.deepcopy(mods.model), list(mods.ppv))
+
+
+def _split(cfg: TrainConfig, sched: Schedule, model: Any, ppv: list[int]) -> StageModules:
+    from stalesim.workloads.partition import split_stages
+
+    stages = split_stages(model, ppv=ppv)
+    if len(stages) != sched.stages:
+        raise StalesimError(f"ppv: gives {len(stages)} stages but the schedule has {sched.stages}")
+    heads: list[nn.Module | None] = [None] * sched.stages
+    if sched.local_loss:
+        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed)
+    return StageModules(model, ppv, stages, heads)
+
+
+def stage_runtimes(cfg: TrainConfig, sched: Schedule, mods: StageModules, *, worker: int,
+                   stages: Iterable[int], device: torch.device | str, total: int) -> dict[int, StageRuntime]:
+    """A :class:`StageRuntime` per stage in ``stages`` of ``worker``, on ``device``, with the
+    run's learning-rate schedule over ``total`` batches."""
+    def lr_fn(t: int) -> float:
+        return cfg.lr_at(t, total)
+
+    out: dict[int, StageRuntime] = {}
+    for s in stages:
+        mod = mods.stages[s].to(device)
+        head = mods.heads[s]
+        if head is not None:
+            head = head.to(device)
+        out[s] = StageRuntime(mod, stage=s, num_stages=sched.stages, schedule=sched, cfg=cfg,
+                              device=device, worker=worker, head=head, lr_fn=lr_fn)
+    return out

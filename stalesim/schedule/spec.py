@@ -1,0 +1,102 @@
+"""ScheduleSpec: every per-schedule fact a consumer may need, in one place.
+
+Consumers never compare schedule names. They ask the spec (or the built
+:class:`~stalesim.schedule.ir.Schedule`, which carries the facts it needs):
+does it split batches, is it data-parallel, does every stage have a loss, has
+it a steady state, is it free of staleness, which closed form times it, how
+long a simulation should run, what its synchronous warm-up runs as, which
+extra constraints its configuration must meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stalesim.errors import ScheduleError
+from stalesim.schedule.actions import Action
+from stalesim.schedule.ir import Policy, ScheduleConfig
+
+Generator = Callable[[ScheduleConfig], list[list[Action]]]
+
+# Closed-form families of the simulator's fast path (stalesim.sim.fastpath).
+FAST_PATHS = ("periodic", "gpipe", "1f1b", "sequential", "dp", "pipe-sgd")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """Facts of one registered schedule (see the module doc).
+
+    ``warmup_with``: the staleness-free schedule the first ``warmup`` batches run
+    as (None: the schedule is synchronous already, warm-up changes nothing).
+    ``switch_to``: the schedule the run continues with after ``switch`` (hybrid).
+    ``fast_path``: which closed form of :mod:`stalesim.sim.fastpath` times it.
+    ``sim_batches(S, M)``: batches a simulation runs by default (enough for a
+    steady state between fill and drain). ``min_microbatches(S)``: the fewest
+    micro-batches the order is valid for.
+    """
+
+    name: str
+    generator: Generator
+    summary: str
+    source: str
+    policy: Policy = Policy.LATEST
+    uses_micro: bool = False
+    data_parallel: bool = False
+    local_loss: bool = False
+    staleness_free: bool = True
+    warmup_with: str | None = None
+    switch_to: str | None = None
+    fast_path: str = "periodic"
+    sim_batches: Callable[[int, int], int] = lambda S, M: max(16, 8 * S + 16)
+    min_microbatches: Callable[[int], int] = lambda S: 1
+
+    @property
+    def has_steady_state(self) -> bool:
+        """False when the order changes mid-run (a switch): only the run's mean is defined."""
+        return self.switch_to is None
+
+    @property
+    def placement_free(self) -> bool:
+        """The trained model does not depend on the partition: no staleness, one loss."""
+        return self.staleness_free and not self.local_loss
+
+    @property
+    def switches(self) -> bool:
+        return self.switch_to is not None
+
+    def check(self, cfg: ScheduleConfig) -> None:
+        """Constraints of this schedule on ``cfg``; ScheduleError names the field."""
+        if cfg.microbatches > 1 and not self.uses_micro:
+            raise ScheduleError(
+                f"microbatches: schedule {self.name!r} does not split batches "
+                f"(got microbatches={cfg.microbatches})")
+        if cfg.workers > 1 and not self.data_parallel:
+            raise ScheduleError(
+                f"workers: schedule {self.name!r} is not data-parallel (got workers={cfg.workers})")
+        if self.data_parallel and cfg.fold is not None:
+            raise ScheduleError(
+                f"fold: {self.name!r} places each worker on its own device; stages cannot be folded")
+        if cfg.switch is not None and not self.switches:
+            raise ScheduleError(f"switch: only a switching schedule (hybrid) takes a switch point, "
+                                f"not {self.name!r}")
+        low = self.min_microbatches(cfg.stages)
+        if cfg.microbatches < low:
+            raise ScheduleError(
+                f"microbatches: {self.name} needs microbatches >= stages - 1 = {low} "
+                f"(got microbatches={cfg.microbatches}, stages={cfg.stages})")
+
+    def config(self, *, stages: int = 1, batches: int | None = None, microbatches: int = 1,
+               workers: int = 1, **rest: int | None) -> ScheduleConfig:
+        """A config of this schedule from a shape shared by a grid of schedules: the
+        micro-batches apply only if it splits batches, the workers only if it is
+        data-parallel (at least the fewest micro-batches it accepts). For tables and
+        sweeps over many schedules; a user's own flags are checked, never dropped."""
+        M = max(microbatches, self.min_microbatches(stages)) if self.uses_micro else 1
+        return ScheduleConfig(self.name, stages=stages, batches=batches, microbatches=M,
+                              workers=workers if self.data_parallel else 1, **rest)  # type: ignore[arg-type]
+
+    def default_batches(self, cfg: ScheduleConfig) -> int:
+        """Simulation length when none is given: the warm-up plus a run long enough
+        for the steady state."""
+        return min(cfg.warmup, 1 << 16) + self.sim_batches(cfg.stages, cfg.microbatches)
