@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test bench figures clean
+.PHONY: install demo test test-fast lint bench figures clean
 
 install: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 demo: install
@@ -24,6 +24,15 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# the edit loop: everything but the tests marked slow (a few minutes on 2 cores)
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
+
+# ruff (rules in pyproject.toml) on all code, mypy on the IR and the runtime
+lint: install
+	$(VENV)/bin/ruff check stalesim executor tests benchmarks notebooks/build_notebooks.py
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) -m benchmarks

@@ -87,7 +87,7 @@ def _interleaved(model: str, dataset: str, batch: int, chunk: int, rounds: int, 
                  data_dir: str | None) -> dict[str, dict]:
     iters = warm + chunk * rounds + 1
     cons = {n: _contender(n, model, dataset, batch, iters, data_dir) for n in SCHEDS}
-    for n, (run, _) in cons.items():
+    for run, _ in cons.values():
         run(0, warm)
     times: dict[str, list[float]] = {n: [] for n in SCHEDS}
     cpu: dict[str, list[float]] = {n: [] for n in SCHEDS}

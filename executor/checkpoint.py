@@ -156,7 +156,8 @@ class Checkpointer:
             return
         self.ctx.beacon.set(f"writing checkpoint k={k}")
         st = rank.store
-        det = lambda d: {key: t.detach() for key, t in d.items()}
+        def det(d):
+            return {key: t.detach() for key, t in d.items()}
         state = {
             "format": FORMAT, "k": k, "every": self.every, "rank": self.ctx.rank,
             "world": self.ctx.world, "config": self.job["train"], "index": i + 1,

@@ -76,6 +76,9 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg.check()
     if job.get("deterministic"):
         torch.use_deterministic_algorithms(True)
+    from stalesim.workloads.zoo import build_model
+
+    base = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
     # batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data
     # set when counting by epochs; the count is broadcast.
     stream = None
@@ -85,13 +88,13 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         N, sched = plan(cfg)
     else:
         if ctx.rank == 0:
-            stream = batch_stream(cfg, input_shape=model.input_shape)
+            stream = batch_stream(cfg, input_shape=base.input_shape)
             bpe = stream.batches_per_epoch
         box = [bpe]
         dist.broadcast_object_list(box, src=0)
         bpe = int(box[0])
         N, sched = plan(cfg, bpe)
-    mods = build_stage_modules(cfg, sched)  # on the CPU; each rank moves only its own stages
+    mods = build_stage_modules(cfg, sched, model=base)  # on the CPU; each rank moves its own stages
     model, stages = mods.model, mods.stages
     shapes = stage_out_shapes(model, stages, cfg.torch_dtype)
     if sched.num_devices != ctx.world:

@@ -22,6 +22,7 @@ ranks run them back to back, which pays the torch import and rendezvous once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -206,10 +207,8 @@ def _kill(p: subprocess.Popen) -> None:
     try:
         os.killpg(p.pid, signal.SIGKILL)  # the child leads its own session/group
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             p.kill()
-        except ProcessLookupError:
-            pass
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> None:
@@ -217,10 +216,8 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             _kill(p)
     for p in procs:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _failure_message(wd: Path, codes: list[int], killed: set[int]) -> str:

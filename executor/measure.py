@@ -88,7 +88,7 @@ def completions(rows_by_rank: dict[int, list[list[Any]]], batches: int) -> list[
     """End of the last U of each batch (None for batches not run here, e.g. before a resume)."""
     done: list[float | None] = [None] * batches
     for rows in rows_by_rank.values():
-        for label, kind, stage, batch, micro, worker, s, e in rows:
+        for _label, kind, _stage, batch, _micro, _worker, _s, e in rows:
             if kind == "U" and (done[batch] is None or e > done[batch]):
                 done[batch] = e
     return done
@@ -123,7 +123,7 @@ def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages:
     for d, rows in sorted(rows_by_rank.items()):
         busy = busy_all = 0.0
         kinds: dict[str, float] = {}
-        for label, kind, stage, batch, micro, worker, s, e in rows:
+        for _label, kind, _stage, _batch, _micro, _worker, s, e in rows:
             kinds[kind] = kinds.get(kind, 0.0) + (e - s)
             if kind in COMPUTE:
                 busy_all += e - s

@@ -48,7 +48,7 @@ def _rows_to_events(rows_by_rank: dict[int, list]):
 
     events = []
     for d, rows in sorted(rows_by_rank.items()):
-        for label, kind, stage, batch, micro, worker, s, e in rows:
+        for label, kind, _stage, _batch, _micro, _worker, s, e in rows:
             events.append(TraceEvent(label, round(s * 1e6, 3), round(max(0.0, e - s) * 1e6, 3), d,
                                      "compute" if kind in COMPUTE else "comm", kind))
     return chrome_trace(events, metadata={"source": "stalesim executor (measured)"})

@@ -10,6 +10,7 @@ as one line naming the rank and the action, and the process exits with status
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -23,10 +24,8 @@ def _set_threads(threads: int | None) -> None:
 
     if threads:
         torch.set_num_threads(int(threads))
-        try:
+        with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass
 
 
 def worker_main(spec: dict[str, Any]) -> int:
@@ -65,12 +64,10 @@ def worker_main(spec: dict[str, Any]) -> int:
     except BaseException as exc:  # noqa: BLE001 - report everything, then exit hard
         msg = _message(rank, exc, beacon.text)
         if workdir is not None:
-            try:
+            with contextlib.suppress(OSError):
                 _write_json(workdir / f"rank{rank}.error.json",
                             {"rank": rank, "message": msg, "action": getattr(exc, "action", None),
                              "traceback": traceback.format_exc()[-4000:]})
-            except OSError:
-                pass
         print(f"executor: {msg}", file=sys.stderr)
         if os.environ.get("STALESIM_EXECUTOR_DEBUG"):
             traceback.print_exc()

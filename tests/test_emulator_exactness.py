@@ -215,7 +215,8 @@ class FlatRef(Reference):
         self.by_update = {(w, s, n): t for (w, _s, t), n in self.layer_table.upd.items() for s in range(S)}
 
 
-@pytest.mark.parametrize("name,extra", CASES, ids=[f"{n}-{'-'.join(f'{k}{v}' for k, v in e.items())}" for n, e in CASES])
+@pytest.mark.parametrize("name,extra", CASES,
+                         ids=[f"{n}-{'-'.join(f'{k}{v}' for k, v in e.items())}" for n, e in CASES])
 def test_emulator_equals_reference(name, extra):
     N = 10
     cfg, emu, init = _setup(name, extra, N)

@@ -24,7 +24,7 @@ def test_every_action_runs_once_in_device_order_and_respects_deps():
     tl = simulate_program(prog, costs, SimHardware(device="x", link="l", latency_ns=3,
                                                    bandwidth_Bps=1e9))
     gid = {a.key: g for g, a in enumerate(prog.actions)}
-    for d, acts in enumerate(sched.device_actions):
+    for _d, acts in enumerate(sched.device_actions):
         prev_end = 0
         for a in acts:
             g = gid[a.key]

@@ -2,8 +2,7 @@
 
 import pytest
 
-from stalesim.schedule import ScheduleConfig, build_schedule
-
+from stalesim.schedule import ScheduleConfig
 from stalesim.sim import simulate
 from stalesim.workloads.hardware import hardware_from_catalog
 from stalesim.workloads.profile import uniform_profile

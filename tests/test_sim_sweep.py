@@ -28,7 +28,8 @@ def test_parallel_equals_serial_and_ranked(prof):
                links=[None, "10gbe"])
     serial = sweep(prof, pts, jobs=1)
     par = sweep(prof, pts, jobs=2)
-    key = lambda r: (r["schedule"], r["stages"], r["microbatches"], r["link"] or "")
+    def key(r):
+        return (r["schedule"], r["stages"], r["microbatches"], r["link"] or "")
     assert sorted(map(key, serial)) == sorted(map(key, par))
     by = {key(r): r for r in serial}
     for r in par:

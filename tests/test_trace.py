@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from stalesim.schedule import ScheduleConfig, build_schedule
-
+from stalesim.schedule import ScheduleConfig
 from stalesim.sim import simulate
 from stalesim.trace import TraceEvent, check_chrome_trace, chrome_trace, write_chrome_trace
 from stalesim.workloads.hardware import hardware_from_catalog

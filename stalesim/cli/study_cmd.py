@@ -44,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from stalesim.cli.common import write_json_atomic
-    from stalesim.schedule import get_spec
     from stalesim.emulator.study import (
         aggregate,
         expand,
@@ -53,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         run_study,
         write_table,
     )
+    from stalesim.schedule import get_spec
 
     if args.ppv is not None or args.stages is not None:
         from stalesim.errors import StalesimError

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stalesim.atomic import torch_save_atomic
+from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -66,8 +67,6 @@ def load(emu: Emulator, path: Path) -> None:
         raise StalesimError(
             f"resume: checkpoint_every is {emu.checkpoint_every} but the checkpoint was made with "
             f"{state['checkpoint_every']} (it decides which weight versions are kept)")
-    from stalesim.emulator.replay import RunState
-
     run = state["run"]
     emu.state = RunState(**run)
     saved_modules = []

@@ -23,13 +23,13 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from stalesim.atomic import write_json_atomic, write_text_atomic
+from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import mean_in_process
 from stalesim.runtime.build import build_stage_modules, replicate, stage_runtimes
@@ -43,23 +43,6 @@ CKPT_NAME = "checkpoint.pt"
 
 def _nothing(a: Action) -> None:
     """Sends, receives and all-reduce waits move nothing in one process."""
-
-@dataclass
-class RunState:
-    """Progress that a checkpoint must carry besides the runtimes."""
-
-    index: int = 0  # next step of the replay
-    losses: dict[int, float] = field(default_factory=dict)  # batch -> mini-batch loss
-    loss_parts: dict[int, float] = field(default_factory=dict)
-    loss_count: dict[int, int] = field(default_factory=dict)
-    correct: dict[int, int] = field(default_factory=dict)  # epoch -> correct train predictions
-    seen: dict[int, int] = field(default_factory=dict)
-    epochs: list[dict[str, Any]] = field(default_factory=list)
-    metrics: list[dict[str, Any]] = field(default_factory=list)
-    elapsed: float = 0.0
-    diverged_at: int | None = None
-    ar_issued: dict[tuple[int, int], int] = field(default_factory=dict)
-
 
 class Emulator:
     """Build once, then :meth:`run`. ``out`` (a run folder) enables logs and checkpoints."""

@@ -267,7 +267,7 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     Pipe-SGD (with its compression) beside uncompressed synchronous training, the kind
     of comparison behind the paper's 5.4x.
     """
-    from stalesim.schedule import ScheduleConfig
+    from stalesim.schedule import ScheduleConfig, get_spec
     from stalesim.sim import SimOptions, simulate
     from stalesim.sim.model import SimHardware
 
@@ -287,7 +287,7 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
         for name in ("dp", "pipe-sgd"):
             r = simulate(prof, ScheduleConfig(name, workers=P), hw,
                          SimOptions(batch_size=B, method="fast", keep_timeline=False))
-            key = "sync" if name == "dp" else "pipe"
+            key = "sync" if get_spec(name).staleness_free else "pipe"
             rec[f"{key}_iteration_ms"] = 1e3 * r.iteration_time_s
             rec[f"{key}_samples_per_s"] = B / r.iteration_time_s
             if event:

@@ -15,6 +15,12 @@ from typing import Any
 from stalesim.figures import paper
 from stalesim.figures.common import pyplot, read_csv, save, write_csv
 
+
+def _spec(row: dict[str, Any]) -> Any:
+    from stalesim.schedule import get_spec
+
+    return get_spec(row["schedule"])
+
 SEARCH_ROOTS = (Path("docs/results"), Path("runs"))
 
 
@@ -79,7 +85,8 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     if not rows:
         (out / "lenet5_accuracy_vs_depth.csv").unlink(missing_ok=True)
         return []
-    seq = [r for r in rows if r["schedule"] == "sequential"]
+    # the baseline: a schedule whose result does not depend on the placement (no staleness)
+    seq = [r for r in rows if _spec(r).placement_free]
     for r in rows:
         # the sequential row of the same study, else one of the same length, else the only one
         # (a flat table's config is unknown: it is the fallback, named in baseline_source)
@@ -89,7 +96,7 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
                or (seq[0] if len(seq) == 1 else None))
         r["drop_vs_sequential_pts"] = None if ref is None else ref["test_acc_mean_pct"] - r["test_acc_mean_pct"]
         r["baseline_source"] = None if ref is None else ref["source"]
-    rows.sort(key=lambda r: (r["schedule"] != "sequential", r["depth"], r["schedule"], r["mitigation"]))
+    rows.sort(key=lambda r: (not _spec(r).placement_free, r["depth"], r["schedule"], r["mitigation"]))
     cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
             "test_acc_mean_pct", "test_acc_std_pct", "drop_vs_sequential_pts", "length", "batch_size",
             "lr", "switch_epoch", "source", "baseline_source"]
@@ -102,10 +109,12 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     for r in rows:
         if r["length"] not in (main, None):
             continue
-        if r["schedule"] in ("sequential", "stale") and r["mitigation"] == "none":
+        spec = _spec(r)
+        if r["mitigation"] == "none" and not spec.switches:
+            # the baseline (depth 0) and each unmitigated schedule at its depths: one line
             label = "stale (no mitigation)"
-        elif r["schedule"] == "hybrid":
-            label = f"hybrid (stale for {r['switch_epoch']} epoch, then sequential)"
+        elif spec.switches:
+            label = f"{r['schedule']} (stale for {r['switch_epoch']} epoch, then {spec.switch_to})"
         else:
             label = f"{r['schedule']} + {r['mitigation']}"
         series.setdefault(label, []).append(r)

@@ -66,7 +66,7 @@ def replicate(mods: StageModules, cfg: TrainConfig, sched: Schedule) -> StageMod
 def _split(cfg: TrainConfig, sched: Schedule, model: Any, ppv: list[int]) -> StageModules:
     from stalesim.workloads.partition import split_stages
 
-    stages = split_stages(model, ppv=ppv)
+    stages: list[nn.Module] = list(split_stages(model, ppv=ppv))
     if len(stages) != sched.stages:
         raise StalesimError(f"ppv: gives {len(stages)} stages but the schedule has {sched.stages}")
     heads: list[nn.Module | None] = [None] * sched.stages

@@ -260,12 +260,13 @@ class BatchStream:
 
     def test_batches(self, batch_size: int = 1000):
         """Test set in order, normalized, no augmentation."""
-        if self.data.test_x is None:
+        test_x, test_y = self.data.test_x, self.data.test_y
+        if test_x is None or test_y is None:
             return
-        n = self.data.test_x.shape[0]
+        n = test_x.shape[0]
         for a in range(0, n, batch_size):
-            yield (self.data.prepare(self.data.test_x[a:a + batch_size], self.cfg.torch_dtype),
-                   self.data.test_y[a:a + batch_size])
+            yield (self.data.prepare(test_x[a:a + batch_size], self.cfg.torch_dtype),
+                   test_y[a:a + batch_size])
 
 
 def batch_stream(cfg: TrainConfig, data: Dataset | None = None,

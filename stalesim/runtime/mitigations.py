@@ -70,7 +70,7 @@ class Mitigations:
 
     def __init__(self, cfg: TrainConfig, schedule: Schedule, stage: int, worker: int = 0) -> None:
         self.cfg = cfg
-        self.table = schedule.versions
+        self.table = schedule.table
         self.stage = stage
         self.worker = worker
         self.micros = schedule.micro_indices()

@@ -92,15 +92,14 @@ class StageRuntime:
         if head is not None:
             self.params += [p for p in head.parameters() if p.requires_grad]
             self.names += [f"head.{n}" for n, p in head.named_parameters() if p.requires_grad]
-        self._ptr = {self._storage_ptr(p): i for i, p in enumerate(self.params)}
-        self._ptr.pop(None, None)
+        self._ptr: dict[int, int] = self._ptr_map(self.params)
         self.optimizer = torch.optim.SGD(
             self.params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
         ) if self.params else None
         self.mit = Mitigations(cfg, schedule, stage, worker)
         self.version = 0
         self.stash: dict[int, list[torch.Tensor]] = {}
-        self.need: Counter[int] = backward_reads(schedule.versions, stage, worker)
+        self.need: Counter[int] = backward_reads(schedule.table, stage, worker)
         self.inflight: dict[tuple[int, int | None], _Inflight] = {}
         self.buffers: dict[int, list[torch.Tensor | None]] = {}
         self.versions_used: list[tuple[str, int]] = []
@@ -117,6 +116,16 @@ class StageRuntime:
         except (RuntimeError, NotImplementedError):
             return None
         return ptr or None
+
+    @classmethod
+    def _ptr_map(cls, tensors: Sequence[torch.Tensor]) -> dict[int, int]:
+        """Storage address -> index, for the tensors that have a storage."""
+        out: dict[int, int] = {}
+        for i, t in enumerate(tensors):
+            ptr = cls._storage_ptr(t)
+            if ptr is not None:
+                out[ptr] = i
+        return out
 
     def _pack(self, t: torch.Tensor) -> Any:
         ptr = self._storage_ptr(t)
@@ -189,8 +198,7 @@ class StageRuntime:
                 leaves = [w.requires_grad_(True) for w in pw]
                 predicted = True
         self._cur_leaves = leaves if leaves is not None else self.params
-        self._pack_ptr = self._ptr if leaves is None else {
-            p: i for i, w in enumerate(leaves) if (p := self._storage_ptr(w)) is not None}
+        self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
@@ -211,7 +219,7 @@ class StageRuntime:
             leaves = rec.leaves[len(rec.leaves) - sum(1 for p in self.head.parameters() if p.requires_grad):]
             self._cur_leaves = rec.leaves
             if rec.predicted:
-                self._pack_ptr = {p: i for i, w in enumerate(rec.leaves) if (p := self._storage_ptr(w)) is not None}
+                self._pack_ptr = self._ptr_map(rec.leaves)
             try:
                 with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                     if rec.predicted:
@@ -264,7 +272,8 @@ class StageRuntime:
         else:
             for i, g in enumerate(wgrads):
                 if g is not None:
-                    buf[i] = g.detach() if buf[i] is None else buf[i] + g
+                    prev = buf[i]
+                    buf[i] = g.detach() if prev is None else prev + g
         self.versions_used.append((str(action.with_version(None)), v_b))
         self._release(v_b)
         return gx
@@ -322,7 +331,7 @@ class StageRuntime:
                     p.grad = None
         self.version = n + 1
         self.mit.record_step(old, [p.detach() for p in self.params])
-        expected = self.schedule.versions.upd.get((self.worker, self.stage, t))
+        expected = self.schedule.table.upd.get((self.worker, self.stage, t))
         if expected is not None and expected != self.version:
             raise RuntimeError(f"stalesim: {action} produced version {self.version}, table says {expected}")
         self.versions_used.append((str(action), self.version))

@@ -65,8 +65,9 @@ def validate(sched: Schedule) -> list[Step]:
         kind = key[0]
         if kind in (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B):
             a = sched.device_actions[d][i]
-            if peer(a) not in seen:
-                kind_, w, s, t, m = peer(a)
+            partner = peer(a)
+            if partner is not None and partner not in seen:
+                kind_, w, s, t, m = partner
                 raise ScheduleError(
                     f"device {d} step {i} ({a}) has no matching {Action(kind_, s, t, m, w)}"
                 )

@@ -154,6 +154,13 @@ class Schedule:
     def num_devices(self) -> int:
         return len(self.device_actions)
 
+    @property
+    def table(self) -> VersionTable:
+        """The version table (every built schedule has one; raw generator output does not)."""
+        if self.versions is None:
+            raise ScheduleError(f"schedule '{self.name}' has no version table (not built by build_schedule)")
+        return self.versions
+
     def device_of(self, stage: int, worker: int = 0) -> int:
         try:
             return self.placement[worker][stage]

@@ -27,14 +27,14 @@ def _specs() -> dict[str, ScheduleSpec]:
 
     specs = [
         ScheduleSpec("sequential", pipelined.sequential, "one batch at a time, no overlap (baseline)",
-                     "baseline", fast_path="sequential", sim_batches=flush),
+                     "baseline", fast_path="critical-path", sim_batches=flush),
         ScheduleSpec("gpipe", pipelined.gpipe, "GPipe: M micro-batches, all F then all B, flush",
-                     "Huang et al., GPipe (NeurIPS 2019)", uses_micro=True, fast_path="gpipe",
+                     "Huang et al., GPipe (NeurIPS 2019)", uses_micro=True, fast_path="fill-drain",
                      sim_batches=flush),
         ScheduleSpec("1f1b", pipelined.one_f_one_b_flush,
                      "PipeDream-flush: 1F1B over M micro-batches, flush",
                      "Narayanan et al., PipeDream-2BW/flush (ICML 2021)", uses_micro=True,
-                     fast_path="1f1b", sim_batches=flush),
+                     fast_path="one-f-one-b", sim_batches=flush),
         ScheduleSpec("pipedream", pipelined.pipedream, "PipeDream: async 1F1B, weight stashing",
                      "Narayanan et al., PipeDream (SOSP 2019)", policy=Policy.STASH,
                      staleness_free=False, warmup_with="sequential"),
@@ -52,11 +52,11 @@ def _specs() -> dict[str, ScheduleSpec]:
                      "Laskin et al., Parallel Training of Deep Networks with Local Updates (2020)",
                      local_loss=True),
         ScheduleSpec("dp", data_parallel.dp, "synchronous data parallelism, ring all-reduce",
-                     "baseline", data_parallel=True, fast_path="dp", sim_batches=flush),
+                     "baseline", data_parallel=True, fast_path="bucketed-allreduce", sim_batches=flush),
         ScheduleSpec("pipe-sgd", data_parallel.pipe_sgd,
                      "Pipe-SGD: all-reduce of step t overlaps step t+1",
                      "Li et al., Pipe-SGD (NeurIPS 2018)", data_parallel=True, staleness_free=False,
-                     warmup_with="dp", fast_path="pipe-sgd", sim_batches=lambda S, M: 12),
+                     warmup_with="dp", fast_path="overlapped-allreduce", sim_batches=lambda S, M: 12),
     ]
     return {s.name: s for s in specs}
 

@@ -20,7 +20,8 @@ from stalesim.schedule.ir import Policy, ScheduleConfig
 Generator = Callable[[ScheduleConfig], list[list[Action]]]
 
 # Closed-form families of the simulator's fast path (stalesim.sim.fastpath).
-FAST_PATHS = ("periodic", "gpipe", "1f1b", "sequential", "dp", "pipe-sgd")
+FAST_PATHS = ("periodic", "fill-drain", "one-f-one-b", "critical-path", "bucketed-allreduce",
+              "overlapped-allreduce")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ simulator, the emulator and the executor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from stalesim.schedule.actions import Action
@@ -24,8 +25,10 @@ from stalesim.schedule.dryrun import dry_run
 from stalesim.schedule.ir import Phase, Schedule, ScheduleConfig
 from stalesim.schedule.spec import ScheduleSpec
 
+SpecLookup = Callable[[str], ScheduleSpec]
 
-def plan_phases(spec: ScheduleSpec, cfg: ScheduleConfig, get_spec) -> list[Phase]:
+
+def plan_phases(spec: ScheduleSpec, cfg: ScheduleConfig, get_spec: SpecLookup) -> list[Phase]:
     """The phases of a run of ``cfg.batches`` batches (cheap: no actions built).
 
     ``get_spec`` looks up the specs of the warm-up and switch schedules.
@@ -39,7 +42,7 @@ def plan_phases(spec: ScheduleSpec, cfg: ScheduleConfig, get_spec) -> list[Phase
         switch = max(K, min(N // 2 if cfg.switch is None else cfg.switch, N))
         if switch > K:
             phases.append(Phase(spec.name, K, switch))
-        if N > switch:
+        if switch < N:
             phases.append(Phase(spec.switch_to, switch, N))
     elif N > K:
         phases.append(Phase(spec.name, K, N))
@@ -54,7 +57,8 @@ def _shift(acts: list[Action], k: int) -> list[Action]:
     return acts if k == 0 else [replace(a, batch=a.batch + k) for a in acts]
 
 
-def join_phases(phases: list[Phase], cfg: ScheduleConfig, n_lists: int, get_spec) -> list[list[Action]]:
+def join_phases(phases: list[Phase], cfg: ScheduleConfig, n_lists: int,
+                get_spec: SpecLookup) -> list[list[Action]]:
     """Generate each phase (batches renumbered from its first) and concatenate per list."""
     lists: list[list[Action]] = [[] for _ in range(n_lists)]
     for p in phases:

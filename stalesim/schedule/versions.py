@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from stalesim.schedule.actions import Action, Kind
 from stalesim.schedule.ir import Schedule
@@ -76,12 +77,12 @@ class VersionTable:
         """Stages where some backward reads a different version than its forward."""
         return sorted({k[1] for k, v in self.vb.items() if v != self.vf[k]})
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """One row per (stage, batch); micro-batch/worker detail only where they differ."""
         groups: dict[tuple[int, int], list[Key]] = {}
         for key in self.vf:
             groups.setdefault((key[1], key[2]), []).append(key)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for (s, t), keys in sorted(groups.items()):
             vals = {(self.vf[k], self.vb[k], self.upd[(k[0], s, t)]) for k in keys}
             if len(vals) == 1:

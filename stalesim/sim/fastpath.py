@@ -141,7 +141,7 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
     if not sched.has_steady_state:
         total = 0.0
         terms: dict[str, float] = {}
-        for p, it, kind, t in timed:
+        for p, it, kind, _t in timed:
             total += (p.batches + pipe.S - 1) * it if kind == "periodic" else p.batches * it
             terms[f"{p.schedule}_{p.first}_{p.last}_ns"] = it
         return FastResult(total / N, total, list(pipe.busy),
@@ -154,9 +154,9 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
         return FastResult(it, before + last.batches * it + fill, list(pipe.busy),
                           "max-plus period: bottleneck device/channel work per batch "
                           "(and round trip / in-flight)", terms)
-    formula = {"gpipe": "GPipe flow shop: sum p + (M-1) max p, fwd then bwd",
-               "1f1b": "1F1B: max-plus recurrence over one flush (uniform: (M+S-1)(F+B))",
-               "sequential": "sequential: critical path of one batch"}[kind]
+    formula = {"fill-drain": "GPipe flow shop: sum p + (M-1) max p, fwd then bwd",
+               "one-f-one-b": "1F1B: max-plus recurrence over one flush (uniform: (M+S-1)(F+B))",
+               "critical-path": "sequential: critical path of one batch"}[kind]
     return FastResult(it, before + last.batches * it, list(pipe.busy), formula, terms)
 
 
@@ -169,13 +169,13 @@ def _phase_time(spec, pipe: _Pipe, inflight: list[int]) -> tuple[float, str, dic
         period, terms = _periodic(P.S, P.F, P.B, P.U, P.loss, P.T, P.busy, P.chan_max,
                                   inflight if round_trip else None)
         return period, kind, terms
-    if kind == "gpipe":
+    if kind == "fill-drain":
         it, terms = _gpipe(P.S, P.M, P.F, P.B, P.U, P.loss, P.T, P.ser, P.lat, P.crosses)
         return it, kind, terms
-    if kind == "1f1b":
+    if kind == "one-f-one-b":
         it, terms = _one_f_one_b(P.S, P.M, P.F, P.B, P.U, P.loss, P.ser, P.lat, P.crosses, P.dev)
         return it, kind, terms
-    if kind == "sequential":
+    if kind == "critical-path":
         it, _ = _sequential(P.S, P.F, P.B, P.U, P.loss, P.T, P.dev)
         return it, kind, {}
     raise StalesimError(f"schedule: no fast path {kind!r} for a pipeline schedule")
@@ -320,7 +320,7 @@ def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batche
     t_comp = sum(F) + L + sum(B)
     t_up = sum(U)
     t_comm = sum(ar)
-    if kind == "pipe-sgd":
+    if kind == "overlapped-allreduce":
         it = max(t_comp + t_up + sum(cpu_ar), t_comm)
         return FastResult(it, batches * it, [t_comp + t_up + sum(cpu_ar)] * P,
                           "Pipe-SGD: max(T_comp + T_up, T_comm)",

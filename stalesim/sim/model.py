@@ -235,7 +235,7 @@ def resolve_cuts(profile: Profile, stages: int | None, ppv: Sequence[int] | None
         cuts = weights_ppv_to_cuts(wl, ppv)
         return cuts, ppv
     S = stages or 1
-    if S > profile.n_layers:
+    if profile.n_layers < S:
         raise StalesimError(
             f"stages: {S} stages requested but the profile has only {profile.n_layers} layers"
         )

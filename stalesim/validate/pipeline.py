@@ -148,7 +148,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
     # 2. hardware ------------------------------------------------------------------
     t0 = time.perf_counter()
-    from stalesim.cli.common import write_json_atomic
+    from stalesim.atomic import write_json_atomic
     from stalesim.sim.model import SimHardware
     from stalesim.workloads.hardware import hardware_from_dict
 

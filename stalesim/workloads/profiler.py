@@ -2,7 +2,8 @@
 
 One measured *round* is one real training step executed block by block, the
 way a pipeline stage would run it, followed by one whole-model step (so that
-interference on a shared machine hits both halves of ``sum_over_whole_ratio``): each block's forward reads the (detached)
+interference on a shared machine hits both halves of ``sum_over_whole_ratio``):
+each block's forward reads the (detached)
 output of the block before it; the backwards run in reverse order, each fed
 the input gradient the next block produced; then each block's SGD-momentum
 update is timed on its own. The first ``warmup`` rounds are discarded; the

@@ -314,7 +314,8 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
                     f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
                     f"(e.g. 20, 32, 44, 56, 110), got {depth}"
                 )
-            factory = lambda nc: _resnet(depth, nc)
+            def factory(nc):
+                return _resnet(depth, nc)
     if factory is None:
         raise StalesimError(
             f"unknown model {name!r}; known models: {', '.join(model_names())} "

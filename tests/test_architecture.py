@@ -1,0 +1,177 @@
+"""The layering the design rests on, checked on the source (no imports executed).
+
+* Schedule facts live in the IR: no module outside ``stalesim/schedule/`` compares a
+  schedule name (``x == "stale"``, ``name in ("dp", "pipe-sgd")``, ``match``/``case``).
+* Layers: base (errors, atomic, trace, schedule, workloads) <- runtime <- consumers
+  (sim, emulator, executor) <- comparers and figures (validate, figures) <- CLI. A module
+  imports only from its own layer or below; no consumer imports another consumer; nothing
+  below the CLI imports ``stalesim.cli``.
+* No import cycle between modules (top-level and function-level imports alike).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stalesim.schedule import schedule_names
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("stalesim", "executor")
+NAMES = set(schedule_names())
+
+# layer of each top-level area (lower number = lower layer)
+LAYER = {
+    "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.schedule": 0,
+    "stalesim.workloads": 1, "stalesim.runtime": 2,
+    "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
+    "stalesim.validate": 4, "stalesim.figures": 4,
+    "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,
+}
+CONSUMERS = ("stalesim.sim", "stalesim.emulator", "executor")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _area(module: str) -> str:
+    best = ""
+    for key in LAYER:
+        if (module == key or module.startswith(key + ".")) and len(key) > len(best):
+            best = key
+    return best
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
+def _imports(module: str, tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, imported module) for every import that runs, resolved against the known modules."""
+    pkg = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    for node in _runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            yield node.lineno, name
+            for alias in node.names:  # `from pkg import module`
+                if f"{name}.{alias.name}" in MODULES:
+                    yield node.lineno, f"{name}.{alias.name}"
+
+
+def _known(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _edges() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for mod, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        graph[mod] = {k for _, n in _imports(mod, tree) if (k := _known(n)) and k != mod}
+    return graph
+
+
+def _is_name_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value in NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_name_literal(e) for e in node.elts)
+    return False
+
+
+def test_no_schedule_name_is_compared_outside_the_ir() -> None:
+    offenders = []
+    for mod, path in MODULES.items():
+        if mod.startswith("stalesim.schedule"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                if any(_is_name_literal(x) for x in [node.left, *node.comparators]):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            elif isinstance(node, ast.match_case) and _is_name_literal(getattr(node.pattern, "value", None)
+                                                                        or ast.Constant(None)):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.pattern.lineno}")
+    assert not offenders, "schedule names compared outside stalesim/schedule: " + ", ".join(offenders)
+
+
+def test_layers_consumers_and_the_cli() -> None:
+    bad = []
+    for mod, deps in _edges().items():
+        a = _area(mod)
+        for dep in deps:
+            b = _area(dep)
+            if not a or not b or a == b:
+                continue
+            if LAYER[b] > LAYER[a]:
+                bad.append(f"{mod} (layer {LAYER[a]}) imports {dep} (layer {LAYER[b]})")
+            elif a in CONSUMERS and b in CONSUMERS:
+                bad.append(f"consumer {mod} imports consumer {dep}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles() -> None:
+    graph = _edges()
+    # a package's __init__ re-exporting its own modules is not a cycle of behaviour
+    graph = {m: {d for d in deps if not (m and d.startswith(m + "."))} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d, 0) == 0:
+                visit(d)
+            elif state[d] == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if state.get(m, 0) == 0:
+            visit(m)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+@pytest.mark.parametrize("snippet, hit", [
+    ('x == "stale"', True), ('name in ("dp", "pipe-sgd")', True), ('x == "pipe"', False),
+    ('r["schedule"] != "hybrid"', True), ('k == "F"', False),
+])
+def test_the_name_check_itself(snippet: str, hit: bool) -> None:
+    node = ast.parse(snippet).body[0].value  # type: ignore[attr-defined]
+    assert any(_is_name_literal(x) for x in [node.left, *node.comparators]) is hit
