@@ -31,65 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 
 
 class ExecutorError(StalesimError):
     """The distributed run failed (a rank crashed, hung or raised)."""
-
-
-@dataclass(frozen=True)
-class Devices:
-    """Parsed ``--devices``: ``cpu:N`` or ``cuda:0,1,...`` (or ``cuda:N`` for 0..N-1)."""
-
-    kind: str  # "cpu" | "cuda"
-    ids: tuple[int, ...]
-
-    @property
-    def count(self) -> int:
-        return len(self.ids)
-
-    @property
-    def backend(self) -> str:
-        return "nccl" if self.kind == "cuda" else "gloo"
-
-    def device_for(self, local_rank: int) -> str:
-        return "cpu" if self.kind == "cpu" else f"cuda:{self.ids[local_rank]}"
-
-    def __str__(self) -> str:
-        if self.kind == "cpu":
-            return f"cpu:{self.count}"
-        return "cuda:" + ",".join(str(i) for i in self.ids)
-
-
-def parse_devices(text: str) -> Devices:
-    """``cpu:4``: 4 CPU ranks (gloo); ``cuda:0,1``: one rank per listed GPU (NCCL).
-
-    ``cuda:2`` is the single GPU 2 (a list of one), not a count.
-    """
-    raw = (text or "").strip().lower()
-    kind, sep, rest = raw.partition(":")
-    if kind not in ("cpu", "cuda") or not sep or not rest:
-        raise StalesimError(f"--devices: expected cpu:N or cuda:0,1,..., got {text!r}")
-    if kind == "cpu":
-        try:
-            n = int(rest)
-        except ValueError:
-            raise StalesimError(f"--devices: expected cpu:N with N an integer >= 1, got {text!r}") from None
-        if n < 1:
-            raise StalesimError(f"--devices: expected cpu:N with N >= 1, got {text!r}")
-        return Devices("cpu", tuple(range(n)))
-    try:
-        ids = tuple(int(p) for p in rest.split(",") if p.strip() != "")
-    except ValueError:
-        raise StalesimError(f"--devices: expected cuda:0,1,... (GPU indices), got {text!r}") from None
-    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise StalesimError(f"--devices: expected distinct GPU indices >= 0, got {text!r}")
-    return Devices("cuda", ids)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -132,6 +132,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         else "tracked: params + buffers + optimizer + stashed versions + grad buffers + in-flight tensors",
         "staleness": measured_staleness(sched, versions_used),
         "staleness_ir": sched.versions.staleness(),
+        "schedule_fingerprint": sched.fingerprint(),
         "versions_match_ir": not mismatches,
         "version_mismatches": mismatches[:20],
         "time_by_kind_s": timing["time_by_kind_s"],

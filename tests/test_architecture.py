@@ -25,7 +25,8 @@ NAMES = set(schedule_names())
 
 # layer of each top-level area (lower number = lower layer)
 LAYER = {
-    "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.schedule": 0,
+    "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.devices": 0,
+    "stalesim.schedule": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4,

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     load0 = os.getloadavg()
 
     # 2. profile ----------------------------------------------------------------------
-    from executor.launch import parse_devices
+    from stalesim.devices import parse_devices
     from stalesim.validate.costmodel import CostModel, measure_overhead, paired_profiles
     from stalesim.validate.pipeline import profile_sizes
     from stalesim.workloads.profiler import profile_model

@@ -82,7 +82,8 @@ def under_torchrun() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from executor.launch import parse_devices, run_local
+    from executor.launch import run_local
+    from stalesim.devices import parse_devices
 
     if under_torchrun():
         return torchrun_rank(args)
@@ -144,7 +145,7 @@ def torchrun_rank(args: argparse.Namespace) -> int:
 
     ids = None
     if kind == "cuda" and args.devices and ":" in args.devices:
-        from executor.launch import parse_devices
+        from stalesim.devices import parse_devices
 
         ids = list(parse_devices(args.devices).ids)
     spec = {"jobs": [job], "devices": {"kind": kind, "ids": ids}, "timeout_s": args.timeout,

@@ -418,6 +418,7 @@ class Emulator:
             "staleness": self.sched.versions.staleness(),
             "weight_inconsistent_stages": self.sched.versions.inconsistent_stages(),
             "policy": self.sched.policy.value,
+            "schedule_fingerprint": self.sched.fingerprint(),
             "versions_match": self.versions_match(),
             "wall_time_s": round(self._now(), 4),
             "diverged": diverged,

@@ -106,7 +106,7 @@ def check_out_dir(path: str) -> Path:
 
 def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     """Validate every field cheaply (no torch); returns (parsed devices, schedules)."""
-    from executor.launch import parse_devices
+    from stalesim.devices import parse_devices
     from stalesim.workloads.zoo import model_names
 
     devs = parse_devices(cfg.devices)

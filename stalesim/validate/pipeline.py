@@ -174,7 +174,8 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     # 3. the 1-rank baseline (speed-up denominator; its action gaps calibrate dispatch) -----
     t0 = time.perf_counter()
     from executor.job import make_job
-    from executor.launch import Devices, run_local
+    from executor.launch import run_local
+    from stalesim.devices import Devices
     from stalesim.validate.measured import dispatch_gap, measured_timing
 
     say(f"[validate 3/{steps}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
