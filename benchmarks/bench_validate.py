@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from stalesim.cli.validate_cmd import summary_table
     from stalesim.validate.compare import GOALS
     from stalesim.validate.config import ValidateConfig
-    from stalesim.validate.pipeline import validate
+    from stalesim.validate.workflow import validate
 
     runs = []
     hw = None

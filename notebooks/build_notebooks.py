@@ -271,7 +271,7 @@ On a shared machine the measurement is only as good as the machine is quiet:
 the report records the load average.
 """), ("code", "PARAMS"), ("code", """
 from stalesim.validate.config import ValidateConfig
-from stalesim.validate.pipeline import validate
+from stalesim.validate.workflow import validate
 hw_json = None
 if SHORT:  # skip calibration: catalog CPU core + gloo loopback figures
     hw_json = WORK / "hw.json"
@@ -330,7 +330,7 @@ four[["link", "compression", "sync_iteration_ms", "pipe_iteration_ms", "pipe_ove
       "over_sync_uncompressed"]].round(2)
 """), ("md", "## 2. Measured: `dp` vs `pipe-sgd` on 2 CPU ranks (validate machinery)"), ("code", """
 from stalesim.validate.config import ValidateConfig
-from stalesim.validate.pipeline import validate
+from stalesim.validate.workflow import validate
 hw_json = None
 if SHORT:
     hw_json = WORK / "hw.json"

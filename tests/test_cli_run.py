@@ -56,3 +56,21 @@ def test_acceptance_command(tmp_path):
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"0F0", "1F0", "1LOSS0", "1B0", "0SEND_F0", "1RECV_F0", "0RECV_B0"} <= names
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 50
+
+
+def test_epochs_and_fold_on_real_ranks(tmp_path):
+    """Counting by epochs (rank 0 reads the data set and broadcasts its length) and three
+    stages folded onto two ranks (--fold)."""
+    p = _run("--model", "lenet5", "--dataset", "synthetic", "--synthetic-size", "192", "--batch-size", "24",
+             "--epochs", "1", "--schedule", "stale", "--stages", "3", "--fold", "2", "--devices", "cpu:2",
+             "--out", str(tmp_path / "r"), "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["iterations"] == 8 and s["devices"] == 2 and s["stages"] == 3
+    assert s["staleness"] == s["staleness_ir"] == [4, 2, 0] and s["versions_match_ir"]
+
+
+def test_python_m_executor_flags_point_to_the_new_torchrun_entry():
+    p = subprocess.run([sys.executable, "-m", "executor", "--model", "lenet5"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2 and "-m stalesim run" in p.stderr

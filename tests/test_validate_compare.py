@@ -210,7 +210,7 @@ def test_dispatch_gap_and_replay_costs() -> None:
 def test_median_profile_of_rounds() -> None:
     from dataclasses import replace
 
-    from stalesim.validate.costmodel import median_profile
+    from stalesim.validate.corunners import median_profile
     from stalesim.workloads.profile import uniform_profile
 
     base = uniform_profile(3, 1e-3, 2e-3, 16, update_s=1e-4)

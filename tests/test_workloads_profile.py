@@ -131,3 +131,19 @@ def test_stage_layers_aggregate() -> None:
     assert s0.param_bytes == 30 and s0.saved_bytes == 9 and s0.output_bytes == 7
     assert s0.weight_layers == 3 and s1.weight_layers == 1
     assert math.isclose(sum(x.compute_s for x in (s0, s1)), sum(p.costs()))
+
+
+def test_weight_layers_may_be_omitted_in_a_hand_written_profile() -> None:
+    """Only the documented fields are needed: a layer with parameters counts as one weight
+    layer in PPV numbering, a layer without (pooling, activation) as none."""
+    d = _doc()
+    d["layers"][1]["param_bytes"] = 0
+    for lay in d["layers"]:
+        lay.pop("weight_layers")
+    prof = profile_from_dict(d)
+    assert prof.weight_layers == [1, 0, 1, 1]
+    d["layers"][2]["weight_layers"] = 2  # an explicit count still wins
+    assert profile_from_dict(d).weight_layers == [1, 0, 2, 1]
+    d["layers"][2]["weight_layers"] = -1
+    with pytest.raises(StalesimError, match=r"layers\[2\]\.weight_layers: must be an integer >= 0"):
+        profile_from_dict(d)

@@ -33,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
     p.add_argument("--study-iterations", type=int, default=300, help="iterations of the staleness study")
-    p.add_argument("--gpu", default="h100-sxm", help="catalog GPU for the what-if prediction")
+    p.add_argument("--target", default="h100-sxm", metavar="KIND",
+                   help="catalog device for the what-if prediction (as simulate --target)")
+    p.add_argument("--gpu", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
     p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
     p.set_defaults(func=run)
 
@@ -101,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
     # 2. profile ----------------------------------------------------------------------
     from stalesim.devices import parse_devices
-    from stalesim.validate.costmodel import CostModel, measure_overhead, paired_profiles
-    from stalesim.validate.pipeline import profile_sizes
+    from stalesim.validate.corunners import measure_overhead, paired_profiles
+    from stalesim.validate.costmodel import CostModel
+    from stalesim.validate.steps import profile_sizes
     from stalesim.workloads.profiler import profile_model
 
     devs = parse_devices(devices)
@@ -147,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.validate.demo import fmt_bytes, predict_grid, prediction_figure
 
     step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
-         f"and {args.gpu} over pcie4-x16 / nvlink4 (roofline from the same profile)")
-    grid = predict_grid(cm, hw, batch_size=4 * B, gpu=args.gpu,
+         f"and {args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
+    grid = predict_grid(cm, hw, batch_size=4 * B, gpu=args.target,
                         cpu_label="this GPU" if cuda else "this CPU")
     prediction_figure(grid, out / "predict_speedup.png")
     write_json_atomic(out / "predictions.json", grid)
@@ -156,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
     # 5. validate ----------------------------------------------------------------------
     from stalesim.cli.validate_cmd import summary_table
-    from stalesim.validate.pipeline import validate
+    from stalesim.validate.workflow import validate
 
     scheds = "1f1b,dp" if quick else args.schedules
     step(f"validating on {devices}: {scheds} ({iters} iterations each): predicted vs measured")
@@ -187,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     # 7. summary -----------------------------------------------------------------------
     elapsed = time.perf_counter() - step.t0
     step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
-    print(_summary(grid, vsum, study, args.gpu))
+    print(_summary(grid, vsum, study, args.target))
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
                "load_average_after": list(os.getloadavg()), "devices": devices, "model": args.model,
                "validate": {k: vsum.get(k) for k in ("median_abs_time_error", "max_abs_time_error",

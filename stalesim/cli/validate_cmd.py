@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from stalesim.validate.config import check_config
-    from stalesim.validate.pipeline import validate
+    from stalesim.validate.workflow import validate
 
     cfg = config_from_args(args)
     check_config(cfg)  # one-line errors before anything is measured

@@ -3,7 +3,8 @@
 Modules: ``config`` (what is compared, checked up front), ``costmodel`` (profile +
 per-action overhead + contention -> simulator costs), ``measured`` (executor rows ->
 the simulator's steady-state window), ``compare`` (rows and aggregates),
-``figures``, ``report``, ``pipeline`` (the orchestration). See docs/validate.md.
+``corunners`` (the measurements behind it), ``figures``, ``report``, ``steps`` (one
+function per step) and ``workflow`` (running them in order). See docs/validate.md.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return ValidateConfig
     if name == "validate":
-        from stalesim.validate.pipeline import validate
+        from stalesim.validate.workflow import validate
 
         return validate
     raise AttributeError(name)

@@ -1,6 +1,8 @@
 """The cost model ``validate`` predicts with: profile + measured overheads + contention.
 
-The simulator consumes per-stage costs (:class:`~stalesim.sim.model.StageCosts`).
+This module is the model (pure functions of measured inputs);
+:mod:`stalesim.validate.corunners` takes the measurements (profiles with
+co-runners, per-action overhead). The simulator consumes per-stage costs (:class:`~stalesim.sim.model.StageCosts`).
 A plain per-layer profile describes one process alone on the machine, calling
 blocks directly. The ranks of a real run differ in two general ways, each
 measured here once per machine and model rather than fitted per schedule:
@@ -9,8 +11,9 @@ measured here once per machine and model rather than fitted per schedule:
   F/LOSS/B/U through :class:`~stalesim.runtime.stage.StageRuntime` (saved-tensor
   hooks, version bookkeeping, a per-batch gradient buffer, ``autograd.grad``)
   and the executor's dispatcher (timestamps, beacon, memory tracking). Measured
-  by :func:`measure_overhead` as the time of each action on a tiny stage through
-  the runtime minus the same arithmetic called directly; added to every action.
+  by :func:`stalesim.validate.corunners.measure_overhead` as the time of each
+  action on a tiny stage through the runtime minus the same arithmetic called
+  directly; added to every action.
 * **Dispatch gap** (``dispatch_s``): the executor's loop spends time between
   two actions (bookkeeping, posting receives, memory tracking) on every action,
   communication actions included; measured as the median gap between
@@ -19,7 +22,7 @@ measured here once per machine and model rather than fitted per schedule:
 * **Contention between ranks** on one CPU socket (shared memory bandwidth and
   caches, SMT siblings, the gloo threads): the profile is measured a second time
   while N-1 co-runner processes train the same model with the same thread count
-  (:func:`contended_profile`). A stage's cost is the interpolation
+  (:func:`stalesim.validate.corunners.contended_profile`). A stage's cost is the interpolation
   ``(1 - phi) * alone + phi * contended`` where ``phi`` is the fraction of that
   device's busy time during which the other devices are busy too, read from the
   simulated timeline itself (:func:`busy_overlap`) and iterated to a fixed point
@@ -31,13 +34,9 @@ measured here once per machine and model rather than fitted per schedule:
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-
-from stalesim.errors import StalesimError
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.model import SimHardware, StageCosts
@@ -277,248 +276,6 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
                    b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
                    u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
                    loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
-
-
-# ----------------------------------------------------------------- measurements
-def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 200) -> dict[str, float]:
-    """Per-action overhead of running F/LOSS/B/U through StageRuntime (seconds).
-
-    A tiny stage (Linear 8->8 on a batch of 2) makes the arithmetic negligible;
-    each action is timed through the runtime and as the bare torch calls the
-    profiler times (block forward, cross-entropy, backward, SGD step); the
-    difference (median over ``repeats``, >= 0) is the overhead a rank pays per
-    action on top of the profile. A constant of this machine and software stack,
-    not of the model or schedule.
-    """
-    import torch
-    from torch import nn
-
-    from stalesim.runtime.config import TrainConfig
-    from stalesim.runtime.stage import StageRuntime
-    from stalesim.schedule import Kind, ScheduleConfig, build_schedule
-
-    old = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(threads)
-    try:
-        dev = torch.device(device)
-        torch.manual_seed(0)
-        n = repeats
-        sched = build_schedule(ScheduleConfig("sequential", stages=1, batches=n + 2))
-        cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="sequential", stages=1,
-                          iterations=n + 2, batch_size=2, lr=1e-6, momentum=0.9)
-        mod = nn.Sequential(nn.Linear(8, 8)).to(dev)
-        rt = StageRuntime(mod, stage=0, num_stages=1, schedule=sched, cfg=cfg, device=dev)
-        x = torch.randn(2, 8, device=dev)
-        y = torch.randint(0, 8, (2,), device=dev)
-        sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        rt_t: dict[str, list[float]] = {k: [] for k in KINDS}
-        for t in range(n + 2):
-            acts = [a for a in sched.device_actions[0] if a.batch == t]
-            for a in acts:
-                t0 = time.perf_counter()
-                if a.kind is Kind.F:
-                    rt.forward(a, x)
-                elif a.kind is Kind.LOSS:
-                    rt.loss(a, y)
-                elif a.kind is Kind.B:
-                    rt.backward(a, None)
-                elif a.kind is Kind.U:
-                    rt.update(a)
-                sync()
-                if t >= 2 and a.kind.value in rt_t:
-                    rt_t[a.kind.value].append(time.perf_counter() - t0)
-        # bare calls, as the profiler times them
-        mod2 = nn.Sequential(nn.Linear(8, 8)).to(dev)
-        opt = torch.optim.SGD(mod2.parameters(), lr=1e-6, momentum=0.9)
-        raw: dict[str, list[float]] = {k: [] for k in KINDS}
-        import torch.nn.functional as F
-
-        for t in range(n + 2):
-            t0 = time.perf_counter()
-            out = mod2(x)
-            sync()
-            t1 = time.perf_counter()
-            loss = F.cross_entropy(out, y)
-            sync()
-            t2 = time.perf_counter()
-            loss.backward()
-            sync()
-            t3 = time.perf_counter()
-            opt.step()
-            sync()
-            t4 = time.perf_counter()
-            mod2.zero_grad(set_to_none=True)
-            if t >= 2:
-                raw["F"].append(t1 - t0)
-                raw["LOSS"].append(t2 - t1)
-                raw["B"].append(t3 - t2)
-                raw["U"].append(t4 - t3)
-        return {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in KINDS}
-    finally:
-        torch.set_num_threads(old)
-
-
-def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,
-               seed: int, go: Any = None) -> None:  # pragma: no cover - runs in a child process
-    """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set)."""
-    import torch
-    import torch.nn.functional as F
-
-    from stalesim.workloads.zoo import build_model
-
-    torch.set_num_threads(threads)
-    dev = torch.device(device)
-    net = build_model(model, seed=seed).to(dev).train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
-    x = torch.randn((batch_size, *net.input_shape), device=dev)
-    y = torch.randint(0, 10, (batch_size,), device=dev)
-    first = True
-    while not stop.is_set():
-        if go is not None and not first and not go.is_set():
-            go.wait(0.05)
-            continue
-        loss = F.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if first:
-            ready.set()
-            first = False
-
-
-def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
-                      device: str = "cpu", repeats: int = 5, warmup: int = 2,
-                      co_batch: int | None = None, timeout_s: float = 120.0) -> Profile:
-    """``profile_model`` while ``co_runners`` processes train the same model (same threads).
-
-    This is what a CPU rank sees when the other ranks compute at the same time.
-    """
-    from stalesim.workloads.profiler import profile_model
-
-    if co_runners < 1:
-        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    readies = [ctx.Event() for _ in range(co_runners)]
-    procs = [ctx.Process(target=_busy_loop,
-                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1),
-                         daemon=True) for i in range(co_runners)]
-    for p in procs:
-        p.start()
-    try:
-        deadline = time.monotonic() + timeout_s
-        for p, ev in zip(procs, readies):
-            while not ev.wait(0.1):
-                if not p.is_alive():
-                    raise StalesimError("contention: a co-runner process died before it started")
-                if time.monotonic() > deadline:
-                    raise StalesimError("contention: co-runner processes did not start in time")
-        prof = profile_model(model, batch_sizes, device=device, threads=threads, repeats=repeats,
-                             warmup=warmup)
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-    meta = dict(prof.meta or {})
-    meta["co_runners"] = co_runners
-    meta["note"] = (f"measured while {co_runners} other process(es) trained {model} "
-                    f"with {threads} thread(s) each")
-    return replace(prof, meta=meta)
-
-
-def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
-                    device: str = "cpu", repeats: int = 5, rounds: int = 2, co_batch: int | None = None,
-                    timeout_s: float = 120.0) -> tuple[Profile, Profile]:
-    """(alone, contended) profiles measured in alternating rounds.
-
-    The co-runners stay alive and are paused between rounds, so the alone and
-    the contended measurements interleave in time: on a machine whose
-    background load drifts, both see the same drift and their ratio stays about
-    the contention itself. Each profile is the per-layer median over rounds.
-    """
-    from stalesim.workloads.profiler import profile_model
-
-    if co_runners < 1:
-        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
-    ctx = mp.get_context("spawn")
-    stop, go = ctx.Event(), ctx.Event()
-    go.set()
-    readies = [ctx.Event() for _ in range(co_runners)]
-    procs = [ctx.Process(target=_busy_loop,
-                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
-                               go), daemon=True) for i in range(co_runners)]
-    for p in procs:
-        p.start()
-    per = max(2, math.ceil(repeats / max(1, rounds)))
-    alone: list[Profile] = []
-    busy: list[Profile] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        for p, ev in zip(procs, readies):
-            while not ev.wait(0.1):
-                if not p.is_alive():
-                    raise StalesimError("contention: a co-runner process died before it started")
-                if time.monotonic() > deadline:
-                    raise StalesimError("contention: co-runner processes did not start in time")
-        for _ in range(max(1, rounds)):
-            go.clear()
-            time.sleep(0.2)  # the co-runners finish their step and wait
-            alone.append(profile_model(model, batch_sizes, device=device, threads=threads,
-                                       repeats=per, warmup=1))
-            go.set()
-            time.sleep(0.2)
-            busy.append(profile_model(model, batch_sizes, device=device, threads=threads,
-                                      repeats=per, warmup=1))
-    finally:
-        stop.set()
-        go.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-    a, b = median_profile(alone), median_profile(busy)
-    meta = dict(b.meta or {})
-    meta["co_runners"] = co_runners
-    meta["note"] = (f"measured while {co_runners} other process(es) trained {model} with {threads} "
-                    f"thread(s) each; {rounds} rounds alternating with the alone profile")
-    return a, replace(b, meta=meta)
-
-
-def median_profile(profs: list[Profile]) -> Profile:
-    """Per-layer (and per batch size) median of the times of several profiles of one model."""
-    from stalesim.workloads.profile import BatchPoint
-
-    if len(profs) == 1:
-        return profs[0]
-
-    def layers(lists: list[Any]) -> list[Any]:
-        out = []
-        for ls in zip(*lists):
-            out.append(replace(ls[0], forward_s=statistics.median(x.forward_s for x in ls),
-                               backward_s=statistics.median(x.backward_s for x in ls),
-                               update_s=statistics.median(x.update_s for x in ls)))
-        return out
-
-    def whole(ws: list[float | None]) -> float | None:
-        vals = [w for w in ws if w is not None]
-        return statistics.median(vals) if vals else None
-
-    first = profs[0]
-    top = layers([p.layers for p in profs])
-    w = whole([p.whole_model_s for p in profs])
-    points = None
-    if first.by_batch_size:
-        points = [BatchPoint(pts[0].batch_size, tuple(layers([list(q.layers) for q in pts])),
-                             whole([q.whole_model_s for q in pts]))
-                  for pts in zip(*(p.by_batch_size for p in profs))]
-    ratio = sum(lp.compute_s for lp in top) / w if w else None
-    return replace(first, layers=top, whole_model_s=w, sum_over_whole_ratio=ratio, by_batch_size=points,
-                   repeats=sum(p.repeats or 0 for p in profs) or first.repeats)
 
 
 def finite(x: Any) -> bool:

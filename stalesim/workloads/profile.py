@@ -14,14 +14,16 @@ JSON schema (``schema_version`` 1)::
      "batch_size": int, "threads": int|null, "repeats": int|null, "warmup": int|null,
      "whole_model_s": float|null, "sum_over_whole_ratio": float|null,
      "layers": [{"name", "forward_s", "backward_s", "update_s", "param_bytes",
-                 "output_bytes", "saved_bytes", "flops", "weight_layers",
+                 "output_bytes", "saved_bytes", "flops", "weight_layers"?,
                  "backward_flops"?, "spread"?}, ...],
      "by_batch_size"?: [{"batch_size": int, "layers": [...], "whole_model_s"?}, ...],
      "meta"?: {...}}
 
 Times are seconds (medians over repeats), bytes are bytes, ``flops`` are
 forward FLOPs of one mini-batch. ``spread`` (optional) holds, per time field,
-``{"min", "max", "iqr"}`` over the repeats.
+``{"min", "max", "iqr"}`` over the repeats. ``weight_layers`` (the layer's count in
+PPV numbering: conv/linear layers) may be omitted in a hand-written profile: it
+defaults to 1 for a layer with parameters and 0 for one without.
 """
 
 from __future__ import annotations
@@ -334,16 +336,18 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
             for kk in v:
                 _num(v, kk, f"{where}spread.{k}.")
         spread = {str(k): {str(kk): float(vv) for kk, vv in v.items()} for k, v in spread.items()}
+    param_bytes = _int(d, "param_bytes", where)
     return LayerProfile(
         name=_str(d, "name", where),
         forward_s=_num(d, "forward_s", where),  # type: ignore[arg-type]
         backward_s=_num(d, "backward_s", where),  # type: ignore[arg-type]
         update_s=_num(d, "update_s", where),  # type: ignore[arg-type]
-        param_bytes=_int(d, "param_bytes", where),  # type: ignore[arg-type]
+        param_bytes=param_bytes,  # type: ignore[arg-type]
         output_bytes=_int(d, "output_bytes", where),  # type: ignore[arg-type]
         saved_bytes=_int(d, "saved_bytes", where),  # type: ignore[arg-type]
         flops=_int(d, "flops", where),  # type: ignore[arg-type]
-        weight_layers=_int(d, "weight_layers", where),  # type: ignore[arg-type]
+        weight_layers=_int(d, "weight_layers", where, required=False,  # type: ignore[arg-type]
+                           default=1 if param_bytes else 0),
         backward_flops=_int(d, "backward_flops", where, required=False),
         spread=spread,
     )

@@ -1,0 +1,335 @@
+"""The steps of ``validate``, each a function of the run's :class:`Validation` state.
+
+1. :func:`profile_step`: profile the model on the ranks' device and thread count at
+   the full batch and every action batch; for CPU ranks again with the other ranks'
+   worth of co-runners busy; the per-action runtime overhead (:mod:`.corunners`).
+2. :func:`calibrate_step`: the link (``stalesim calibrate``) unless ``--hardware``.
+3. :func:`baseline_step`: the 1-rank sequential run (speed-up denominator; its gaps
+   between actions calibrate the dispatch cost).
+4. :func:`simulate_step`: every schedule with the cost model (:mod:`.costmodel`),
+   each from the run's own ``TrainConfig.schedule_config`` (the same Schedule the
+   executor runs).
+5. :func:`run_step`: every schedule on the ranks, in one process group.
+6. :func:`emulate_step`: a few iterations of each, for the loss comparison.
+7. :func:`compare_step`: rows (predicted vs measured vs replayed, emulated vs executed).
+
+:mod:`.workflow` runs them in order, times them and writes the outputs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+from stalesim.validate.config import ValidateConfig
+
+Progress = Callable[[str], None]
+STEPS = 6  # numbered steps shown in the progress lines
+
+
+@dataclass
+class Validation:
+    """Everything one validation computes, step by step."""
+
+    cfg: ValidateConfig
+    devs: Any  # stalesim.devices.Devices
+    schedules: list[str]
+    out: Path
+    say: Progress
+    prof: Any = None  # Profile alone
+    contended: Any = None  # Profile with co-runners
+    cm: Any = None  # CostModel
+    hw_dict: dict[str, Any] = field(default_factory=dict)
+    hw: Any = None  # SimHardware
+    ppv: list[int] = field(default_factory=list)
+    base_sched: Any = None
+    base_measured: dict[str, Any] = field(default_factory=dict)
+    base_timing: dict[str, Any] = field(default_factory=dict)
+    base_sim: Any = None
+    sims: dict[str, Any] = field(default_factory=dict)
+    sim_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mtimes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    emulated: dict[str, list | None] = field(default_factory=dict)
+    emulated_iterations: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.devs.count)
+
+    @property
+    def device0(self) -> str:
+        return str(self.devs.device_for(0))
+
+
+def profile_sizes(batch_size: int, microbatches: int, n_devices: int) -> list[int]:
+    """The full batch first, then every action batch a schedule of this run uses."""
+    sizes = [batch_size]
+    for b in (batch_size // microbatches, batch_size // n_devices):
+        if b >= 1 and b not in sizes:
+            sizes.append(b)
+    return sizes
+
+
+def train_config(cfg: ValidateConfig, name: str, n_devices: int, ppv: list[int], iterations: int,
+                 device: str = "cpu") -> Any:
+    """The TrainConfig every consumer runs for schedule ``name``."""
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.schedule import get_spec
+
+    spec = get_spec(name)
+    dp = spec.data_parallel
+    return TrainConfig(
+        model=cfg.model, dataset=cfg.dataset, schedule=name,
+        stages=1 if dp or n_devices == 1 else None,
+        ppv=None if dp or n_devices == 1 else list(ppv),
+        microbatches=cfg.microbatches if spec.uses_micro else 1,
+        workers=n_devices if dp else 1,
+        iterations=iterations, batch_size=cfg.batch_size, lr=cfg.lr, momentum=0.9,
+        seed=cfg.seed, device=device, data_dir=cfg.data_dir,
+        # the run's switch point, also when the emulation checks a shorter prefix
+        switch=(cfg.iterations // 2) if spec.switches else None,
+    ).check()
+
+
+def clean(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats -> None, tuples -> lists."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+# ------------------------------------------------------------------------ 1. profile
+def profile_step(v: Validation) -> None:
+    from stalesim.validate.corunners import contended_profile, measure_overhead, paired_profiles
+    from stalesim.validate.costmodel import CostModel
+    from stalesim.workloads.profiler import profile_model
+
+    cfg, say, N, dev0 = v.cfg, v.say, v.n, v.device0
+    sizes = profile_sizes(cfg.batch_size, cfg.microbatches, N)
+    co_batch = sizes[-1] if len(sizes) > 1 else sizes[0]
+    want_contention = v.devs.kind == "cpu" and N > 1 and cfg.contention
+    contended = None
+    if cfg.profile:
+        prof = _reuse_profile(cfg.profile, cfg, "--profile")
+        say(f"[validate 1/{STEPS}] profile from {cfg.profile}")
+    elif want_contention and not cfg.contended_profile:
+        say(f"[validate 1/{STEPS}] profiling {cfg.model} at batch {sizes} on {dev0} "
+            f"({cfg.threads} thread(s), {cfg.repeats} repeats), alternating with {N - 1} co-runner(s) busy")
+        prof, contended = paired_profiles(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
+                                          device=dev0, repeats=cfg.repeats, co_batch=co_batch,
+                                          timeout_s=cfg.timeout_s)
+    else:
+        say(f"[validate 1/{STEPS}] profiling {cfg.model} at batch {sizes} on {dev0} "
+            f"({cfg.threads} thread(s), {cfg.repeats} repeats)")
+        prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.repeats,
+                             warmup=2, seed=cfg.seed)
+    if contended is None and cfg.contended_profile and cfg.contention:
+        contended = _reuse_profile(cfg.contended_profile, cfg, "--contended-profile")
+    elif contended is None and want_contention:
+        say(f"[validate 1/{STEPS}] profiling again with {N - 1} co-runner(s) busy (contention)")
+        contended = contended_profile(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
+                                      device=dev0, repeats=cfg.repeats, co_batch=co_batch,
+                                      timeout_s=cfg.timeout_s)
+    overhead = (measure_overhead(threads=cfg.threads, device=dev0) if cfg.overhead
+                else {"F": 0.0, "B": 0.0, "U": 0.0, "LOSS": 0.0})
+    v.prof, v.contended = prof, contended
+    v.cm = CostModel(prof, contended, overhead, [])
+    prof.to_json(v.out / "profile.json")
+    if contended is not None:
+        contended.to_json(v.out / "profile_contended.json")
+
+
+def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
+    from stalesim.workloads.profile import load_profile
+
+    prof = load_profile(path)
+    if prof.model != cfg.model:
+        raise StalesimError(f"{flag}: profile of {prof.model!r}, but --model is {cfg.model!r}")
+    if prof.threads is not None and prof.device == "cpu" and prof.threads != cfg.threads:
+        raise StalesimError(f"{flag}: measured with {prof.threads} thread(s), the ranks use {cfg.threads}")
+    return prof
+
+
+# ---------------------------------------------------------------------- 2. calibrate
+def calibrate_step(v: Validation) -> None:
+    from stalesim.atomic import write_json_atomic
+    from stalesim.sim.model import SimHardware
+    from stalesim.workloads.hardware import hardware_from_dict
+
+    cfg, N = v.cfg, v.n
+    if cfg.hardware:
+        v.say(f"[validate 2/{STEPS}] hardware from {cfg.hardware} (no calibration)")
+        hw_dict = json.loads(Path(cfg.hardware).read_text())
+    elif N > 1:
+        from stalesim.workloads.calibrate import calibrate
+
+        backend = "nccl" if v.devs.kind == "cuda" else "gloo"
+        v.say(f"[validate 2/{STEPS}] calibrating the {backend} link with {N} ranks")
+        hw_dict = calibrate(backend, N, sizes=[4 * 4**k for k in range(11)],
+                            repeats=cfg.calibrate_repeats, timeout_s=cfg.timeout_s)
+    else:
+        hw_dict = {"schema_version": 1, "device": "cpu-core" if v.devs.kind == "cpu" else "h100-sxm",
+                   "link": "ideal", "comm_overlaps_compute": v.devs.kind != "cpu",
+                   "cpu_comm_occupancy": 0.0}
+    v.hw_dict = hw_dict
+    v.hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    write_json_atomic(v.out / "hardware.json", clean(hw_dict))
+
+
+# ----------------------------------------------------------------------- 3. baseline
+def baseline_step(v: Validation) -> None:
+    from executor.job import make_job
+    from executor.launch import run_local
+    from stalesim.devices import Devices
+    from stalesim.schedule import build_schedule
+    from stalesim.validate.measured import dispatch_gap, measured_timing
+
+    cfg = v.cfg
+    v.say(f"[validate 3/{STEPS}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
+    base_devs = Devices(v.devs.kind, v.devs.ids[:1])
+    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    job = make_job(base_tc, out=str(v.out / "runs" / "baseline-1rank"), evaluate=False,
+                   label="baseline", keep_rows=True)
+    v.base_measured = run_local(job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+    v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
+    v.base_timing = measured_timing(v.base_measured, v.base_sched)
+    if cfg.overhead:
+        v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], tuple(v.base_timing["window_s"]))
+
+
+# ----------------------------------------------------------------------- 4. simulate
+def simulate_step(v: Validation) -> None:
+    from stalesim.sim.model import resolve_cuts
+    from stalesim.validate.costmodel import simulate_with_costs
+
+    cfg, N = v.cfg, v.n
+    if cfg.ppv is not None:
+        v.ppv = list(cfg.ppv)
+    elif N > 1:
+        _cuts, v.ppv = resolve_cuts(v.prof, N, None, cfg.batch_size)
+    v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
+          f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
+    (v.out / "traces").mkdir(parents=True, exist_ok=True)
+    for name in v.schedules:
+        # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
+        tc = train_config(cfg, name, N, v.ppv, cfg.iterations)
+        r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppv or None,
+                                      batch_size=cfg.batch_size)
+        v.sims[name], v.sim_info[name] = r, info
+        r.write_trace(v.out / "traces" / f"{name}.sim.json")
+    v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
+                                        batch_size=cfg.batch_size)
+
+
+# ---------------------------------------------------------------------------- 5. run
+def run_step(v: Validation) -> None:
+    from executor.job import make_job
+
+    cfg = v.cfg
+    v.say(f"[validate 5/{STEPS}] running {len(v.schedules)} schedule(s) on {v.devs} "
+          f"({cfg.iterations} iterations each)")
+    jobs = [make_job(train_config(cfg, name, v.n, v.ppv, cfg.iterations, device="cpu"),
+                     out=str(v.out / "runs" / name), evaluate=False, label=name, keep_rows=True)
+            for name in v.schedules]
+    v.measured = _run_jobs(jobs, v.devs, cfg, v.say)
+
+
+def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
+    """All jobs in one process group; if that fails, each alone so one bad schedule
+    does not hide the others (its row then carries the error)."""
+    from executor.launch import run_local
+
+    try:
+        res = run_local(jobs, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+        return {j["label"]: r for j, r in zip(jobs, res)}
+    except StalesimError as exc:
+        if len(jobs) == 1:
+            return {jobs[0]["label"]: {"error": str(exc)}}
+        say(f"[validate] the joint run failed ({exc}); running each schedule alone")
+    out: dict[str, dict] = {}
+    for j in jobs:
+        try:
+            out[j["label"]] = run_local(j, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+        except StalesimError as exc:
+            out[j["label"]] = {"error": str(exc)}
+    return out
+
+
+# ------------------------------------------------------------------------ 6. emulate
+def emulate_step(v: Validation) -> None:
+    import torch
+
+    from stalesim.emulator.replay import Emulator
+
+    cfg = v.cfg
+    E = v.emulated_iterations = min(cfg.emulate_iterations, cfg.iterations)
+    if E <= 0:
+        return
+    v.say(f"[validate 6/{STEPS}] emulating {len(v.schedules)} schedule(s) for {E} iterations on {v.device0}")
+    old = torch.get_num_threads()
+    if v.device0 == "cpu":
+        torch.set_num_threads(cfg.threads)
+    try:
+        for name in v.schedules:
+            tc = train_config(cfg, name, v.n, v.ppv, E, device=v.device0)  # the run's switch point
+            v.emulated[name] = Emulator(tc, progress=False).run().get("losses")
+    finally:
+        torch.set_num_threads(old)
+
+
+# ------------------------------------------------------------------------ 7. compare
+def compare_step(v: Validation) -> None:
+    """One row per schedule: predicted vs measured (and replayed), emulated vs executed."""
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.validate.compare import make_row
+    from stalesim.validate.costmodel import replay_costs
+    from stalesim.validate.measured import measured_timing, peak_memory
+
+    for name in v.schedules:
+        r, info = v.sims[name], v.sim_info[name]
+        m = v.measured.get(name)
+        if m is None or "error" in m:
+            mt = {"iteration_time_s": None, "utilization": [], "window": [], "window_s": [0, 0]}
+        else:
+            mt = measured_timing(m, info["schedule"])
+        v.mtimes[name] = mt
+        replay_it = None
+        if m is not None and m.get("rows"):
+            rc = replay_costs(info["costs"], m["rows"], tuple(mt["window_s"]))
+            replay_it = simulate(rc, info["schedule"], v.hw, SimOptions(keep_timeline=False)).iteration_time_s
+        extra = {
+            "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
+            "ppv": info["ppv"], "action_batch": info["action_batch"],
+            "contention_phi": info["phi"], "fixed_point_rounds": info["rounds"],
+            "steady_window": r.steady_window,
+            "executor_iteration_time_s": None if m is None else m.get("iteration_time_s"),
+            "versions_match_ir": None if m is None else m.get("versions_match_ir"),
+            "emulated_iterations": v.emulated_iterations,
+            "replay_iteration_time_s": replay_it,
+            "replay_time_error": (None if replay_it is None or not mt["iteration_time_s"]
+                                  else (replay_it - mt["iteration_time_s"]) / mt["iteration_time_s"]),
+            "error": None if m is None else m.get("error"),
+        }
+        v.rows.append(make_row(
+            name,
+            predicted={"iteration_time_s": r.iteration_time_s, "utilization": r.utilization,
+                       "peak_memory_bytes": r.peak_memory_bytes},
+            measured={"iteration_time_s": mt["iteration_time_s"], "utilization": mt["utilization"],
+                      "peak_memory_bytes": None if m is None else peak_memory(m)},
+            predicted_baseline_s=v.base_sim.iteration_time_s,
+            measured_baseline_s=v.base_timing["iteration_time_s"],
+            emulated_losses=v.emulated.get(name),
+            executed_losses=None if m is None else m.get("losses"),
+            extra=extra))

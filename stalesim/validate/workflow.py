@@ -1,0 +1,104 @@
+"""``validate``: profile -> calibrate -> baseline -> simulate -> run -> emulate -> compare -> report.
+
+Every consumer gets the same numbers (model, batch size, micro-batches, the
+partition found once from the profile, iterations, seed) and the same schedule
+(``TrainConfig.schedule_config``), so the report's differences are modelling
+errors. The steps are in :mod:`stalesim.validate.steps`; this module runs them in
+order, times each, and writes ``summary.json``, ``report.md``, figures and traces.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stalesim.validate.config import ValidateConfig, check_config
+from stalesim.validate.steps import (
+    Progress,
+    Validation,
+    baseline_step,
+    calibrate_step,
+    clean,
+    compare_step,
+    emulate_step,
+    profile_step,
+    run_step,
+    simulate_step,
+    train_config,
+)
+
+STEP_ORDER = (("profile", profile_step), ("calibrate", calibrate_step), ("baseline", baseline_step),
+              ("simulate", simulate_step), ("run", run_step), ("emulate", emulate_step),
+              ("compare", compare_step))
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the whole validation; returns the summary (also written to ``cfg.out``)."""
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    devs, scheds = check_config(cfg)
+    if cfg.dataset != "synthetic":  # fail now (one line), not inside a rank later
+        from stalesim.runtime.data import load_dataset
+
+        load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
+    v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say)
+    timings: dict[str, float] = {}
+    load_before = _loadavg()
+    t_all = time.perf_counter()
+    for name, step in STEP_ORDER:
+        t0 = time.perf_counter()
+        step(v)
+        timings[f"{name}_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    summary = _summary(v, timings, load_before)
+    from stalesim.atomic import write_json_atomic
+    from stalesim.validate.report import write_outputs, write_report
+
+    say(f"[validate] writing report, summary and figures to {v.out}")
+    files = write_outputs(v.out, summary, sims=v.sims, measured=v.measured, mtimes=v.mtimes,
+                          emulated=v.emulated)
+    timings["report_s"] = time.perf_counter() - t0
+    timings["total_s"] = time.perf_counter() - t_all
+    summary["files"] = files
+    write_json_atomic(v.out / "summary.json", clean(summary))
+    write_report(v.out, clean(summary))
+    return clean(summary)
+
+
+def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None) -> dict[str, Any]:
+    from stalesim.validate.compare import aggregate, goals_met
+
+    agg = aggregate(v.rows)
+    return {
+        "command": v.cfg.command or "stalesim validate",
+        "config": v.cfg.to_dict(),
+        "devices": str(v.devs),
+        "schedules": v.schedules,
+        "ppv": v.ppv,
+        "rows": v.rows,
+        **agg,
+        "goals_met": goals_met(agg),
+        "baseline": {"predicted_iteration_time_s": v.base_sim.iteration_time_s,
+                     "measured_iteration_time_s": v.base_timing["iteration_time_s"],
+                     "what": "sequential, S=1, on one rank of the same device kind and thread count"},
+        "cost_model": v.cm.to_dict(),
+        "profile": v.prof.to_dict(),
+        "contended_profile_meta": None if v.contended is None else v.contended.meta,
+        "hardware": v.hw_dict,
+        "sim_hardware": v.hw.to_dict(),
+        "load_average": {"before": load_before, "after": _loadavg()},
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+                    "python": sys.version.split()[0],
+                    "device_name": (v.prof.meta or {}).get("device_name")},
+        "timings_s": timings,
+    }

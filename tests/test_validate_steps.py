@@ -1,0 +1,80 @@
+"""validate's steps on synthetic inputs: the configs every consumer shares, and the
+simulate -> compare path fed a "measurement" that is the simulated timeline itself
+(zero time error, zero replay error: the comparison adds nothing of its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stalesim.devices import parse_devices
+from stalesim.schedule import build_schedule, get_spec
+from stalesim.sim.model import SimHardware
+from stalesim.validate.config import ValidateConfig
+from stalesim.validate.costmodel import CostModel
+from stalesim.validate.steps import (
+    Validation,
+    compare_step,
+    profile_sizes,
+    simulate_step,
+    train_config,
+)
+from stalesim.workloads.profile import uniform_profile
+
+
+def test_profile_sizes_cover_every_action_batch() -> None:
+    assert profile_sizes(64, 4, 2) == [64, 16, 32]
+    assert profile_sizes(32, 1, 1) == [32]
+    assert profile_sizes(8, 8, 2) == [8, 1, 4]
+
+
+@pytest.mark.parametrize("name", ["stale", "gpipe", "dp", "hybrid"])
+def test_train_config_shares_the_partition_and_the_switch(name: str) -> None:
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=12, batch_size=32, microbatches=4)
+    tc = train_config(cfg, name, 2, [2], 12)
+    spec = get_spec(name)
+    assert tc.workers == (2 if spec.data_parallel else 1)
+    assert tc.ppv == (None if spec.data_parallel else [2])
+    emu = train_config(cfg, name, 2, [2], 5)  # the emulation checks a prefix of the same run
+    assert emu.switch == tc.switch == (6 if spec.switches else None)
+    a, b = build_schedule(tc.schedule_config(12)), build_schedule(emu.schedule_config(5))
+    assert a.versions.v_f(0, 3, 0 if a.uses_micro else None) == b.versions.v_f(0, 3, 0 if b.uses_micro else None)
+
+
+def _rows_from(result) -> dict[str, list[list]]:
+    """The simulated timeline in the executor's row format (label, kind, stage, batch, micro,
+    worker, start_s, end_s), per device."""
+    tl = result.timeline
+    rows: dict[str, list[list]] = {}
+    for gid, a in enumerate(tl.program.actions):
+        d = tl.program.device_of_gid[gid]
+        rows.setdefault(str(d), []).append([str(a.with_version(None)), a.kind.value, a.stage, a.batch,
+                                            a.micro, a.worker, tl.start[gid] / 1e9, tl.end[gid] / 1e9])
+    return rows
+
+
+def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path) -> None:
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
+                         out=str(tmp_path))
+    prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "1f1b"], out=tmp_path,
+                   say=lambda _m: None, prof=prof, cm=CostModel(prof), hw=SimHardware.ideal())
+    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
+    simulate_step(v)
+    assert v.ppv == [3] and set(v.sims) == {"stale", "1f1b"}
+    assert (tmp_path / "traces" / "stale.sim.json").exists()
+    for name, r in v.sims.items():
+        assert r.schedule_fingerprint == v.sim_info[name]["schedule"].fingerprint()
+        v.measured[name] = {"rows": _rows_from(r), "iterations": cfg.iterations, "schedule": name,
+                            "peak_memory_bytes": {str(d): b for d, b in enumerate(r.peak_memory_bytes)},
+                            "losses": [1.0] * cfg.iterations}
+        v.emulated[name] = [1.0] * 4
+    v.base_timing = {"iteration_time_s": v.base_sim.iteration_time_s}
+    compare_step(v)
+    for row in v.rows:
+        assert row["time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
+        assert row["replay_time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
+        assert row["speedup_error"] == pytest.approx(0.0, abs=1e-9)
+        assert row["max_loss_rel_diff"] == 0.0
