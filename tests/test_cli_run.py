@@ -37,6 +37,7 @@ def test_bad_training_flag_is_one_line_exit_2():
     assert len(p.stderr.strip().splitlines()) == 1 and "workers" in p.stderr
 
 
+@pytest.mark.slow
 def test_acceptance_command(tmp_path):
     out = tmp_path / "run"
     p = _run("--model", "lenet5", "--dataset", "synthetic", "--schedule", "stale", "--stages", "2",
@@ -58,6 +59,7 @@ def test_acceptance_command(tmp_path):
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 50
 
 
+@pytest.mark.slow
 def test_epochs_and_fold_on_real_ranks(tmp_path):
     """Counting by epochs (rank 0 reads the data set and broadcasts its length) and three
     stages folded onto two ranks (--fold)."""

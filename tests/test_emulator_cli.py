@@ -79,6 +79,7 @@ def test_divergence_is_not_a_crash(capsys, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["diverged"] is True
 
 
+@pytest.mark.slow
 def test_study_grid_writes_table_and_plot(capsys, tmp_path):
     rc, out, _ = _run(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic",
                                "--synthetic-size", "64", "--batch-size", "16", "--iterations", "4",

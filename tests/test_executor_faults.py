@@ -59,6 +59,7 @@ def _run_failing(tmp_path: Path, fault: str, timeout_s: float) -> tuple[str, flo
     return str(info.value), elapsed
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 def test_crashed_rank_stops_every_rank(tmp_path):
     msg, elapsed = _run_failing(tmp_path, "1:1F10:crash", timeout_s=30)
@@ -68,6 +69,7 @@ def test_crashed_rank_stops_every_rank(tmp_path):
     assert elapsed < STARTUP_S + 30
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 def test_hung_rank_times_out_and_is_killed(tmp_path):
     msg, elapsed = _run_failing(tmp_path, "1:1F10:hang", timeout_s=3)
@@ -78,6 +80,7 @@ def test_hung_rank_times_out_and_is_killed(tmp_path):
     assert elapsed < STARTUP_S + 3 + 5
 
 
+@pytest.mark.slow
 def test_cli_reports_a_failing_rank_in_one_line_with_status_2(tmp_path):
     env = dict(os.environ, STALESIM_EXECUTOR_FAULT="0:0F3:raise")
     proc = subprocess.run(

@@ -37,6 +37,7 @@ def _emulated_losses(cfg: TrainConfig) -> list[float]:
     return Emulator(cfg).run()["losses"]
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_reproduces_the_losses(tmp_path):
     cfg = _cfg("stale", model="resnet8", batch_size=8, synthetic_size=64, iterations=10)
     out = str(tmp_path / "run")

@@ -39,6 +39,7 @@ def configs(draw):
                           fold=fold, switch=switch, warmup=warmup)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_every_schedule_validates_and_sends_pair(cfg):
