@@ -172,11 +172,11 @@ def simulate(
             window = [k0, k1]
         busy = busy_in_window(timeline, lo, hi)
         span = max(1, hi - lo)
-        util = [min(1.0, b / span) for b in busy]
+        util = [b / span for b in busy]  # checked/clipped by the plausibility pass
         makespan = timeline.makespan
     else:
         it = fast.iteration_ns
-        util = [min(1.0, b / it) if it else 0.0 for b in fast.busy_ns]
+        util = [b / it if it else 0.0 for b in fast.busy_ns]  # checked by the plausibility pass
         makespan = fast.makespan_ns
         window = []
     mem = memory_report(sched, costs, optimizer_state_factor=optimizer_state_factor, counts=counts)
@@ -190,7 +190,7 @@ def simulate(
     }
     it_s = it / NS
     hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
-    return SimResult(
+    result = SimResult(
         schedule=name, method=method, stages=S, microbatches=M, workers=P, batches=N,
         devices=n_dev, batch_size=B,
         iteration_time_s=it_s,
@@ -216,6 +216,10 @@ def simulate(
         stage_costs=costs.to_dict(),
         timeline=timeline if keep_timeline else None,
     )
+    # ---- plausibility pass (issue 17): cost provenance + physical-limit checks -> warnings
+    from stalesim.sim.plausibility import finish
+
+    return finish(result, costs, sched, hw)
 
 
 def _per_stage(counts: Any, S: int, attr: str) -> list[int]:
