@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stalesim.cli.common import int_list, print_json
+from stalesim.cli.common import add_extrapolate_arg, int_list, print_json
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -93,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="event simulation (default) or the closed-form fast path")
     p.add_argument("--loss-time", type=float, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
+    add_extrapolate_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError(f"--loss-time: must be >= 0, got {args.loss_time}")
     if (args.trace or args.plot) and args.method == "fast":
         raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
-    prof = load_profile(args.profile)
+    prof = load_profile(args.profile).with_extrapolation(args.extrapolate)
     prof, hw = resolve_cli_hardware(args, prof, args.device, args.link)
     stages = args.stages
     if stages is None and args.ppv is None:
@@ -128,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
         d = r.to_dict()
         d.update(written)
         print_json(d)
+        for w in r.warnings:  # stdout stays one JSON object; warnings are never silent
+            print(f"stalesim: warning: {w}", file=sys.stderr)
     else:
         print(r.summary())
         for k, v in written.items():
