@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.result import SimResult
 
 REL_TOL = 1e-6  # integer-ns rounding: a limit counts as crossed beyond this
+SPEEDUP = "speed-up "  # how every speed-up warning starts (see without_speedup)
 _COMPUTE = ("F", "B", "U", "LOSS")
 
 
@@ -162,7 +163,7 @@ def check_speedup(result: SimResult, costs: StageCosts, work: Sequence[float]) -
         return []
     total = sum(work)
     seq = costs.seq_ns
-    head = (f"speed-up {result.speedup:.3f}x exceeds the {n} device(s) used (super-linear)")
+    head = (f"{SPEEDUP}{result.speedup:.3f}x exceeds the {n} device(s) used (super-linear)")
     if total <= 0 or total >= seq:
         return [f"{head}: the iteration time ({result.iteration_time_s * 1e3:.4g} ms) is shorter "
                 f"than the devices' work per mini-batch allows (total {total / NS * 1e3:.4g} ms over "
@@ -203,7 +204,7 @@ def check_relative_speedup(result: SimResult, baseline: SimResult, devices: int)
     n = max(1, int(devices))
     if not sp > n * (1 + REL_TOL):
         return []
-    head = f"speed-up {sp:.3f}x exceeds the {n} device(s) used (super-linear)"
+    head = f"{SPEEDUP}{sp:.3f}x exceeds the {n} device(s) used (super-linear)"
     busy = sum(result.utilization) * it
     if busy >= baseline.iteration_time_s:
         return [f"{head}: the devices' busy time per mini-batch ({busy * 1e3:.4g} ms) is not below "
@@ -221,6 +222,12 @@ def check_relative_speedup(result: SimResult, baseline: SimResult, devices: int)
         return [f"{head}: {why}. Implied by the measured profile inside its range ({where}): "
                 f"smaller batches ran cheaper per sample there (cache effects, or measurement noise)"]
     return [f"{head}: {why}, with costs from {where}"]
+
+
+def without_speedup(warnings: Sequence[str]) -> list[str]:
+    """``warnings`` less the speed-up ones: for a caller that defines its own speed-up
+    (another baseline) and checks it with :func:`check_relative_speedup` instead."""
+    return [w for w in warnings if not w.startswith(SPEEDUP)]
 
 
 def check_memory(result: SimResult, costs: StageCosts, sched: Schedule,
