@@ -155,7 +155,12 @@ def run(args: argparse.Namespace) -> int:
               f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
 
     # 4. predict -----------------------------------------------------------------------
-    from stalesim.validate.demo import fmt_bytes, ideal_line_statement, predict_grid, prediction_figure
+    from stalesim.validate.demo import (
+        fmt_bytes,
+        ideal_line_statement,
+        predict_grid,
+        prediction_figure,
+    )
 
     step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
          f"and {args.gpu} over pcie4-x16 / nvlink4 (roofline from the same profile)")

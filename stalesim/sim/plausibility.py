@@ -151,8 +151,8 @@ def check_iteration(result: SimResult, work: Sequence[float]) -> list[str]:
     if need > 0 and it < need * (1 - REL_TOL):
         where = (f"the steady-state window (batches {result.steady_window[0]}..{result.steady_window[1]})"
                  if result.steady_window else "the closed-form iteration time")
-        return [f"iteration time {it * 1e3:.4g} ms is below device {d}'s compute per mini-batch "
-                f"({need * 1e3:.4g} ms); {where} does not cover a whole steady-state period"]
+        return [(f"iteration time {it * 1e3:.4g} ms is below device {d}'s compute per mini-batch "
+                f"({need * 1e3:.4g} ms); {where} does not cover a whole steady-state period")]
     return []
 
 
@@ -165,9 +165,9 @@ def check_speedup(result: SimResult, costs: StageCosts, work: Sequence[float]) -
     seq = costs.seq_ns
     head = (f"{SPEEDUP}{result.speedup:.3f}x exceeds the {n} device(s) used (super-linear)")
     if total <= 0 or total >= seq:
-        return [f"{head}: the iteration time ({result.iteration_time_s * 1e3:.4g} ms) is shorter "
+        return [(f"{head}: the iteration time ({result.iteration_time_s * 1e3:.4g} ms) is shorter "
                 f"than the devices' work per mini-batch allows (total {total / NS * 1e3:.4g} ms over "
-                f"{n} devices)"]
+                f"{n} devices)")]
     B, ab = costs.batch_size, costs.action_batch
     cs = costs.cost_source or {}
     a_src, b_src = cs.get("action_batch", {}), cs.get("batch_size", {})
@@ -181,11 +181,11 @@ def check_speedup(result: SimResult, costs: StageCosts, work: Sequence[float]) -
     where = (f"batch {ab}: {a_src.get('basis', a_src.get('source'))}; "
              f"batch {B}: {b_src.get('basis', b_src.get('source'))}")
     if all(s in ("measured", "interpolated") for s in srcs):
-        return [f"{head}: {why}. Implied by the measured profile inside its range ({where}): "
-                f"smaller batches ran cheaper per sample there (cache effects, or measurement noise)"]
+        return [(f"{head}: {why}. Implied by the measured profile inside its range ({where}): "
+                f"smaller batches ran cheaper per sample there (cache effects, or measurement noise)")]
     if "extrapolated" in srcs:
-        return [f"{head}: {why}, from costs extrapolated outside the profiled batch sizes ({where}); "
-                f"profile at batch sizes {ab} and {B} to check"]
+        return [(f"{head}: {why}, from costs extrapolated outside the profiled batch sizes ({where}); "
+                f"profile at batch sizes {ab} and {B} to check")]
     return [f"{head}: {why} ({where})"]
 
 
@@ -207,9 +207,9 @@ def check_relative_speedup(result: SimResult, baseline: SimResult, devices: int)
     head = f"{SPEEDUP}{sp:.3f}x exceeds the {n} device(s) used (super-linear)"
     busy = sum(result.utilization) * it
     if busy >= baseline.iteration_time_s:
-        return [f"{head}: the devices' busy time per mini-batch ({busy * 1e3:.4g} ms) is not below "
+        return [(f"{head}: the devices' busy time per mini-batch ({busy * 1e3:.4g} ms) is not below "
                 f"the baseline's ({baseline.iteration_time_s * 1e3:.4g} ms), so the iteration time is "
-                f"too short for the work"]
+                f"too short for the work")]
     a = result.cost_detail.get("action_batch", {})
     b = baseline.cost_detail.get("batch_size", {})
     why = (f"the configuration computes {busy * 1e3:.4g} ms per mini-batch on all devices, less than "
@@ -219,8 +219,8 @@ def check_relative_speedup(result: SimResult, baseline: SimResult, devices: int)
     where = (f"batch {a['batch_size']}: {a.get('basis') or a.get('source')}; "
              f"batch {b['batch_size']}: {b.get('basis') or b.get('source')}")
     if {a.get("source"), b.get("source")} <= {"measured", "interpolated"}:
-        return [f"{head}: {why}. Implied by the measured profile inside its range ({where}): "
-                f"smaller batches ran cheaper per sample there (cache effects, or measurement noise)"]
+        return [(f"{head}: {why}. Implied by the measured profile inside its range ({where}): "
+                f"smaller batches ran cheaper per sample there (cache effects, or measurement noise)")]
     return [f"{head}: {why}, with costs from {where}"]
 
 
