@@ -174,6 +174,15 @@ def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[st
         handles.append(Line2D([], [], marker="o", ms=10, fillstyle="none", color="red", ls="none"))
         labels.append("above ideal (see warnings)")
     axes[0][-1].legend(handles, labels, fontsize=6.5)
+    above = [r for r in rows if r.get("above_ideal")]
+    if not above:
+        caption = "no prediction above the ideal line (speed-up <= devices)"
+    elif all(r.get("cost_source") in ("measured", "interpolated") for r in above):
+        caption = (f"{len(above)} prediction(s) above the ideal line (red rings): implied by the measured "
+                   "profile inside its range (smaller batches measured cheaper per sample)")
+    else:
+        caption = f"{len(above)} prediction(s) above the ideal line (red rings): see the warnings"
+    fig.text(0.5, -0.01, caption, ha="center", va="top", fontsize=8)
     return _save(fig, path)
 
 
