@@ -36,6 +36,10 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return _write_atomic(path, "w", lambda fh: fh.write(text))
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
+    return _write_atomic(path, "wb", lambda fh: fh.write(data))
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     def dump(fh: IO[str]) -> None:
         json.dump(obj, fh, indent=2, allow_nan=False)

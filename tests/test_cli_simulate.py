@@ -91,3 +91,46 @@ def test_bad_input_exit_2_one_line(prof_path, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert rc == 2, (extra, err)
         assert err.startswith("stalesim: error:") and needle in err and "\n" not in err, (extra, err)
+
+
+def test_json_and_text_say_where_costs_came_from(capsys, prof_path):
+    d = sim_json(capsys, "--profile", prof_path, "--schedule", "gpipe", "--stages", "2", "-M", "8",
+                 "--batch-size", "128")
+    assert d["cost_source"] == "extrapolated" and d["warnings"] == []  # micro-batch 16 < 128
+    assert d["cost_detail"]["action_batch"]["source"] == "extrapolated"
+    assert d["cost_detail"]["batch_size"]["source"] == "measured"
+    assert d["cost_detail"]["measured_range"] == [128, 128]
+    assert main(["simulate", "--profile", prof_path, "--schedule", "gpipe", "--stages", "2",
+                 "-M", "8", "--extrapolate", "trend"]) == 0
+    out = capsys.readouterr().out
+    assert "costs            extrapolated (profiled at batch 128), extrapolation rule trend" in out
+    assert "note: costs EXTRAPOLATED outside the profiled batch sizes (action batch 16: below" in out
+
+
+def test_bad_extrapolate_exit_2(capsys, prof_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--profile", prof_path, "--schedule", "gpipe", "--extrapolate", "linear"])
+    assert exc.value.code == 2
+    assert "--extrapolate" in capsys.readouterr().err
+
+
+def test_roofline_batch_scaling_matches_figure_code(capsys):
+    """Issue 16: the CLI (roofline at the profile's batch 8, simulated at 128) and the figure
+    code (profile scaled to 128, then roofline) give the same sequential time."""
+    from pathlib import Path
+
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
+    from stalesim.workloads.profile import load_profile
+
+    path = Path(__file__).resolve().parents[1] / "figures" / "profiles" / "resnet56_b8_shape.json"
+    d = sim_json(capsys, "--profile", str(path), "--schedule", "stale", "--stages", "2", "--ppv", "19",
+                 "--batch-size", "128", "--target", "h100-sxm")
+    fig = simulate(roofline_profile(load_profile(path).at_batch_size(128), "h100-sxm"),
+                   ScheduleConfig("stale", stages=2), hardware_from_catalog("h100-sxm", "ideal"),
+                   SimOptions(ppv=(19,)))
+    assert d["sequential_time_s"] == pytest.approx(fig.sequential_time_s, rel=1e-9)
+    assert d["iteration_time_s"] == pytest.approx(fig.iteration_time_s, rel=1e-9)
+    assert d["sequential_time_s"] == pytest.approx(1.895e-3, rel=2e-3)  # was 6.245 ms
+    assert d["cost_source"] == "roofline"

@@ -38,3 +38,50 @@ def test_sweep_bad_device_exit_2(capsys, prof_path):
     assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe", "-S", "2",
                  "--devices", "nope"]) == 2
     assert "device" in capsys.readouterr().err
+
+
+def test_sweep_rows_carry_cost_source_and_plot(capsys, prof_path, tmp_path):
+    out_csv, png = tmp_path / "s.csv", tmp_path / "s.png"
+    assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe,dp", "-S", "2", "-M", "1,8",
+                 "-P", "2", "--csv", str(out_csv), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "profile: measured at batch 128; outside that: conservative extrapolation" in out
+    assert "marks: * costs extrapolated" in out
+    import csv
+
+    rows = {(r["schedule"], r["microbatches"]): r for r in csv.DictReader(out_csv.open())}
+    g1, g8, dp = rows[("gpipe", "1")], rows[("gpipe", "8")], rows[("dp", "1")]
+    assert (g1["cost_source"], g1["action_batch"], g1["action_batch_source"]) == ("measured", "128", "measured")
+    assert (g8["cost_source"], g8["action_batch"], g8["action_batch_source"]) == ("extrapolated", "16",
+                                                                                   "extrapolated")
+    assert dp["action_batch"] == "64" and dp["devices"] == "2" and dp["warnings"] == ""
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe", "-S", "2",
+                 "--plot", str(tmp_path / "x.txt")]) == 2
+
+
+def test_sweep_warnings_are_printed(capsys, tmp_path):
+    """A profile measured at 16 and 32 whose trend makes batch 64 dear: dp over 2 looks
+    super-linear with --extrapolate trend; the table marks it and prints the cause."""
+    from stalesim.workloads.profile import profile_from_dict
+
+    def layer(ms, b):
+        return {"name": "l0", "forward_s": ms * 1e-3, "backward_s": 2 * ms * 1e-3, "update_s": 0.0,
+                "param_bytes": 1000, "output_bytes": 10 * b, "saved_bytes": 10 * b, "flops": 0,
+                "weight_layers": 1}
+
+    p = tmp_path / "two.json"
+    profile_from_dict({"schema_version": 1, "model": "m", "device": "cpu", "dtype": "float32",
+                       "batch_size": 32, "layers": [layer(40.0, 32)],
+                       "by_batch_size": [{"batch_size": 16, "layers": [layer(16.0, 16)]},
+                                         {"batch_size": 32, "layers": [layer(40.0, 32)]}]}).to_json(p)
+    args = ["sweep", "--profile", str(p), "--schedules", "dp", "-S", "1", "-P", "2", "-B", "64"]
+    assert main(args + ["--extrapolate", "trend"]) == 0
+    out = capsys.readouterr().out
+    assert "*!" in out and "WARNING rank 1 dp S=1 M=1 P=2: speed-up" in out
+    assert "trend: line through batches 16 and 32" in out
+    assert main(args + ["--json"]) == 0  # conservative: no warning
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)[0]["warnings"] == "" and "warning" not in cap.err
+    assert main(args + ["--json", "--extrapolate", "trend"]) == 0
+    assert "stalesim: warning: dp S=1 M=1 P=2: speed-up" in capsys.readouterr().err

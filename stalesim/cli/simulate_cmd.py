@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stalesim.cli.common import int_list, nonneg_float, print_json
+from stalesim.cli.common import add_extrapolate_arg, int_list, nonneg_float, print_json
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -95,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="event simulation (default) or the closed-form fast path")
     p.add_argument("--loss-time", type=nonneg_float, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
+    add_extrapolate_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -118,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     opts = SimOptions(ppv=None if args.ppv is None else tuple(args.ppv), batch_size=args.batch_size,
                       method=args.method, loss_s=args.loss_time)
     opts.check()
-    prof = load_profile(args.profile)
+    prof = load_profile(args.profile).with_extrapolation(args.extrapolate)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     r = simulate(prof, cfg, hw, opts)
     written = {}
@@ -130,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         d = r.to_dict()
         d.update(written)
         print_json(d)
+        for w in r.warnings:  # stdout stays one JSON object; warnings are never silent
+            print(f"stalesim: warning: {w}", file=sys.stderr)
     else:
         print(r.summary())
         for k, v in written.items():

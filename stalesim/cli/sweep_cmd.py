@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stalesim.cli.common import int_list, positive_int, print_json
+from stalesim.cli.common import add_extrapolate_arg, int_list, positive_int, print_json
 
 
 def _names(text: str) -> list[str]:
@@ -49,11 +50,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=positive_int, default=30, help="rows printed (the CSV has all)")
     p.add_argument("--csv", default=None, metavar="OUT.csv", help="write every row as CSV")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    p.add_argument("--plot", default=None, metavar="OUT.png",
+                   help="write speed-up vs devices (.png/.svg/.pdf); markers show which costs were "
+                        "measured, interpolated, extrapolated or roofline, red rings the warnings")
+    add_extrapolate_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.sim.sweep import grid, sweep, table, write_csv
+    from stalesim.sim.sweep import grid, plot, sweep, table, write_csv
     from stalesim.workloads.hardware import get_device, get_link
     from stalesim.workloads.profile import load_profile
 
@@ -70,15 +75,27 @@ def run(args: argparse.Namespace) -> int:
                   workers=args.workers, ppv_candidates=args.ppv_candidates,
                   devices=devices, links=links)
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
-                 batches=args.batches)
+                 batches=args.batches, extrapolate=args.extrapolate)
     if args.csv:
         write_csv(args.csv, rows)
+    if args.plot:
+        plot(rows, args.plot)
     if args.json:
         print_json(rows)
+        for r in rows:  # stdout stays JSON; warnings are never silent
+            for w in (r.get("warnings") or "").split(" | "):
+                if w:
+                    print(f"stalesim: warning: {r['schedule']} S={r['stages']} M={r['microbatches']} "
+                          f"P={r['workers']}: {w}", file=sys.stderr)
     else:
         print(f"{len(points)} configurations ({args.method} path, {args.jobs} process(es)), "
               f"ranked by throughput")
+        sizes = prof.measured_batch_sizes
+        print(f"profile: {'roofline estimate' if not sizes else 'measured at batch ' + ', '.join(map(str, sizes))}"
+              f"; outside that: {args.extrapolate} extrapolation")
         print(table(rows, args.top))
         if args.csv:
             print(f"csv: {args.csv}")
+        if args.plot:
+            print(f"plot: {args.plot}")
     return 0

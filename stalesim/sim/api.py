@@ -150,12 +150,12 @@ def simulate(
             window = [k0, k1]
         busy = busy_in_window(timeline, lo, hi)
         span = max(1, hi - lo)
-        util = [min(1.0, b / span) for b in busy]
+        util = [b / span for b in busy]  # checked/clipped by the plausibility pass
         makespan = timeline.makespan
         phase_end = [done[p.last - 1] / NS for p in phases]
     else:
         it = fast.iteration_ns
-        util = [min(1.0, b / it) if it else 0.0 for b in fast.busy_ns]
+        util = [b / it if it else 0.0 for b in fast.busy_ns]  # checked by the plausibility pass
         makespan = fast.makespan_ns
         window = []
         phase_end = []
@@ -172,7 +172,7 @@ def simulate(
     }
     it_s = it / NS
     hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
-    return SimResult(
+    result = SimResult(
         schedule=sched.name, method=opts.method, stages=S, microbatches=sched.microbatches,
         workers=sched.workers, batches=N, devices=sched.num_devices, batch_size=B,
         iteration_time_s=it_s,
@@ -202,6 +202,10 @@ def simulate(
         stage_costs=costs.to_dict(),
         timeline=timeline if opts.keep_timeline else None,
     )
+    # ---- plausibility pass (issue 17): cost provenance + physical-limit checks -> warnings
+    from stalesim.sim.plausibility import finish
+
+    return finish(result, costs, sched, hw)
 
 
 def default_batches(cfg: ScheduleConfig) -> int:

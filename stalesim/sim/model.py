@@ -187,6 +187,9 @@ class StageCosts:
     cuts: tuple[int, ...] = ()
     ppv: tuple[int, ...] = ()
     layer_ranges: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    # where the times come from, per batch size used: {"action_batch": CostSource dict,
+    # "batch_size": CostSource dict} (stalesim.workloads.scaling); empty = given by hand
+    cost_source: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stages(self) -> int:
@@ -200,6 +203,7 @@ class StageCosts:
             "update_s": [x / NS for x in self.u_ns], "loss_s": self.loss_ns / NS,
             "message_bytes": list(self.msg_bytes), "param_bytes": list(self.param_bytes),
             "saved_bytes": list(self.saved_bytes), "action_batch": self.action_batch,
+            "cost_source": {k: dict(v) for k, v in self.cost_source.items()},
         }
 
 
@@ -273,4 +277,6 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
         action_batch=action_batch,
         cuts=tuple(cuts), ppv=tuple(ppv),
         layer_ranges=tuple(stage_ranges(list(cuts), profile.n_layers)),
+        cost_source={"action_batch": profile.cost_source(action_batch).to_dict(),
+                     "batch_size": profile.cost_source(batch_size).to_dict()},
     )

@@ -58,8 +58,11 @@ def gantt(result: SimResult, path: str | os.PathLike[str], *, title: str | None 
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, span * 1.01)
+    trust = "" if result.cost_source in ("measured", "given") else f" [costs {result.cost_source}]"
+    if result.warnings:
+        trust += f" [{len(result.warnings)} warning(s)]"
     ax.set_title(title or (f"{result.schedule}: S={result.stages} M={result.microbatches} "
-                           f"P={result.workers}, {result.iteration_time_s * 1e3:.3g} ms/batch"))
+                           f"P={result.workers}, {result.iteration_time_s * 1e3:.3g} ms/batch{trust}"))
     present = [c for c in COLORS if c in by_color]
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in present], loc="upper right",
               fontsize=7, ncol=min(len(present), 6))

@@ -34,6 +34,14 @@ class SimResult:
     device running ``sequential`` (sum of the stage costs at the full batch)
     over ``iteration_time_s``. ``utilization``: per device, compute busy / wall
     inside the steady window; ``bubble_fraction`` = 1 - mean utilization.
+
+    Trust: ``cost_source`` is the least trustworthy origin of the per-stage
+    costs over the batch sizes used (``measured``, ``interpolated``,
+    ``roofline``, ``extrapolated`` outside the profiled batch sizes, or
+    ``given`` stage costs); ``cost_detail`` has, per batch size used (the
+    mini-batch and the action batch), its source and basis, the measured batch
+    sizes and the extrapolation rule. ``warnings`` lists every physical limit
+    the prediction crosses, with its cause (:mod:`stalesim.sim.plausibility`).
     """
 
     schedule: str
@@ -67,6 +75,9 @@ class SimResult:
     fast_formula: str = ""
     notes: list[str] = field(default_factory=list)
     stage_costs: dict[str, Any] = field(default_factory=dict)
+    cost_source: str = "given"
+    cost_detail: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ JSON
@@ -93,10 +104,12 @@ class SimResult:
             f"utilization      {util}  (bubble {self.bubble_fraction:.3f})",
             f"peak memory      {mem}",
             f"staleness        {self.staleness}  versions kept {self.versions.get('versions_kept')}",
+            f"costs            {self.cost_source}{_cost_range(self.cost_detail)}",
         ]
         if self.fast_iteration_time_s is not None and self.method == "event":
             lines.append(f"fast path        {self.fast_iteration_time_s * 1e3:.4g} ms ({self.fast_formula})")
         lines += [f"note: {n}" for n in self.notes]
+        lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ trace
@@ -152,6 +165,13 @@ class SimResult:
         from stalesim.sim.plot import gantt
 
         return gantt(self, path, **kwargs)
+
+
+def _cost_range(detail: dict[str, Any]) -> str:
+    sizes = detail.get("measured_batch_sizes")
+    rule = detail.get("rule")
+    out = f" (profiled at batch {', '.join(map(str, sizes))})" if sizes else ""
+    return out + (f", extrapolation rule {rule}" if rule else "")
 
 
 def _fmt_bytes(b: float) -> str:

@@ -7,6 +7,12 @@ process loads the profile once and caches roofline profiles per device and
 compiled schedules per shape, so a point costs only its simulation. A point
 that is invalid (2bw with too few micro-batches, more stages than layers, ...)
 becomes a row with an ``error`` instead of failing the sweep.
+
+Every row says where its costs came from (``cost_source``: measured,
+interpolated, roofline, or extrapolated outside the profiled batch sizes; per
+batch size in ``action_batch_source``/``batch_source``) and carries the
+plausibility warnings of its simulation (``warnings``, joined by `` | ``); the
+table marks both and :func:`plot` draws them.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from typing import Any
 from stalesim.errors import StalesimError
 
 COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "ppv", "device", "link",
-           "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
-           "max_peak_memory_bytes", "max_staleness", "error")
+           "devices", "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
+           "max_peak_memory_bytes", "max_staleness", "cost_source", "batch_size", "batch_source",
+           "action_batch", "action_batch_source", "warnings", "error")
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,12 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
 _STATE: dict[str, Any] = {}
 
 
-def _init(profile_dict: dict, method: str, batch_size: int | None, batches: int | None) -> None:
+def _init(profile_dict: dict, method: str, batch_size: int | None, batches: int | None,
+          extrapolate: str = "conservative") -> None:
     from stalesim.workloads.profile import profile_from_dict
 
-    _STATE.update(profile=profile_from_dict(profile_dict), method=method,
+    prof = profile_from_dict(profile_dict).with_extrapolation(extrapolate)
+    _STATE.update(profile=prof, method=method,
                   batch_size=batch_size, batches=batches)
     _hardware.cache_clear()
 
@@ -113,8 +122,15 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
     except StalesimError as exc:
         row["error"] = str(exc)
         return row
+    full = r.cost_detail.get("batch_size", {})
+    act = r.cost_detail.get("action_batch", {})
     row.update(
         ppv=",".join(map(str, r.partition["ppv"])) if r.partition["ppv"] else "",
+        devices=r.devices,
+        cost_source=r.cost_source,
+        batch_size=r.batch_size, batch_source=full.get("source", r.cost_source),
+        action_batch=act.get("batch_size"), action_batch_source=act.get("source", r.cost_source),
+        warnings=" | ".join(r.warnings),
         iteration_time_s=r.iteration_time_s,
         throughput_samples_per_s=r.throughput_samples_per_s,
         speedup=r.speedup, bubble_fraction=r.bubble_fraction,
@@ -125,13 +141,21 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
 
 
 def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
-          batch_size: int | None = None, batches: int | None = None) -> list[dict[str, Any]]:
-    """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput."""
+          batch_size: int | None = None, batches: int | None = None,
+          extrapolate: str | None = None) -> list[dict[str, Any]]:
+    """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
+
+    ``extrapolate``: the profile's rule outside its measured batch sizes
+    (default: the profile's own, ``conservative`` unless changed).
+    """
+    from stalesim.workloads.scaling import check_rule
+
     if method not in ("event", "fast"):
         raise StalesimError(f"method: expected event or fast, got {method!r}")
     if jobs < 1:
         raise StalesimError(f"jobs: must be >= 1, got {jobs}")
-    init = (profile.to_dict(), method, batch_size, batches)
+    rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
+    init = (profile.to_dict(), method, batch_size, batches, rule)
     if jobs == 1 or len(points) < 2:
         _init(*init)
         rows = [run_point(p) for p in points]
@@ -181,7 +205,7 @@ def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     """The ranked table as text (errors listed after the ranking)."""
     head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>2}  {'ppv':<14} {'device':<14} " \
            f"{'link':<12} {'ms/batch':>10} {'samples/s':>11} {'speedup':>7} {'bubble':>6} " \
-           f"{'peak mem':>9} {'stale':>5}"
+           f"{'peak mem':>9} {'stale':>5}  costs"
     lines = [head]
     ok = [r for r in rows if not r["error"]]
     for r in ok[:limit] if limit else ok:
@@ -189,14 +213,96 @@ def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
             f"{r['rank']:>4}  {r['schedule']:<10} {r['stages']:>2} {r['microbatches']:>3} "
             f"{r['workers']:>2}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
-            f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f} "
+            f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f}{mark(r):<2} "
             f"{r['bubble_fraction']:>6.3f} {r['max_peak_memory_bytes'] / 1e6:>7.4g}MB "
-            f"{r['max_staleness']:>5}")
+            f"{r['max_staleness']:>5}  {r.get('cost_source') or '-'}")
     if limit and len(ok) > limit:
         lines.append(f"... {len(ok) - limit} more (see --csv)")
+    marked = [r for r in ok if mark(r)]
+    if marked:
+        lines.append("marks: * costs extrapolated outside the profiled batch sizes (which batch: "
+                     "batch_source / action_batch_source in the CSV), ! plausibility warning (below)")
+    for r in ok:
+        for w in (r.get("warnings") or "").split(" | "):
+            if w:
+                lines.append(f"WARNING rank {r['rank']} {r['schedule']} S={r['stages']} "
+                             f"M={r['microbatches']} P={r['workers']}: {w}")
     bad = [r for r in rows if r["error"]]
     for r in bad:
         lines.append(f"skipped {r['schedule']} S={r['stages']} M={r['microbatches']} "
                      f"P={r['workers']} device={r['device'] or 'profile'} link={r['link'] or 'ideal'}: "
                      f"{r['error']}")
     return "\n".join(lines)
+
+
+def mark(row: dict[str, Any]) -> str:
+    """``*`` when the row's costs are extrapolated, ``!`` when it has warnings."""
+    return ("*" if row.get("cost_source") == "extrapolated" else "") + ("!" if row.get("warnings") else "")
+
+
+# marker per cost source (as in the demo figure): filled measured, half interpolated,
+# hollow extrapolated, square roofline
+_MARKERS = {"measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
+            "extrapolated": ("o", "none"), "given": ("D", "full")}
+
+
+def plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Speed-up vs devices for every successful row, one colour per schedule.
+
+    The marker says where the point's costs came from (filled measured, half
+    interpolated, hollow extrapolated outside the profiled batch sizes, square
+    roofline); a red ring marks a point with a plausibility warning; the dotted
+    line is the ideal speed-up (= devices).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    ok = [r for r in rows if not r["error"] and r.get("speedup")]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colors: dict[str, Any] = {}
+    used: set[str] = set()
+    for r in ok:
+        name = r["schedule"]
+        if name not in colors:
+            colors[name] = f"C{len(colors) % 10}"
+        mk, fill = _MARKERS.get(r.get("cost_source") or "given", ("o", "full"))
+        used.add(r.get("cost_source") or "given")
+        ax.plot([r["devices"]], [r["speedup"]], marker=mk, fillstyle=fill, color=colors[name],
+                markerfacecoloralt="white", ls="none", ms=6, alpha=0.85)
+        if r.get("warnings"):
+            ax.plot([r["devices"]], [r["speedup"]], marker="o", ms=12, fillstyle="none", color="red",
+                    ls="none")
+    ns = sorted({r["devices"] for r in ok}) or [1]
+    ax.plot([min(ns), max(ns)], [min(ns), max(ns)], ls=":", color="grey", lw=0.8)
+    handles = [Line2D([], [], color=c, marker="o", ls="none") for c in colors.values()]
+    labels = list(colors)
+    handles.append(Line2D([], [], ls=":", color="grey"))
+    labels.append("ideal (= devices)")
+    for src in ("measured", "interpolated", "extrapolated", "roofline", "given"):
+        if src in used:
+            mk, fill = _MARKERS[src]
+            handles.append(Line2D([], [], marker=mk, fillstyle=fill, color="black", ls="none",
+                                  markerfacecoloralt="white"))
+            labels.append(f"costs {src}")
+    if any(r.get("warnings") for r in ok):
+        handles.append(Line2D([], [], marker="o", ms=10, fillstyle="none", color="red", ls="none"))
+        labels.append("plausibility warning")
+    ax.legend(handles, labels, fontsize=7)
+    ax.set_xlabel("devices")
+    ax.set_ylabel("predicted speed-up over 1 device")
+    ax.set_xticks(ns)
+    ax.set_title("sweep: speed-up per configuration", fontsize=9)
+    from stalesim.atomic import write_bytes_atomic
+
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg", ".pdf"):
+        plt.close(fig)
+        raise StalesimError(f"plot: expected a .png, .svg or .pdf path, got {str(path)!r}")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower().lstrip("."), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())
+    return path

@@ -31,10 +31,12 @@ import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
-from stalesim.workloads.profile import LayerProfile, Profile
+
+if TYPE_CHECKING:  # annotations only: profile.py re-times roofline layers through this module
+    from stalesim.workloads.profile import LayerProfile, Profile
 
 __all__ = [
     "DEFAULT_LAUNCH_OVERHEAD_S",
@@ -49,6 +51,8 @@ __all__ = [
     "hardware_from_dict",
     "link_names",
     "load_hardware",
+    "roofline_layer",
+    "roofline_params",
     "roofline_profile",
 ]
 
@@ -364,32 +368,73 @@ def roofline_profile(
     src_el = _ELEM.get(profile.dtype, 4)
     dst_el = _ELEM.get(dt, 4)
     scale = dst_el / src_el
-
-    def t(flops: float, nbytes: float) -> float:
-        return max(flops / peak, nbytes / bw) + launch_overhead_s
-
     layers = []
     for lp in profile.layers:
-        pb = lp.param_bytes * scale
-        sb = lp.saved_bytes * scale
-        ob = lp.output_bytes * scale
-        bflops = lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops
-        n_params = lp.param_bytes / src_el
-        layers.append(LayerProfile(
-            name=lp.name,
-            forward_s=t(lp.flops, pb + sb + ob),
-            backward_s=t(bflops, 2 * pb + 2 * sb + ob),
-            update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
-            param_bytes=round(pb),
-            output_bytes=round(ob),
-            saved_bytes=round(sb),
-            flops=lp.flops,
-            weight_layers=lp.weight_layers,
-            backward_flops=bflops,
-        ))
+        in_dtype = replace(lp, param_bytes=round(lp.param_bytes * scale),
+                           output_bytes=round(lp.output_bytes * scale),
+                           saved_bytes=round(lp.saved_bytes * scale), spread=None)
+        layers.append(roofline_layer(in_dtype, peak, bw, launch_overhead_s, dst_el,
+                                     exact_bytes=(lp.param_bytes * scale, lp.output_bytes * scale,
+                                                  lp.saved_bytes * scale)))
+    # peak/bandwidth/element size let ``Profile.at_batch_size`` re-time the counts at any
+    # batch size (a roofline is a function of FLOPs and bytes, not a measurement)
     meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
                          "dtype": dt, "launch_overhead_s": launch_overhead_s,
-                         "efficiency": efficiency, "source": dev.source}}
+                         "efficiency": efficiency, "source": dev.source,
+                         "peak_flops_per_s": peak, "mem_bandwidth_Bps": bw,
+                         "element_bytes": dst_el}}
     return replace(profile, device=f"{dev.key or dev.name} (roofline)", dtype=dt, layers=layers,
                    threads=None, repeats=None, warmup=None, whole_model_s=None,
                    sum_over_whole_ratio=None, by_batch_size=None, meta=meta)
+
+
+def roofline_layer(lp: LayerProfile, peak_flops_per_s: float, mem_bandwidth_Bps: float,
+                   launch_overhead_s: float, element_bytes: int,
+                   exact_bytes: tuple[float, float, float] | None = None) -> LayerProfile:
+    """One block's forward/backward/update seconds by the roofline (see :func:`roofline_profile`).
+
+    The single place the roofline turns counts into times: ``roofline_profile``
+    calls it at the profile's batch size and ``Profile.at_batch_size`` at any
+    other (counts scaled first), so a roofline estimate never depends on the
+    order of "re-time" and "re-batch" (issue 16: scaling a roofline profile's
+    *times* multiplied the per-kernel launch overhead by the batch ratio).
+    ``exact_bytes`` = unrounded (param, output, saved) bytes when known.
+    """
+    pb, ob, sb = exact_bytes if exact_bytes is not None else (
+        lp.param_bytes, lp.output_bytes, lp.saved_bytes)
+    bw = mem_bandwidth_Bps
+
+    def t(flops: float, nbytes: float) -> float:
+        return max(flops / peak_flops_per_s, nbytes / bw) + launch_overhead_s
+
+    bflops = lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops
+    n_params = pb / element_bytes
+    return replace(
+        lp,
+        forward_s=t(lp.flops, pb + sb + ob),
+        backward_s=t(bflops, 2 * pb + 2 * sb + ob),
+        update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
+        backward_flops=bflops,
+        spread=None,
+    )
+
+
+def roofline_params(meta: Any) -> tuple[float, float, float, int] | None:
+    """(peak FLOP/s, bandwidth B/s, launch overhead s, element bytes) of a roofline profile's
+    ``meta``, or None when the profile is not a roofline estimate (or predates these fields
+    and names no catalog device)."""
+    rf = meta.get("roofline") if isinstance(meta, dict) else None
+    if not isinstance(rf, dict):
+        return None
+    dt = str(rf.get("dtype", "float32"))
+    el = int(rf.get("element_bytes", _ELEM.get(dt, 4)))
+    ovh = float(rf.get("launch_overhead_s", DEFAULT_LAUNCH_OVERHEAD_S))
+    peak, bw = rf.get("peak_flops_per_s"), rf.get("mem_bandwidth_Bps")
+    if peak is None or bw is None:
+        try:
+            dev = get_device(str(rf.get("to_device")))
+        except StalesimError:
+            return None
+        peak = dev.flops_per_s(dt) * float(rf.get("efficiency", 1.0))
+        bw = dev.mem_bandwidth_Bps
+    return float(peak), float(bw), ovh, el
