@@ -13,14 +13,16 @@ def prof():
     return uniform_profile(8, 1e-3, 2e-3, 128, param_bytes=1_000_000, output_bytes=100_000)
 
 
-def test_grid_varies_micro_and_workers_only_where_they_matter():
+def test_grid_varies_micro_only_where_it_matters_and_workers_everywhere():
+    # workers = the data-parallel degree: dp's workers, replicas of a pipeline schedule
     pts = grid(["gpipe", "stale", "dp"], [2, 4], microbatches=[1, 4], workers=[2, 4],
                ppv_candidates=[[3]])
     g = [p for p in pts if p.schedule == "gpipe"]
     s = [p for p in pts if p.schedule == "stale"]
     d = [p for p in pts if p.schedule == "dp"]
-    assert len(g) == 3 * 2 and len(s) == 3 and len(d) == 3 * 2
+    assert len(g) == 3 * 2 * 2 and len(s) == 3 * 2 and len(d) == 3 * 2
     assert {p.ppv for p in s} == {None, (3,)}
+    assert {p.workers for p in s} == {2, 4}
 
 
 def test_parallel_equals_serial_and_ranked(prof):

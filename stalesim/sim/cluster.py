@@ -179,3 +179,38 @@ def comm_plan(sched: Schedule, layout: Layout, reps: Sequence[int], costs: Stage
         buckets.append((per,) * k)
     return CommPlan(node_of=node_of, inter_ser=inter_ser, inter_latency_ns=inter_lat,
                     ar_buckets=tuple(buckets), ar_ring=tuple(stage_slot), members=sched.workers)
+
+
+def with_cluster(hw: SimHardware, *, node: str | None = None, node_size: int | None = None,
+                 inter_link: str | None = None, inter_algorithm: str | None = None) -> SimHardware:
+    """``hw`` on a cluster: a catalog ``node`` (its size and network), or ``node_size`` and a
+    catalog ``inter_link``; each given value overrides the node's or ``hw``'s own cluster.
+    Unchanged when nothing is given."""
+    from stalesim.sim.model import SimCluster, to_ns
+    from stalesim.workloads.hardware import get_link, get_node
+
+    size, inter = node_size, inter_link
+    if node:
+        spec = get_node(node)
+        size = size or spec.node_size
+        inter = inter or spec.inter_link.key
+    c = hw.cluster
+    if size is None and inter is None:
+        if inter_algorithm and c is not None:
+            return replace(hw, cluster=replace(c, inter_algorithm=inter_algorithm))
+        if inter_algorithm:
+            raise StalesimError("inter_algorithm: needs a cluster (a node, or a node size and an inter-node link)")
+        return hw
+    if c is None and (size is None or inter is None):
+        missing = "inter_link" if inter is None else "node_size"
+        raise StalesimError(f"{missing}: a cluster needs both a node size and an inter-node link (or a node)")
+    algo = inter_algorithm or (c.inter_algorithm if c is not None else hw.allreduce_algorithm)
+    if inter is not None:
+        lnk = get_link(inter)
+        cluster = SimCluster(node_size=size or (c.node_size if c is not None else 1),
+                             inter_link=lnk.key or lnk.name, inter_latency_ns=to_ns(lnk.latency_s),
+                             inter_bandwidth_Bps=lnk.bandwidth_Bps, inter_algorithm=algo)
+    else:
+        assert c is not None and size is not None
+        cluster = replace(c, node_size=size, inter_algorithm=algo)
+    return replace(hw, cluster=cluster)
