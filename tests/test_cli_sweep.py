@@ -38,3 +38,16 @@ def test_sweep_bad_device_exit_2(capsys, prof_path):
     assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe", "-S", "2",
                  "--devices", "nope"]) == 2
     assert "device" in capsys.readouterr().err
+
+
+def test_sweep_replicas_on_a_node(capsys, prof_path):
+    assert main(["sweep", "--profile", prof_path, "--schedules", "1f1b,stale", "-S", "2,4", "-M", "4",
+                 "--replicas", "1,8", "--node", "dgx-h100", "--placement", "data", "-B", "512", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 8 and not any(r["error"] for r in rows)
+    assert {r["devices"] for r in rows} == {2, 4, 16, 32}
+    assert {r["device"] for r in rows} == {"h100-sxm"} and {r["link"] for r in rows} == {"nvlink4"}
+    assert main(["sweep", "--profile", prof_path, "--schedules", "1f1b", "-S", "2", "-P", "2",
+                 "--node-size", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("stalesim: error: inter_link: a cluster needs both") and "\n" not in err

@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import cluster_options
     from stalesim.errors import StalesimError
+    from stalesim.sim.cluster import with_cluster
+    from stalesim.sim.model import SimHardware
     from stalesim.sim.sweep import grid, sweep, table, write_csv
     from stalesim.workloads.hardware import catalog, get_device, get_link, get_node
     from stalesim.workloads.profile import load_profile
@@ -72,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
         args.links = args.links or [entry["intra_link"]]
     cluster = {"node": args.node, "node_size": args.node_size, "inter_link": args.inter_link,
                "inter_algorithm": args.inter_algorithm, **cluster_options(args)}
-    if args.inter_link:
-        get_link(args.inter_link)
+    with_cluster(SimHardware.ideal(), node=args.node, node_size=args.node_size,  # bad values fail once, here
+                 inter_link=args.inter_link, inter_algorithm=args.inter_algorithm)
     devices = args.targets or [None]
     links = args.links or [None]
     for d in devices:

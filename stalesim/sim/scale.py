@@ -34,6 +34,7 @@ import numpy as np
 from stalesim.errors import StalesimError
 from stalesim.schedule import Schedule, ScheduleConfig, build_schedule, get_spec, resolve, validate
 from stalesim.schedule.actions import Kind
+from stalesim.schedule.ir import MAX_COMPUTE_ACTIONS
 from stalesim.schedule.registry import phases_of
 from stalesim.sim.cluster import Layout, comm_plan, replicate, send_pairs
 from stalesim.sim.events import Program, Timeline, compile_schedule, simulate_program
@@ -154,6 +155,12 @@ def simulate_cluster(workload: Profile | StageCosts, schedule: ScheduleConfig | 
     N = phases[-1].last if phases else cfg.batches or 0
     M = cfg.microbatches if spec.uses_micro else 1
     check = not opts.symmetry
+    if not opts.symmetry:  # every replica and every batch: refuse what would not finish
+        size = N * P * cfg.stages * (3 * M + 1)
+        if size > MAX_COMPUTE_ACTIONS:
+            raise StalesimError(f"symmetry: simulating every replica and batch means about {size:,} actions, "
+                                f"more than this tool builds ({MAX_COMPUTE_ACTIONS:,}); keep the symmetric "
+                                f"shortcut (it is exact)")
     first = phases[-1].first if phases else 0
     extrapolate = opts.symmetry and spec.has_steady_state
     # a short run first (enough for a 1F1B-like period), doubled until a period shows
