@@ -95,8 +95,8 @@ def batch_rows(tl: Timeline, n: int) -> np.ndarray | None:
     ident = np.array([(a.batch, kinds[a.kind], a.worker, a.stage, -1 if a.micro is None else a.micro)
                       for a in acts], dtype=np.int64).reshape(G, 5)
     order = np.lexsort(ident[:, ::-1].T)  # by batch, then kind, worker, stage, micro
-    ident = ident[order].reshape(n, A, 5)
-    if (ident[:, :, 0] != np.arange(n)[:, None]).any() or (ident[:, :, 1:] != ident[:1, :, 1:]).any():
+    rows = ident[order].reshape(n, A, 5)
+    if (rows[:, :, 0] != np.arange(n)[:, None]).any() or (rows[:, :, 1:] != rows[:1, :, 1:]).any():
         return None
     start = np.asarray(tl.start, dtype=np.int64)
     end = np.asarray(tl.end, dtype=np.int64)

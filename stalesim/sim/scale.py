@@ -240,8 +240,7 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
         lo_t, hi_t = done(lo_k), done(hi_k)
         it = (hi_t - lo_t) / (hi_k - lo_k)
         window = [lo_k, hi_k]
-    # busy per device over [lo_t, hi_t]: batch increments, plus the part before done(0) when the
-    # window starts at time 0 (runs without a steady window)
+    # busy per device over [lo_t, hi_t]: the sum of the busy time between consecutive completions
     if window:
         busy = _mapped_sum(run.inc, lo_k, hi_k, per)
     else:  # no steady window: the whole run, never extrapolated (no period to repeat)
@@ -249,22 +248,25 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
     span = max(1, hi_t - lo_t)
     waits = _mapped_sum(run.waits, lo_k, hi_k, per) / max(1, hi_k - lo_k)
     mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor)
-    role_dev, roles, util, peaks, breakdown = [], [], [], [], []
+    roles: list[dict[str, Any]] = []
+    util: list[float] = []
+    weights: list[int] = []
+    peaks: list[int] = []
+    breakdown: list[dict[str, int]] = []
     stage_on = [[s for s in range(S) if (0 if sched.data_parallel else sched.device_of(s)) == d] for d in range(D)]
     for i, (rep, count) in enumerate(classes):
         w = reps.index(rep)
         for d in range(D):
             dev = w * D + d
             u = min(1.0, int(busy[dev]) / span)
-            role_dev.append(dev)
             util.append(u)
+            weights.append(count)
             peaks.append(mem.peak_bytes[dev])
             breakdown.append(mem.breakdown[dev])
             roles.append({"role": f"class {i} device {d}", "stages": stage_on[d], "devices": count,
                           "first_replica": rep, "global_device": layout.global_device(rep, d),
                           "node": layout.node(rep, d), "utilization": u,
                           "peak_memory_bytes": mem.peak_bytes[dev]})
-    weights = [r["devices"] for r in roles]
     mean_util = sum(u * w for u, w in zip(util, weights)) / max(1, sum(weights))
     vt = sched.versions
     staleness = vt.staleness() if vt is not None else [0] * S
