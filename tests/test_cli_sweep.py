@@ -43,14 +43,17 @@ def test_sweep_bad_device_exit_2(capsys, prof_path):
 def test_sweep_rows_carry_cost_source_and_plot(capsys, prof_path, tmp_path):
     out_csv, png = tmp_path / "s.csv", tmp_path / "s.png"
     assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe,dp", "-S", "2", "-M", "1,8",
-                 "-P", "2", "--csv", str(out_csv), "--plot", str(png)]) == 0
+                 "-P", "1,2", "--csv", str(out_csv), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "profile: measured at batch 128; outside that: conservative extrapolation" in out
     assert "marks: * costs extrapolated" in out
     import csv
 
-    rows = {(r["schedule"], r["microbatches"]): r for r in csv.DictReader(out_csv.open())}
-    g1, g8, dp = rows[("gpipe", "1")], rows[("gpipe", "8")], rows[("dp", "1")]
+    rows = {(r["schedule"], r["microbatches"], r["workers"]): r for r in csv.DictReader(out_csv.open())}
+    g1, g8, dp = rows[("gpipe", "1", "1")], rows[("gpipe", "8", "1")], rows[("dp", "1", "2")]
+    # -P is the data-parallel degree for every schedule: 2 replicas of gpipe run batch 64 each
+    g12 = rows[("gpipe", "1", "2")]
+    assert (g12["devices"], g12["action_batch"], g12["action_batch_source"]) == ("4", "64", "extrapolated")
     assert (g1["cost_source"], g1["action_batch"], g1["action_batch_source"]) == ("measured", "128", "measured")
     assert (g8["cost_source"], g8["action_batch"], g8["action_batch_source"]) == ("extrapolated", "16",
                                                                                    "extrapolated")
@@ -85,3 +88,14 @@ def test_sweep_warnings_are_printed(capsys, tmp_path):
     assert json.loads(cap.out)[0]["warnings"] == "" and "warning" not in cap.err
     assert main(args + ["--json", "--extrapolate", "trend"]) == 0
     assert "stalesim: warning: dp S=1 M=1 P=2: speed-up" in capsys.readouterr().err
+def test_sweep_replicas_on_a_node(capsys, prof_path):
+    assert main(["sweep", "--profile", prof_path, "--schedules", "1f1b,stale", "-S", "2,4", "-M", "4",
+                 "--replicas", "1,8", "--node", "dgx-h100", "--placement", "data", "-B", "512", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 8 and not any(r["error"] for r in rows)
+    assert {r["devices"] for r in rows} == {2, 4, 16, 32}
+    assert {r["device"] for r in rows} == {"h100-sxm"} and {r["link"] for r in rows} == {"nvlink4"}
+    assert main(["sweep", "--profile", prof_path, "--schedules", "1f1b", "-S", "2", "-P", "2",
+                 "--node-size", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("stalesim: error: inter_link: a cluster needs both") and "\n" not in err

@@ -47,6 +47,12 @@ class SimOptions:
     loss_s: float = 0.0
     optimizer_state_factor: float = 1.0
     keep_timeline: bool = True
+    # data x pipeline clusters (stalesim.sim.scale): P replicas of a pipeline schedule,
+    # their placement on nodes, DDP-style gradient buckets, and whether to exploit symmetry
+    replicas: int = 1
+    placement: str = "pipeline"
+    bucket_bytes: int | None = None
+    symmetry: bool = True
 
     def check(self) -> None:
         import math
@@ -60,6 +66,14 @@ class SimOptions:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise StalesimError(f"{name}: expected a finite number >= 0, got {v!r}")
+        for name in ("replicas", "bucket_bytes"):
+            v = getattr(self, name)
+            if (v is not None or name == "replicas") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise StalesimError(f"{name}: expected an integer >= 1, got {v!r}")
+        from stalesim.sim.cluster import PLACEMENTS
+
+        if self.placement not in PLACEMENTS:
+            raise StalesimError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
 
 
 def resolve_hardware(hardware: Hardware | SimHardware | None, profile: Profile | None) -> SimHardware:
@@ -110,6 +124,10 @@ def simulate(
     costs_given = isinstance(workload, StageCosts)
     profile = None if costs_given else workload
     hw = resolve_hardware(hardware, profile)
+    if opts.replicas > 1 or hw.cluster is not None:  # data x pipeline on a cluster
+        from stalesim.sim.scale import simulate_cluster
+
+        return simulate_cluster(workload, schedule, hw, opts)
     if full is None:
         assert cfg is not None
         if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:

@@ -32,7 +32,7 @@ def gantt(result: SimResult, path: str | os.PathLike[str], *, title: str | None 
 
     events, _ = result.trace_events()
     events = [e for e in events if e.dur_us > 0][:max_events]
-    n_dev = result.devices
+    n_dev = result.timeline.program.sched.num_devices if result.timeline is not None else result.devices
     fig_h = 1.0 + 0.7 * n_dev
     fig, ax = plt.subplots(figsize=(12, fig_h))
     scale = 1e-3  # us -> ms

@@ -78,6 +78,14 @@ class SimResult:
     cost_source: str = "given"
     cost_detail: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # data x pipeline clusters (stalesim.sim.scale): with replicas, ``utilization`` and
+    # ``peak_memory_bytes`` hold one entry per distinct device role (``device_roles``:
+    # role, stages, devices it stands for, utilization, peak memory), not per device
+    device_roles: list[dict[str, Any]] = field(default_factory=list)
+    allreduce_s: list[float] = field(default_factory=list)  # per stage: the all-reduce's own time per batch
+    allreduce_exposed_s: list[float] = field(default_factory=list)  # per stage: mean ARW wait per batch
+    cluster: dict[str, Any] = field(default_factory=dict)  # layout: replicas, nodes, placement, groups
+    symmetry: dict[str, Any] = field(default_factory=dict)  # what the shortcut simulated / extrapolated
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ JSON
@@ -108,6 +116,24 @@ class SimResult:
         ]
         if self.fast_iteration_time_s is not None and self.method == "event":
             lines.append(f"fast path        {self.fast_iteration_time_s * 1e3:.4g} ms ({self.fast_formula})")
+        if self.device_roles:
+            c = self.cluster
+            lines.append(f"cluster          {c.get('replicas')} replicas x {c.get('devices_per_replica')} devices "
+                         f"= {c.get('devices')} devices on {c.get('nodes')} node(s) of {c.get('node_size') or 'any'}"
+                         f" ({c.get('placement')} placement)")
+            for r in self.device_roles:
+                lines.append(f"  {r['role']:<18} stages {r['stages']}  x{r['devices']}  util {r['utilization']:.3f}"
+                             f"  peak {_fmt_bytes(r['peak_memory_bytes'])}")
+        if self.allreduce_s:
+            ar = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_s)
+            ex = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_exposed_s)
+            lines.append(f"all-reduce ms    {ar}  (per stage; exposed {ex})")
+        if self.symmetry:
+            y = self.symmetry
+            how = (f"period of {y['period_batches']} batch(es) = {y['period_s'] * 1e3:.4g} ms extrapolated"
+                   if y.get("extrapolated") else "no extrapolation")
+            lines.append(f"simulated        {y['representatives_simulated']} representative replica(s) of "
+                         f"{y['replica_classes']} class(es), {y['batches_simulated']} batch(es); {how}")
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -152,7 +178,8 @@ class SimResult:
 
     def chrome_trace(self) -> dict[str, Any]:
         events, flows = self.trace_events()
-        names = {d: f"device {d}" for d in range(self.devices)}
+        n_dev = self.timeline.program.sched.num_devices if self.timeline is not None else self.devices
+        names = {d: f"device {d}" for d in range(n_dev)}
         meta = {"producer": "stalesim simulate", "schedule": self.schedule,
                 "stages": self.stages, "microbatches": self.microbatches, "workers": self.workers,
                 "hardware": self.hardware_note, "iteration_time_s": self.iteration_time_s}

@@ -1,7 +1,10 @@
 """Sweep: simulate a grid of configurations in parallel processes and rank them.
 
 The grid is schedules x stages (or explicit PPV candidates) x micro-batches x
-workers x devices x links. Each point is one :func:`stalesim.sim.simulate`
+workers x devices x links. ``workers`` is the data-parallel degree P for every
+schedule: the workers of a data-parallel schedule, the replicas of a pipeline
+schedule (simulated by :mod:`stalesim.sim.scale`, on the cluster ``cluster``
+describes: node, node size, inter-node link, placement, buckets). Each point is one :func:`stalesim.sim.simulate`
 call (fast path or event path) in a ``ProcessPoolExecutor``; every worker
 process loads the profile once and caches roofline profiles per device and
 compiled schedules per shape, so a point costs only its simulation. A point
@@ -31,10 +34,10 @@ from typing import Any
 
 from stalesim.errors import StalesimError
 
-COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "ppv", "device", "link",
-           "devices", "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
-           "max_peak_memory_bytes", "max_staleness", "cost_source", "batch_size", "batch_source",
-           "action_batch", "action_batch_source", "warnings", "error")
+COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "devices", "ppv", "device", "link",
+           "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
+           "max_peak_memory_bytes", "max_staleness", "max_allreduce_exposed_s", "cost_source", "batch_size",
+           "batch_source", "action_batch", "action_batch_source", "warnings", "error")
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,9 @@ class SweepPoint:
 def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: Sequence[int] = (1,),
          workers: Sequence[int] = (1,), ppv_candidates: Sequence[Sequence[int]] = (),
          devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,)) -> list[SweepPoint]:
-    """All combinations; micro-batches only vary for schedules that use them,
-    workers only for data-parallel ones (no duplicate points)."""
+    """All combinations; micro-batches only vary for schedules that use them
+    (no duplicate points). Workers (the data-parallel degree) apply to every
+    schedule: P workers of a data-parallel one, P replicas of a pipeline."""
     from stalesim.schedule import get_spec
 
     shapes: list[tuple[int, tuple[int, ...] | None]] = [(s, None) for s in stages]
@@ -64,8 +68,7 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
     for name in schedules:
         spec = get_spec(name)
         ms = microbatches if spec.uses_micro else (1,)
-        ws = workers if spec.data_parallel else (1,)
-        for (S, ppv), M, P, dev, link in itertools.product(shapes, ms, ws, devices, links):
+        for (S, ppv), M, P, dev, link in itertools.product(shapes, ms, workers, devices, links):
             pt = SweepPoint(name, S, M, P, ppv, dev, link)
             if pt not in seen:
                 seen.add(pt)
@@ -78,17 +81,29 @@ _STATE: dict[str, Any] = {}
 
 
 def _init(profile_dict: dict, method: str, batch_size: int | None, batches: int | None,
-          extrapolate: str = "conservative") -> None:
+          extrapolate: str = "conservative", cluster: dict[str, Any] | None = None) -> None:
     from stalesim.workloads.profile import profile_from_dict
 
     prof = profile_from_dict(profile_dict).with_extrapolation(extrapolate)
-    _STATE.update(profile=prof, method=method,
-                  batch_size=batch_size, batches=batches)
+    _STATE.update(profile=prof, method=method, batch_size=batch_size, batches=batches,
+                  cluster=dict(cluster or {}))
     _hardware.cache_clear()
+
+
+CLUSTER_KEYS = ("node", "node_size", "inter_link", "inter_algorithm")  # hardware side of ``cluster``
+OPTION_KEYS = ("placement", "bucket_bytes", "symmetry")  # SimOptions side of ``cluster``
 
 
 @lru_cache(maxsize=64)
 def _hardware(device: str | None, link: str | None):
+    from stalesim.sim.cluster import with_cluster
+
+    prof, hw = _plain_hardware(device, link)
+    c = _STATE.get("cluster", {})
+    return prof, with_cluster(hw, **{k: c[k] for k in CLUSTER_KEYS if c.get(k) is not None})
+
+
+def _plain_hardware(device: str | None, link: str | None):
     from stalesim.sim.model import SimHardware
     from stalesim.workloads.hardware import get_link, hardware_from_catalog, roofline_profile
 
@@ -106,7 +121,7 @@ def _hardware(device: str | None, link: str | None):
 
 def run_point(pt: SweepPoint) -> dict[str, Any]:
     """Simulate one point in this process (after :func:`_init`)."""
-    from stalesim.schedule import ScheduleConfig
+    from stalesim.schedule import ScheduleConfig, get_spec
     from stalesim.sim.api import SimOptions, simulate
 
     row: dict[str, Any] = {k: None for k in COLUMNS}
@@ -114,10 +129,13 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
     row["ppv"] = None if pt.ppv is None else ",".join(map(str, pt.ppv))
     try:
         prof, hw = _hardware(pt.device, pt.link)
+        dp = get_spec(pt.schedule).data_parallel
         cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=_STATE["batches"],
-                             microbatches=pt.microbatches, workers=pt.workers)
+                             microbatches=pt.microbatches, workers=pt.workers if dp else 1)
+        c = _STATE.get("cluster", {})
         opts = SimOptions(ppv=pt.ppv, batch_size=_STATE["batch_size"], method=_STATE["method"],
-                          keep_timeline=False)
+                          keep_timeline=False, replicas=1 if dp else pt.workers,
+                          **{k: c[k] for k in OPTION_KEYS if k in c})
         r = simulate(prof, cfg, hw, opts)
     except StalesimError as exc:
         row["error"] = str(exc)
@@ -135,6 +153,7 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
         throughput_samples_per_s=r.throughput_samples_per_s,
         speedup=r.speedup, bubble_fraction=r.bubble_fraction,
         max_peak_memory_bytes=max(r.peak_memory_bytes), max_staleness=max(r.staleness),
+        max_allreduce_exposed_s=max(r.allreduce_exposed_s, default=0.0),
         error="",
     )
     return row
@@ -142,11 +161,13 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
 
 def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
           batch_size: int | None = None, batches: int | None = None,
-          extrapolate: str | None = None) -> list[dict[str, Any]]:
+          extrapolate: str | None = None, cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
 
     ``extrapolate``: the profile's rule outside its measured batch sizes
-    (default: the profile's own, ``conservative`` unless changed).
+    (default: the profile's own, ``conservative`` unless changed). ``cluster``: optional
+    ``node``, ``node_size``, ``inter_link``, ``inter_algorithm`` (hardware) and
+    ``placement``, ``bucket_bytes``, ``symmetry`` (options) for every point.
     """
     from stalesim.workloads.scaling import check_rule
 
@@ -154,8 +175,11 @@ def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str =
         raise StalesimError(f"method: expected event or fast, got {method!r}")
     if jobs < 1:
         raise StalesimError(f"jobs: must be >= 1, got {jobs}")
+    unknown = sorted(set(cluster or {}) - set(CLUSTER_KEYS) - set(OPTION_KEYS))
+    if unknown:
+        raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
-    init = (profile.to_dict(), method, batch_size, batches, rule)
+    init = (profile.to_dict(), method, batch_size, batches, rule, cluster)
     if jobs == 1 or len(points) < 2:
         _init(*init)
         rows = [run_point(p) for p in points]
@@ -203,7 +227,7 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> P
 
 def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     """The ranked table as text (errors listed after the ranking)."""
-    head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>2}  {'ppv':<14} {'device':<14} " \
+    head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>4} {'devices':>7}  {'ppv':<14} {'device':<14} " \
            f"{'link':<12} {'ms/batch':>10} {'samples/s':>11} {'speedup':>7} {'bubble':>6} " \
            f"{'peak mem':>9} {'stale':>5}  costs"
     lines = [head]
@@ -211,7 +235,7 @@ def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     for r in ok[:limit] if limit else ok:
         lines.append(
             f"{r['rank']:>4}  {r['schedule']:<10} {r['stages']:>2} {r['microbatches']:>3} "
-            f"{r['workers']:>2}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
+            f"{r['workers']:>4} {r['devices']:>7}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
             f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f}{mark(r):<2} "
             f"{r['bubble_fraction']:>6.3f} {r['max_peak_memory_bytes'] / 1e6:>7.4g}MB "
