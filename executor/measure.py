@@ -160,11 +160,6 @@ def chrome_trace(rows_by_rank: dict[int, list[list[Any]]], *, name: str = "execu
 
 
 def write_trace(path: str, trace: dict[str, Any]) -> None:
-    import os
-    import tempfile
+    from stalesim.atomic import write_json_atomic
 
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".trace.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(trace, fh)
-    os.replace(tmp, path)
+    write_json_atomic(path, trace, compact=True)

@@ -48,7 +48,7 @@ def worker_main(spec: dict[str, Any]) -> int:
 
         ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,
                                  devices=spec["devices"], timeout_s=float(spec.get("timeout_s", 60.0)),
-                                 beacon=beacon)
+                                 beacon=beacon, rendezvous=spec.get("rendezvous"))
         try:
             for i, job in enumerate(spec["jobs"]):
                 result = run_job(job, ctx)
@@ -79,9 +79,13 @@ def worker_main(spec: dict[str, Any]) -> int:
 
 
 def _message(rank: int, exc: BaseException, doing: str = "") -> str:
+    from stalesim.errors import StalesimError
+
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if text.startswith(f"rank {rank}"):
         return text
+    if isinstance(exc, StalesimError):  # already one line for the user: no class name
+        return f"rank {rank}: {text}"
     action = getattr(exc, "action", None)
     at = f" at action {action}" if action else (f" during {doing}" if doing else "")
     low = text.lower()
@@ -95,6 +99,6 @@ def _message(rank: int, exc: BaseException, doing: str = "") -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    from stalesim.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(obj))
