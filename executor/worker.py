@@ -5,7 +5,9 @@ Started either by :func:`executor.launch.run_local` (``--spec FILE``) or by
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Any failure is
 written to ``rank<r>.error.json`` (for the launcher's message) and to stderr
 as one line naming the rank and the action, and the process exits with status
-2 at once (``os._exit``: a broken process group must not hang the exit).
+2 at once (``os._exit``: a broken process group must not hang the exit). Under
+the local launcher the stderr line is left out: the launcher's own one-line
+error already names every failed rank.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def worker_main(spec: dict[str, Any]) -> int:
                              "traceback": traceback.format_exc()[-4000:]})
             except OSError:
                 pass
-        print(f"executor: {msg}", file=sys.stderr)
+        if not launched or workdir is None:  # the local launcher reports it in its one line
+            print(f"executor: {msg}", file=sys.stderr)
         if os.environ.get("STALESIM_EXECUTOR_DEBUG"):
             traceback.print_exc()
         sys.stderr.flush()

@@ -112,6 +112,30 @@ def ensure_dir(path: PathLike) -> Path:
     return d
 
 
+def check_writable_dir(path: PathLike) -> Path:
+    """Create ``path`` if needed and prove a file can be made in it (then removed).
+
+    For commands that would otherwise learn only after minutes of work that their
+    output folder is read-only, full, or a file."""
+    d = ensure_dir(path)
+    probe = d / f".stalesim-write-test.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        os.close(os.open(probe, flags, 0o600))
+    except OSError as exc:
+        raise StalesimError(f"{d}: cannot write in this folder: {os_reason(exc)}") from None
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return d
+
+
+def check_output_file(path: PathLike) -> Path:
+    """Up-front check of an output file: a regular file or absent, in a writable folder."""
+    p = check_target(path)
+    check_writable_dir(p.parent)
+    return p
+
+
 def _fsync_dir(d: Path) -> None:
     try:
         fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

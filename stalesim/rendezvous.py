@@ -106,6 +106,14 @@ def init_process_group(rendezvous: dict[str, Any] | None, *, backend: str, rank:
     ``None``/``{"kind": "env"}`` (``env://``: torchrun or an explicit ``--master-addr``).
     """
     import torch.distributed as dist
+    # Import before the group exists: torch.distributed.nn.functional binds ``group.WORLD``
+    # as default arguments when it is imported. Imported later (torch pulls it in lazily
+    # the first time any TorchDispatchMode runs, e.g. the FlopCounterMode of the
+    # partitioner), those defaults hold the live process group, so destroy_process_group
+    # no longer destroys it: gloo's worker threads outlive it and are torn down during
+    # interpreter shutdown, which can abort the process ("terminate called without an
+    # active exception"; see docs/failure.md). Imported now, the defaults are None.
+    import torch.distributed.nn  # noqa: F401
 
     kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout, "rank": rank, "world_size": world}
     if device_id is not None:

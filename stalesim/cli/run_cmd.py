@@ -90,6 +90,9 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     out = args.out or _default_out(cfg)
     if args.resume and not args.out:
         raise StalesimError("--resume: needs --out RUN_DIR (the run folder holding the checkpoints)")
+    from stalesim.atomic import check_writable_dir
+
+    check_writable_dir(out)  # before the ranks start, not after training
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
                    resume=out if args.resume else None, evaluate=not args.no_eval)
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stalesim.atomic import AppendLog, ensure_dir, savefig_atomic, write_csv_atomic, write_text_atomic
+from stalesim.atomic import AppendLog, check_writable_dir, savefig_atomic, write_csv_atomic, write_text_atomic
 from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
 
@@ -101,7 +101,7 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, A
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None) -> list[dict]:
     """Run every point (``jobs`` processes), return the summaries (also results.jsonl)."""
-    ensure_dir(out)
+    check_writable_dir(out)
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     results: list[dict] = []
     show = progress if progress is not None else sys.stderr.isatty()

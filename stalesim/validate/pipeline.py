@@ -203,7 +203,9 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     sims: dict[str, Any] = {}
     sim_info: dict[str, dict] = {}
-    (out / "traces").mkdir(parents=True, exist_ok=True)
+    from stalesim.atomic import ensure_dir
+
+    ensure_dir(out / "traces")
     for name in scheds:
         r, info = simulate_with_costs(cm, hw, name, stages=S, ppv=ppv or None,
                                       batch_size=cfg.batch_size, microbatches=cfg.microbatches,
