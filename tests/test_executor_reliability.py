@@ -41,6 +41,7 @@ def _emulate(cfg: TrainConfig) -> dict:
     return Emulator(cfg, progress=False).run()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")
 def test_divergence_is_recorded_and_only_loopback_listens(tmp_path):
     cases = [_cfg("stale"), _cfg("gpipe", microbatches=2), _cfg("dp")]
