@@ -51,7 +51,9 @@ class RankContext:
 
     @classmethod
     def create(cls, *, rank: int, world: int, local_rank: int, devices: dict[str, Any],
-               timeout_s: float, beacon: Beacon) -> RankContext:
+               timeout_s: float, beacon: Beacon, rendezvous: dict[str, Any] | None = None) -> RankContext:
+        """Join the process group: ``rendezvous`` is the launcher's (a private FileStore
+        for local launches, see :mod:`stalesim.rendezvous`), ``None`` means ``env://``."""
         kind = devices.get("kind", "cpu")
         if kind == "cuda":
             ids = devices.get("ids") or list(range(world))
@@ -62,10 +64,10 @@ class RankContext:
             dev, backend = torch.device("cpu"), "gloo"
         td = datetime.timedelta(seconds=timeout_s)
         beacon.set("rendezvous")
-        kwargs: dict[str, Any] = {"backend": backend, "timeout": td, "rank": rank, "world_size": world}
-        if backend == "nccl":
-            kwargs["device_id"] = dev
-        dist.init_process_group(**kwargs)
+        from stalesim.rendezvous import init_process_group
+
+        init_process_group(rendezvous, backend=backend, rank=rank, world=world, timeout=td,
+                           device_id=dev if backend == "nccl" else None)
         ctx = cls(rank, world, local_rank, dev, backend, timeout_s, beacon)
         if backend == "nccl":
             # NCCL pairs point-to-point messages by order on a communicator: one group per

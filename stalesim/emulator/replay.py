@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from stalesim.atomic import write_json_atomic, write_text_atomic
+from stalesim.atomic import AppendLog, ensure_dir, write_json_atomic, write_lines_atomic
 from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import mean_in_process
@@ -250,7 +250,7 @@ class Emulator:
                "lr": self.cfg.lr_at(t, self.total), "wall_time_s": round(self._now(), 4)}
         self.state.metrics.append(rec)
         if self._metrics_fh is not None:
-            self._metrics_fh.write(json.dumps(rec) + "\n")
+            self._metrics_fh.write_line(json.dumps(rec))
 
     def _now(self) -> float:
         return self.state.elapsed + (time.perf_counter() - self._t0)
@@ -285,7 +285,7 @@ class Emulator:
         st.epochs.append(rec)
         st.metrics.append(rec)
         if self._metrics_fh is not None:
-            self._metrics_fh.write(json.dumps(rec) + "\n")
+            self._metrics_fh.write_line(json.dumps(rec))
 
     # ---------------------------------------------------------------- run
     def run(self, resume: bool = False) -> dict[str, Any]:
@@ -293,15 +293,15 @@ class Emulator:
 
         self._metrics_fh = None
         if self.out is not None:
-            self.out.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.out)
             if resume:
                 ckpt.load(self, self.out / CKPT_NAME)
             else:
                 write_json_atomic(self.out / "config.json", {"train": self.cfg.to_dict(),
                                                              "checkpoint_every": self.checkpoint_every})
-            with open(self.out / "metrics.jsonl", "w") as fh:  # rewritten up to the checkpoint
-                fh.writelines(json.dumps(rec) + "\n" for rec in self.state.metrics)
-            self._metrics_fh = open(self.out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+            # a live log (see stalesim.atomic.AppendLog), rewritten up to the checkpoint on resume
+            self._metrics_fh = AppendLog(self.out / "metrics.jsonl",
+                                         (json.dumps(rec) for rec in self.state.metrics))
         elif resume:
             raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
         self._t0 = time.perf_counter()
@@ -431,8 +431,7 @@ class Emulator:
                 "staleness_lr", "warmup", "compression")},
         }
         if self.out is not None:
-            write_text_atomic(self.out / "versions.jsonl",
-                              "".join(json.dumps(rec) + "\n" for rec in self.versions_log()))
+            write_lines_atomic(self.out / "versions.jsonl", (json.dumps(rec) for rec in self.versions_log()))
             write_json_atomic(self.out / "summary.json", summary)
         return summary
 

@@ -67,10 +67,9 @@ def gantt(result: SimResult, path: str | os.PathLike[str], *, title: str | None 
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in present], loc="upper right",
               fontsize=7, ncol=min(len(present), 6))
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    from stalesim.atomic import savefig_atomic
+
+    try:
+        return savefig_atomic(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -24,7 +24,6 @@ import csv
 import io
 import itertools
 import os
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -210,19 +209,10 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> Path:
-    """Atomic CSV write (tmp + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(to_csv(rows))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    """Atomic CSV write (see :mod:`stalesim.atomic`)."""
+    from stalesim.atomic import write_csv_atomic
+
+    return write_csv_atomic(path, rows, header=list(COLUMNS))
 
 
 def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:

@@ -183,7 +183,7 @@ def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[st
 def staleness_study(data_dir: str, *, iterations: int = 300, batch_size: int = 64, lr: float = 0.01,
                     device: str = "cpu", progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Emulate LeNet-5 on MNIST: sequential vs the stale-weights pipeline (S=2, PPV (2))."""
-    from stalesim.emulator.engine import Emulator
+    from stalesim.emulator.replay import Emulator
     from stalesim.runtime.config import TrainConfig
 
     out = []

@@ -275,23 +275,10 @@ class Profile:
 
 
 def _write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
-    import tempfile
-    from pathlib import Path
+    """Readers never see half a file; bad targets are one-line errors (:mod:`stalesim.atomic`)."""
+    from stalesim.atomic import write_text_atomic
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text)
 
 
 def _check_batch(batch_size: Any) -> None:
