@@ -59,15 +59,19 @@ def build_stages(cfg: Any, S: int, local: bool):
     if local:
         from stalesim.emulator.heads import make_aux_heads
 
-        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed)
+        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed,
+                               example=model.example_input(2))
     return model, stages, heads
 
 
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
-    """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update)."""
+    """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update).
+    Token-id inputs stay integers; every stage output (what is sent on) is floating."""
     shapes = []
     with torch.no_grad():
-        x = torch.zeros((1, *model.input_shape), dtype=dtype)
+        x = model.example_input(1)
+        if x.is_floating_point():
+            x = x.to(dtype)
         was = model.training
         model.eval()
         try:
@@ -131,7 +135,8 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
                                         lr_fn=lambda t, _N=N: cfg.lr_at(t, _N))
     ck = Checkpointer(job, ctx, sched, runtimes)
     start_index, restored = ck.restore()  # (0, None) unless resuming
-    rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index)
+    rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index,
+                label_shape=tuple(getattr(model, "label_shape", ())))
     rank.init_static_bytes()
     if restored is not None:
         ck.apply(rank, restored)

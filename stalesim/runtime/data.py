@@ -269,8 +269,25 @@ class BatchStream:
 
 
 def batch_stream(cfg: TrainConfig, data: Dataset | None = None,
-                 input_shape: tuple[int, int, int] | None = None) -> BatchStream:
-    """The run's deterministic batch order (loads the dataset unless given)."""
+                 input_shape: tuple[int, ...] | None = None) -> BatchStream:
+    """The run's deterministic batch order (loads the dataset unless given).
+
+    Language-model runs get a :class:`stalesim.runtime.text.TextStream` (same
+    interface: ``stream(t)``, ``batches_per_epoch``, ``data.note``, ``test_batches``)
+    whose windows are ``input_shape[0]`` (the model's block size) characters long.
+    """
+    from stalesim.runtime.tasks import task_of
+
+    if task_of(cfg) == "lm":
+        from stalesim.runtime.text import text_stream
+
+        if input_shape is not None:
+            block = int(input_shape[0])
+        else:
+            from stalesim.workloads.gpt import parse_gpt_name
+
+            block = parse_gpt_name(cfg.model).block_size
+        return text_stream(cfg, block, data)  # type: ignore[return-value,arg-type]
     return BatchStream(cfg, data if data is not None else load_dataset(cfg, input_shape))
 
 

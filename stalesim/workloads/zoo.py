@@ -56,7 +56,11 @@ class LayeredModel(nn.Sequential):
 
     Attributes: ``name``, ``blocks`` (the child modules, in order),
     ``block_names``, ``weight_layers`` (conv/linear count per block),
-    ``input_shape`` (C, H, W) and ``default_dataset``.
+    ``input_shape`` (per-sample shape: (C, H, W) for images, (T,) for token
+    sequences), ``default_dataset``, ``input_dtype`` (None: floating, follows the
+    weights; ``torch.long`` for token ids), ``label_shape`` (per-sample label
+    shape: () for a class, (T,) for next-token targets) and ``task``
+    (``"classify"`` or ``"lm"``, see :mod:`stalesim.runtime.tasks`).
     """
 
     def __init__(
@@ -67,6 +71,9 @@ class LayeredModel(nn.Sequential):
         input_shape: tuple[int, int, int],
         default_dataset: str = "cifar10",
         weight_layers: Sequence[int] | None = None,
+        input_dtype: torch.dtype | None = None,
+        label_shape: tuple[int, ...] = (),
+        task: str = "classify",
     ) -> None:
         if len(blocks) == 0:
             raise StalesimError(f"model {name!r}: needs at least one block")
@@ -94,10 +101,17 @@ class LayeredModel(nn.Sequential):
                     f"({len(blocks)} blocks), got {list(weight_layers)}"
                 )
         self.weight_layers: list[int] = wl
-        if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
-            raise StalesimError(f"model {name!r}: input_shape must be (C, H, W), got {input_shape}")
-        self.input_shape: tuple[int, int, int] = tuple(int(d) for d in input_shape)  # type: ignore[assignment]
+        if len(input_shape) < 1 or any(int(d) < 1 for d in input_shape):
+            raise StalesimError(
+                f"model {name!r}: input_shape must be a per-sample shape such as (C, H, W), "
+                f"got {input_shape}")
+        self.input_shape: tuple[int, ...] = tuple(int(d) for d in input_shape)
         self.default_dataset: str = default_dataset
+        self.input_dtype: torch.dtype | None = input_dtype
+        self.label_shape: tuple[int, ...] = tuple(int(d) for d in label_shape)
+        if task not in ("classify", "lm"):
+            raise StalesimError(f"model {name!r}: task must be 'classify' or 'lm', got {task!r}")
+        self.task: str = task
         self._block_flops: list[int] | None = None  # cache for default_ppv
 
     @property
@@ -141,7 +155,17 @@ class LayeredModel(nn.Sequential):
         return cls(items, name=name, input_shape=input_shape, default_dataset=default_dataset)
 
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
-        return torch.zeros((batch_size, *self.input_shape))
+        """Zeros of the input's shape: float32 (cast to the weights' dtype before use) or
+        ``input_dtype`` (token ids)."""
+        return torch.zeros((batch_size, *self.input_shape), dtype=self.input_dtype or torch.float32)
+
+    def random_input(self, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+        """A random input batch (normal floats, or uniform token ids below ``vocab_size``)."""
+        if self.input_dtype is not None and not self.input_dtype.is_floating_point:
+            high = int(getattr(self, "vocab_size", 2))
+            return torch.randint(0, high, (batch_size, *self.input_shape), generator=generator,
+                                 dtype=self.input_dtype)
+        return torch.randn((batch_size, *self.input_shape), generator=generator)
 
     def extra_repr(self) -> str:
         return (
@@ -279,8 +303,22 @@ _RESNET_RE = re.compile(r"^resnet(\d+)$")
 
 
 def model_names() -> list[str]:
-    """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
-    return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS]
+    """Names ``build_model`` accepts (any ``resnet<6n+2>`` and ``gpt-char:<options>`` work
+    too; these are listed)."""
+    return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS] + ["gpt-char"]
+
+
+def model_task(name: str) -> str | None:
+    """``"lm"`` for the GPT names, ``"classify"`` for the CNNs, None for a name the zoo does
+    not know (a bring-your-own model); cheap: builds nothing."""
+    from stalesim.workloads.gpt import is_gpt_name
+
+    key = str(name).strip().lower()
+    if is_gpt_name(key):
+        return "lm"
+    if key in _FIXED or _RESNET_RE.match(key):
+        return "classify"
+    return None
 
 
 def _init_weights(model: nn.Module) -> None:
@@ -305,6 +343,11 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
         raise StalesimError(f"num_classes: expected an integer >= 1, got {num_classes!r}")
     key = str(name).strip().lower()
     factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
+    from stalesim.workloads.gpt import build_gpt, is_gpt_name, parse_gpt_name
+
+    if factory is None and is_gpt_name(key):
+        parse_gpt_name(key)  # validate the options before seeding
+        factory = lambda nc: build_gpt(key)  # noqa: E731 - vocabulary is fixed (ASCII)
     if factory is None:
         m = _RESNET_RE.match(key)
         if m:
@@ -318,7 +361,7 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
     if factory is None:
         raise StalesimError(
             f"unknown model {name!r}; known models: {', '.join(model_names())} "
-            "(or any resnet<6n+2>)"
+            "(or any resnet<6n+2>, gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T)"
         )
     if seed is None:
         model = factory(num_classes)
