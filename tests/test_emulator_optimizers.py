@@ -24,7 +24,7 @@ import math
 
 import pytest
 import torch
-from test_emulator_exactness import CLASSES, S, Reference, tiny_mlp
+from test_emulator_exactness import CLASSES, Reference, S, tiny_mlp
 
 from stalesim.emulator.engine import Emulator
 from stalesim.runtime.config import TrainConfig

@@ -92,4 +92,4 @@ def test_real_shakespeare(real_data_dir):
     assert s.batches_per_epoch == 4_551_588 // (32 * 128)
     assert len(torch.unique(torch.cat([s.data.train, s.data.val]))) == 84
     x, y = s(0)
-    assert x.shape == (32, 128) and int(x.max()) < 128
+    assert x.shape == y.shape == (32, 128) and int(x.max()) < 128

@@ -34,6 +34,10 @@ def test_options_parse_round_trip_and_errors():
     assert gpt_name(GPTConfig()) == "gpt-char"
     assert model_task("gpt-char:n_layer=2") == "lm" and model_task("resnet20") == "classify"
     assert model_task("mynet") is None
+    from stalesim.workloads import zoo
+    from stalesim.workloads.names import CNN_FIXED
+
+    assert set(CNN_FIXED) == set(zoo._FIXED)  # the torch-free name table knows every zoo CNN
     for bad, needle in [("gpt-char:depth=2", "unknown gpt-char option 'depth'"),
                         ("gpt-char:n_layer=0", "n_layer must be an integer >= 1"),
                         ("gpt-char:n_layer=x", "must be an integer"),

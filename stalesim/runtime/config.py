@@ -20,6 +20,7 @@ LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
 DATA_PARALLEL = ("dp", "pipe-sgd")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
 @dataclass
@@ -172,8 +173,7 @@ class TrainConfig:
 
     def _check_optimizer(self) -> None:
         """Optimizer, lr warm-up/floor, clipping, task/dataset and optimizer-aware mitigations."""
-        from stalesim.runtime.optim import OPTIMIZERS
-        from stalesim.workloads.zoo import model_task
+        from stalesim.workloads.names import model_task  # torch-free
 
         if self.optimizer not in OPTIMIZERS:
             raise StalesimError(f"optimizer: unknown {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")

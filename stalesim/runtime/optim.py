@@ -60,7 +60,7 @@ from typing import Any
 
 import torch
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
+from stalesim.runtime.config import OPTIMIZERS  # noqa: F401  (re-export)
 
 
 class LookaheadAdam(torch.optim.Optimizer):
@@ -79,7 +79,7 @@ class LookaheadAdam(torch.optim.Optimizer):
                                   "weight_decay": weight_decay, "decoupled": decoupled})
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:  # noqa: D102
+    def step(self, closure: Any = None) -> None:
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
             for p in group["params"]:

@@ -31,7 +31,7 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 def task_of(cfg: Any) -> str:
     """``lm`` for a text dataset or a zoo language model, else ``classify``."""
-    from stalesim.workloads.zoo import model_task
+    from stalesim.workloads.names import model_task
 
     if cfg.dataset in TEXT_DATASETS:
         return "lm"

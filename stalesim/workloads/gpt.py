@@ -31,78 +31,23 @@ residual output projections N(0, 0.02 / sqrt(2 n_layer)), zero biases.
 Options come with the model name: ``gpt-char`` (n_layer=4, n_embd=128, n_head=4,
 block_size=128) or ``gpt-char:n_layer=12,n_embd=384,n_head=6,block_size=256``
 (any subset, any order); :func:`parse_gpt_name` validates them and
-:func:`gpt_name` gives the canonical spelling.
+:func:`gpt_name` gives the canonical spelling (both in the torch-free
+:mod:`stalesim.workloads.names`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stalesim.errors import StalesimError
+from stalesim.workloads.names import BASE_NAME, GPTConfig, gpt_name, is_gpt_name, parse_gpt_name
+
+__all__ = ["BASE_NAME", "VOCAB_SIZE", "GPTConfig", "build_gpt", "gpt_name", "is_gpt_name", "parse_gpt_name"]
 
 VOCAB_SIZE = 128  # ASCII
-BASE_NAME = "gpt-char"
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """Sizes of the character GPT (defaults: the small CPU model, 4 x 128)."""
-
-    n_layer: int = 4
-    n_embd: int = 128
-    n_head: int = 4
-    block_size: int = 128
-
-    def check(self) -> GPTConfig:
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise StalesimError(f"model: {BASE_NAME} option {f.name} must be an integer >= 1, got {v!r}")
-        if self.n_embd % self.n_head:
-            raise StalesimError(
-                f"model: {BASE_NAME} n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
-        return self
-
-
-def is_gpt_name(name: str) -> bool:
-    key = str(name).strip().lower()
-    return key == BASE_NAME or key.startswith(BASE_NAME + ":")
-
-
-def parse_gpt_name(name: str) -> GPTConfig:
-    """``gpt-char[:k=v,...]`` -> GPTConfig (StalesimError naming a bad option)."""
-    key = str(name).strip().lower()
-    if not is_gpt_name(key):
-        raise StalesimError(f"model: {name!r} is not a {BASE_NAME} name")
-    opts: dict[str, int] = {}
-    rest = key[len(BASE_NAME) + 1:] if ":" in key else ""
-    known = [f.name for f in fields(GPTConfig)]
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        k, sep, v = part.partition("=")
-        k = k.strip()
-        if not sep:
-            raise StalesimError(f"model: option {part!r} of {BASE_NAME} must be key=value "
-                                f"(e.g. {BASE_NAME}:n_layer=12,n_embd=384)")
-        if k not in known:
-            raise StalesimError(f"model: unknown {BASE_NAME} option {k!r} (known: {', '.join(known)})")
-        try:
-            opts[k] = int(v)
-        except ValueError:
-            raise StalesimError(f"model: {BASE_NAME} option {k} must be an integer, got {v.strip()!r}") from None
-    return GPTConfig(**opts).check()
-
-
-def gpt_name(cfg: GPTConfig) -> str:
-    """Canonical name: the base name plus every option that differs from the default."""
-    default = GPTConfig()
-    diff = [f"{f.name}={getattr(cfg, f.name)}" for f in fields(cfg)
-            if getattr(cfg, f.name) != getattr(default, f.name)]
-    return BASE_NAME + (":" + ",".join(diff) if diff else "")
 
 
 class Embedding(nn.Module):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stalesim.errors import StalesimError
+from stalesim.workloads.names import model_task  # re-export: torch-free name -> task
 
 __all__ = [
     "BasicBlock",
@@ -35,6 +36,7 @@ __all__ = [
     "build_model",
     "count_weight_layers",
     "model_names",
+    "model_task",
 ]
 
 _WEIGHT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -308,19 +310,6 @@ def model_names() -> list[str]:
     return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS] + ["gpt-char"]
 
 
-def model_task(name: str) -> str | None:
-    """``"lm"`` for the GPT names, ``"classify"`` for the CNNs, None for a name the zoo does
-    not know (a bring-your-own model); cheap: builds nothing."""
-    from stalesim.workloads.gpt import is_gpt_name
-
-    key = str(name).strip().lower()
-    if is_gpt_name(key):
-        return "lm"
-    if key in _FIXED or _RESNET_RE.match(key):
-        return "classify"
-    return None
-
-
 def _init_weights(model: nn.Module) -> None:
     """He init for convs (as He et al.), PyTorch defaults elsewhere, BN to (1, 0)."""
     for m in model.modules():
@@ -347,7 +336,7 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
 
     if factory is None and is_gpt_name(key):
         parse_gpt_name(key)  # validate the options before seeding
-        factory = lambda nc: build_gpt(key)  # noqa: E731 - vocabulary is fixed (ASCII)
+        factory = lambda nc: build_gpt(key)  # the vocabulary is fixed (ASCII)
     if factory is None:
         m = _RESNET_RE.match(key)
         if m:
