@@ -5,8 +5,9 @@
 Contenders, all on the default ``gpt-char`` (4 layers x 128 wide, 4 heads, 128-character
 windows, 0.84 M parameters) with AdamW, on Shakespeare (``$STALESIM_DATA``; synthetic
 text without it): a plain PyTorch training loop (forward, next-character loss,
-backward, AdamW step), the emulator running ``sequential`` (one stage) and ``2bw``
-with S = 4, M = 4. As in ``bench_emulator``, the contenders live in one process and
+backward, AdamW step), the same loop accumulating gradients over 4 micro-batches
+(what 2BW's M = 4 costs without any pipelining), the emulator running ``sequential``
+(one stage) and ``2bw`` with S = 4, M = 4. As in ``bench_emulator``, the contenders live in one process and
 run in interleaved chunks of a few steps, round after round, so that a burst of
 foreign load hits all alike; the report is the median time per training step over
 chunks, with its min-max spread. Run it under ``/work/shared/tools/quiet run`` (or on a
@@ -20,7 +21,7 @@ import os
 import statistics
 import time
 
-CONTENDERS = ("plain", "sequential", "2bw S=4")
+CONTENDERS = ("plain", "plain M=4", "sequential", "2bw S=4")
 
 
 def _setup(name: str, batch: int, iters: int, dataset: str, data_dir: str | None):
@@ -28,7 +29,7 @@ def _setup(name: str, batch: int, iters: int, dataset: str, data_dir: str | None
 
     from stalesim.runtime.config import TrainConfig
 
-    if name == "plain":
+    if name.startswith("plain"):
         from stalesim.runtime.data import batch_stream
         from stalesim.runtime.tasks import loss_fn
         from stalesim.workloads.zoo import build_model
@@ -39,13 +40,14 @@ def _setup(name: str, batch: int, iters: int, dataset: str, data_dir: str | None
         stream = batch_stream(cfg, input_shape=m.input_shape)
         opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
         lf = loss_fn("lm")
+        M = 4 if name == "plain M=4" else 1  # gradient accumulation over M micro-batches
 
         def run(a: int, b: int) -> None:
             for t in range(a, b):
                 x, y = stream(t)
-                loss = lf(m(x), y)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                for xm, ym in zip(x.chunk(M), y.chunk(M)):
+                    (lf(m(xm), ym) / M).backward()
                 opt.step()
 
         return run

@@ -112,6 +112,7 @@ def test_state_copies_for_memory_accounting():
     ({"nesterov": True, "momentum": 0.0}, "nesterov:"),
     ({"spike_compensation": True, "optimizer": "adam"}, "spike_compensation:"),
     ({"weight_prediction": True, "momentum": 0.0}, "weight_prediction:"),
+    ({"spike_compensation": True, "nesterov": True}, "spike_compensation: is defined for heavy-ball"),
     ({"nesterov_lookahead": True, "momentum": 0.0}, "nesterov_lookahead:"),
     ({"nesterov_lookahead": True, "nesterov": True}, "nesterov_lookahead:"),
     ({"nesterov_lookahead": True, "weight_prediction": True, "optimizer": "adam"}, "nesterov_lookahead:"),

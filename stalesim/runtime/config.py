@@ -200,6 +200,9 @@ class TrainConfig:
         if self.spike_compensation and not sgd:
             raise StalesimError(f"spike_compensation: corrects SGD momentum (a = mu^D, b = (1 - mu^D)/(1 - mu)); "
                                 f"it does not apply to --optimizer {self.optimizer}")
+        if self.spike_compensation and (self.nesterov or self.nesterov_lookahead):
+            raise StalesimError("spike_compensation: is defined for heavy-ball SGD momentum, "
+                                "not with --nesterov or --nesterov-lookahead")
         if self.weight_prediction and sgd and self.momentum == 0:
             raise StalesimError("weight_prediction: with SGD it extrapolates along the momentum buffer; "
                                 "needs --momentum > 0")
