@@ -88,3 +88,17 @@ def test_two_ranks_new_optimizers_and_mitigations():
         _cfg("2bw", 2, dtype="float64", error_feedback=True, clip_grad_norm=1.0),
     ]
     _check(cases, run_local(_jobs(cases), "cpu:2", timeout_s=60))
+
+
+def test_executor_resume_keeps_adam_and_error_feedback_state(tmp_path):
+    """A run resumed from a mid-run checkpoint (Adam moments, step counts and the
+    error-feedback step restored on every rank) gives the uninterrupted run's losses."""
+    cases = [_cfg("2bw", 2, error_feedback=True, iterations=9),
+             _cfg("pipedream", 2, nesterov_lookahead=True, betas=[0.99, 0.999], iterations=9)]
+    outs = [str(tmp_path / f"r{i}") for i in range(len(cases))]
+    full = run_local([make_job(c, out=o, checkpoint_every=4, evaluate=False) for c, o in zip(cases, outs)],
+                     "cpu:2", timeout_s=60)
+    resumed = run_local([make_job(c, out=o, checkpoint_every=4, resume=o, evaluate=False)
+                         for c, o in zip(cases, outs)], "cpu:2", timeout_s=60)
+    for cfg, a, b in zip(cases, full, resumed):
+        assert b["losses"] == a["losses"], cfg.schedule
