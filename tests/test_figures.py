@@ -115,3 +115,22 @@ def test_study_reader(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert lenet5_accuracy_vs_depth(empty, roots=(tmp_path / "none",)) == []
+
+
+def test_merge_coincident_names_hidden_lines():
+    from stalesim.figures.common import merge_coincident
+
+    got = merge_coincident([("a", [1, 2], [1.0, 2.0]), ("b", [1, 2], [1.0, 2.0]), ("c", [1, 2], [1.0, 2.005]),
+                            ("d", [1, 2], [3.0, 4.0])])
+    assert got == [("a ≈ b ≈ c", [1, 2], [1.0, 2.0]), ("d", [1, 2], [3.0, 4.0])]
+    # exact only: c is 0.25 % off, so it stays its own line
+    assert [lab for lab, *_ in merge_coincident([("a", [1], [2.0]), ("c", [1], [2.005])], rtol=1e-6)] == ["a", "c"]
+
+
+def test_schedules_figure_names_its_ppv_and_merges(tmp_path):
+    out = _with_profiles(tmp_path)
+    make_figures(out, ["predicted_speedup_schedules"], log=lambda m: None)
+    rows = _read(out / "predicted_speedup_resnet56_h100-sxm.csv")
+    s2 = {r["schedule"]: r for r in rows if r["stages"] == "2"}
+    assert s2["stale"]["ppv"] == "27"  # the balanced split, which the title states
+    assert s2["stale"]["speedup"] == s2["pipedream"]["speedup"]  # drawn as one line "pipedream = stale"

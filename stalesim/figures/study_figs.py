@@ -25,16 +25,22 @@ SEARCH_ROOTS = (Path("docs/results"), Path("runs"))
 
 
 def find_studies(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[Path]:
-    out = []
+    """Single-worker study folders of this model/dataset; a study stored twice (its ``study.json``
+    identical, e.g. a run folder and its copy in ``docs/results``) counts once, the first root winning."""
+    out, seen = [], set()
     for root in roots:
         if not root.is_dir():
             continue
         for sj in sorted(root.rglob("study.json")):
             try:
-                base = json.loads(sj.read_text())["base"]
+                text = sj.read_text()
+                base = json.loads(text)["base"]
             except (OSError, ValueError, KeyError):
                 continue
             if base.get("model") == model and base.get("dataset") == dataset and (sj.parent / "table.csv").exists():
+                if text in seen or (base.get("workers") or 1) != 1:  # data-parallel studies: not this figure
+                    continue
+                seen.add(text)
                 out.append(sj.parent)
     return out
 
