@@ -128,6 +128,8 @@ def _train_args(model: str, scale: Scale, data_dir: str | None) -> tuple[list[st
 
 def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None = None) -> list[Job]:
     """The jobs, in the order they run: one-GPU studies, then the 2-GPU runs if ``two_gpus``."""
+    from stalesim.schedule import get_spec
+
     jobs: list[Job] = []
     seeds = ",".join(map(str, scale.seeds))
     for model in scale.models_1gpu:
@@ -151,13 +153,14 @@ def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None =
             for seed in scale.seeds_2gpu:
                 for sched, devs in (("sequential", scale.one_device_spec), ("stale", scale.two_device_spec),
                                     ("hybrid", scale.two_device_spec)):
-                    extra = [] if sched == "sequential" else ["--ppv", ppv]
-                    extra += switch if sched == "hybrid" else []
+                    spec = get_spec(sched)
+                    extra = [] if spec.placement_free else ["--ppv", ppv]
+                    extra += switch if spec.switches else []
                     jobs.append(Job(f"{model}_2gpu_{sched}_seed{seed}", "run", model,
                                     ("run", *args, "--schedule", sched, *extra, "--seed", str(seed),
                                      "--devices", devs, "--checkpoint-every", "1000"),
                                     runs=1, iterations=iters, schedule=sched, ppv=ppv,
-                                    devices=1 if sched == "sequential" else 2))
+                                    devices=1 if spec.placement_free else 2))
     return jobs
 
 
@@ -187,7 +190,12 @@ def roofline_seconds_per_iteration(model: str, device: str, batch: int, profiles
     prof = roofline_profile(shape_profile(model, profiles).at_batch_size(batch), device)
     opts = SimOptions(method="fast", keep_timeline=False, ppv=tuple(int(p) for p in ppv.split(",")) if ppv else None)
     stages = len(ppv.split(",")) + 1 if ppv else 1
-    r = simulate(prof, ScheduleConfig(schedule, stages=stages), options=opts)
+    from stalesim.schedule import get_spec
+
+    # a switching schedule (hybrid): its mean over a run switching half-way
+    cfg = (ScheduleConfig(schedule, stages=stages, batches=400, switch=200) if get_spec(schedule).switches
+           else ScheduleConfig(schedule, stages=stages))
+    r = simulate(prof, cfg, options=opts)
     return r.iteration_time_s
 
 
@@ -199,8 +207,7 @@ def estimate(jobs: list[Job], device: str, profiles: Path, scale: Scale) -> list
         bs = scale.batch_size or RECIPES[j.model].batch_size
         key = (j.model, j.schedule if j.kind == "run" else "sequential", j.ppv if j.kind == "run" else "")
         if key not in cache:
-            cache[key] = roofline_seconds_per_iteration(j.model, device, bs, profiles,
-                                                        schedule=key[1] if key[1] != "hybrid" else "stale",
+            cache[key] = roofline_seconds_per_iteration(j.model, device, bs, profiles, schedule=key[1],
                                                         ppv=key[2])
         rows.append({"job": j.name, "runs": j.runs, "iterations_per_run": j.iterations,
                      "roofline_s": j.runs * j.iterations * cache[key]})

@@ -62,6 +62,19 @@ def runs(study: Path, schedule: str, ppv: list[int], mitigation: str = "none") -
     return sorted(rs, key=lambda r: r["seed"])
 
 
+def is_baseline(r: dict[str, Any] | str) -> bool:
+    """A schedule whose result does not depend on the placement (sequential, dp): the reference."""
+    from stalesim.schedule import get_spec
+
+    return get_spec(r if isinstance(r, str) else r["schedule"]).placement_free
+
+
+def switches(r: dict[str, Any] | str) -> bool:
+    from stalesim.schedule import get_spec
+
+    return get_spec(r if isinstance(r, str) else r["schedule"]).switches
+
+
 def acc(r: dict[str, Any]) -> float | None:
     a = r.get("final_test_accuracy")
     return None if r.get("diverged") or a is None else a
@@ -152,7 +165,7 @@ def paired_vs_sequential(root: Path, study: Path, baseline: str = "sequential") 
 # --------------------------------------------------------------------------- mitigations
 def lenet5_mitigations(root: Path) -> str:
     base_rows, base_src = _stale_or_flat(root / LENET_2EP, root / RES / "lenet5_mnist_stale.csv")
-    seq = next(r for r in base_rows if r["schedule"] == "sequential")
+    seq = next(r for r in base_rows if is_baseline(r))
     stale = next(r for r in base_rows if r["ppv"] == [1, 2, 3, 4])
     sm, tm = float(seq["test_acc_mean"]), float(stale["test_acc_mean"])
 
@@ -206,11 +219,11 @@ def lenet5_local(root: Path) -> str:
     src = root / RES / "lenet5_mnist_local"
     sp = _csv(root / LOCAL_SPEEDUP)
     rows = study_rows(src)
-    seq = next(r for r in rows if r["schedule"] == "sequential")
+    seq = next(r for r in rows if is_baseline(r))
     out = []
     for r in rows:
         S = int(r["stages"])
-        if r["schedule"] == "sequential":
+        if is_baseline(r):
             drop, speed = "", "1 / 1"
         else:
             drop = f"{100 * (float(seq['test_acc_mean']) - float(r['test_acc_mean'])):.2f} pts"
@@ -319,7 +332,7 @@ def pipe_sgd_accuracy(root: Path) -> str:
         row = next(r for r in study_rows(src) if r["schedule"] == sched)
         rs = runs(src, sched, row["ppv"])
         diff = ""
-        if sched != "dp":
+        if not is_baseline(sched):
             p = paired_difference([100 * acc(x) for x in rs], [100 * acc(x) for x in dp])  # type: ignore[operator]
             diff = f"{p.mean:+.2f} [{p.ci_low:+.2f}, {p.ci_high:+.2f}]"
         out.append([sched, comp, mean_std(row), per_seed(rs), diff])
@@ -345,12 +358,12 @@ def gpu_cifar10(root: Path) -> str:
         hy = base / f"{model}_cifar10_hybrid"
         seq = runs(st, "sequential", [])
         seq_acc = {r["seed"]: acc(r) for r in seq}
-        seq_row = next(r for r in study_rows(st) if r["schedule"] == "sequential")
+        seq_row = next(r for r in study_rows(st) if is_baseline(r))
         out.append([model, "-", "sequential", mean_std(seq_row), per_seed(seq), "", ""])
         ref = paper.STALE_DROPS_4STAGE.get(model)
         for src in (st, hy) if (hy / "table.csv").exists() else (st,):
             for r in study_rows(src):
-                if r["schedule"] == "sequential":
+                if is_baseline(r):
                     continue
                 rs = runs(src, r["schedule"], r["ppv"])
                 pairs = [(seq_acc.get(x["seed"]), acc(x)) for x in rs]
@@ -363,8 +376,8 @@ def gpu_cifar10(root: Path) -> str:
                     drop = f"{100 * (pairs[0][0] - pairs[0][1]):.2f} (1 seed)"
                 pub = ""
                 if ref and r["ppv"] == ref[1]:
-                    pub = f"{ref[2]} (4-stage)" if r["schedule"] != "hybrid" else ""
-                elif model in paper.STALE_DEEP_DROPS and r["schedule"] != "hybrid":
+                    pub = "" if switches(r) else f"{ref[2]} (4-stage)"
+                elif model in paper.STALE_DEEP_DROPS and not switches(r):
                     pub = f"up to {paper.STALE_DEEP_DROPS[model]} (deep)"
                 out.append([model, ppv_txt(r["ppv"]), r["schedule"], mean_std(r), per_seed(rs), drop, pub])
     return table(["model", "PPV", "schedule", "test accuracy (%)", "per seed", "drop vs sequential (pts, 95 % CI)",
@@ -382,15 +395,15 @@ def gpu_2gpu(root: Path) -> str:
     out = []
     for ref in paper.STALE_2GPU:
         got = {r["schedule"]: r for r in recs if r["model"] == ref["model"]}
-        if "sequential" not in got:
+        if not any(is_baseline(r) for r in got.values()):
             continue
         def cell(s: str, got: dict[str, Any] = got) -> str:
-            t1 = got["sequential"]["iteration_time_s"]
+            t1 = next(r for r in got.values() if is_baseline(r))["iteration_time_s"]
             r = got.get(s)
             if r is None:
                 return "not run"
             a = "diverged" if r["diverged"] or r["test_accuracy"] is None else pct(r["test_accuracy"])
-            return a if s == "sequential" else f"{a} / {t1 / r['iteration_time_s']:.2f}×"
+            return a if is_baseline(s) else f"{a} / {t1 / r['iteration_time_s']:.2f}×"
 
         out.append([f"{ref['model']}, ({ref['ppv'][0]})", cell("sequential"), cell("stale"), cell("hybrid"),
                     f"{ref['acc_nonpipelined']} / {ref['acc_pipelined']} ({ref['speedup_pipelined']}×) / "
@@ -422,7 +435,7 @@ def summary(root: Path) -> str:
 
     s5, s2 = root / LENET_5EP, root / LENET_2EP
     rows2, _ = _stale_or_flat(s2, root / RES / "lenet5_mnist_stale.csv")
-    seq2 = next(r for r in rows2 if r["schedule"] == "sequential")
+    seq2 = next(r for r in rows2 if is_baseline(r))
     st2 = next(r for r in rows2 if r["ppv"] == [2])
     deep2 = next(r for r in rows2 if r["ppv"] == [1, 2, 3, 4])
     p2 = _paired(s5, [2])
@@ -472,7 +485,7 @@ def summary(root: Path) -> str:
             cells.append(f"{sched}{'' if c == 'none' else ' + ' + c} {pct(float(r['test_acc_mean']))}")
         pipe_acc = ("; accuracy, LeNet-5/MNIST, P=4, 2 epochs, 3 seeds: " + " / ".join(cells) + " %")
     loc = study_rows(root / RES / "lenet5_mnist_local")
-    lseq = next(r for r in loc if r["schedule"] == "sequential")
+    lseq = next(r for r in loc if is_baseline(r))
     l2, l3 = (next(r for r in loc if int(r["stages"]) == k) for k in (2, 3))
     sp = {int(q["stages"]): float(q["speedup"]) for q in _csv(root / LOCAL_SPEEDUP) if q["device"] == "cpu-core"}
 
