@@ -184,7 +184,7 @@ def predicted_speedup_schedules(out: Path, ctx: Ctx, model: str = "resnet56", de
                          "max_staleness": max(r.staleness)})
     csv_path = write_csv(out / f"predicted_speedup_{model}_{device}.csv", rows)
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     styles = ("o-", "s--", "^-.", "D:", "v-")
     for ax, key in ((axes[0], "speedup"), (axes[1], "peak_memory_mib_max")):
         series = []
@@ -193,12 +193,16 @@ def predicted_speedup_schedules(out: Path, ctx: Ctx, model: str = "resnet56", de
             lab = name + (f" (M={rs[0]['microbatches']})" if rs[0]["microbatches"] > 1 else "")
             series.append((lab, [r["stages"] for r in rs], [r[key] for r in rs]))
         # schedules with the same partition and no bubble predict the same time: one line, all named
-        for k, (lab, xs, ys) in enumerate(merge_coincident(series)):
-            ax.plot(xs, ys, styles[k % len(styles)], label=lab, ms=5)
+        first = [lab for lab, *_ in series]
+        for lab, xs, ys in merge_coincident(series):
+            k = first.index(lab.split(" = ")[0].split(" ≈ ")[0])  # same colour and marker in both panels
+            ax.plot(xs, ys, styles[k % len(styles)], color=f"C{k}", label=lab, ms=5)
         ax.set_xticks([2, 4, 8])
         ax.set_xlabel("stages S (devices)")
-        ax.legend(fontsize=7)
-    axes[0].plot([2, 4, 8], [2, 4, 8], ":", color="grey", label="ideal")
+        # below the axes: inside, the legend hides the top line's S=8 point
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    axes[0].plot([2, 4, 8], [2, 4, 8], ":", color="grey")
+    axes[0].annotate("ideal (S)", (6.2, 6.6), color="grey", fontsize=7)
     axes[0].set(ylabel="predicted speed-up over 1 device", title="speed-up")
     axes[1].set(ylabel="peak memory, max over devices (MiB)", title="peak memory per device")
     ppv2 = next(r["ppv"] for r in rows if r["stages"] == 2)
