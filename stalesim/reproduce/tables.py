@@ -555,8 +555,19 @@ def summary(root: Path) -> str:
 
 GPU_RENDERERS: dict[str, Callable[[Path], str]] = {"gpu-cifar10": gpu_cifar10, "gpu-2gpu": gpu_2gpu}
 
+def stored_markdown(folder: str) -> Callable[[Path], str]:
+    """A table kept as ``docs/results/<folder>/table.md`` by the code that built it (its own test
+    rebuilds that file from the folder's CSVs, see ``tests/test_results_schedules.py``)."""
+    def render(root: Path) -> str:
+        return (root / RES / folder / "table.md").read_text(encoding="utf-8")
+
+    return render
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
+    "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
+    "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
     "lenet5-depth-5ep": lambda root: lenet5_depth(root, LENET_5EP),
     "lenet5-depth-5ep-paired": lambda root: paired_vs_sequential(root, LENET_5EP),
     "lenet5-depth-2ep": lambda root: lenet5_depth(root, LENET_2EP),
