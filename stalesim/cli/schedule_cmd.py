@@ -26,6 +26,9 @@ def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True)
                    help="hybrid: batches run stale-pipelined before switching (default N/2)")
     p.add_argument("--warmup", type=nonneg_int, default=0,
                    help="synchronous warm-up: the first K batches run without staleness")
+    p.add_argument("--stages-per-device", "-V", type=positive_int, default=None, metavar="V",
+                   help="virtual stages: V model chunks per device, S/V devices (interleaved "
+                        "schedules; default: the schedule's, 2 for interleaving, ZB-V, DualPipeV)")
 
 
 def config_from_args(args: argparse.Namespace, *, stages: int | None = None, batches: int | None = None):
@@ -41,6 +44,7 @@ def config_from_args(args: argparse.Namespace, *, stages: int | None = None, bat
         fold=args.fold,
         switch=args.switch,
         warmup=args.warmup,
+        stages_per_device=args.stages_per_device,
     )
 
 

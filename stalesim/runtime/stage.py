@@ -21,6 +21,19 @@ Weight versions, without model copies or parameter swapping:
 * Gradients come from ``torch.autograd.grad(outputs, [input] + params, grad_out)``
   into a buffer per batch (never ``.grad``), because schedules such as 2BW
   interleave the backwards of two batches between updates.
+
+Split backward (``I`` then a deferrable ``W``, the zero-bubble schedules), on
+the (worker, stage)s whose schedule splits any backward: the forward runs the
+stage block by block, each block on a detached copy of the previous block's
+output (a *segment* per block: the same values, the graph cut at block
+boundaries). ``I`` walks the segments backwards asking autograd for the input
+gradient only (``torch.autograd.grad(out_k, [in_k], g_k, retain_graph=True)``:
+no weight gradient is computed), keeping each segment's output gradient g_k;
+``W`` asks each segment for its weight gradients only
+(``torch.autograd.grad(out_k, params_k, g_k)``), which re-walks just that
+block's internals. W unpacks the weight version its I read (the IR's v_W =
+v_B). A full ``B`` on such a stage is I then W at once. The arithmetic is the
+unsplit backward's, per block; only float summation order can differ.
 """
 
 from __future__ import annotations
@@ -53,6 +66,12 @@ class _Inflight:
     predicted: bool = False
     loss: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # split backward: per block (input, output) of the segmented forward; after I, each
+    # segment's output gradient (None on the loss segment: its output is the loss)
+    segments: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    seg_grads: list[torch.Tensor | None] | None = None
+    v_b: int | None = None
+    w_base: list[torch.Tensor] | None = None  # backward weights a mitigation made at I
 
 
 class StageRuntime:
@@ -104,6 +123,11 @@ class StageRuntime:
         self.buffers: dict[int, list[torch.Tensor | None]] = {}
         self.versions_used: list[tuple[str, int]] = []
         self.stash_peak_bytes = 0
+        # split backward (I / W): see the module doc
+        self.split = (worker, stage) in schedule.split_stages()
+        self.deferred: dict[tuple[int, int | None], _Inflight] = {}
+        if self.split:
+            self._init_split()
         # set while a forward / backward runs, read by the hooks
         self._pack_ptr: dict[int, int] = self._ptr
         self._unpack_weights: Sequence[torch.Tensor] | None = None
@@ -199,14 +223,19 @@ class StageRuntime:
                 predicted = True
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
+        segments = None
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-                y = self._call(x, leaves)
+                if self.split:
+                    segments = self._segmented_forward(x, leaves)
+                    y = segments[-1][1]
+                else:
+                    y = self._call(x, leaves)
         finally:
             self._pack_ptr = self._ptr
         self.inflight[self._key(action)] = _Inflight(
             x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
-            predicted=predicted,
+            predicted=predicted, segments=segments,
         )
         self.versions_used.append((str(action.with_version(None)), v_f))
         return y
@@ -242,6 +271,11 @@ class StageRuntime:
         gradient is added to the batch-t buffer; returns the input gradient (None on
         stage 0 or when the input does not require grad).
         """
+        if self.split:  # a full B where the schedule splits backwards: I then W at once
+            gx = self._backward_input(action, grad_y)
+            self._backward_weight(action)
+            self.versions_used.pop()  # both halves logged this B with the same version: keep one
+            return gx
         key = self._key(action)
         rec = self.inflight.pop(key)
         v_b = self.version if action.version is None else action.version
@@ -290,6 +324,131 @@ class StageRuntime:
 
     def release(self, version: int) -> None:
         self._release(version)
+
+    # ---------------------------------------------- split backward (I / W)
+    def _init_split(self) -> None:
+        if self.head is not None:
+            raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
+        blocks = list(self.module.named_children())
+        if not blocks:
+            blocks = [("", self.module)]
+        self._blocks = blocks
+        index = {n: i for i, n in enumerate(self.names)}
+        self._block_params: list[list[int]] = []
+        for key, block in blocks:
+            prefix = f"{key}." if key else ""
+            self._block_params.append([index[prefix + n] for n, p in block.named_parameters()
+                                       if p.requires_grad and prefix + n in index])
+
+    def _segmented_forward(self, x: torch.Tensor, leaves: list[torch.Tensor] | None
+                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The stage block by block, each block on a detached copy of the previous output."""
+        segs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        h = x
+        for k, (key, block) in enumerate(self._blocks):
+            inp = h if k == 0 else h.detach().requires_grad_(True)
+            if leaves is None:
+                h = block(inp)
+            else:
+                prefix = f"{key}." if key else ""
+                mapping = {self.names[i][len(prefix):]: leaves[i] for i in self._block_params[k]}
+                h = torch.func.functional_call(block, mapping, (inp,), strict=False)
+            segs.append((inp, h))
+        return segs
+
+    def backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        """I(s, t, m): the input gradient only, reading v_B = ``action.version``; the
+        segments' output gradients are kept for :meth:`backward_weight`."""
+        return self._backward_input(action, grad_y)
+
+    def backward_weight(self, action: Action) -> None:
+        """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
+        buffer; reads the version that I read."""
+        self._backward_weight(action)
+
+    def _backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        if rec.segments is None:
+            raise RuntimeError(f"stalesim: {action} on a stage whose forward was not segmented")
+        v_b = self.version if action.version is None else action.version
+        if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
+                and v_b != self.version):
+            raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
+        base = self.weights_of(v_b)
+        if self.mit.changes_backward:
+            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+            rec.w_base = base
+        if grad_y is None and rec.loss is None:
+            raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before I)")
+        n = len(rec.segments)
+        outs = [o for _, o in rec.segments]
+        if grad_y is None:
+            outs[-1] = rec.loss  # type: ignore[assignment]
+        g: torch.Tensor | None = grad_y
+        seg_grads: list[torch.Tensor | None] = [None] * n
+        gx = None
+        self._unpack_weights = base
+        try:
+            for k in reversed(range(n)):
+                seg_grads[k] = g
+                inp = rec.segments[k][0]
+                if not inp.requires_grad:
+                    break
+                (gi,) = torch.autograd.grad(outs[k], [inp], g, retain_graph=True, allow_unused=True)
+                g = torch.zeros_like(inp) if gi is None else gi
+                if k == 0:
+                    gx = g
+        finally:
+            self._unpack_weights = None
+        rec.seg_grads = seg_grads
+        rec.v_b = v_b
+        if grad_y is None:
+            rec.segments[-1] = (rec.segments[-1][0], rec.loss)  # type: ignore[assignment]
+        self.deferred[key] = rec
+        self.versions_used.append((str(action.with_version(None)), v_b))
+        return gx
+
+    def _backward_weight(self, action: Action) -> None:
+        key = self._key(action)
+        rec = self.deferred.pop(key)
+        assert rec.segments is not None and rec.seg_grads is not None and rec.v_b is not None
+        base = rec.w_base if rec.w_base is not None else self.weights_of(rec.v_b)
+        wgrads: list[torch.Tensor | None] = [None] * len(rec.leaves)
+        self._unpack_weights = base
+        try:
+            for k, (_inp, out) in enumerate(rec.segments):
+                idx = self._block_params[k]
+                if not idx:
+                    continue
+                got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], rec.seg_grads[k],
+                                          allow_unused=True)
+                for i, gw in zip(idx, got):
+                    wgrads[i] = gw
+        finally:
+            self._unpack_weights = None
+        buf = self.buffers.get(action.batch)
+        if buf is None:
+            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
+        else:
+            for i, g in enumerate(wgrads):
+                if g is not None:
+                    prev = buf[i]
+                    buf[i] = g.detach() if prev is None else prev + g
+        self.versions_used.append((str(action.with_version(None)), rec.v_b))
+        self._release(rec.v_b)
+
+    def restore_deferred(self, action: Action, seg_grads: list[torch.Tensor | None], v_b: int) -> None:
+        """On resume: the forward of ``action`` was just rebuilt (:meth:`restore_forward`,
+        and its loss); its I had run before the checkpoint: keep it waiting for W."""
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        assert rec.segments is not None
+        if rec.loss is not None and seg_grads[-1] is None:
+            rec.segments[-1] = (rec.segments[-1][0], rec.loss)
+        rec.seg_grads = list(seg_grads)
+        rec.v_b = v_b
+        self.deferred[key] = rec
 
     # ------------------------------------------------------------------ update
     def grads(self, batch: int) -> list[torch.Tensor]:
@@ -375,7 +534,7 @@ class StageRuntime:
         which forwards are in flight at a checkpoint). ``torch.save`` stores tensors
         sharing a storage once."""
         out = {}
-        for key, rec in self.inflight.items():
+        for key, rec in [*self.inflight.items(), *self.deferred.items()]:
             out[key] = {
                 "x": rec.x.detach(),
                 "x_requires_grad": rec.x.requires_grad,
@@ -384,6 +543,9 @@ class StageRuntime:
                 else self.weights_of(rec.v_f),
                 "has_loss": rec.loss is not None,
             }
+            if rec.seg_grads is not None:  # I ran, W pending (split backward)
+                out[key]["seg_grads"] = [None if g is None else g.detach() for g in rec.seg_grads]
+                out[key]["v_b"] = rec.v_b
         return out
 
     def restore_forward(self, action: Action, x: torch.Tensor, weights: list[torch.Tensor],

@@ -345,7 +345,10 @@ def roofline_profile(
       (2 x params) + saved activations read + input gradient written
       (~ 2 x saved) + output gradient read;
     * update (SGD momentum): FLOPs ~ 4 per parameter, bytes = 5 x params
-      (read w, g, m; write w, m).
+      (read w, g, m; write w, m);
+    * split backward (the ``I`` and ``W`` of zero-bubble schedules): each half
+      half the backward FLOPs (input and weight gradient are one GEMM each);
+      bytes = params + saved activations + output gradient.
 
     Bytes scale with the element size when ``dtype`` differs from the profile's
     (float32 <-> bfloat16). Everything else (names, weight layers, byte counts
@@ -386,6 +389,8 @@ def roofline_profile(
             flops=lp.flops,
             weight_layers=lp.weight_layers,
             backward_flops=bflops,
+            backward_input_s=t(bflops / 2, pb + sb + ob),
+            backward_weight_s=t(bflops / 2, pb + sb + ob),
         ))
     meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
                          "dtype": dt, "launch_overhead_s": launch_overhead_s,
