@@ -227,6 +227,13 @@ def from_torch(name: str, ranks: int, microbatches: int, stages_per_rank: int | 
                                 phase_schedule=ours)
 
 
+def compute_orders(sched: Schedule) -> list[list[tuple[Kind, int, int, int | None]]]:
+    """Per device, the compute actions F/B/I/W as (kind, stage, batch, micro): what two
+    schedules must share to be the same order modulo naming and communication."""
+    return [[(a.kind, a.stage, a.batch, a.micro) for a in acts if a.kind in _COMPUTE.values()]
+            for acts in sched.device_actions]
+
+
 def to_torch_rows(sched: Schedule) -> list[list[str]]:
     """Batch 0 of ``sched``: per device the compute actions in torch's text (``0F1``)."""
     if sched.data_parallel or sched.local_loss or sched.workers > 1:
