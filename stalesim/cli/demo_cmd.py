@@ -43,8 +43,9 @@ def schedule_table(stages: int) -> str:
 
     rows = [("schedule", "policy", "staleness per stage", "v_B != v_F on stages", "what")]
     for name in schedule_names():
-        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
-                                                     microbatches=stages, workers=2))
+        spec = get_spec(name)  # virtual stages: `stages` devices of V chunks each
+        sched = build_schedule(spec.config(stages=stages * spec.stages_per_device,
+                                           batches=4 * stages + 4, microbatches=stages, workers=2))
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))

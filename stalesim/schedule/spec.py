@@ -132,8 +132,14 @@ class ScheduleSpec:
         M = max(microbatches, self.min_microbatches(stages)) if self.uses_micro else 1
         if "stages_per_device" not in rest and stages % self.stages_per_device and not self.fixed_stages_per_device:
             rest["stages_per_device"] = 1  # e.g. 3 stages interleave as 3 devices of one chunk
-        return ScheduleConfig(self.name, stages=stages, batches=batches, microbatches=M,
-                              workers=workers if self.data_parallel else 1, **rest)  # type: ignore[arg-type]
+        cfg = ScheduleConfig(self.name, stages=stages, batches=batches, microbatches=M,
+                             workers=workers if self.data_parallel else 1, **rest)  # type: ignore[arg-type]
+        if self.constraint is not None and self.uses_micro:
+            V = cfg.stages_per_device or self.stages_per_device
+            for m in range(M, M + 4 * stages + 1):  # the fewest micro-batches the order accepts
+                if self.constraint(replace(cfg, microbatches=m, stages_per_device=V)) is None:
+                    return replace(cfg, microbatches=m)
+        return cfg
 
     def devices(self, cfg: ScheduleConfig) -> int:
         """Devices before folding: S / V for a pipeline, P workers for data parallelism."""

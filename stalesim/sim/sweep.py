@@ -25,7 +25,8 @@ from typing import Any
 
 from stalesim.errors import StalesimError
 
-COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "ppv", "device", "link",
+COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "devices", "microbatches", "workers",
+           "ppv", "device", "link",
            "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
            "max_peak_memory_bytes", "max_staleness", "error")
 
@@ -39,13 +40,16 @@ class SweepPoint:
     ppv: tuple[int, ...] | None = None
     device: str | None = None
     link: str | None = None
+    stages_per_device: int | None = None  # V chunks per device (None: the schedule's own)
 
 
 def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: Sequence[int] = (1,),
          workers: Sequence[int] = (1,), ppv_candidates: Sequence[Sequence[int]] = (),
-         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,)) -> list[SweepPoint]:
+         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,),
+         stages_per_device: Sequence[int | None] = (None,)) -> list[SweepPoint]:
     """All combinations; micro-batches only vary for schedules that use them,
-    workers only for data-parallel ones (no duplicate points)."""
+    workers only for data-parallel ones, stages per device only for schedules whose
+    V is free (interleaving; no duplicate points)."""
     from stalesim.schedule import get_spec
 
     shapes: list[tuple[int, tuple[int, ...] | None]] = [(s, None) for s in stages]
@@ -58,8 +62,9 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
         spec = get_spec(name)
         ms = microbatches if spec.uses_micro else (1,)
         ws = workers if spec.data_parallel else (1,)
-        for (S, ppv), M, P, dev, link in itertools.product(shapes, ms, ws, devices, links):
-            pt = SweepPoint(name, S, M, P, ppv, dev, link)
+        vs = stages_per_device if not spec.fixed_stages_per_device else (None,)
+        for (S, ppv), M, P, dev, link, V in itertools.product(shapes, ms, ws, devices, links, vs):
+            pt = SweepPoint(name, S, M, P, ppv, dev, link, V)
             if pt not in seen:
                 seen.add(pt)
                 points.append(pt)
@@ -106,7 +111,8 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
     try:
         prof, hw = _hardware(pt.device, pt.link)
         cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=_STATE["batches"],
-                             microbatches=pt.microbatches, workers=pt.workers)
+                             microbatches=pt.microbatches, workers=pt.workers,
+                             stages_per_device=pt.stages_per_device)
         opts = SimOptions(ppv=pt.ppv, batch_size=_STATE["batch_size"], method=_STATE["method"],
                           keep_timeline=False)
         r = simulate(prof, cfg, hw, opts)
@@ -115,6 +121,7 @@ def run_point(pt: SweepPoint) -> dict[str, Any]:
         return row
     row.update(
         ppv=",".join(map(str, r.partition["ppv"])) if r.partition["ppv"] else "",
+        devices=r.devices, stages_per_device=r.stages // r.devices if not r.workers > 1 else 1,
         iteration_time_s=r.iteration_time_s,
         throughput_samples_per_s=r.throughput_samples_per_s,
         speedup=r.speedup, bubble_fraction=r.bubble_fraction,
@@ -179,14 +186,14 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> P
 
 def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     """The ranked table as text (errors listed after the ranking)."""
-    head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>2}  {'ppv':<14} {'device':<14} " \
+    head = f"{'rank':>4}  {'schedule':<21} {'S':>2} {'D':>2} {'M':>3} {'P':>2}  {'ppv':<14} {'device':<14} " \
            f"{'link':<12} {'ms/batch':>10} {'samples/s':>11} {'speedup':>7} {'bubble':>6} " \
            f"{'peak mem':>9} {'stale':>5}"
     lines = [head]
     ok = [r for r in rows if not r["error"]]
     for r in ok[:limit] if limit else ok:
         lines.append(
-            f"{r['rank']:>4}  {r['schedule']:<10} {r['stages']:>2} {r['microbatches']:>3} "
+            f"{r['rank']:>4}  {r['schedule']:<21} {r['stages']:>2} {r['devices']:>2} {r['microbatches']:>3} "
             f"{r['workers']:>2}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
             f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f} "

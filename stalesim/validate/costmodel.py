@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
-KINDS = ("F", "B", "U", "LOSS")
+KINDS = ("F", "B", "U", "LOSS", "I", "W")  # I, W: the halves of a split backward
 
 
 @dataclass
@@ -122,9 +122,14 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
             return tuple(round((1 - phi[s]) * a[s] + phi[s] * b[s]) for s in range(S))
 
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
+        bi = mix(alone.split_ns()[0], busy.split_ns()[0])
+        bw = mix(alone.split_ns()[1], busy.split_ns()[1])
     else:
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-    o = {k: cm.overhead_s.get(k, 0.0) for k in KINDS}
+        bi, bw = alone.split_ns()
+    # a split backward's halves are dispatched like a backward: B's overhead each unless measured
+    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in ("I", "W") else 0.0)
+         for k in KINDS}
     dc = dispatch or {}
 
     def extra(kind: str, s: int) -> int:
@@ -135,6 +140,8 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
     return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
                    b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
                    u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
+                   bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
+                   bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
                    loss_ns=alone.loss_ns + loss_extra)
 
 
@@ -272,9 +279,12 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
         return to_ns(statistics.median(v)) if v else fallback
 
     losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
+    bi, bw = costs.split_ns()
     return replace(costs,
                    f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
                    b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                   bi_ns=tuple(med("I", s, bi[s]) for s in range(S)),
+                   bw_ns=tuple(med("W", s, bw[s]) for s in range(S)),
                    u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
                    loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
 
@@ -312,7 +322,8 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         x = torch.randn(2, 8, device=dev)
         y = torch.randint(0, 8, (2,), device=dev)
         sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        rt_t: dict[str, list[float]] = {k: [] for k in KINDS}
+        measured = ("F", "B", "U", "LOSS")
+        rt_t: dict[str, list[float]] = {k: [] for k in measured}
         for t in range(n + 2):
             acts = [a for a in sched.device_actions[0] if a.batch == t]
             for a in acts:
@@ -331,7 +342,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         # bare calls, as the profiler times them
         mod2 = nn.Sequential(nn.Linear(8, 8)).to(dev)
         opt = torch.optim.SGD(mod2.parameters(), lr=1e-6, momentum=0.9)
-        raw: dict[str, list[float]] = {k: [] for k in KINDS}
+        raw: dict[str, list[float]] = {k: [] for k in measured}
         import torch.nn.functional as F
 
         for t in range(n + 2):
@@ -354,7 +365,9 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
                 raw["LOSS"].append(t2 - t1)
                 raw["B"].append(t3 - t2)
                 raw["U"].append(t4 - t3)
-        return {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in KINDS}
+        out = {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in measured}
+        out["I"] = out["W"] = out["B"]  # each half of a split backward is one more dispatch
+        return out
     finally:
         torch.set_num_threads(old)
 

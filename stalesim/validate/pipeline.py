@@ -203,6 +203,8 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         _cuts, ppv = resolve_cuts(prof, S, None, cfg.batch_size)
     else:
         ppv = []
+    # virtual stages: V chunks per device, S = N x V stages, their own balanced partition
+    ppvs = {name: _ppv_for(name, N, ppv, cfg, prof) for name in scheds}
     say(f"[validate 3/{steps}] simulating {len(scheds)} schedule(s) (S={S}, ppv={ppv}, "
         f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     sims: dict[str, Any] = {}
@@ -210,8 +212,8 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     (out / "traces").mkdir(parents=True, exist_ok=True)
     for name in scheds:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
-        tc = train_config(cfg, name, N, ppv, cfg.iterations)
-        r, info = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=ppv or None,
+        tc = train_config(cfg, name, N, ppvs[name], cfg.iterations)
+        r, info = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=ppvs[name] or None,
                                       batch_size=cfg.batch_size)
         sims[name] = r
         sim_info[name] = info
@@ -226,7 +228,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         f"({cfg.iterations} iterations each)")
     jobs = []
     for name in scheds:
-        tc = train_config(cfg, name, N, ppv, cfg.iterations, device="cpu")
+        tc = train_config(cfg, name, N, ppvs[name], cfg.iterations, device="cpu")
         jobs.append(make_job(tc, out=str(out / "runs" / name), evaluate=False, label=name,
                              keep_rows=True))
     measured = _run_jobs(jobs, devs, cfg, say)
@@ -238,7 +240,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     emulated: dict[str, list | None] = {}
     if E > 0:
         say(f"[validate 5/{steps}] emulating {len(scheds)} schedule(s) for {E} iterations on {dev0}")
-        emulated = _emulate_all(cfg, scheds, N, ppv, E, dev0)
+        emulated = _emulate_all(cfg, scheds, N, ppvs, E, dev0)
     timings["emulate_s"] = time.perf_counter() - t0
 
     # 6. compare + write -------------------------------------------------------------
@@ -358,7 +360,22 @@ def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -
     return out
 
 
-def _emulate_all(cfg: ValidateConfig, scheds: list[str], N: int, ppv: list[int], E: int,
+def _ppv_for(name: str, N: int, ppv: list[int], cfg: ValidateConfig, prof: Any) -> list[int]:
+    """The run's PPV for ``name``: the shared one (S = N), or for a schedule with V chunks per
+    device (S = N x V) the given PPV if it has S - 1 entries, else the balanced partition."""
+    from stalesim.schedule import get_spec
+    from stalesim.sim.model import resolve_cuts
+
+    spec = get_spec(name)
+    S = N * spec.stages_per_device
+    if spec.data_parallel or S == N:
+        return ppv
+    if cfg.ppv is not None and len(cfg.ppv) + 1 == S:
+        return list(cfg.ppv)
+    return list(resolve_cuts(prof, S, None, cfg.batch_size)[1])
+
+
+def _emulate_all(cfg: ValidateConfig, scheds: list[str], N: int, ppvs: dict[str, list[int]], E: int,
                  device: str) -> dict[str, list | None]:
     import torch
 
@@ -370,7 +387,7 @@ def _emulate_all(cfg: ValidateConfig, scheds: list[str], N: int, ppv: list[int],
         torch.set_num_threads(cfg.threads)
     try:
         for name in scheds:
-            tc = train_config(cfg, name, N, ppv, E, device=device)  # the run's switch point
+            tc = train_config(cfg, name, N, ppvs[name], E, device=device)  # the run's switch point
             summ = Emulator(tc, progress=False).run()
             out[name] = summ.get("losses")
     finally:
