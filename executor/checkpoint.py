@@ -234,7 +234,8 @@ class Checkpointer:
                     labels = state["loss_labels"][(w, s, t, m)]
                     rt.loss(Action(Kind.LOSS, s, t, m, w), labels)
                 if "seg_grads" in rec:  # its I had run: waiting for W
-                    rt.restore_deferred(Action(Kind.F, s, t, m, w), rec["seg_grads"], rec["v_b"])
+                    rt.restore_deferred(Action(Kind.F, s, t, m, w), rec["seg_grads"], rec["v_b"],
+                                       rec.get("grad_out"))
         with torch.no_grad():  # the recomputation ran BatchNorm in training mode
             for key, rt in self.rts.items():
                 sd = saved[key]["state"]

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
     p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
     p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
-    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd",
+    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v",
                    help="schedules to validate on 2 ranks (or all)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")

@@ -89,7 +89,8 @@ def load(emu: Emulator, path: Path) -> None:
                     labels = emu._slice(emu.stream(t)[1].to(emu.device), r, m)
                     rt.loss(Action(Kind.LOSS, s, t, m, r), labels)
                 if "seg_grads" in rec:  # its I had run: waiting for W
-                    rt.restore_deferred(a, rec["seg_grads"], rec["v_b"])
+                    rt.restore_deferred(a, rec["seg_grads"], rec["v_b"],
+                                       rec.get("grad_out"))
     # the recomputation ran BatchNorm in training mode: put its buffers back
     with torch.no_grad():
         for rt, sv in saved_modules:

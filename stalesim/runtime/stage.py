@@ -23,17 +23,19 @@ Weight versions, without model copies or parameter swapping:
   interleave the backwards of two batches between updates.
 
 Split backward (``I`` then a deferrable ``W``, the zero-bubble schedules), on
-the (worker, stage)s whose schedule splits any backward: the forward runs the
-stage block by block, each block on a detached copy of the previous block's
-output (a *segment* per block: the same values, the graph cut at block
-boundaries). ``I`` walks the segments backwards asking autograd for the input
-gradient only (``torch.autograd.grad(out_k, [in_k], g_k, retain_graph=True)``:
-no weight gradient is computed), keeping each segment's output gradient g_k;
-``W`` asks each segment for its weight gradients only
-(``torch.autograd.grad(out_k, params_k, g_k)``), which re-walks just that
-block's internals. W unpacks the weight version its I read (the IR's v_W =
-v_B). A full ``B`` on such a stage is I then W at once. The arithmetic is the
-unsplit backward's, per block; only float summation order can differ.
+the (worker, stage)s whose schedule splits any backward: during the forward a
+hook on every module that owns parameters (conv, linear, norm, ...) keeps that
+module's output. ``I`` asks autograd for the gradient w.r.t. the stage input
+*and* those outputs only (``torch.autograd.grad(y, [x, out_1, ...], g,
+retain_graph=True)``): the backward runs down to the input, no weight gradient
+is computed, and each parameter-owning module's output gradient g_j is kept.
+``W`` then asks each such module for its weight gradients from its own output
+(``torch.autograd.grad(out_j, params_j, g_j)``), which runs just that module's
+weight-gradient kernel: nothing is computed twice. W unpacks the weight
+version its I read (the IR's v_W = v_B). Parameters used outside their own
+module's forward (none in the zoo) get theirs from the stage output in W, a
+second walk. A full ``B`` on such a stage is the ordinary backward. The
+arithmetic is the unsplit backward's kernel by kernel.
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ class _Inflight:
     predicted: bool = False
     loss: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    # split backward: per block (input, output) of the segmented forward; after I, each
-    # segment's output gradient (None on the loss segment: its output is the loss)
-    segments: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    # split backward: the outputs of the stage's parameter-owning modules (module index,
+    # output) kept by the forward hooks; after I, the gradient at each of them
+    segments: list[tuple[int, torch.Tensor]] | None = None
     seg_grads: list[torch.Tensor | None] | None = None
     v_b: int | None = None
     w_base: list[torch.Tensor] | None = None  # backward weights a mitigation made at I
@@ -224,15 +226,14 @@ class StageRuntime:
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
         segments = None
+        if self.split:
+            self._captured = segments = []
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-                if self.split:
-                    segments = self._segmented_forward(x, leaves)
-                    y = segments[-1][1]
-                else:
-                    y = self._call(x, leaves)
+                y = self._call(x, leaves)
         finally:
             self._pack_ptr = self._ptr
+            self._captured = None
         self.inflight[self._key(action)] = _Inflight(
             x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
             predicted=predicted, segments=segments,
@@ -271,11 +272,6 @@ class StageRuntime:
         gradient is added to the batch-t buffer; returns the input gradient (None on
         stage 0 or when the input does not require grad).
         """
-        if self.split:  # a full B where the schedule splits backwards: I then W at once
-            gx = self._backward_input(action, grad_y)
-            self._backward_weight(action)
-            self.versions_used.pop()  # both halves logged this B with the same version: keep one
-            return gx
         key = self._key(action)
         rec = self.inflight.pop(key)
         v_b = self.version if action.version is None else action.version
@@ -329,48 +325,37 @@ class StageRuntime:
     def _init_split(self) -> None:
         if self.head is not None:
             raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
-        blocks = list(self.module.named_children())
-        if not blocks:
-            blocks = [("", self.module)]
-        self._blocks = blocks
-        index = {n: i for i, n in enumerate(self.names)}
-        self._block_params: list[list[int]] = []
-        for key, block in blocks:
-            prefix = f"{key}." if key else ""
-            self._block_params.append([index[prefix + n] for n, p in block.named_parameters()
-                                       if p.requires_grad and prefix + n in index])
+        self._captured: list[tuple[int, torch.Tensor]] | None = None
+        index = {id(p): i for i, p in enumerate(self.params)}
+        self._owner_params: list[list[int]] = []  # per owning module: indices into self.params
+        covered: set[int] = set()
+        for mod in self.module.modules():
+            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+            if not own:
+                continue
+            k = len(self._owner_params)
+            self._owner_params.append(own)
+            covered.update(own)
+            mod.register_forward_hook(self._capture_hook(k))
+        # parameters no module's own forward uses (W takes them from the stage output)
+        self._rest_params = [i for i in range(len(self.params)) if i not in covered]
 
-    def _segmented_forward(self, x: torch.Tensor, leaves: list[torch.Tensor] | None
-                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The stage block by block, each block on a detached copy of the previous output."""
-        segs: list[tuple[torch.Tensor, torch.Tensor]] = []
-        h = x
-        for k, (key, block) in enumerate(self._blocks):
-            inp = h if k == 0 else h.detach().requires_grad_(True)
-            if leaves is None:
-                h = block(inp)
-            else:
-                prefix = f"{key}." if key else ""
-                mapping = {self.names[i][len(prefix):]: leaves[i] for i in self._block_params[k]}
-                h = torch.func.functional_call(block, mapping, (inp,), strict=False)
-            segs.append((inp, h))
-        return segs
+    def _capture_hook(self, k: int) -> Callable[..., None]:
+        def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
+            if self._captured is not None:
+                if not isinstance(out, torch.Tensor):
+                    raise RuntimeError("stalesim: a split backward needs modules with tensor outputs")
+                self._captured.append((k, out))
+        return hook
 
     def backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
         """I(s, t, m): the input gradient only, reading v_B = ``action.version``; the
-        segments' output gradients are kept for :meth:`backward_weight`."""
-        return self._backward_input(action, grad_y)
-
-    def backward_weight(self, action: Action) -> None:
-        """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
-        buffer; reads the version that I read."""
-        self._backward_weight(action)
-
-    def _backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        gradients at the parameter-owning modules' outputs are kept for
+        :meth:`backward_weight`."""
         key = self._key(action)
         rec = self.inflight.pop(key)
         if rec.segments is None:
-            raise RuntimeError(f"stalesim: {action} on a stage whose forward was not segmented")
+            raise RuntimeError(f"stalesim: {action} on a stage whose forward kept no outputs")
         v_b = self.version if action.version is None else action.version
         if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
                 and v_b != self.version):
@@ -379,37 +364,30 @@ class StageRuntime:
         if self.mit.changes_backward:
             base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
             rec.w_base = base
-        if grad_y is None and rec.loss is None:
-            raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before I)")
-        n = len(rec.segments)
-        outs = [o for _, o in rec.segments]
         if grad_y is None:
-            outs[-1] = rec.loss  # type: ignore[assignment]
-        g: torch.Tensor | None = grad_y
-        seg_grads: list[torch.Tensor | None] = [None] * n
-        gx = None
+            if rec.loss is None:
+                raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before I)")
+            outputs, grad_out = rec.loss, None
+        else:
+            outputs, grad_out = rec.y, grad_y
+        want_x = rec.x.requires_grad
+        inputs = ([rec.x] if want_x else []) + [o for _, o in rec.segments]
         self._unpack_weights = base
         try:
-            for k in reversed(range(n)):
-                seg_grads[k] = g
-                inp = rec.segments[k][0]
-                if not inp.requires_grad:
-                    break
-                (gi,) = torch.autograd.grad(outs[k], [inp], g, retain_graph=True, allow_unused=True)
-                g = torch.zeros_like(inp) if gi is None else gi
-                if k == 0:
-                    gx = g
+            grads = torch.autograd.grad(outputs, inputs, grad_out, retain_graph=True, allow_unused=True)
         finally:
             self._unpack_weights = None
-        rec.seg_grads = seg_grads
+        gx = grads[0] if want_x else None
+        rec.seg_grads = list(grads[1:] if want_x else grads)
         rec.v_b = v_b
-        if grad_y is None:
-            rec.segments[-1] = (rec.segments[-1][0], rec.loss)  # type: ignore[assignment]
+        rec.extra["grad_out"] = grad_out
         self.deferred[key] = rec
         self.versions_used.append((str(action.with_version(None)), v_b))
         return gx
 
-    def _backward_weight(self, action: Action) -> None:
+    def backward_weight(self, action: Action) -> None:
+        """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
+        buffer; reads the version that I read."""
         key = self._key(action)
         rec = self.deferred.pop(key)
         assert rec.segments is not None and rec.seg_grads is not None and rec.v_b is not None
@@ -417,16 +395,23 @@ class StageRuntime:
         wgrads: list[torch.Tensor | None] = [None] * len(rec.leaves)
         self._unpack_weights = base
         try:
-            for k, (_inp, out) in enumerate(rec.segments):
-                idx = self._block_params[k]
-                if not idx:
-                    continue
-                got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], rec.seg_grads[k],
-                                          allow_unused=True)
-                for i, gw in zip(idx, got):
+            if self._rest_params:  # first, while the whole graph is still there
+                outputs = rec.loss if rec.extra.get("grad_out") is None else rec.y
+                got = torch.autograd.grad(outputs, [rec.leaves[i] for i in self._rest_params],
+                                          rec.extra.get("grad_out"), retain_graph=True, allow_unused=True)
+                for i, gw in zip(self._rest_params, got):
                     wgrads[i] = gw
+            for (k, out), g in zip(rec.segments, rec.seg_grads):
+                if g is None:
+                    continue
+                idx = self._owner_params[k]
+                got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], g, allow_unused=True)
+                for i, gw in zip(idx, got):
+                    if gw is not None:
+                        wgrads[i] = gw if wgrads[i] is None else wgrads[i] + gw  # type: ignore[operator]
         finally:
             self._unpack_weights = None
+        rec.extra.pop("grad_out", None)
         buf = self.buffers.get(action.batch)
         if buf is None:
             self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
@@ -438,16 +423,16 @@ class StageRuntime:
         self.versions_used.append((str(action.with_version(None)), rec.v_b))
         self._release(rec.v_b)
 
-    def restore_deferred(self, action: Action, seg_grads: list[torch.Tensor | None], v_b: int) -> None:
+    def restore_deferred(self, action: Action, seg_grads: list[torch.Tensor | None], v_b: int,
+                         grad_out: torch.Tensor | None = None) -> None:
         """On resume: the forward of ``action`` was just rebuilt (:meth:`restore_forward`,
         and its loss); its I had run before the checkpoint: keep it waiting for W."""
         key = self._key(action)
         rec = self.inflight.pop(key)
-        assert rec.segments is not None
-        if rec.loss is not None and seg_grads[-1] is None:
-            rec.segments[-1] = (rec.segments[-1][0], rec.loss)
+        assert rec.segments is not None and len(rec.segments) == len(seg_grads)
         rec.seg_grads = list(seg_grads)
         rec.v_b = v_b
+        rec.extra["grad_out"] = grad_out
         self.deferred[key] = rec
 
     # ------------------------------------------------------------------ update
@@ -546,6 +531,8 @@ class StageRuntime:
             if rec.seg_grads is not None:  # I ran, W pending (split backward)
                 out[key]["seg_grads"] = [None if g is None else g.detach() for g in rec.seg_grads]
                 out[key]["v_b"] = rec.v_b
+                go = rec.extra.get("grad_out")
+                out[key]["grad_out"] = None if go is None else go.detach()
         return out
 
     def restore_forward(self, action: Action, x: torch.Tensor, weights: list[torch.Tensor],

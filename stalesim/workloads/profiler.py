@@ -10,11 +10,13 @@ update is timed on its own. The first ``warmup`` rounds are discarded; the
 profile stores the median of the other ``repeats`` plus min/max/IQR.
 
 The split backward of the zero-bubble schedules is measured in the same round,
-on a second (untimed) forward of each block: the input-gradient half
-(``torch.autograd.grad`` of the block's output w.r.t. its input only, the
-graph kept) and then the weight-gradient half (w.r.t. its parameters only),
-exactly the two calls a stage runtime makes for ``I`` and ``W``. The first
-block's input needs no gradient, so its ``I`` costs nothing.
+on a second (untimed) forward of each block, exactly as a stage runtime runs
+``I`` and ``W`` (:mod:`stalesim.runtime.stage`): the input-gradient half asks
+autograd for the gradient w.r.t. the block's input and the outputs of its
+parameter-owning modules (the graph kept), the weight-gradient half asks each
+such module for its parameters' gradients from its own output. The first
+block's input needs no gradient; its ``I`` still yields the module output
+gradients its ``W`` needs.
 
 Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
 CPU and CUDA events on a GPU. Bytes saved for backward are the unique
@@ -310,7 +312,17 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
             inputs.append(block(inputs[-1]))
     for i, block in enumerate(blocks):
         x = inputs[i].detach().requires_grad_(i > 0)
-        y = block(x)
+        owners = [(m, [p for p in m.parameters(recurse=False) if p.requires_grad])
+                  for m in block.modules()]
+        owners = [(m, ps) for m, ps in owners if ps]
+        outs: list[torch.Tensor] = []
+        handles = [m.register_forward_hook(lambda _m, _i, o, outs=outs: outs.append(o))
+                   for m, _ in owners]
+        try:
+            y = block(x)
+        finally:
+            for h in handles:
+                h.remove()
         g = None
         if i == n - 1:
             y = F.cross_entropy(y.float(), target)
@@ -318,13 +330,20 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
             g = grads[i]
             if g is None:
                 g = torch.ones_like(y)
-        params = [p for p in block.parameters() if p.requires_grad]
-        if x.requires_grad:
-            timer.time(i_s[i], lambda y=y, x=x, g=g: torch.autograd.grad(y, [x], g, retain_graph=True))
-        else:
-            i_s[i].append(0.0)
-        if params:
-            timer.time(w_s[i], lambda y=y, p=params, g=g: torch.autograd.grad(y, p, g))
+        wanted = ([x] if x.requires_grad else []) + outs
+        got: list[Any] = []
+        timer.time(i_s[i], lambda y=y, w=wanted, g=g, got=got: got.extend(
+            torch.autograd.grad(y, w, g, retain_graph=True, allow_unused=True)))
+        timer.flush()
+        out_grads = got[1:] if x.requires_grad else got
+        pairs = [(o, ps, og) for o, (_m, ps), og in zip(outs, owners, out_grads) if og is not None]
+
+        def weights(pairs: list = pairs) -> None:
+            for o, ps, og in pairs:
+                torch.autograd.grad(o, ps, og, retain_graph=True)
+
+        if pairs:
+            timer.time(w_s[i], weights)
         else:
             w_s[i].append(0.0)
         timer.flush()
