@@ -111,3 +111,37 @@ def test_input_half_computes_no_weight_gradient():
     a_w = next(a for a in sched.device_actions[0] if a.kind is Kind.W)
     rt.backward_weight(a_w)
     assert len(rt.buffers[0]) == 4 and all(g is not None for g in rt.buffers[0])
+
+
+def test_a_deferred_w_survives_a_checkpoint():
+    """inflight_state -> fresh runtime -> restore_forward + restore_deferred -> W gives the
+    weight gradient of the uninterrupted run (what the checkpoints do for a W in flight)."""
+    sched = _one_stage_async_schedule()
+    cfg = TrainConfig(schedule="sequential", stages=1, iterations=2, lr=0.5, momentum=0.0,
+                      dtype="float64", batch_size=4)
+
+    def fresh():
+        torch.manual_seed(0)
+        mod = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+        return StageRuntime(mod, stage=0, num_stages=1, schedule=sched, cfg=cfg)
+
+    x = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    y = torch.tensor([0, 1, 1, 0])
+    f, loss, i, w = (next(a for a in sched.device_actions[0] if a.kind is k and a.batch == 0)
+                     for k in (Kind.F, Kind.LOSS, Kind.I, Kind.W))
+    ref = fresh()
+    ref.forward(f, x)
+    ref.loss(loss, y)
+    ref.backward_input(i, None)
+    saved = ref.inflight_state()
+    assert "seg_grads" in saved[(0, None)]
+    ref.backward_weight(w)
+    want = ref.buffers[0]
+    rt = fresh()
+    rec = saved[(0, None)]
+    rt.restore_forward(f, rec["x"], rec["weights"], rec["v_f"])
+    rt.loss(loss, y)
+    rt.restore_deferred(f, rec["seg_grads"], rec["v_b"], rec["grad_out"])
+    rt.backward_weight(w)
+    for a, b in zip(rt.buffers[0], want):
+        assert torch.equal(a, b)
