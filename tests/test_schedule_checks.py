@@ -45,7 +45,7 @@ def configs(draw):
     warmup = draw(st.integers(0, N))
     return ScheduleConfig(name, stages=S, batches=N, microbatches=M, workers=P,
                           fold=fold, switch=switch, warmup=warmup,
-                          stages_per_device=None if V == spec.stages_per_device else V)
+                          stages_per_device=None if spec.stages_per_device == V else V)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -85,6 +85,7 @@ def test_torch_1f1b_reported_order_is_off_by_one_on_the_last_rank():
     with pytest.raises(ScheduleError, match=r"reports 3F8 on rank 3, outside micro-batches 0..7"):
         from_torch("1F1B", R, M)
     from torch.distributed.pipelining.schedules import Schedule1F1B
+
     from stalesim.schedule.torch_interop import _flatten, _StandInStage
 
     raw = Schedule1F1B(_StandInStage(0, R, R, 0), M)._get_pipeline_order()
@@ -106,6 +107,7 @@ def test_exports_load_into_torchs_runtime_and_round_trip(tmp_path, name, R, V, M
     """Our CSV passes torch's own validator and lowering (``_load_csv``), and reading
     it back gives our order."""
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
     from stalesim.schedule.torch_interop import _StandInStage
 
     sched = ours(name, R, V, M)

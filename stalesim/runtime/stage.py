@@ -128,6 +128,7 @@ class StageRuntime:
         # split backward (I / W): see the module doc
         self.split = (worker, stage) in schedule.split_stages()
         self.deferred: dict[tuple[int, int | None], _Inflight] = {}
+        self._captured: list[tuple[int, torch.Tensor]] | None = None  # set during a split forward
         if self.split:
             self._init_split()
         # set while a forward / backward runs, read by the hooks
@@ -225,9 +226,10 @@ class StageRuntime:
                 predicted = True
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
-        segments = None
+        segments: list[tuple[int, torch.Tensor]] | None = None
         if self.split:
-            self._captured = segments = []
+            segments = []
+            self._captured = segments
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
@@ -325,7 +327,7 @@ class StageRuntime:
     def _init_split(self) -> None:
         if self.head is not None:
             raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
-        self._captured: list[tuple[int, torch.Tensor]] | None = None
+        self._captured = None
         index = {id(p): i for i, p in enumerate(self.params)}
         self._owner_params: list[list[int]] = []  # per owning module: indices into self.params
         covered: set[int] = set()
@@ -397,6 +399,7 @@ class StageRuntime:
         try:
             if self._rest_params:  # first, while the whole graph is still there
                 outputs = rec.loss if rec.extra.get("grad_out") is None else rec.y
+                assert outputs is not None
                 got = torch.autograd.grad(outputs, [rec.leaves[i] for i in self._rest_params],
                                           rec.extra.get("grad_out"), retain_graph=True, allow_unused=True)
                 for i, gw in zip(self._rest_params, got):

@@ -102,7 +102,7 @@ class ScheduleSpec:
             raise ScheduleError(f"switch: only a switching schedule (hybrid) takes a switch point, "
                                 f"not {self.name!r}")
         V = self.stages_per_device if cfg.stages_per_device is None else cfg.stages_per_device
-        if V != self.stages_per_device and (self.fixed_stages_per_device or self.placement == "contiguous"):
+        if self.stages_per_device != V and (self.fixed_stages_per_device or self.placement == "contiguous"):
             what = ("places one stage per device" if self.stages_per_device == 1
                     else f"places exactly {self.stages_per_device} stages per device")
             raise ScheduleError(f"stages_per_device: schedule {self.name!r} {what} (got {V})")

@@ -54,7 +54,7 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
             for name in schedules:
                 spec = get_spec(name)
                 S = n * spec.stages_per_device  # V chunks per device: S = devices x V
-                if not spec.data_parallel and S > n_layers:
+                if not spec.data_parallel and n_layers < S:
                     continue
                 M = 2 * n if spec.uses_micro else 1
                 sc = spec.config(stages=1 if spec.data_parallel else S, batches=batches,

@@ -40,6 +40,7 @@ From Qi, Wan, Huang, Lin, "Zero Bubble (Almost) Pipeline Parallelism" (ICLR
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from stalesim.schedule.actions import Action, Kind, act
 from stalesim.schedule.generators.virtual import emit
@@ -51,7 +52,7 @@ PerDevice = list[list[Action]]
 Op = tuple[Kind, int, int]  # (kind, chunk, micro-batch) on one device
 
 
-def _flush(cfg: ScheduleConfig, placement: str, order_of) -> PerDevice:
+def _flush(cfg: ScheduleConfig, placement: str, order_of: Callable[[int], list[Op]]) -> PerDevice:
     """Per batch: each device's order (``order_of(r)`` -> ops), then each chunk's update."""
     S = cfg.stages
     V = cfg.stages_per_device or 1
