@@ -47,8 +47,11 @@ def _configs() -> list[TrainConfig]:
             V = spec.stages_per_device
             shapes = [dict(stages=2 * V, microbatches=micro_for(name, 2 * V, 2)),
                       dict(stages=3 * V, microbatches=micro_for(name, 3 * V, 2), fold=2)]
+            if 3 * V > 5:  # more stages than LeNet-5's blocks: an 8-block ResNet
+                shapes[1].update(model="resnet14", batch_size=12, synthetic_size=48)
+                shapes[1]["microbatches"] = micro_for(name, 3 * V, 2, batch_size=12)
         for shape in shapes:
-            out.append(TrainConfig(**base, **shape))
+            out.append(TrainConfig(**{**base, **shape}))
         extra = dict(base, **shapes[0])
         out.append(TrainConfig(**dict(extra, warmup=2)))
         if spec.switches:
@@ -82,7 +85,7 @@ def test_every_flag_combination_is_covered() -> None:
 
 
 def test_simulated_emulated_and_executed_schedules_are_identical(executed) -> None:
-    prof = uniform_profile(5, 1e-3, 2e-3, 24, output_bytes=4096, param_bytes=4096)
+    prof = uniform_profile(8, 1e-3, 2e-3, 24, output_bytes=4096, param_bytes=4096)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     for cfg, res in zip(CONFIGS, executed):
