@@ -33,8 +33,8 @@ def test_tags_are_unique_per_peer(name):
     from executor.transport import ACT, GRAD, LABELS, tag_for
 
     spec = get_spec(name)
-    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3, batches=12,
-                                       microbatches=3, workers=2))
+    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3 * spec.stages_per_device,
+                                       batches=12, microbatches=3, workers=2))
     seen: dict[tuple, set] = {}
     for d, acts in enumerate(sched.device_actions):
         for a in acts:
@@ -59,8 +59,8 @@ def test_checkpoint_cuts_are_consistent(name):
     from stalesim.schedule.deps import peer
 
     spec = get_spec(name)
-    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3, batches=10,
-                                       microbatches=2, workers=2))
+    sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3 * spec.stages_per_device,
+                                       batches=10, microbatches=2, workers=2))
     cuts = checkpoint_cuts(sched, 3)
     assert sorted(cuts) == [3, 6, 9]
     where = {a.key: (d, i) for d, acts in enumerate(sched.device_actions) for i, a in enumerate(acts)}
