@@ -347,8 +347,11 @@ def roofline_profile(
     * update (SGD momentum): FLOPs ~ 4 per parameter, bytes = 5 x params
       (read w, g, m; write w, m);
     * split backward (the ``I`` and ``W`` of zero-bubble schedules): each half
-      half the backward FLOPs (input and weight gradient are one GEMM each);
-      bytes = params + saved activations + output gradient.
+      half the backward FLOPs (input and weight gradient are one GEMM each) and
+      half its bytes (I reads the weights, saved activations and output
+      gradient and writes the input gradient; W reads the saved activations and
+      output gradient and writes the weight gradient): params + saved
+      activations + half the output gradient each, plus a launch overhead each.
 
     Bytes scale with the element size when ``dtype`` differs from the profile's
     (float32 <-> bfloat16). Everything else (names, weight layers, byte counts
@@ -389,8 +392,8 @@ def roofline_profile(
             flops=lp.flops,
             weight_layers=lp.weight_layers,
             backward_flops=bflops,
-            backward_input_s=t(bflops / 2, pb + sb + ob),
-            backward_weight_s=t(bflops / 2, pb + sb + ob),
+            backward_input_s=t(bflops / 2, pb + sb + ob / 2),
+            backward_weight_s=t(bflops / 2, pb + sb + ob / 2),
         ))
     meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
                          "dtype": dt, "launch_overhead_s": launch_overhead_s,
