@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ppv", default="", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args, _rest = p.parse_known_args(argv)  # `python -m benchmarks pipelining` passes its own args
     if args.torch_worker:
         _torch_worker(args)
         return
