@@ -15,9 +15,10 @@ balances the measured per-block times over the 4 stages. For each schedule:
   (loop or V placement), ``step()`` + SGD step per iteration, the mean of the
   iterations after the first tenth.
 
-Both sides are started the same way (fresh processes; start-up is not timed).
-Printed: per-round times, then per schedule the throughput ratio torch / ours
-(goal >= 1.0x) as the median over rounds with the spread (min..max). The load
+Both sides are started the same way (fresh processes; start-up is not timed),
+back to back, the order alternating between rounds. Printed: per-round times,
+then per schedule the throughput ratio torch time / our time (goal >= 1.0x) as
+the median over rounds with the spread (min..max). The load
 average is printed before and after (a shared 2-core machine: run it under
 ``/work/shared/tools/quiet run``).
 """
@@ -193,8 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
         for n in names:
-            a = ours(args.model, n, iters, args.batch, args.micro, ppv)
-            b = theirs(args.model, n, iters, args.batch, args.micro, ppv)
+            if r % 2:  # alternate who runs first, so a burst of load does not favour one side
+                b = theirs(args.model, n, iters, args.batch, args.micro, ppv)
+                a = ours(args.model, n, iters, args.batch, args.micro, ppv)
+            else:
+                a = ours(args.model, n, iters, args.batch, args.micro, ppv)
+                b = theirs(args.model, n, iters, args.batch, args.micro, ppv)
             ratios[n].append(b / a)
             print(f"round {r}: {n:17s} ours {a * 1e3:8.1f} ms  torch {PAIRS[n][0]} {b * 1e3:8.1f} ms  "
                   f"ratio {b / a:.3f}", flush=True)
