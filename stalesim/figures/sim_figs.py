@@ -85,7 +85,7 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     for r in rows:
         if r["stage"] < stages:
             grid[names.index(r["row"]), r["stage"]] = r["staleness"]
-    fig, ax = plt.subplots(figsize=(6.2, 4.6))
+    fig, ax = plt.subplots(figsize=(6.2, max(4.6, 0.28 * len(names) + 1.2)))  # a row per schedule (phase)
     im = ax.imshow(grid, cmap="Oranges", aspect="auto", vmin=0)
     for i in range(len(names)):
         for j in range(stages):
