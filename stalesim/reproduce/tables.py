@@ -114,23 +114,18 @@ def table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stale_or_flat(study: Path, flat: Path) -> tuple[list[dict[str, Any]], Path | None]:
-    """Rows of a stored study folder, else of a flat table.csv (no per-seed file)."""
-    if (study / "table.csv").exists():
-        return study_rows(study), study
-    rows = []
-    for r in _csv(flat):
-        rows.append({k: (json.loads(v) if k in ("ppv", "staleness") else v) for k, v in r.items()})
-    return rows, None
+def _study(study: Path) -> tuple[list[dict[str, Any]], Path]:
+    """Rows of a stored study folder and the folder (for its per-seed records)."""
+    return study_rows(study), study
 
 
 # --------------------------------------------------------------------------- LeNet-5 depth
 def lenet5_depth(root: Path, study: Path) -> str:
     """schedule x placement: mean ± std, per seed, final train loss, diverged."""
-    rows, src = _stale_or_flat(root / study, root / RES / "lenet5_mnist_stale.csv")
+    rows, src = _study(root / study)
     out = []
     for r in rows:
-        rs = runs(src, r["schedule"], r["ppv"]) if src else []
+        rs = runs(src, r["schedule"], r["ppv"])
         loss = f"{float(r['final_loss_mean']):.3f} ± {float(r['final_loss_std']):.3f}"
         out.append([r["schedule"], ppv_txt(r["ppv"]), r["stages"], str(r["staleness"]), r["seeds"], mean_std(r),
                     per_seed(rs), loss, r["diverged"]])
@@ -164,7 +159,7 @@ def paired_vs_sequential(root: Path, study: Path, baseline: str = "sequential") 
 
 # --------------------------------------------------------------------------- mitigations
 def lenet5_mitigations(root: Path) -> str:
-    base_rows, base_src = _stale_or_flat(root / LENET_2EP, root / RES / "lenet5_mnist_stale.csv")
+    base_rows, base_src = _study(root / LENET_2EP)
     seq = next(r for r in base_rows if is_baseline(r))
     stale = next(r for r in base_rows if r["ppv"] == [1, 2, 3, 4])
     sm, tm = float(seq["test_acc_mean"]), float(stale["test_acc_mean"])
@@ -173,9 +168,9 @@ def lenet5_mitigations(root: Path) -> str:
         return f"{100 * (m - tm) / (sm - tm):.0f} %"
 
     out = [["sequential (baseline, 2 epochs)", mean_std(seq),
-            per_seed(runs(base_src, "sequential", []) if base_src else []), ""],
+            per_seed(runs(base_src, "sequential", [])), ""],
            ["stale, no mitigation", mean_std(stale),
-            per_seed(runs(base_src, "stale", [1, 2, 3, 4]) if base_src else []), "0 %"]]
+            per_seed(runs(base_src, "stale", [1, 2, 3, 4])), "0 %"]]
     mit = root / RES / "lenet5_mnist_mitigations"
     hyb = root / RES / "lenet5_mnist_hybrid"
     h = study_rows(hyb)[0]
@@ -434,7 +429,7 @@ def summary(root: Path) -> str:
     from stalesim.figures import paper
 
     s5, s2 = root / LENET_5EP, root / LENET_2EP
-    rows2, _ = _stale_or_flat(s2, root / RES / "lenet5_mnist_stale.csv")
+    rows2, _ = _study(s2)
     seq2 = next(r for r in rows2 if is_baseline(r))
     st2 = next(r for r in rows2 if r["ppv"] == [2])
     deep2 = next(r for r in rows2 if r["ppv"] == [1, 2, 3, 4])
