@@ -133,6 +133,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         "losses": [[w, s, t, v] for (w, s, t), v in sorted(rank.losses.items())],
         "versions_used": {f"{w}:{s}": list(rt.versions_used) for (w, s), rt in runtimes.items()},
         "peak_memory_bytes": int(peak),
+        "peak_memory_parts": None if dev.type == "cuda" else dict(rank.peak_parts or {}),
         "stash_peak_bytes": int(sum(rt.stash_peak_bytes for rt in runtimes.values())),
         "bytes_sent": rank.tr.bytes_sent,
         "setup_s": setup_s,

@@ -208,15 +208,30 @@ def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
     return list(overlap)
 
 
+def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> StageCosts:
+    """The stage costs with the bytes the memory model reads replaced by ones measured as
+    the executor counts them (:func:`stalesim.runtime.memory.stage_memory_facts`)."""
+    if not facts:
+        return costs
+    if len(facts) != costs.stages:
+        raise ValueError(f"memory facts for {len(facts)} stages, costs have {costs.stages}")
+    return replace(costs, param_bytes=tuple(f["params"] for f in facts),
+                   saved_bytes=tuple(f["activation"] for f in facts),
+                   buffer_bytes=tuple(f["buffers"] for f in facts))
+
+
 def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[int] | None,
-                        batch_size: int, rounds: int = 4, tol: float = 0.002) -> tuple[SimResult, dict]:
+                        batch_size: int, rounds: int = 4, tol: float = 0.002,
+                        memory_facts: list[dict[str, int]] | None = None,
+                        recv_ahead: int = 1) -> tuple[SimResult, dict]:
     """Event-simulate the schedule of ``cfg`` (a ScheduleConfig, built once through the IR)
-    with the cost model; contention by fixed-point iteration.
+    with the cost model; contention by fixed-point iteration. ``memory_facts`` (per stage,
+    measured) and ``recv_ahead`` (receives the runtime keeps posted) feed the memory model.
 
     Returns the result and ``{"phi": per-stage weights, "rounds": n, "history": [...]}``.
     """
     from stalesim.schedule import build_schedule
-    from stalesim.sim import simulate
+    from stalesim.sim import SimOptions, simulate
     from stalesim.sim.model import resolve_cuts
 
     sched = build_schedule(cfg)
@@ -230,7 +245,8 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
                                 dispatch=dispatch)
-        result = simulate(costs, sched, hw)
+        costs = with_memory_facts(costs, memory_facts)
+        result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)
         if cm.contended is None or result.devices <= 1:
             break
@@ -245,12 +261,19 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
 
 
 def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
-                 window_s: tuple[float, float] | None = None) -> StageCosts:
-    """The same stage costs with F/B/U/LOSS replaced by the *measured* median durations.
+                 window_s: tuple[float, float] | None = None, *, overheads: bool = True) -> StageCosts:
+    """The same stage costs with every per-action cost replaced by the *measured* one.
+
+    Compute actions (F/B/U/LOSS): the median span per kind and stage. With
+    ``overheads`` also what the runtime spends besides them (see
+    :mod:`stalesim.validate.breakdown`): the median gap after each action kind per
+    stage (``gap_ns``), the median span of sends and all-reduce starts (posting) and
+    the 10th-percentile span of receives and all-reduce waits (completing a message
+    that is already there: the spans above it are waiting) (``comm_ns``).
 
     Simulating a schedule with these isolates the simulator's schedule and
-    communication model from the compute-cost model: if the replay matches the
-    measured iteration time, a prediction error comes from the costs (profile,
+    communication model from the cost model: if the replay matches the measured
+    iteration time, a prediction error comes from the predicted costs (profile,
     overhead, contention, machine load), not from how the schedule is played.
     Only actions inside ``window_s`` (the steady state) are used when given.
     """
@@ -258,24 +281,41 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
 
     S = costs.stages
     durs: dict[tuple[str, int], list[float]] = {}
+    gaps: dict[tuple[str, int], list[float]] = {}
     for rows in rows_by_rank.values():
-        for _label, kind, stage, _b, _m, _w, t0, t1 in rows:
-            if kind not in KINDS:
-                continue
+        rs = sorted(rows, key=lambda r: r[6])
+        for i, (_label, kind, stage, _b, _m, _w, t0, t1) in enumerate(rs):
             if window_s is not None and (t1 < window_s[0] or t0 > window_s[1]):
                 continue
             durs.setdefault((kind, int(stage)), []).append(t1 - t0)
+            if i + 1 < len(rs):
+                gaps.setdefault((kind, int(stage)), []).append(max(0.0, rs[i + 1][6] - t1))
 
     def med(kind: str, s: int, fallback: int) -> int:
         v = durs.get((kind, s))
         return to_ns(statistics.median(v)) if v else fallback
 
     losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
-    return replace(costs,
-                   f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
-                   b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
-                   u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
-                   loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
+    out = replace(costs,
+                  f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
+                  b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                  u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
+                  loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
+    if not overheads:
+        return out
+
+    def low(v: list[float]) -> float:
+        v = sorted(v)
+        return v[int(0.1 * (len(v) - 1))]
+
+    gap = {k: tuple(to_ns(statistics.median(gaps[(k, s)])) if gaps.get((k, s)) else 0 for s in range(S))
+           for k in {k for k, _s in gaps}}
+    comm = {}
+    for k in ("SEND_F", "SEND_B", "AR", "RECV_F", "RECV_B", "ARW"):
+        if any((k, s) in durs for s in range(S)):
+            f = statistics.median if k in ("SEND_F", "SEND_B", "AR") else low
+            comm[k] = tuple(to_ns(f(durs[(k, s)])) if durs.get((k, s)) else 0 for s in range(S))
+    return out.with_overheads(gap=gap, comm=comm)
 
 
 def finite(x: Any) -> bool:

@@ -57,6 +57,7 @@ class Validation:
     mtimes: dict[str, dict[str, Any]] = field(default_factory=dict)
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # every repeat, round order
     base_runs: list[dict[str, Any]] = field(default_factory=list)
+    mem_facts: dict[tuple, Any] = field(default_factory=dict)  # stage layout -> memory facts
     emulated: dict[str, list | None] = field(default_factory=dict)
     emulated_iterations: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -245,15 +246,36 @@ def simulate_step(v: Validation) -> None:
     v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     (v.out / "traces").mkdir(parents=True, exist_ok=True)
+    from executor.rank import RECV_AHEAD
+
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
         tc = train_config(cfg, name, N, v.ppv, cfg.iterations)
         r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppv or None,
-                                      batch_size=cfg.batch_size)
+                                      batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
+                                      recv_ahead=RECV_AHEAD)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
+
+
+def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
+    """Per-stage bytes measured as the executor counts them (one forward per stage, cached
+    per stage layout, action batch and auxiliary heads); None if it cannot be measured."""
+    from stalesim.runtime.memfacts import stage_memory_facts
+    from stalesim.schedule import build_schedule
+
+    sched = build_schedule(tc.schedule_config(min(tc.iterations or 4, 8)))
+    key = (sched.stages, tuple(tc.ppv or ()), sched.action_batch_size(tc.batch_size), sched.local_loss)
+    cache = v.mem_facts
+    if key not in cache:
+        try:
+            cache[key] = stage_memory_facts(tc, sched)
+        except Exception as exc:  # noqa: BLE001 - memory is reported, not required
+            v.say(f"[validate] memory facts unavailable ({type(exc).__name__}: {exc})")
+            cache[key] = None
+    return cache[key]
 
 
 # ---------------------------------------------------------------------------- 5. run
