@@ -248,7 +248,8 @@ class StageRuntime:
         """The forward under the version hooks; counts the saved storages as it packs them."""
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
-        seen = self._seen = {}
+        seen: dict[int, int] = {}
+        self._seen = seen
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
@@ -295,7 +296,8 @@ class StageRuntime:
             self._cur_leaves = rec.leaves
             if rec.predicted:
                 self._pack_ptr = self._ptr_map(rec.leaves)
-            seen = self._seen = {}
+            head_seen: dict[int, int] = {}
+            self._seen = head_seen
             try:
                 with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                     if rec.predicted:
@@ -306,7 +308,7 @@ class StageRuntime:
             finally:
                 self._pack_ptr = self._ptr
                 self._seen = None
-            for k, v in seen.items():
+            for k, v in head_seen.items():
                 rec.storages.setdefault(k, v)
         M = self.schedule.microbatches if self.schedule.uses_micro else 1
         key = ("loss", tuple(out.shape), out.dtype)
