@@ -50,13 +50,17 @@ class Recorder:
     _events: list[Any] = field(default_factory=list)
     _ref: Any = None
 
-    def start_clock(self) -> None:
+    def start_clock(self, t0: float | None = None) -> None:
+        """Start the run's clock; ``t0``: a ``perf_counter`` value to measure from instead
+        of now (ranks on one host share ``CLOCK_MONOTONIC``, so a common origin makes their
+        rows comparable to the microsecond, not just to the barrier's skew)."""
         if self.cuda:
             import torch
 
             self._ref = torch.cuda.Event(enable_timing=True)
             self._ref.record()
-        self.t0 = time.perf_counter()
+        now = time.perf_counter()
+        self.t0 = now if t0 is None else min(now, t0)
 
     def begin(self) -> Any:
         if self.cuda:

@@ -62,6 +62,10 @@ class SimHardware:
     # a device blocked on a receive or an all-reduce resumes this long after the data is
     # there (thread wake-up); 0 when ``latency`` was measured to a blocked receiver already
     wake_ns: int = 0
+    # a measured all-reduce (this worker count): alpha + bytes / bandwidth replaces the ring
+    # formula when set (a CPU transport's collective is not the link's alpha-beta)
+    allreduce_alpha_ns: int | None = None
+    allreduce_bandwidth_Bps: float | None = None
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -135,6 +139,9 @@ class SimHardware:
         p = int(workers)
         if p <= 1:
             return 0
+        if self.allreduce_alpha_ns is not None:
+            bw = self.allreduce_bandwidth_Bps
+            return self.allreduce_alpha_ns + (0 if bw is None or math.isinf(bw) else to_ns(nbytes / bw))
         nb = 0.0 if math.isinf(self.bandwidth_Bps) else nbytes / self.bandwidth_Bps
         a = self.latency_ns
         if self.allreduce_algorithm == "ring":
@@ -163,7 +170,9 @@ class SimHardware:
             "comm_overlaps_compute": self.comm_overlaps_compute,
             "cpu_comm_occupancy": self.cpu_comm_occupancy,
             "allreduce_algorithm": self.allreduce_algorithm, "topology": self.topology,
-            "wake_s": self.wake_ns / NS, "notes": list(self.notes),
+            "wake_s": self.wake_ns / NS,
+            "allreduce_alpha_s": None if self.allreduce_alpha_ns is None else self.allreduce_alpha_ns / NS,
+            "allreduce_bandwidth_Bps": self.allreduce_bandwidth_Bps, "notes": list(self.notes),
         }
 
 

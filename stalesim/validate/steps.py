@@ -30,6 +30,8 @@ from stalesim.validate.config import ValidateConfig
 
 Progress = Callable[[str], None]
 STEPS = 6  # numbered steps shown in the progress lines
+# message sizes the per-message costs are fitted over (bytes): labels to large activations
+COMM_SIZES = (64, 4096, 65536, 262144, 1048576)
 
 
 @dataclass
@@ -170,6 +172,7 @@ def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
 def calibrate_step(v: Validation) -> None:
     from stalesim.atomic import write_json_atomic
     from stalesim.sim.model import SimHardware
+    from stalesim.validate.costmodel import link_from_comm
     from stalesim.workloads.hardware import hardware_from_dict
 
     cfg, N = v.cfg, v.n
@@ -187,8 +190,20 @@ def calibrate_step(v: Validation) -> None:
         hw_dict = {"schema_version": 1, "device": "cpu-core" if v.devs.kind == "cpu" else "h100-sxm",
                    "link": "ideal", "comm_overlaps_compute": v.devs.kind != "cpu",
                    "cpu_comm_occupancy": 0.0}
-    v.hw_dict = hw_dict
     v.hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    if N > 1 and cfg.overhead:
+        comm = hw_dict.get("executor_comm")
+        if comm is None:
+            from stalesim.validate.commcal import measure_comm
+
+            v.say(f"[validate 2/{STEPS}] calibrating the executor's per-message costs (2 ranks)")
+            dev = "cuda:0" if v.devs.kind == "cuda" else "cpu"
+            comm = measure_comm(COMM_SIZES, repeats=cfg.calibrate_repeats * 5, device=dev,
+                                timeout_s=cfg.timeout_s)
+            hw_dict = dict(hw_dict, executor_comm=comm)
+        v.cm.comm = comm
+        v.hw = link_from_comm(v.hw, comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+    v.hw_dict = hw_dict
     write_json_atomic(v.out / "hardware.json", clean(hw_dict))
 
 
@@ -197,7 +212,7 @@ def baseline_step(v: Validation) -> None:
     """Round 0 of the 1-rank baseline (the others run interleaved in :func:`run_step`);
     its gaps between actions calibrate the dispatch cost before anything is predicted."""
     from stalesim.schedule import build_schedule
-    from stalesim.validate.measured import dispatch_gap, measured_timing
+    from stalesim.validate.measured import dispatch_gap, gaps_after, measured_timing
 
     cfg = v.cfg
     v.say(f"[validate 3/{STEPS}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
@@ -209,7 +224,9 @@ def baseline_step(v: Validation) -> None:
         raise StalesimError(f"validate: the 1-rank baseline failed: {v.base_measured['error']}")
     v.base_timing = measured_timing(v.base_measured, v.base_sched)
     if cfg.overhead:
-        v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], tuple(v.base_timing["window_s"]))
+        w = tuple(v.base_timing["window_s"])
+        v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], w)
+        v.cm.gaps_s = gaps_after(v.base_measured["rows"], w)
 
 
 def run_dir(out: Path, name: str, k: int) -> Path:
@@ -424,9 +441,11 @@ def compare_step(v: Validation) -> None:
 def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str, Any]) -> float | None:
     """The simulated iteration time of this schedule with one run's measured action costs."""
     from stalesim.sim import SimOptions, simulate
-    from stalesim.validate.costmodel import replay_costs
+    from stalesim.validate.costmodel import replay_costs, replay_link
 
     if not m.get("rows"):
         return None
-    rc = replay_costs(info["costs"], m["rows"], tuple(mt["window_s"]))
-    return simulate(rc, info["schedule"], v.hw, SimOptions(keep_timeline=False)).iteration_time_s
+    w = tuple(mt["window_s"])
+    rc = replay_costs(info["costs"], m["rows"], w)
+    hw = replay_link(v.hw, rc, m["rows"], w)
+    return simulate(rc, info["schedule"], hw, SimOptions(keep_timeline=False)).iteration_time_s
