@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro", type=int, default=4)
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    args = p.parse_args(argv if argv is not None else (sys.argv[1:] if __name__ == "__main__" else []))
     load0 = os.getloadavg()
     res = {"dispatch": dispatch_loop(args.model, args.batch // args.micro, args.reps),
            "runtime": stage_runtime(args.model, args.batch, args.micro, args.reps),
