@@ -124,3 +124,32 @@ def test_repeats_compare_the_prediction_with_the_median(tmp_path: Path) -> None:
     assert all(abs(e) < 1e-6 for e in row["replay_time_errors"])
     assert row["measured_speedup"] == pytest.approx(1.1 * v.base_sim.iteration_time_s / r.iteration_time_s)
     assert v.base_timing["noise_floor"] == pytest.approx((1.55 - 1.05) / 1.1)
+
+
+def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypatch) -> None:
+    """K rounds: each runs the 1-rank baseline (round 0's ran in the baseline step), then
+    every schedule once in one process group, rotated; each repeat has its own folder."""
+    import executor.launch
+
+    from stalesim.validate.steps import run_step
+
+    calls: list[list[str]] = []
+
+    def fake_run_local(jobs, devs, **_kw):
+        single = isinstance(jobs, dict)
+        js = [jobs] if single else jobs
+        calls.append([f"{j['label']}@{Path(j['out']).name}" for j in js])
+        res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
+        return res[0] if single else res
+
+    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, out=str(tmp_path),
+                         repeats=3)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
+                   say=lambda _m: None, ppv=[2])
+    run_step(v)
+    assert calls == [["stale@stale", "dp@dp"],
+                     ["baseline@baseline-1rank.r1"], ["dp@dp.r1", "stale@stale.r1"],
+                     ["baseline@baseline-1rank.r2"], ["stale@stale.r2", "dp@dp.r2"]]
+    assert [m["run_dir"] for m in v.runs["dp"]] == [str(tmp_path / "runs" / n) for n in ("dp", "dp.r1", "dp.r2")]
+    assert len(v.base_runs) == 2  # rounds 1 and 2 (round 0's is the baseline step's)

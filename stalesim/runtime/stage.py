@@ -37,7 +37,7 @@ from torch import nn
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import Mitigations
 from stalesim.schedule import Action, Schedule
-from stalesim.schedule.liveness import backward_reads
+from stalesim.schedule.liveness import backward_reads, updates_during_backward_wait
 
 _TOKEN = "stalesim-param"
 
@@ -141,23 +141,11 @@ class StageRuntime:
 
     def _hooks_needed(self) -> bool:
         """True when some update of this stage runs while one of its forwards awaits its
-        backward (in its device's order, which every consumer keeps), or a mitigation
+        backward (a schedule fact, :func:`updates_during_backward_wait`), or a mitigation
         changes the weights a forward or backward reads."""
         if self.mit.changes_forward or self.mit.changes_backward:
             return True
-        sched, w, s = self.schedule, self.worker, self.stage
-        pending = 0
-        for a in sched.device_actions[sched.device_of(s, w)]:
-            if a.stage != s or a.worker != w:
-                continue
-            k = a.kind.value
-            if k == "F":
-                pending += 1
-            elif k == "B":
-                pending -= 1
-            elif k == "U" and pending > 0:
-                return True
-        return False
+        return updates_during_backward_wait(self.schedule, self.stage, self.worker)
 
     def _pack(self, t: torch.Tensor) -> Any:
         ptr = self._storage_ptr(t)

@@ -215,3 +215,21 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
             samples.append(MemorySample(i, tuple(rows), tuple(msgs)))
         out.append(samples)
     return out
+
+
+def updates_during_backward_wait(sched: Schedule, stage: int, worker: int = 0) -> bool:
+    """True when an update of (worker, stage) runs while one of its forwards awaits its
+    backward, in its device's order (which every consumer keeps): then the backward must
+    read the weights a forward saved through version tokens (StageRuntime's hooks);
+    otherwise autograd's own saved parameters are the version the backward reads."""
+    pending = 0
+    for a in sched.device_actions[sched.device_of(stage, worker)]:
+        if a.stage != stage or a.worker != worker:
+            continue
+        if a.kind is Kind.F:
+            pending += 1
+        elif a.kind is Kind.B:
+            pending -= 1
+        elif a.kind is Kind.U and pending > 0:
+            return True
+    return False

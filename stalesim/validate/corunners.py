@@ -260,3 +260,65 @@ def median_profile(profs: list[Profile]) -> Profile:
     ratio = sum(lp.compute_s for lp in top) / w if w else None
     return replace(first, layers=top, whole_model_s=w, sum_over_whole_ratio=ratio, by_batch_size=points,
                    repeats=sum(p.repeats or 0 for p in profs) or first.repeats)
+
+
+def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, repeats: int = 8,
+                  dtype: str = "float32") -> list[dict[str, float]]:
+    """Per stage of ``model`` cut at ``ppv``: the extra forward and backward seconds when the
+    stage runs under the version hooks (``{"F": s, "B": s}``, >= 0).
+
+    A stage needs the hooks only where an update can fall between a forward and its
+    backward (:func:`stalesim.schedule.liveness.updates_during_backward_wait`); their cost
+    grows with the number of tensors the stage saves, so it is measured on the real stages
+    at the action batch, alternating hooked and plain rounds (medians), in this process,
+    with no schedule run.
+    """
+    import torch
+
+    from stalesim.runtime.build import build_stage_modules, stage_runtimes
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.schedule import Action, Kind, build_schedule
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n = 2 * repeats + 2
+        cfg = TrainConfig(model=model, schedule="gpipe", ppv=list(ppv) or None, stages=None if ppv else 1,
+                          microbatches=1, iterations=n, batch_size=batch, dtype=dtype).check()
+        sched = build_schedule(cfg.schedule_config(n))
+        mods = build_stage_modules(cfg, sched)
+        rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu", total=n)
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn((batch, *mods.model.input_shape), generator=g).to(cfg.torch_dtype)
+        y = torch.randint(0, cfg.num_classes, (batch,), generator=g)
+        out: list[dict[str, float]] = []
+        for s in range(sched.stages):
+            rt = rts[s]
+            times: dict[tuple[bool, str], list[float]] = {}
+            for t in range(n):
+                hooked = t % 2 == 1
+                rt.hooks_needed = hooked
+                xin = x.detach()
+                if s > 0:
+                    xin.requires_grad_(True)
+                t0 = time.perf_counter()
+                yout = rt.forward(Action(Kind.F, s, t, None, 0), xin)
+                t1 = time.perf_counter()
+                if rt.is_loss_stage:
+                    rt.loss(Action(Kind.LOSS, s, t, None, 0), y)
+                    grad = None
+                else:
+                    grad = torch.ones_like(yout)
+                t2 = time.perf_counter()
+                rt.backward(Action(Kind.B, s, t, None, 0), grad)
+                t3 = time.perf_counter()
+                rt.buffers.clear()
+                if t >= 2:
+                    times.setdefault((hooked, "F"), []).append(t1 - t0)
+                    times.setdefault((hooked, "B"), []).append(t3 - t2)
+            out.append({k: max(0.0, statistics.median(times[(True, k)]) - statistics.median(times[(False, k)]))
+                        for k in ("F", "B")})
+            x = yout.detach().clone()
+        return out
+    finally:
+        torch.set_num_threads(old)

@@ -60,6 +60,9 @@ class CostModel:
     # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
     gaps_s: dict[str, float] = field(default_factory=dict)
     comm: dict[str, Any] | None = None
+    # extra F/B seconds per stage when it runs under the version hooks, keyed by
+    # (PPV, action batch) (:func:`stalesim.validate.corunners.hook_overhead`)
+    hook_s: dict[tuple, list[dict[str, float]]] = field(default_factory=dict)
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -73,6 +76,7 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "gaps_s": dict(self.gaps_s),
+                "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
                 "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
                                                         if k in ("sizes", "repeats", "device")
                                                         or isinstance(v, dict)},
@@ -321,6 +325,29 @@ def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
     return list(overlap)
 
 
+def hooked_stages(sched: Any) -> list[bool]:
+    """Per stage: does it run under the version hooks (an update of it can fall between one
+    of its forwards and that forward's backward, on any worker)?"""
+    from stalesim.schedule.liveness import updates_during_backward_wait
+
+    return [any(updates_during_backward_wait(sched, s, w) for w in range(sched.workers))
+            for s in range(sched.stages)]
+
+
+def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
+                       ) -> StageCosts:
+    """Add the measured cost of the version hooks to the F and B of the stages that need them."""
+    extra = cm.hook_s.get((tuple(ppv), action_batch))
+    if not extra or len(extra) != costs.stages:
+        return costs
+    from stalesim.sim.model import to_ns
+
+    hooked = hooked_stages(sched)
+    return replace(costs,
+                   f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) for s, f in enumerate(costs.f_ns)),
+                   b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)))
+
+
 def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> StageCosts:
     """The stage costs with the bytes the memory model reads replaced by ones measured as
     the executor counts them (:func:`stalesim.runtime.memory.stage_memory_facts`)."""
@@ -361,6 +388,7 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
                                 dispatch=dispatch)
         costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
                                   label_bytes=8 * (batch_size // max(1, sched.workers)))
+        costs = with_hook_overhead(cm, sched, costs, ppv_used, ab)
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)

@@ -268,6 +268,8 @@ def simulate_step(v: Validation) -> None:
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
         tc = train_config(cfg, name, N, v.ppv, cfg.iterations)
+        if cfg.overhead:
+            _hook_overhead(v, tc)
         r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppv or None,
                                       batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
                                       recv_ahead=RECV_AHEAD)
@@ -275,6 +277,22 @@ def simulate_step(v: Validation) -> None:
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
+
+
+def _hook_overhead(v: Validation, tc: Any) -> None:
+    """Measure (once per stage layout and action batch) what the version hooks cost the
+    stages of this schedule that need them (in this process, on the real stages)."""
+    from stalesim.schedule import build_schedule
+    from stalesim.validate.corunners import hook_overhead
+    from stalesim.validate.costmodel import hooked_stages
+
+    sched = build_schedule(tc.schedule_config(tc.iterations))
+    if not any(hooked_stages(sched)):
+        return
+    ppv = list(tc.ppv or [])
+    key = (tuple(ppv), sched.action_batch_size(tc.batch_size))
+    if key not in v.cm.hook_s:
+        v.cm.hook_s[key] = hook_overhead(tc.model, ppv, key[1], threads=v.cfg.threads)
 
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
