@@ -130,7 +130,6 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
     """K rounds: each runs the 1-rank baseline (round 0's ran in the baseline step), then
     every schedule once in one process group, rotated; each repeat has its own folder."""
     import executor.launch
-
     from stalesim.validate.steps import run_step
 
     calls: list[list[str]] = []
