@@ -107,7 +107,10 @@ def test_summary_has_the_measurements(two_rank_results):
             assert key in res
         assert res["iteration_time_s"] > 0 and res["throughput_samples_per_s"] > 0
         assert set(res["utilization"]) == {"0", "1"}
-        assert all(0 < u <= 1.0 + 1e-9 for u in res["utilization"].values())
+        # over the schedule's steady window (a batch or two in these short runs: on a loaded
+        # machine a device may not compute inside it at all)
+        assert all(0 <= u <= 1.0 + 1e-9 for u in res["utilization"].values())
+        assert res["timing_window"] in ("steady window", "whole run")
         assert all(b > 0 for b in res["peak_memory_bytes"].values())
         labels = {row[0] for rows in res["rows"].values() for row in rows}
         assert not any("v" in lab.split(":")[-1] for lab in labels)  # no version in labels
