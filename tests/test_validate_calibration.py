@@ -159,6 +159,8 @@ def test_hooks_cost_only_where_an_update_falls_between_forward_and_backward() ->
     base = uniform_costs(2, 1000 * US, 2000 * US, batch_size=32, action_batch=32)
     c = with_hook_overhead(cm, stale, base, [2], 32)
     assert c.f_ns == (1100 * US, 1000 * US) and c.b_ns == (2200 * US, 2000 * US)
+    cm.hook_s[((2,), 32)][1]["LOSS"] = 7e-5
+    assert with_hook_overhead(cm, stale, base, [2], 32).loss_ns == 70 * US
     assert with_hook_overhead(cm, stale, base, [3], 32) is base  # not measured for that layout
 
 
@@ -167,3 +169,4 @@ def test_hook_overhead_is_measured_per_stage() -> None:
 
     out = hook_overhead("lenet5", [2], 4, repeats=2)
     assert len(out) == 2 and all(v["F"] >= 0 and v["B"] >= 0 for v in out)
+    assert "LOSS" not in out[0] and out[1]["LOSS"] > 0  # the loss stage's LOSS action, measured

@@ -9,9 +9,9 @@ there. This microbenchmark measures those quantities with
 :class:`executor.transport.Transport` (the executor's code path) between two
 local processes, for several message sizes, and fits ``alpha + n * beta`` to each:
 
-* ``post``: posting a send of n bytes (``Transport.send``);
-* ``complete``: a receive whose message is already there: waiting on it and
-  posting the next receive of the same size (what a ``RECV_*`` action does);
+* ``post``: posting a send of n bytes (``Transport.send``) while the receiver computes;
+* ``complete``: a receive whose message came while the receiver computed: waiting
+  on it and posting the next receive of the same size (what a ``RECV_*`` action does);
 * ``release``: waiting on a send that has completed (the executor does it where the
   IR proves completion, :mod:`stalesim.schedule.completion`);
 * ``arrive``: from the start of the sender's post to the return of the
@@ -20,7 +20,8 @@ local processes, for several message sizes, and fits ``alpha + n * beta`` to eac
   adds to ``post`` (:func:`stalesim.validate.costmodel.link_from_comm`), wake-up
   included. One host's monotonic clock times both processes.
 * ``ar_post`` / ``ar_complete``: packing a gradient bucket of n bytes and
-  starting the all-reduce / waiting on it and unpacking (2 ranks).
+  starting the all-reduce / waiting on it once it has finished and unpacking (2
+  ranks; the collective itself is ``calibrate``'s measured all-reduce).
 
 It runs no schedule and no model: its numbers are properties of this machine,
 the transport and the message sizes, usable for any schedule.
@@ -111,7 +112,7 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
             else:
                 buf = torch.empty(numel, device=dev)
                 p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
-                time.sleep(0.003 + n / 2e8)
+                spin(0.003 + n / 2e8)  # computing while the message comes, as a stage does
                 t0 = time.perf_counter()
                 tr.wait(p)
                 nxt = tr.post_recv(torch.empty(numel, device=dev), 0, tag + 1, "calibrate", "next")
@@ -149,7 +150,7 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
             flat = pack(grads, "none", dtype=x.dtype, device=dev)
             w = dist.all_reduce(flat, async_op=True)
             res["ar_post"][n].append(time.perf_counter() - t0)
-            spin(0.002 + n / 1e9)
+            time.sleep(0.005 + n / 2e8)  # the collective finishes: what remains is completing it
             t0 = time.perf_counter()
             w.wait()
             unpack_mean(flat, grads, 2)

@@ -265,7 +265,9 @@ def median_profile(profs: list[Profile]) -> Profile:
 def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, repeats: int = 8,
                   dtype: str = "float32") -> list[dict[str, float]]:
     """Per stage of ``model`` cut at ``ppv``: the extra forward and backward seconds when the
-    stage runs under the version hooks (``{"F": s, "B": s}``, >= 0).
+    stage runs under the version hooks (``{"F": s, "B": s}``, >= 0) and, on a loss stage,
+    what a LOSS action costs through the runtime (``"LOSS"``: cross-entropy, the value read
+    back, bookkeeping; the per-layer profile has no such action).
 
     A stage needs the hooks only where an update can fall between a forward and its
     backward (:func:`stalesim.schedule.liveness.updates_during_backward_wait`); their cost
@@ -310,14 +312,19 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
                 else:
                     grad = torch.ones_like(yout)
                 t2 = time.perf_counter()
+                if rt.is_loss_stage and t >= 2:
+                    times.setdefault((hooked, "LOSS"), []).append(t2 - t1)
                 rt.backward(Action(Kind.B, s, t, None, 0), grad)
                 t3 = time.perf_counter()
                 rt.buffers.clear()
                 if t >= 2:
                     times.setdefault((hooked, "F"), []).append(t1 - t0)
                     times.setdefault((hooked, "B"), []).append(t3 - t2)
-            out.append({k: max(0.0, statistics.median(times[(True, k)]) - statistics.median(times[(False, k)]))
-                        for k in ("F", "B")})
+            row = {k: max(0.0, statistics.median(times[(True, k)]) - statistics.median(times[(False, k)]))
+                   for k in ("F", "B")}
+            if (False, "LOSS") in times:
+                row["LOSS"] = statistics.median(times[(False, "LOSS")] + times[(True, "LOSS")])
+            out.append(row)
             x = yout.detach().clone()
         return out
     finally:

@@ -60,8 +60,8 @@ class CostModel:
     # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
     gaps_s: dict[str, float] = field(default_factory=dict)
     comm: dict[str, Any] | None = None
-    # extra F/B seconds per stage when it runs under the version hooks, keyed by
-    # (PPV, action batch) (:func:`stalesim.validate.corunners.hook_overhead`)
+    # extra F/B seconds per stage when it runs under the version hooks, and the LOSS action's
+    # cost, keyed by (PPV, action batch) (:func:`stalesim.validate.corunners.hook_overhead`)
     hook_s: dict[tuple, list[dict[str, float]]] = field(default_factory=dict)
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
@@ -336,16 +336,19 @@ def hooked_stages(sched: Any) -> list[bool]:
 
 def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
                        ) -> StageCosts:
-    """Add the measured cost of the version hooks to the F and B of the stages that need them."""
+    """Add the measured cost of the version hooks to the F and B of the stages that need them,
+    and take the LOSS action's cost as measured through the runtime (when it was)."""
     extra = cm.hook_s.get((tuple(ppv), action_batch))
     if not extra or len(extra) != costs.stages:
         return costs
     from stalesim.sim.model import to_ns
 
     hooked = hooked_stages(sched)
+    losses = [e["LOSS"] for e in extra if "LOSS" in e]
     return replace(costs,
                    f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) for s, f in enumerate(costs.f_ns)),
-                   b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)))
+                   b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)),
+                   loss_ns=to_ns(max(losses)) if losses else costs.loss_ns)
 
 
 def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> StageCosts:

@@ -275,20 +275,19 @@ def simulate_step(v: Validation) -> None:
                                       recv_ahead=RECV_AHEAD)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
+    if cfg.overhead:
+        _hook_overhead(v, train_config(cfg, "sequential", 1, [], cfg.iterations))
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
 
 
 def _hook_overhead(v: Validation, tc: Any) -> None:
-    """Measure (once per stage layout and action batch) what the version hooks cost the
-    stages of this schedule that need them (in this process, on the real stages)."""
+    """Measure (once per stage layout and action batch) what the version hooks cost each stage
+    and what a LOSS action costs (in this process, on the real stages, no schedule run)."""
     from stalesim.schedule import build_schedule
     from stalesim.validate.corunners import hook_overhead
-    from stalesim.validate.costmodel import hooked_stages
 
     sched = build_schedule(tc.schedule_config(tc.iterations))
-    if not any(hooked_stages(sched)):
-        return
     ppv = list(tc.ppv or [])
     key = (tuple(ppv), sched.action_batch_size(tc.batch_size))
     if key not in v.cm.hook_s:
