@@ -263,11 +263,14 @@ def median_profile(profs: list[Profile]) -> Profile:
 
 
 def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, repeats: int = 8,
-                  dtype: str = "float32") -> list[dict[str, float]]:
+                  dtype: str = "float32", dataset: str = "synthetic", data_dir: str | None = None,
+                  full_batch: int | None = None) -> list[dict[str, float]]:
     """Per stage of ``model`` cut at ``ppv``: the extra forward and backward seconds when the
     stage runs under the version hooks (``{"F": s, "B": s}``, >= 0) and, on a loss stage,
     what a LOSS action costs through the runtime (``"LOSS"``: cross-entropy, the value read
-    back, bookkeeping; the per-layer profile has no such action).
+    back, bookkeeping; the per-layer profile has no such action) and, on stage 0, what
+    reading one action batch of the data costs (``"DATA"``: ``BatchStream.part`` out of a
+    mini-batch of ``full_batch``, as the executor's first stage does in every F).
 
     A stage needs the hooks only where an update can fall between a forward and its
     backward (:func:`stalesim.schedule.liveness.updates_during_backward_wait`); their cost
@@ -326,6 +329,26 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
                 row["LOSS"] = statistics.median(times[(False, "LOSS")] + times[(True, "LOSS")])
             out.append(row)
             x = yout.detach().clone()
+        out[0]["DATA"] = _data_cost(model, dataset, data_dir, full_batch or batch, batch, repeats, dtype)
         return out
     finally:
         torch.set_num_threads(old)
+
+
+def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: int, repeats: int,
+               dtype: str) -> float:
+    """Median seconds of reading ``part`` samples of a mini-batch of ``batch`` (stage 0's F)."""
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.data import batch_stream
+    from stalesim.workloads.zoo import build_model
+
+    cfg = TrainConfig(model=model, dataset=dataset, data_dir=data_dir, schedule="sequential", stages=1,
+                      iterations=repeats + 2, batch_size=batch, dtype=dtype,
+                      synthetic_size=max(4 * batch, 256)).check()
+    stream = batch_stream(cfg, input_shape=build_model(model, seed=0).input_shape)
+    times = []
+    for t in range(repeats + 2):
+        t0 = time.perf_counter()
+        stream.part(t, 0, part)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[2:])

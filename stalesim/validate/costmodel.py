@@ -336,8 +336,9 @@ def hooked_stages(sched: Any) -> list[bool]:
 
 def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
                        ) -> StageCosts:
-    """Add the measured cost of the version hooks to the F and B of the stages that need them,
-    and take the LOSS action's cost as measured through the runtime (when it was)."""
+    """Add the measured cost of the version hooks to the F and B of the stages that need them
+    and of reading the data to stage 0's F, and take the LOSS action's cost as measured
+    through the runtime (when they were measured)."""
     extra = cm.hook_s.get((tuple(ppv), action_batch))
     if not extra or len(extra) != costs.stages:
         return costs
@@ -345,8 +346,10 @@ def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[i
 
     hooked = hooked_stages(sched)
     losses = [e["LOSS"] for e in extra if "LOSS" in e]
+    data = to_ns(extra[0].get("DATA", 0.0))  # stage 0's F reads its slice of the data
     return replace(costs,
-                   f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) for s, f in enumerate(costs.f_ns)),
+                   f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) + (data if s == 0 else 0)
+                              for s, f in enumerate(costs.f_ns)),
                    b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)),
                    loss_ns=to_ns(max(losses)) if losses else costs.loss_ns)
 

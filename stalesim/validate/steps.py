@@ -291,7 +291,8 @@ def _hook_overhead(v: Validation, tc: Any) -> None:
     ppv = list(tc.ppv or [])
     key = (tuple(ppv), sched.action_batch_size(tc.batch_size))
     if key not in v.cm.hook_s:
-        v.cm.hook_s[key] = hook_overhead(tc.model, ppv, key[1], threads=v.cfg.threads)
+        v.cm.hook_s[key] = hook_overhead(tc.model, ppv, key[1], threads=v.cfg.threads, dataset=tc.dataset,
+                                         data_dir=tc.data_dir, full_batch=tc.batch_size)
 
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
