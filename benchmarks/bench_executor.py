@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from stalesim.atomic import write_json_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -132,7 +134,7 @@ def _pippy_worker(args: argparse.Namespace) -> None:
     dist.barrier()
     if rank == 0:
         steady = times[args.skip:]
-        Path(args.out).write_text(json.dumps({"iteration_time_s": sum(steady) / len(steady)}))
+        write_json_atomic(args.out, {"iteration_time_s": sum(steady) / len(steady)})
     dist.destroy_process_group()
 
 

@@ -24,6 +24,10 @@ works when nodes do not share a file system). On resume every in-flight graph
 is rebuilt by recomputing its forward with the saved weights (bitwise identical
 on CPU), then BatchNorm buffers are put back, so the losses equal the
 uninterrupted run's exactly.
+
+Files hold only tensors and plain data and are read with ``weights_only=True``
+(:mod:`stalesim.checkpoint_io`): a planted or foreign file is a one-line error
+naming it, never code execution.
 """
 
 from __future__ import annotations
@@ -36,10 +40,13 @@ import torch
 import torch.distributed as dist
 
 from stalesim.atomic import torch_save_atomic
+from stalesim.checkpoint_io import load_checkpoint, mismatch, require_keys
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
 FORMAT = 1
+KEYS = ("format", "k", "every", "rank", "world", "config", "index", "runtimes", "store", "loss_labels",
+        "losses", "resend", "ar_open")
 
 
 def checkpoint_cuts(sched: Any, every: int) -> dict[int, list[int]]:
@@ -188,7 +195,7 @@ class Checkpointer:
         base = self.out / "checkpoints" if self.out is not None else None
         if base is not None and base.is_dir():
             for d in base.iterdir():
-                if d.name.startswith("k") and (d / f"rank{self.ctx.rank}.pt").is_file():
+                if d.name[:1] == "k" and d.name[1:].isdigit() and (d / f"rank{self.ctx.rank}.pt").is_file():
                     mine.append(int(d.name[1:]))
         every: list[Any] = [None] * self.ctx.world
         dist.all_gather_object(every, mine)
@@ -200,14 +207,16 @@ class Checkpointer:
             raise StalesimError(
                 f"--resume: checkpoint k={k} does not fall on --checkpoint-every {self.every} "
                 "(resume with the flags of the original run)")
-        try:
-            state = torch.load(self._file(k, self.ctx.rank), map_location=self.ctx.device,
-                               weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - torn or foreign file
-            raise StalesimError(f"--resume: cannot read {self._file(k, self.ctx.rank)} "
-                                f"({type(exc).__name__})") from None
+        path = self._file(k, self.ctx.rank)
+        state = load_checkpoint(path, what="--resume", map_location=self.ctx.device)
         if state.get("format") != FORMAT:
-            raise StalesimError(f"--resume: checkpoint format {state.get('format')!r}, expected {FORMAT}")
+            raise StalesimError(f"--resume: {path} has format {state.get('format')!r}, expected {FORMAT}")
+        require_keys(state, KEYS, path, "--resume")
+        if not isinstance(state["config"], dict) or state["k"] != k or state["rank"] != self.ctx.rank \
+                or state["world"] != self.ctx.world or state["index"] != self.cuts[k][self.ctx.rank]:
+            raise StalesimError(f"--resume: {path} is not checkpoint k={k} of rank {self.ctx.rank} "
+                                f"of {self.ctx.world}")
+        state["_path"] = str(path)
         for key, v in state["config"].items():
             if self.job["train"].get(key) != v and key != "device":
                 raise StalesimError(f"--resume: {key} is {self.job['train'].get(key)!r} but the "
@@ -216,6 +225,14 @@ class Checkpointer:
 
     def apply(self, rank: Any, state: dict[str, Any]) -> None:
         """Load runtimes, rebuild in-flight graphs, refill mailboxes, queue re-sends."""
+        try:
+            self._apply(rank, state)
+        except StalesimError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            raise mismatch(Path(state.get("_path", "?")), "--resume", exc) from None
+
+    def _apply(self, rank: Any, state: dict[str, Any]) -> None:
         k = int(state["k"])
         saved = state["runtimes"]
         for key, rt in self.rts.items():

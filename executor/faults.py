@@ -79,11 +79,11 @@ class Beacon:
         self.text = ""
         if path is None:
             return
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "wb") as fh:
-            fh.write(b"\0" * BEACON_SIZE)
-        self._fh = open(p, "r+b")  # noqa: SIM115 - lives as long as the map
+        from stalesim.atomic import write_bytes_atomic
+
+        p = write_bytes_atomic(path, b"\0" * BEACON_SIZE)
+        fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)  # the file we just made
+        self._fh = os.fdopen(fd, "r+b")  # lives as long as the map
         self._mm = mmap.mmap(self._fh.fileno(), BEACON_SIZE)
 
     def set(self, text: str) -> None:

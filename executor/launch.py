@@ -2,10 +2,15 @@
 
 ``run_local(jobs, devices)`` starts ``world`` child processes
 (``python -m executor --spec FILE``) with the torchrun environment (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), so a rank cannot tell
-whether this launcher or ``torchrun`` started it. The launcher:
+WORLD_SIZE, LOCAL_RANK), so the rank code is the same as under ``torchrun``.
+The launcher:
 
-- picks a free port (unless MASTER_PORT is set) and sets the CPU thread count
+- rendezvouses the ranks through a ``FileStore`` in a private 0700 folder with
+  gloo/NCCL sockets on the loopback interface, so a local run opens no port on
+  any other interface (:mod:`stalesim.rendezvous`); only an explicit
+  ``master_addr`` (``--master-addr``, ``STALESIM_MASTER_ADDR``) selects the
+  TCP rendezvous (``MASTER_ADDR``/``MASTER_PORT``, resolved up front);
+- sets the CPU thread count
   *before* the child imports torch (OMP/MKL variables, then ``set_num_threads``);
 - starts each child in its own session and asks the kernel to kill it if the
   launcher dies (no orphans);
@@ -26,7 +31,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,8 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stalesim.atomic import ensure_dir, write_text_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
+from stalesim.rendezvous import PrivateStoreDir, check_master_addr
 
 
 class ExecutorError(StalesimError):
@@ -43,9 +49,9 @@ class ExecutorError(StalesimError):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    from stalesim.rendezvous import free_port as _free
+
+    return _free(host)
 
 
 def _child_stdout() -> int | None:
@@ -77,6 +83,10 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
     summaries are what rank 0 computed (the same dict ``--json`` prints).
     """
     devs = parse_devices(devices) if isinstance(devices, str) else devices
+    addr = master_addr or os.environ.get("STALESIM_MASTER_ADDR") or None
+    if addr is not None:  # an explicit TCP rendezvous: check it before spawning anything
+        addr = check_master_addr(addr, "--master-addr" if master_addr else "STALESIM_MASTER_ADDR")
+        port = free_port(addr if addr != "localhost" else "127.0.0.1")
     single = isinstance(jobs, dict)
     job_list = [jobs] if single else list(jobs)
     world = devs.count
@@ -86,23 +96,27 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
         own_tmp = tempfile.TemporaryDirectory(prefix="stalesim-exec-")
         workdir = own_tmp.name
     wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
-    spec = {"jobs": job_list, "devices": {"kind": devs.kind, "ids": list(devs.ids)},
-            "timeout_s": float(timeout_s), "threads": int(threads), "workdir": str(wd)}
-    spec_path = wd / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    addr = master_addr or os.environ.get("STALESIM_MASTER_ADDR", "127.0.0.1")
-    port = free_port(addr if addr != "localhost" else "127.0.0.1")
+    ensure_dir(wd)
+    root = str(Path(__file__).resolve().parent.parent)
     base = dict(os.environ)
     base.update(env or {})
     base.update(_thread_env(threads))
-    base.update({"MASTER_ADDR": addr, "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
-                 "LOCAL_WORLD_SIZE": str(world), "STALESIM_EXECUTOR_LAUNCHED": "1",
-                 "PYTHONUNBUFFERED": "1"})
-    root = str(Path(__file__).resolve().parent.parent)
+    for k in ("MASTER_ADDR", "MASTER_PORT"):
+        base.pop(k, None)
+    if addr is not None:
+        base.update({"MASTER_ADDR": addr, "MASTER_PORT": str(port)})
+    base.update({"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+                 "STALESIM_EXECUTOR_LAUNCHED": "1", "PYTHONUNBUFFERED": "1"})
     base["PYTHONPATH"] = root + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
+    store_dir = PrivateStoreDir() if addr is None else None
     procs: list[subprocess.Popen] = []
     try:
+        rdzv = {"kind": "file", "path": str(store_dir.store_path)} if store_dir else {"kind": "env"}
+        spec = {"jobs": job_list, "devices": {"kind": devs.kind, "ids": list(devs.ids)},
+                "timeout_s": float(timeout_s), "threads": int(threads), "workdir": str(wd),
+                "rendezvous": rdzv}
+        spec_path = wd / "spec.json"
+        write_text_atomic(spec_path, json.dumps(spec))
         for r in range(world):
             e = dict(base, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")
             procs.append(subprocess.Popen(
@@ -113,6 +127,9 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
     except BaseException:
         _kill_all(procs)
         raise
+    finally:
+        if store_dir is not None:
+            store_dir.cleanup()
     if any(c != 0 for c in codes):
         raise ExecutorError(_failure_message(wd, codes, killed))
     results = []

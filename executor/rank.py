@@ -61,7 +61,9 @@ class RankContext:
 
     @classmethod
     def create(cls, *, rank: int, world: int, local_rank: int, devices: dict[str, Any],
-               timeout_s: float, beacon: Beacon) -> RankContext:
+               timeout_s: float, beacon: Beacon, rendezvous: dict[str, Any] | None = None) -> RankContext:
+        """Join the process group: ``rendezvous`` is the launcher's (a private FileStore
+        for local launches, see :mod:`stalesim.rendezvous`), ``None`` means ``env://``."""
         kind = devices.get("kind", "cpu")
         if kind == "cuda":
             ids = devices.get("ids") or list(range(world))
@@ -72,10 +74,10 @@ class RankContext:
             dev, backend = torch.device("cpu"), "gloo"
         td = datetime.timedelta(seconds=timeout_s)
         beacon.set("rendezvous")
-        kwargs: dict[str, Any] = {"backend": backend, "timeout": td, "rank": rank, "world_size": world}
-        if backend == "nccl":
-            kwargs["device_id"] = dev
-        dist.init_process_group(**kwargs)
+        from stalesim.rendezvous import init_process_group
+
+        init_process_group(rendezvous, backend=backend, rank=rank, world=world, timeout=td,
+                           device_id=dev if backend == "nccl" else None)
         ctx = cls(rank, world, local_rank, dev, backend, timeout_s, beacon)
         if backend == "nccl":
             # NCCL pairs point-to-point messages by order on a communicator: one group per
@@ -115,13 +117,14 @@ class Rank:
 
     def __init__(self, ctx: RankContext, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
                  stream: Any, out_shapes: list[tuple[int, ...]], *, faults: FaultInjector | None = None,
-                 start_index: int = 0) -> None:
+                 start_index: int = 0, label_shape: tuple[int, ...] = ()) -> None:
         self.ctx = ctx
         self.sched = sched
         self.cfg = cfg
         self.rts = runtimes
         self.stream = stream
         self.out_shapes = out_shapes
+        self.label_shape = tuple(label_shape)  # per sample: () classes, (T,) next-token targets
         self.actions: list[Action] = sched.device_actions[ctx.rank]
         self.S = sched.stages
         self.P = sched.workers
@@ -265,7 +268,7 @@ class Rank:
                                   f"the activation of {s - 1}F{t}", self.ctx.fwd_group)
             q = None
             if index in self.carries_labels:
-                lab = torch.empty((self.part,), dtype=torch.int64, device=self.device)
+                lab = torch.empty((self.part, *self.label_shape), dtype=torch.int64, device=self.device)
                 q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, None), label,
                                       f"the labels of batch {t}", self.ctx.fwd_group)
             self.posted[a.key] = (p, q)
@@ -476,7 +479,11 @@ class Rank:
                 for state in rt.optimizer.state.values():
                     opt += sum(v.untyped_storage().nbytes() for v in state.values()
                                if isinstance(v, torch.Tensor))
-        self.static_bytes = st["params"] + st["buffers"] + max(opt, st["optimizer"])
+        # optimizer state appears at the first update: count it up front (SGD momentum: one
+        # copy per parameter; Adam/AdamW: two; error feedback: one more)
+        from stalesim.runtime.optim import state_copies
+
+        self.static_bytes = st["params"] + st["buffers"] + max(opt, state_copies(self.cfg) * st["params"])
 
 
 def _mem(t: torch.Tensor) -> tuple[int, int]:

@@ -6,22 +6,44 @@ schedule), ``metrics.jsonl`` (one line per mini-batch: loss, per-stage
 losses, completion time), ``trace.json`` (Chrome trace, the simulator's labels
 and tracks), ``versions.json`` (weight version each F/B/U used, per stage),
 ``summary.json``.
+
+Divergence is recorded as the emulator records it: the first mini-batch whose
+loss is not finite is ``diverged_at``, ``losses`` stops there (non-finite
+values are ``null``, so every file is strict JSON), ``final_loss`` and
+``test_accuracy`` are ``null``, and the run still ends with exit status 0 and
+a complete folder. The ranks cannot stop at that batch without a pipeline-wide
+handshake, so they run the rest of the schedule (on NaNs) first; the
+per-step ``metrics.jsonl`` keeps every step that ran.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from executor.measure import COMPUTE, summarize
-from stalesim.atomic import write_text_atomic
+from stalesim.atomic import ensure_dir, write_lines_atomic, write_text_atomic
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+
+
+def finite_or_none(v: Any) -> float | None:
+    """A loss as strict JSON allows it: non-finite (NaN, inf) and missing become None."""
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def divergence(losses: list[float | None]) -> int | None:
+    """The first batch whose loss is not finite (the emulator's ``diverged_at``)."""
+    for t, v in enumerate(losses):
+        if v is not None and not math.isfinite(v):
+            return t
+    return None
 
 
 def ir_versions(sched: Any) -> dict[str, int]:
@@ -55,23 +77,24 @@ def _rows_to_events(rows_by_rank: dict[int, list]):
 
 
 def evaluate(model: Any, stages: list[Any], states: dict[str, Any], stream: Any,
-             device: torch.device) -> float | None:
-    """Top-1 test accuracy of the full model with the trained stage weights (eval mode)."""
-    if stream is None or stream.data.test_x is None:
-        return None
+             device: torch.device, task: str = "classify") -> dict[str, float | None]:
+    """The evaluation metric of the full model with the trained stage weights (eval mode):
+    ``{"test_accuracy"}`` (classifiers) or ``{"val_loss", "val_bpc"}`` (LM), computed by
+    :func:`stalesim.runtime.tasks.evaluate` exactly as the emulator does."""
+    from stalesim.runtime.tasks import evaluate as task_evaluate
+
+    if stream is None or (task != "lm" and stream.data.test_x is None):
+        return {}
     with torch.no_grad():
         for s, sd in states.items():
             stages[int(s)].load_state_dict(sd)
         model.to(device)
         was = model.training
         model.eval()
-        correct = total = 0
-        for x, y in stream.test_batches(1000):
-            pred = model(x.to(device)).argmax(1).cpu()
-            correct += int((pred == y).sum())
-            total += int(y.numel())
-        model.train(was)
-    return correct / total if total else None
+        try:
+            return task_evaluate(model, stream.test_batches(64 if task == "lm" else 1000), device, task)
+        finally:
+            model.train(was)
 
 
 def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: list[dict[str, Any]], *,
@@ -91,9 +114,14 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
                 acc += v / P
                 seen = True
         losses.append(acc if seen else None)
+    diverged_at = divergence(losses)
+    all_losses = [finite_or_none(v) for v in losses]  # every step that ran (metrics.jsonl)
+    if diverged_at is not None:  # as the emulator: the losses end at the divergence
+        losses = losses[:diverged_at + 1]
+    losses = [finite_or_none(v) for v in losses]
     stage_losses = None
     if sched.local_loss:
-        stage_losses = [[per.get((0, s, t)) for t in range(N)] for s in range(S)]
+        stage_losses = [[finite_or_none(per.get((0, s, t))) for t in range(N)] for s in range(S)]
     versions_used: dict[str, list] = {}
     for p in gathered:
         versions_used.update(p["versions_used"])
@@ -109,7 +137,12 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     states: dict[str, Any] = {}
     for p in gathered:
         states.update(p.get("state") or {})
-    accuracy = evaluate(model, stages, states, stream, device) if job.get("evaluate", True) and states else None
+    from stalesim.runtime.tasks import task_of
+
+    task = task_of(cfg)
+    metrics: dict[str, Any] = {}
+    if job.get("evaluate", True) and states and diverged_at is None:
+        metrics = evaluate(model, stages, states, stream, device, task)
     summary: dict[str, Any] = {
         "executor": True,
         "label": job.get("label"),
@@ -126,7 +159,14 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         "iterations": N,
         "losses": losses,
         "final_loss": losses[-1] if losses else None,
-        "test_accuracy": accuracy,
+        "steps_done": len(losses),
+        "diverged": diverged_at is not None,
+        "diverged_at": diverged_at,
+        "test_accuracy": metrics.get("test_accuracy"),
+        "task": task,
+        "val_loss": metrics.get("val_loss"),
+        "val_bpc": metrics.get("val_bpc"),
+        "optimizer": cfg.optimizer,
         **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
                                   "utilization_whole_run", "wall_s", "warmup_batches_skipped",
                                   "timing_window")},
@@ -150,7 +190,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     if out:
         summary["run_dir"] = str(out)
         _write_run_dir(Path(out), job, cfg, sched, summary, timing, versions_used, rows_by_rank,
-                       stage_losses)
+                       stage_losses, all_losses)
     if job.get("keep_rows"):
         summary["versions_used"] = versions_used
         summary["rows"] = {str(k): v for k, v in rows_by_rank.items()}
@@ -159,8 +199,8 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
 
 def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary: dict[str, Any],
                    timing: dict[str, Any], versions_used: dict[str, list],
-                   rows_by_rank: dict[int, list], stage_losses: Any) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+                   rows_by_rank: dict[int, list], stage_losses: Any, all_losses: list) -> None:
+    ensure_dir(out)
     _atomic_json(out / "config.json", {
         "command": "run", "train": cfg.to_dict(), "devices": job.get("devices"),
         "timeout_s": job.get("timeout_s"), "threads": job.get("threads"),
@@ -172,12 +212,12 @@ def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary
     })
     lines = []
     done = timing["batch_completion_s"]
-    for t, loss in enumerate(summary["losses"]):
+    for t, loss in enumerate(all_losses):
         row = {"step": t, "loss": loss, "completed_s": done[t] if t < len(done) else None}
         if stage_losses is not None:
             row["stage_losses"] = [sl[t] for sl in stage_losses]
-        lines.append(json.dumps(row))
-    write_text_atomic(out / "metrics.jsonl", "\n".join(lines) + "\n")
+        lines.append(json.dumps(row, allow_nan=False))
+    write_lines_atomic(out / "metrics.jsonl", lines)
     trace = _rows_to_events(rows_by_rank)
     write_text_atomic(out / "trace.json", json.dumps(trace))
     _atomic_json(out / "versions.json", versions_used)

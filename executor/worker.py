@@ -5,7 +5,9 @@ Started either by :func:`executor.launch.run_local` (``--spec FILE``) or by
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Any failure is
 written to ``rank<r>.error.json`` (for the launcher's message) and to stderr
 as one line naming the rank and the action, and the process exits with status
-2 at once (``os._exit``: a broken process group must not hang the exit).
+2 at once (``os._exit``: a broken process group must not hang the exit). Under
+the local launcher the stderr line is left out: the launcher's own one-line
+error already names every failed rank.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def worker_main(spec: dict[str, Any]) -> int:
 
         ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,
                                  devices=spec["devices"], timeout_s=float(spec.get("timeout_s", 60.0)),
-                                 beacon=beacon)
+                                 beacon=beacon, rendezvous=spec.get("rendezvous"))
         try:
             for i, job in enumerate(spec["jobs"]):
                 result = run_job(job, ctx)
@@ -68,7 +70,8 @@ def worker_main(spec: dict[str, Any]) -> int:
                 _write_json(workdir / f"rank{rank}.error.json",
                             {"rank": rank, "message": msg, "action": getattr(exc, "action", None),
                              "traceback": traceback.format_exc()[-4000:]})
-        print(f"executor: {msg}", file=sys.stderr)
+        if not launched or workdir is None:  # the local launcher reports it in its one line
+            print(f"executor: {msg}", file=sys.stderr)
         if os.environ.get("STALESIM_EXECUTOR_DEBUG"):
             traceback.print_exc()
         sys.stderr.flush()
@@ -77,9 +80,13 @@ def worker_main(spec: dict[str, Any]) -> int:
 
 
 def _message(rank: int, exc: BaseException, doing: str = "") -> str:
+    from stalesim.errors import StalesimError
+
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if text.startswith(f"rank {rank}"):
         return text
+    if isinstance(exc, StalesimError):  # already one line for the user: no class name
+        return f"rank {rank}: {text}"
     action = getattr(exc, "action", None)
     at = f" at action {action}" if action else (f" during {doing}" if doing else "")
     low = text.lower()
@@ -93,6 +100,6 @@ def _message(rank: int, exc: BaseException, doing: str = "") -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    from stalesim.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(obj))

@@ -21,9 +21,7 @@ Times are microseconds (floats), as the format requires.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,19 +130,9 @@ def write_chrome_trace(
 ) -> Path:
     """Write a trace atomically (tmp file + rename). ``events`` may be a ready trace dict."""
     trace = events if isinstance(events, Mapping) else chrome_trace(events, flows, **kwargs)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(trace, fh, separators=(",", ":"), allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    from stalesim.atomic import write_json_atomic
+
+    return write_json_atomic(path, trace, compact=True)
 
 
 def check_chrome_trace(trace: Mapping[str, Any]) -> list[str]:

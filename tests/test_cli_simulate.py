@@ -91,3 +91,90 @@ def test_bad_input_exit_2_one_line(prof_path, tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert rc == 2, (extra, err)
         assert err.startswith("stalesim: error:") and needle in err and "\n" not in err, (extra, err)
+
+
+def test_json_and_text_say_where_costs_came_from(capsys, prof_path):
+    d = sim_json(capsys, "--profile", prof_path, "--schedule", "gpipe", "--stages", "2", "-M", "8",
+                 "--batch-size", "128")
+    assert d["cost_source"] == "extrapolated" and d["warnings"] == []  # micro-batch 16 < 128
+    assert d["cost_detail"]["action_batch"]["source"] == "extrapolated"
+    assert d["cost_detail"]["batch_size"]["source"] == "measured"
+    assert d["cost_detail"]["measured_range"] == [128, 128]
+    assert main(["simulate", "--profile", prof_path, "--schedule", "gpipe", "--stages", "2",
+                 "-M", "8", "--extrapolate", "trend"]) == 0
+    out = capsys.readouterr().out
+    assert "costs            extrapolated (profiled at batch 128), extrapolation rule trend" in out
+    assert "note: costs EXTRAPOLATED outside the profiled batch sizes (action batch 16: below" in out
+
+
+def test_bad_extrapolate_exit_2(capsys, prof_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--profile", prof_path, "--schedule", "gpipe", "--extrapolate", "linear"])
+    assert exc.value.code == 2
+    assert "--extrapolate" in capsys.readouterr().err
+
+
+def test_roofline_batch_scaling_matches_figure_code(capsys):
+    """Issue 16: the CLI (roofline at the profile's batch 8, simulated at 128) and the figure
+    code (profile scaled to 128, then roofline) give the same sequential time."""
+    from pathlib import Path
+
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
+    from stalesim.workloads.profile import load_profile
+
+    path = Path(__file__).resolve().parents[1] / "figures" / "profiles" / "resnet56_b8_shape.json"
+    d = sim_json(capsys, "--profile", str(path), "--schedule", "stale", "--stages", "2", "--ppv", "19",
+                 "--batch-size", "128", "--target", "h100-sxm")
+    fig = simulate(roofline_profile(load_profile(path).at_batch_size(128), "h100-sxm"),
+                   ScheduleConfig("stale", stages=2), hardware_from_catalog("h100-sxm", "ideal"),
+                   SimOptions(ppv=(19,)))
+    assert d["sequential_time_s"] == pytest.approx(fig.sequential_time_s, rel=1e-9)
+    assert d["iteration_time_s"] == pytest.approx(fig.iteration_time_s, rel=1e-9)
+    assert d["sequential_time_s"] == pytest.approx(1.895e-3, rel=2e-3)  # was 6.245 ms
+    assert d["cost_source"] == "roofline"
+def test_replicas_and_cluster_flags(capsys, prof_path, tmp_path):
+    # -P is the data-parallel degree: replicas of a pipeline schedule (alias --replicas)
+    base = ["--profile", prof_path, "--schedule", "1f1b", "-S", "4", "-M", "4", "-B", "512", "-N", "40"]
+    d = sim_json(capsys, *base, "-P", "8", "--node", "dgx-h100", "--bucket-mb", "25")
+    assert d["devices"] == 32 and d["workers"] == 8 and d["method"] == "symmetric"
+    assert len(d["utilization"]) == 4 and [r["devices"] for r in d["device_roles"]] == [8] * 4
+    assert len(d["allreduce_s"]) == len(d["allreduce_exposed_s"]) == 4
+    assert d["cluster"]["nodes"] == 4 and d["cluster"]["placement"] == "pipeline"
+    assert d["hardware"]["cluster"]["node_size"] == 8 and d["hardware"]["device"] == "h100-sxm"
+    assert d["symmetry"]["extrapolated"] and d["symmetry"]["representatives_simulated"] == 1
+    e = sim_json(capsys, *base, "--replicas", "8", "--target", "h100-sxm", "--link", "nvlink4",
+                 "--node-size", "8", "--inter-link", "ib-ndr", "--bucket-mb", "25", "--no-symmetry")
+    assert e["method"] == "event" and e["iteration_time_s"] == d["iteration_time_s"]
+    assert e["utilization"] == d["utilization"] and e["allreduce_exposed_s"] == d["allreduce_exposed_s"]
+    hw = tmp_path / "cluster.json"
+    hw.write_text(json.dumps({"cluster": "dgx-h100"}))
+    f = sim_json(capsys, *base, "-P", "8", "--hardware", str(hw), "--placement", "data")
+    assert f["cluster"]["placement"] == "data" and f["hardware"]["cluster"]["inter_link"] == "ib-ndr"
+    assert main(["simulate", *base, "-P", "8", "--node", "dgx-h100"]) == 0
+    out = capsys.readouterr().out
+    assert "32 devices on 4 node(s) of 8" in out and "all-reduce ms" in out and "x8" in out
+    # dp: -P stays its workers, now on nodes
+    g = sim_json(capsys, "--profile", prof_path, "--schedule", "dp", "-S", "2", "-P", "16", "--node", "dgx-a100")
+    assert g["devices"] == 16 and g["cluster"]["nodes"] == 2 and len(g["device_roles"]) == 1
+
+
+def test_cluster_flag_errors_exit_2_one_line(prof_path, capsys):
+    base = ["simulate", "--profile", prof_path, "--schedule", "1f1b", "-S", "2", "-M", "2"]
+    cases = [
+        (["--node-size", "8"], "inter_link: a cluster needs both"),
+        (["--inter-link", "ib-ndr"], "node_size: a cluster needs both"),
+        (["--node", "dgx-q"], "node: unknown 'dgx-q'"),
+        (["--node-size", "8", "--inter-link", "tin-can"], "link: unknown 'tin-can'"),
+        (["--intra-link", "nvlink4", "--link", "pcie4-x16"], "--intra-link: 'nvlink4' contradicts --link"),
+        (["--inter-algorithm", "tree"], "inter_algorithm: needs a cluster"),
+        (["-P", "3"], "batch_size: 128 is not divisible by replicas x microbatches"),
+        (["-P", "2", "--topology", "bus"], "topology: bus"),
+    ]
+    for extra, needle in cases:
+        rc = main([*base, *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and err.startswith("stalesim: error:") and needle in err and "\n" not in err, (extra, err)
+    with pytest.raises(SystemExit):
+        main([*base, "--bucket-mb", "0"])

@@ -14,8 +14,12 @@ from stalesim.workloads.hardware import (
     device_names,
     get_device,
     get_link,
+    get_node,
     hardware_from_catalog,
+    hardware_from_dict,
+    hardware_from_node,
     load_hardware,
+    node_names,
     roofline_profile,
 )
 from stalesim.workloads.profile import profile_from_dict, uniform_profile
@@ -112,6 +116,62 @@ def test_load_hardware_bad_json(tmp_path: Path) -> None:
     p.write_text("{nope")
     with pytest.raises(StalesimError, match="not valid JSON"):
         load_hardware(p)
+
+
+def test_catalog_nodes() -> None:
+    assert {"dgx-h100", "dgx-h200", "dgx-a100"} <= set(node_names())
+    for key, entry in catalog()["nodes"].items():
+        assert len(entry["source"]) > 40 and "datasheet" in entry["source"], key
+        get_device(entry["device"])
+    h100 = get_node("DGX H100")
+    assert h100.node_size == 8 and h100.intra_link.bandwidth_Bps == 450e9 and h100.inter_link.bandwidth_Bps == 50e9
+    assert get_node("dgx-a100").inter_link.key == "ib-hdr"
+    hw = hardware_from_node("dgx-h100", inter_link="ib-hdr", allreduce_algorithm="tree")
+    assert hw.device.key == "h100-sxm" and hw.link.key == "nvlink4"
+    assert hw.cluster.inter_link.key == "ib-hdr" and hw.cluster.inter_algorithm == "tree"
+    with pytest.raises(StalesimError, match=r"node: unknown 'dgx-b900'.*dgx-h100"):
+        get_node("dgx-b900")
+
+
+def test_cluster_json_round_trip_and_shortcuts(tmp_path: Path) -> None:
+    hw = hardware_from_node("dgx-a100")
+    assert load_hardware(_write(tmp_path, hw.to_dict())) == hw
+    json.dumps(hw.to_dict(), allow_nan=False)
+    by_name = hardware_from_dict({"cluster": "dgx-h100"})  # the node also names device and link
+    assert by_name.device.key == "h100-sxm" and by_name.link.key == "nvlink4" and by_name.cluster.node_size == 8
+    custom = hardware_from_dict({"device": "h100-sxm", "link": "pcie5-x16",
+                                 "cluster": {"node_size": 4, "inter_link": "100gbe"}})
+    assert custom.cluster.intra_link == custom.link  # the intra-node link defaults to the link
+    assert custom.cluster.inter_link.key == "100gbe" and custom.cluster.inter_algorithm == "ring"
+    tree = hardware_from_dict({"device": "h100-sxm", "link": "nvlink4", "allreduce": {"algorithm": "tree"},
+                               "cluster": {"node_size": 8, "inter_link": {"name": "my net", "latency_s": 2e-6,
+                                                                          "bandwidth_Bps": 1e10}}})
+    assert tree.cluster.inter_algorithm == "tree" and tree.cluster.inter_link.name == "my net"
+    assert tree.cluster.allreduce_time(1e9, [1, 1]) == pytest.approx(2 * (2e-6 + 0.1))
+
+
+@pytest.mark.parametrize(
+    "cluster,pattern",
+    [
+        ({"node_size": 0, "inter_link": "ib-ndr"},
+         r"^hardware '.*': cluster\.node_size: expected an integer >= 1, got 0$"),
+        ({"node_size": 2.5, "inter_link": "ib-ndr"}, r"cluster\.node_size: expected an integer >= 1, got 2\.5"),
+        ({"inter_link": "ib-ndr"}, r"cluster\.node_size: missing"),
+        ({"node_size": 8}, r"cluster\.inter_link: missing"),
+        ({"node_size": 8, "inter_link": "smoke-signals"}, r"cluster\.inter_link: link: unknown 'smoke-signals'"),
+        ({"node_size": 8, "inter_link": {"name": "n", "latency_s": 0, "bandwidth_Bps": 0}},
+         r"cluster\.inter_link\.bandwidth_Bps: must be > 0, got 0"),
+        ({"node_size": 8, "inter_link": "ib-ndr", "inter_algorithm": "mesh"},
+         r"cluster\.inter_algorithm: expected ring or tree, got 'mesh'"),
+        ({"node_size": 8, "inter_link": "ib-ndr", "nics": 4}, r"cluster\.nics: unknown field"),
+        ("dgx-z", r"node: unknown 'dgx-z'"),
+        (7, r"cluster: must be an object or a catalog node name"),
+    ],
+)
+def test_cluster_validation(tmp_path: Path, cluster, pattern: str) -> None:
+    with pytest.raises(StalesimError, match=pattern) as exc:
+        load_hardware(_write(tmp_path, {"device": "h100-sxm", "link": "nvlink4", "cluster": cluster}))
+    assert "\n" not in str(exc.value)
 
 
 def _flops_profile(flops: list[int], saved: int = 1 << 20):

@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.workloads.calibrate import calibrate, check_args
 
     check_args(args.backend, args.ranks, args.sizes, args.repeats)
+    from stalesim.atomic import check_output_file
+
+    check_output_file(args.output)  # before measuring: a bad -o fails in a second, not after
     print(f"calibrating {args.backend} with {args.ranks} local ranks ...", file=sys.stderr)
     data = calibrate(args.backend, args.ranks, sizes=args.sizes, repeats=args.repeats,
                      timeout_s=args.timeout)

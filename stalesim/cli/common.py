@@ -70,3 +70,14 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
     from stalesim.atomic import write_json_atomic as _write
 
     _write(path, obj)
+
+
+def add_extrapolate_arg(p: argparse.ArgumentParser) -> None:
+    """``--extrapolate``: how profile times are carried outside the profiled batch sizes."""
+    p.add_argument(
+        "--extrapolate", choices=("conservative", "trend"), default="conservative",
+        help="costs at batch sizes outside the profiled ones: conservative (default; never a "
+             "per-sample cost lower than measured: below the range at least the smallest "
+             "measured batch's, above it the best measured) or trend (extend the line through "
+             "the two nearest measured batch sizes; may predict efficiency no measurement "
+             "showed). Results say which costs were extrapolated.")

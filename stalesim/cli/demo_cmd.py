@@ -20,6 +20,8 @@ import argparse
 import os
 import time
 
+from stalesim.cli.common import add_extrapolate_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: schedules, prediction, validation, staleness study")
@@ -39,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="catalog device for the what-if prediction (as simulate --target)")
     p.add_argument("--gpu", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
     p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
+    add_extrapolate_arg(p)
     p.set_defaults(func=run)
 
 
@@ -113,6 +116,12 @@ def run(args: argparse.Namespace) -> int:
     devs = parse_devices(devices)
     dev0 = devs.device_for(0)
     sizes = profile_sizes(B, 4, devs.count)
+    co_batch = sizes[-1]
+    # the prediction's mini-batch too: its one-device baseline is then measured, not
+    # extrapolated (its micro-batches and worker slices 4B/2n, 4B/n lie inside the range)
+    predict_batch = 4 * B
+    if predict_batch not in sizes:
+        sizes.append(predict_batch)
     repeats = 2 if quick else 3
     contended = None
     if cuda:
@@ -123,9 +132,11 @@ def run(args: argparse.Namespace) -> int:
         step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
              "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
         prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
-                                          device=dev0, repeats=2 * repeats, co_batch=sizes[-1])
+                                          device=dev0, repeats=2 * repeats, co_batch=co_batch)
         contended.to_json(out / "profile_contended.json")
     prof.to_json(out / "profile.json")
+    prof = prof.with_extrapolation(args.extrapolate)
+    contended = None if contended is None else contended.with_extrapolation(args.extrapolate)
     overhead = measure_overhead(threads=1, device=dev0)
     cm = CostModel(prof, contended, overhead)
     ratio = cm.contention_ratio()
@@ -149,15 +160,21 @@ def run(args: argparse.Namespace) -> int:
               f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
 
     # 4. predict -----------------------------------------------------------------------
-    from stalesim.validate.demo import fmt_bytes, predict_grid, prediction_figure
+    from stalesim.validate.demo import (
+        fmt_bytes,
+        ideal_line_statement,
+        predict_grid,
+        prediction_figure,
+    )
 
     step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
          f"and {args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
-    grid = predict_grid(cm, hw, batch_size=4 * B, gpu=args.target,
+    grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
                         cpu_label="this GPU" if cuda else "this CPU")
     prediction_figure(grid, out / "predict_speedup.png")
     write_json_atomic(out / "predictions.json", grid)
     _print_grid(grid, fmt_bytes)
+    print(ideal_line_statement(grid))
 
     # 5. validate ----------------------------------------------------------------------
     from stalesim.cli.validate_cmd import summary_table
@@ -224,11 +241,30 @@ def _print_grid(grid: list[dict], fmt_bytes) -> None:
         cells = []
         for s in names:
             r = by.get(s)
-            cells.append("-" if r is None else f"{r['speedup']:.2f}x u{r['utilization_mean']:.2f}")
+            cells.append("-" if r is None else
+                         f"{r['speedup']:.2f}x{_mark(r)} u{r['utilization_mean']:.2f}")
         mem = max((r["peak_memory_bytes_max"] or 0) for r in by.values())
         rows.append((f"{hwl} / {link}", str(n), *cells, fmt_bytes(mem)))
     print("predicted speed-up over one device (and mean utilization):")
     print(_table(rows))
+    sources = {}
+    for r in grid:
+        sources.setdefault((r["hardware"], r["link"]), {}).update(r.get("cost_batches", {}))
+    for (hwl, link), by_b in sources.items():
+        print(f"  costs for {hwl} / {link}: "
+              + ", ".join(f"batch {b} {src}" for b, src in by_b.items()))
+    print("  marks: * extrapolated outside the profiled batch sizes, ! above the ideal line "
+          "(cause below)")
+    seen: set[str] = set()
+    for r in grid:
+        for w in r.get("warnings", []):
+            if w not in seen:
+                seen.add(w)
+                print(f"  WARNING {r['schedule']} on {r['devices']} x {r['hardware']} / {r['link']}: {w}")
+
+
+def _mark(r: dict) -> str:
+    return ("*" if r.get("cost_source") == "extrapolated" else "") + ("!" if r.get("above_ideal") else "")
 
 
 def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -> str:
@@ -241,8 +277,9 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
     rows = [("what", "where", "result")]
     for (hwl, link, n), r in best.items():
         rows.append(("predicted best", f"{n} x {hwl} / {link}",
-                     (f"{r['schedule']}: {r['speedup']:.2f}x, utilization {r['utilization_mean']:.2f}, "
-                      f"staleness {r['staleness_max']}")))
+                     (f"{r['schedule']}: {r['speedup']:.2f}x{_mark(r)}, utilization "
+                      f"{r['utilization_mean']:.2f}, staleness {r['staleness_max']}, "
+                      f"costs {r.get('cost_source', 'given')}")))
     for r in vsum["rows"]:
         def f(x, fmt):
             return "n/a" if x is None else format(x, fmt)
@@ -267,6 +304,9 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
                      (f"staleness {r['staleness']}, loss {r['final_loss_mean20']:.3f}, "
                       f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'} after {r['iterations']} it.")))
     lines.append(_table(rows))
+    from stalesim.validate.demo import ideal_line_statement
+
+    lines.append(ideal_line_statement(grid))
     return "\n".join(lines)
 
 

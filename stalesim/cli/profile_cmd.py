@@ -119,6 +119,9 @@ def _run_roofline(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stalesim.atomic import check_output_file
+
+    check_output_file(args.output)  # before measuring: a bad -o fails in a second, not after
     if args.roofline:
         return _run_roofline(args)
     if args.from_profile:

@@ -70,6 +70,9 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     out = args.out or _default_out(cfg)
     if args.resume and not args.out:
         raise StalesimError("--resume: needs --out RUN_DIR (the run folder holding the checkpoints)")
+    from stalesim.atomic import check_writable_dir
+
+    check_writable_dir(out)  # before the ranks start, not after training
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
                    resume=out if args.resume else None, evaluate=not args.no_eval)
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
@@ -121,8 +124,13 @@ def _print_text(s: dict[str, Any]) -> None:
     util = ", ".join(f"{d}: {u:.0%}" for d, u in s["utilization"].items())
     mem = ", ".join(f"{d}: {b / 2**20:.1f} MiB" for d, b in s["peak_memory_bytes"].items())
     acc = s.get("test_accuracy")
+    loss = "n/a" if s.get("final_loss") is None else f"{s['final_loss']:.4f}"
+    extra = f", test accuracy {acc:.4f}" if acc is not None else ""
+    if s.get("val_loss") is not None:
+        extra = f", validation {s['val_loss']:.4f} nats = {s['val_bpc']:.4f} bits/char"
     print(f"{s['schedule']} on {s['devices']} {s['device_kind']} rank(s): {s['iterations']} iterations, "
-          f"final loss {s['final_loss']:.4f}" + (f", test accuracy {acc:.4f}" if acc is not None else ""))
+          f"final loss {loss}" + extra
+          + (f" DIVERGED at step {s['diverged_at']}" if s.get("diverged") else ""))
     print(f"iteration {s['iteration_time_s'] * 1e3:.2f} ms, {s['throughput_samples_per_s']:.1f} samples/s")
     print(f"utilization {util}; peak memory {mem}")
     print(f"staleness {s['staleness']} (IR {s['staleness_ir']}), versions match IR: {s['versions_match_ir']}")

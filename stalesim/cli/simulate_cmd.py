@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stalesim.cli.common import int_list, nonneg_float, print_json
+from stalesim.cli.cluster_args import add_cluster_args
+from stalesim.cli.common import add_extrapolate_arg, int_list, nonneg_float, print_json
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -91,10 +93,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
     p.add_argument("--link", default=None, metavar="KIND", help="catalog link (ideal = free)")
     add_hardware_args(p)
+    add_cluster_args(p)
     p.add_argument("--method", choices=("event", "fast"), default="event",
                    help="event simulation (default) or the closed-form fast path")
     p.add_argument("--loss-time", type=nonneg_float, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
+    add_extrapolate_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -102,8 +106,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
     from stalesim.cli.schedule_cmd import config_from_args
     from stalesim.errors import StalesimError
+    from stalesim.schedule import get_spec
     from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.profile import load_profile
 
@@ -114,12 +120,19 @@ def run(args: argparse.Namespace) -> int:
     stages = args.stages
     if stages is None:
         stages = len(args.ppv) + 1 if args.ppv is not None else 1
+    # -P is the data-parallel degree: dp/pipe-sgd workers, or replicas of a pipeline schedule
+    replicas = 1
+    if not get_spec(args.schedule).data_parallel:
+        replicas, args = args.workers, argparse.Namespace(**{**vars(args), "workers": 1})
     cfg = config_from_args(args, stages=stages)
     opts = SimOptions(ppv=None if args.ppv is None else tuple(args.ppv), batch_size=args.batch_size,
-                      method=args.method, loss_s=args.loss_time)
+                      method=args.method, loss_s=args.loss_time, replicas=replicas,
+                      **cluster_options(args))
     opts.check()
-    prof = load_profile(args.profile)
+    prof = load_profile(args.profile).with_extrapolation(args.extrapolate)
+    cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
+    hw = attach_cluster(args, hw)
     r = simulate(prof, cfg, hw, opts)
     written = {}
     if args.trace:
@@ -130,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         d = r.to_dict()
         d.update(written)
         print_json(d)
+        for w in r.warnings:  # stdout stays one JSON object; warnings are never silent
+            print(f"stalesim: warning: {w}", file=sys.stderr)
     else:
         print(r.summary())
         for k, v in written.items():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from stalesim.cli.common import int_list, positive_int, print_json
+from stalesim.cli.cluster_args import add_cluster_args
+from stalesim.cli.common import add_extrapolate_arg, int_list, positive_int, print_json
 
 
 def _names(text: str) -> list[str]:
@@ -32,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ppv-candidates", type=int_list, nargs="+", default=[], metavar="PPV",
                    help="explicit partitions, e.g. --ppv-candidates 2,5 3,6 4 (each PPV gives S=len+1)")
     p.add_argument("--microbatches", "-M", type=_positive_list, default=[1], metavar="1,4")
-    p.add_argument("--workers", "-P", type=_positive_list, default=[1], metavar="1,2,4",
-                   help="data-parallel workers (dp, pipe-sgd)")
+    p.add_argument("--workers", "-P", "--replicas", type=_positive_list, default=[1], metavar="1,2,4",
+                   help="data-parallel degree: workers of dp/pipe-sgd, replicas of a pipeline schedule")
     p.add_argument("--targets", type=_names, default=None, metavar="KIND,KIND",
                    help="catalog devices to predict for (roofline from the profile); "
                         "default: the profile's own")
@@ -43,21 +45,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", "-B", type=positive_int, default=None)
     p.add_argument("--batches", "-N", type=positive_int, default=None,
                    help="mini-batches per simulation (default: enough for a steady state)")
+    add_cluster_args(p, replicas_alias=False)
     p.add_argument("--method", choices=("fast", "event"), default="fast",
                    help="closed-form fast path (default) or the event simulation")
     p.add_argument("--jobs", "-j", type=positive_int, default=1, help="worker processes")
     p.add_argument("--top", type=positive_int, default=30, help="rows printed (the CSV has all)")
     p.add_argument("--csv", default=None, metavar="OUT.csv", help="write every row as CSV")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    p.add_argument("--plot", default=None, metavar="OUT.png",
+                   help="write speed-up vs devices (.png/.svg/.pdf); markers show which costs were "
+                        "measured, interpolated, extrapolated or roofline, red rings the warnings")
+    add_extrapolate_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.sim.sweep import grid, sweep, table, write_csv
-    from stalesim.workloads.hardware import get_device, get_link
+    from stalesim.cli.cluster_args import cluster_options
+    from stalesim.errors import StalesimError
+    from stalesim.sim.cluster import with_cluster
+    from stalesim.sim.model import SimHardware
+    from stalesim.sim.sweep import grid, plot, sweep, table, write_csv
+    from stalesim.workloads.hardware import catalog, get_device, get_link, get_node
     from stalesim.workloads.profile import load_profile
 
     prof = load_profile(args.profile)
+    if args.intra_link:
+        if args.links and args.links != [args.intra_link]:
+            raise StalesimError(f"--intra-link: {args.intra_link!r} contradicts --links")
+        args.links = [args.intra_link]
+    if args.node:
+        entry = catalog()["nodes"][get_node(args.node).key]
+        args.targets = args.targets or [entry["device"]]
+        args.links = args.links or [entry["intra_link"]]
+    cluster = {"node": args.node, "node_size": args.node_size, "inter_link": args.inter_link,
+               "inter_algorithm": args.inter_algorithm, **cluster_options(args)}
+    with_cluster(SimHardware.ideal(), node=args.node, node_size=args.node_size,  # bad values fail once, here
+                 inter_link=args.inter_link, inter_algorithm=args.inter_algorithm)
     devices = args.targets or [None]
     links = args.links or [None]
     for d in devices:
@@ -70,15 +93,27 @@ def run(args: argparse.Namespace) -> int:
                   workers=args.workers, ppv_candidates=args.ppv_candidates,
                   devices=devices, links=links)
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
-                 batches=args.batches)
+                 batches=args.batches, extrapolate=args.extrapolate, cluster=cluster)
     if args.csv:
         write_csv(args.csv, rows)
+    if args.plot:
+        plot(rows, args.plot)
     if args.json:
         print_json(rows)
+        for r in rows:  # stdout stays JSON; warnings are never silent
+            for w in (r.get("warnings") or "").split(" | "):
+                if w:
+                    print(f"stalesim: warning: {r['schedule']} S={r['stages']} M={r['microbatches']} "
+                          f"P={r['workers']}: {w}", file=sys.stderr)
     else:
         print(f"{len(points)} configurations ({args.method} path, {args.jobs} process(es)), "
               f"ranked by throughput")
+        sizes = prof.measured_batch_sizes
+        print(f"profile: {'roofline estimate' if not sizes else 'measured at batch ' + ', '.join(map(str, sizes))}"
+              f"; outside that: {args.extrapolate} extrapolation")
         print(table(rows, args.top))
         if args.csv:
             print(f"csv: {args.csv}")
+        if args.plot:
+            print(f"plot: {args.plot}")
     return 0

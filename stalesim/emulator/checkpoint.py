@@ -9,6 +9,10 @@ graph by recomputing that forward with those weights (and its loss, if LOSS had
 run), then restores the BatchNorm buffers the recomputation touched. On CPU the
 recomputation is bitwise identical, so a resumed run produces bitwise the same
 losses as an uninterrupted one (tested).
+
+A checkpoint holds only tensors and plain data and is read with
+``weights_only=True`` (:mod:`stalesim.checkpoint_io`): a file that is not ours
+is a one-line error, never code execution.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stalesim.atomic import torch_save_atomic
+from stalesim.checkpoint_io import load_checkpoint, mismatch, require_keys
 from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
@@ -28,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.emulator.replay import Emulator
 
 FORMAT = 1
+KEYS = ("format", "config", "checkpoint_every", "run", "runtimes", "acts", "grads", "batch_left",
+        "peak_inflight")
 
 
 def save(emu: Emulator, path: Path) -> None:
@@ -51,14 +58,12 @@ def save(emu: Emulator, path: Path) -> None:
 
 
 def load(emu: Emulator, path: Path) -> None:
-    if not path.is_file():
-        raise StalesimError(f"resume: no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location=emu.device, weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - a torn or foreign file
-        raise StalesimError(f"resume: cannot read checkpoint {path} ({type(exc).__name__})") from None
+    state = load_checkpoint(path, what="resume", map_location=emu.device)
     if state.get("format") != FORMAT:
         raise StalesimError(f"resume: checkpoint {path} has format {state.get('format')!r}, expected {FORMAT}")
+    require_keys(state, KEYS, path, "resume")
+    if not isinstance(state["config"], dict):
+        raise StalesimError(f"resume: {path} is not a stalesim checkpoint (config is not a dict)")
     mine = emu.cfg.to_dict()
     for k, v in state["config"].items():
         if mine.get(k) != v:
@@ -67,6 +72,15 @@ def load(emu: Emulator, path: Path) -> None:
         raise StalesimError(
             f"resume: checkpoint_every is {emu.checkpoint_every} but the checkpoint was made with "
             f"{state['checkpoint_every']} (it decides which weight versions are kept)")
+    try:
+        _apply(emu, state)
+    except StalesimError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+        raise mismatch(path, "resume", exc) from None
+
+
+def _apply(emu: Emulator, state: dict[str, Any]) -> None:
     run = state["run"]
     emu.state = RunState(**run)
     saved_modules = []

@@ -8,7 +8,6 @@ CSV and markdown, with a plot of test accuracy against staleness depth.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -20,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from stalesim.atomic import AppendLog, check_writable_dir, savefig_atomic, write_csv_atomic, write_text_atomic
 from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
 
@@ -31,6 +31,8 @@ MITIGATIONS = {
     "pipemare-lr": {"pipemare_lr": True},
     "pipemare-correction": {"pipemare_correction": True},
     "staleness-lr": {"staleness_lr": True},
+    "nesterov-lookahead": {"nesterov_lookahead": True},
+    "error-feedback": {"error_feedback": True},
 }
 
 
@@ -104,7 +106,7 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, A
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None) -> list[dict]:
     """Run every point (``jobs`` processes), return the summaries (also results.jsonl)."""
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable_dir(out)
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     results: list[dict] = []
     show = progress if progress is not None else sys.stderr.isatty()
@@ -118,7 +120,7 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
 
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
-            open(out / "results.jsonl", "w") as fh:
+            AppendLog(out / "results.jsonl") as log:
         futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads): rid
                 for rid, cfg in points}
         for fut in as_completed(futs):
@@ -126,15 +128,14 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
             res = fut.result()
             res["mitigation"] = (mitigation_of or {}).get(rid, "none")
             results.append(res)
-            fh.write(json.dumps(res) + "\n")
-            fh.flush()
+            log.write_line(json.dumps(res))
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.close()
     order = {rid: i for i, (rid, _) in enumerate(points)}
     results.sort(key=lambda r: order[r["run_id"]])
-    (out / "study_wall_time_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+    write_text_atomic(out / "study_wall_time_s.txt", f"{time.perf_counter() - t0:.1f}\n")
     return results
 
 
@@ -169,11 +170,9 @@ def aggregate(results: list[dict]) -> list[dict[str, Any]]:
 def write_table(rows: list[dict], out: Path) -> None:
     cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
             "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "wall_time_s_mean"]
-    with open(out / "table.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: json.dumps(r[k]) if isinstance(r[k], list) else r[k] for k in cols})
+    write_csv_atomic(out / "table.csv",
+                     [{k: json.dumps(r[k]) if isinstance(r[k], list) else r[k] for k in cols} for r in rows],
+                     header=cols)
     lines = ["| schedule | PPV | S | mitigation | staleness | seeds | test accuracy (%) | final loss | diverged |",
              "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -182,7 +181,7 @@ def write_table(rows: list[dict], out: Path) -> None:
         ppv = "-" if not r["ppv"] else "(" + ", ".join(map(str, r["ppv"])) + ")"
         lines.append(f"| {r['schedule']} | {ppv} | {r['stages']} | {r['mitigation']} | "
                      f"{r['staleness']} | {r['seeds']} | {acc} | {loss} | {r['diverged']} |")
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "table.md", "\n".join(lines) + "\n")
 
 
 def plot(rows: list[dict], out: Path) -> Path:
@@ -206,7 +205,7 @@ def plot(rows: list[dict], out: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out / "accuracy_vs_staleness.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    try:
+        return savefig_atomic(fig, out / "accuracy_vs_staleness.png", dpi=120)
+    finally:
+        plt.close(fig)

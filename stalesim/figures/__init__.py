@@ -45,8 +45,9 @@ FIGURES: dict[str, tuple[Callable[..., list[Path]], str, str]] = {
 def make_figures(out: str | Path, names: Sequence[str] | None = None, *, refresh_profiles: bool = False,
                  log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
     """Write the figures (all, or ``names``) into ``out``; return one record per figure."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from stalesim.atomic import check_writable_dir
+
+    out = check_writable_dir(out)
     chosen = list(FIGURES) if not names else list(names)
     unknown = [n for n in chosen if n not in FIGURES]
     if unknown:

@@ -12,7 +12,6 @@ speed. Shape profiles are cached under ``<out>/profiles/`` (committed), so
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,11 @@ SHAPE_BATCH = 8
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> Path:
-    """Write rows atomically (tmp + rename); columns default to the first row's keys."""
+    """Write rows atomically (:mod:`stalesim.atomic`); columns default to the first row's keys."""
+    from stalesim.atomic import write_csv_atomic
+
     cols = list(columns or (rows[0].keys() if rows else []))
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: _cell(r.get(k)) for k in cols})
-    os.replace(tmp, path)
-    return path
+    return write_csv_atomic(path, [{k: _cell(r.get(k)) for k in cols} for r in rows], header=cols)
 
 
 def _cell(v: Any) -> Any:
@@ -57,19 +51,23 @@ def pyplot():
 
 
 def save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path)
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    from stalesim.atomic import savefig_atomic
+
+    fig.tight_layout()
+    try:
+        return savefig_atomic(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):
     """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON."""
+    from stalesim.atomic import ensure_dir
     from stalesim.workloads.profile import load_profile
 
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(cache_dir)
     path = cache_dir / f"{model}_b{SHAPE_BATCH}_shape.json"
     if path.exists() and not refresh:
         return load_profile(path)

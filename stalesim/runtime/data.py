@@ -7,19 +7,19 @@ horizontal flip) is done with tensor ops from a generator seeded by (seed, t).
 Data is held in memory as uint8 (MNIST and CIFAR are small) and normalized per
 batch.
 
-Where data comes from: ``cfg.data_dir`` or ``$STALESIM_DATA`` (torchvision's raw
-files; the MNIST/Fashion-MNIST ``.gz`` files are unpacked into a writable cache,
-``$STALESIM_CACHE`` or ``~/.cache/stalesim``, never into the data dir), then the
-cache itself, then torchvision's download into the cache. CIFAR-10 is read from
-torchvision's ``cifar-10-batches-py`` layout or from ``.npz`` arrays (``x`` uint8
-NHWC, ``y`` labels). With none of these, StalesimError says where it looked.
+Where data comes from: ``cfg.data_dir`` or ``$STALESIM_DATA`` if set, and then
+*only* there (torchvision's raw files; the MNIST/Fashion-MNIST ``.gz`` files are
+checked against torchvision's MD5s and unpacked into a writable cache,
+``$STALESIM_CACHE`` or ``~/.cache/stalesim``, never into the data dir); with no
+data folder, the verified cache, then torchvision's download into the cache.
+CIFAR-10 is read from torchvision's ``cifar-10-batches-py`` layout or from
+``.npz`` arrays (``x`` uint8 NHWC, ``y`` labels), checked. A missing, corrupt,
+truncated or empty data set is a one-line StalesimError naming the file or the
+folders it looked in. The checks are in :mod:`stalesim.runtime.datafiles`.
 """
 
 from __future__ import annotations
 
-import gzip
-import os
-import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ import torch
 
 from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.datapaths import cache_dir, data_root, mix_seed  # noqa: F401  (re-exported)
 
 _STATS = {
     "mnist": ((0.1307,), (0.3081,)),
@@ -70,22 +71,8 @@ class Dataset:
         return x.to(dtype)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("STALESIM_CACHE") or Path.home() / ".cache" / "stalesim")
-
-
-def data_root(cfg: TrainConfig) -> Path | None:
-    root = cfg.data_dir or os.environ.get("STALESIM_DATA")
-    return Path(root).expanduser() if root else None
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (SeedSequence mixing; stable across platforms)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
-
-
 # ------------------------------------------------------------------ loading
-def load_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int] | None = None) -> Dataset:
+def load_dataset(cfg: TrainConfig, input_shape: tuple[int, ...] | None = None) -> Dataset:
     """Load ``cfg.dataset`` (see the module doc for where it looks)."""
     if cfg.dataset == "synthetic":
         return synthetic_dataset(cfg, input_shape or (1, 28, 28))
@@ -94,7 +81,7 @@ def load_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int] | None = No
     return _load_cifar(cfg)
 
 
-def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int]) -> Dataset:
+def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Dataset:
     """Seeded random inputs; labels from a fixed random linear map, so they are learnable."""
     g = torch.Generator().manual_seed(mix_seed(cfg.seed, 7919))
     n, n_test = cfg.synthetic_size, max(cfg.synthetic_size // 4, 1)
@@ -104,51 +91,50 @@ def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int]) -> Da
     return Dataset("synthetic", x[:n], y[:n], x[n:], y[n:], None, None, False, "synthetic data")
 
 
-def _prepare_idx(src: Path, dst: Path) -> None:
-    dst.mkdir(parents=True, exist_ok=True)
-    for gz in src.glob("*.gz"):
-        out = dst / gz.stem
-        if not out.exists():
-            tmp = out.with_suffix(f".tmp{os.getpid()}")
-            with gzip.open(gz, "rb") as f, open(tmp, "wb") as g:
-                shutil.copyfileobj(f, g)
-            os.replace(tmp, out)
-    for raw in src.iterdir():  # already unpacked files are copied as they are
-        if not raw.name.endswith(".gz") and not (dst / raw.name).exists() and raw.is_file():
-            shutil.copyfile(raw, dst / raw.name)
+def _data_flag(cfg: TrainConfig) -> str:
+    return "--data-dir" if cfg.data_dir else "STALESIM_DATA"
 
 
 def _load_idx(cfg: TrainConfig) -> Dataset:
-    from torchvision import datasets
+    """MNIST / Fashion-MNIST through a verified cache (see :mod:`stalesim.runtime.datafiles`)."""
+    from stalesim.runtime import datafiles as df
 
-    name = _TV_NAME[cfg.dataset]
-    cls = datasets.MNIST if cfg.dataset == "mnist" else datasets.FashionMNIST
+    name = df.TV_NAME[cfg.dataset]
+    cls = df.tv_class(cfg.dataset)
     cache = cache_dir()
-    looked: list[str] = []
     root = data_root(cfg)
     if root is not None:
-        src = root / name / "raw"
-        looked.append(str(src))
-        if src.is_dir() and any(src.iterdir()):
-            _prepare_idx(src, cache / name / "raw")
-    looked.append(str(cache / name / "raw"))
-    try:
-        train = cls(str(cache), train=True, download=False)
-        test = cls(str(cache), train=False, download=False)
-    except RuntimeError:
-        train = test = None
-    if train is None:
-        train, test = _download(cls, cache, looked, cfg.dataset)
+        try:
+            df.prepare_idx(cfg.dataset, root, cache)
+        except StalesimError as exc:
+            raise StalesimError(f"{exc} (from {_data_flag(cfg)})") from None
+        train, test = _tv_idx(cls, cache, cfg.dataset)
+    elif df.prepare_idx(cfg.dataset, None, cache):
+        train, test = _tv_idx(cls, cache, cfg.dataset)
+    else:
+        train, test = _download(cls, cache, [str(cache / name / "raw")], cfg.dataset)
+        df.verify_cache(cfg.dataset, cache)
     mean, std = _STATS[cfg.dataset]
     return Dataset(cfg.dataset, train.data.unsqueeze(1).contiguous(), train.targets.long(),
                    test.data.unsqueeze(1).contiguous(), test.targets.long(), mean, std, False,
                    f"{name} (torchvision raw files)")
 
 
+def _tv_idx(cls, cache: Path, dataset: str):
+    """torchvision's reader on the verified unpacked files."""
+    try:
+        return cls(str(cache), train=True, download=False), cls(str(cache), train=False, download=False)
+    except (RuntimeError, OSError, ValueError, AssertionError) as exc:  # verified files: not expected
+        raise StalesimError(f"dataset: {dataset}: cannot read the files in {cache} "
+                            f"({type(exc).__name__})") from None
+
+
 def _download(cls, cache: Path, looked: list[str], dataset: str):
-    """torchvision's download into the cache (10 s socket timeout); ``STALESIM_NO_DOWNLOAD=1``
-    skips it (offline machines, tests)."""
-    if os.environ.get("STALESIM_NO_DOWNLOAD", "") not in ("", "0"):
+    """torchvision's download into the cache (10 s socket timeout; torchvision checks the
+    archives' MD5s); ``STALESIM_NO_DOWNLOAD=1`` skips it (offline machines, tests)."""
+    from stalesim.runtime.datafiles import env_flag
+
+    if env_flag("STALESIM_NO_DOWNLOAD"):
         raise StalesimError(
             f"dataset: {dataset} not found (looked in {', '.join(looked)}); downloads are off "
             "(STALESIM_NO_DOWNLOAD); pass --data-dir or set STALESIM_DATA")
@@ -167,37 +153,34 @@ def _download(cls, cache: Path, looked: list[str], dataset: str):
         socket.setdefaulttimeout(old)
 
 
-def _npz_pair(d: Path) -> tuple[Path, Path] | None:
-    for tr, te in (("cifar10_train.npz", "cifar10_test.npz"), ("train.npz", "test.npz")):
-        if (d / tr).is_file() and (d / te).is_file():
-            return d / tr, d / te
-    return None
-
-
 def _load_cifar(cfg: TrainConfig) -> Dataset:
+    """CIFAR-10 from ``.npz`` arrays or torchvision's batches: in the given data folder only
+    (no fallback), else in the cache, else downloaded (see :mod:`stalesim.runtime.datafiles`)."""
+    from stalesim.runtime import datafiles as df
+
     mean, std = _STATS["cifar10"]
     looked: list[str] = []
     root = data_root(cfg)
-    cands = [] if root is None else [root, root / "CIFAR10", root / "cifar10"]
-    cands += [cache_dir()]
+    cands = [cache_dir()] if root is None else [root, root / "CIFAR10", root / "cifar10"]
     for d in cands:
         looked.append(str(d))
-        pair = _npz_pair(d)
+        pair = df.npz_pair(d)
         if pair is not None:
-            tr, te = np.load(pair[0]), np.load(pair[1])
+            (xtr, ytr), (xte, yte) = df.load_cifar_npz(pair[0]), df.load_cifar_npz(pair[1])
             notes = d / "NOTES.md"
             jpeg = notes.is_file() and "jpeg" in notes.read_text(errors="ignore").lower()
             note = JPEG_NOTE if jpeg else f"CIFAR-10 from .npz arrays in {d}"
-            return Dataset("cifar10", _nhwc(tr["x"]), torch.as_tensor(tr["y"]).long(),
-                           _nhwc(te["x"]), torch.as_tensor(te["y"]).long(), mean, std, cfg.augment, note)
+            return Dataset("cifar10", _nhwc(xtr), torch.as_tensor(ytr).long(),
+                           _nhwc(xte), torch.as_tensor(yte).long(), mean, std, cfg.augment, note)
         if (d / "cifar-10-batches-py").is_dir():
-            from torchvision import datasets
-
-            train = datasets.CIFAR10(str(d), train=True, download=False)
-            test = datasets.CIFAR10(str(d), train=False, download=False)
+            train, test = df.cifar_batches(d)
             return Dataset("cifar10", _nhwc(train.data), torch.as_tensor(train.targets).long(),
                            _nhwc(test.data), torch.as_tensor(test.targets).long(), mean, std,
                            cfg.augment, "CIFAR-10 (torchvision)")
+    if root is not None:
+        raise StalesimError(f"dataset: cifar10 not found (looked in {', '.join(looked)}; expected "
+                            f"cifar10_train.npz + cifar10_test.npz or cifar-10-batches-py; "
+                            f"from {_data_flag(cfg)})")
     from torchvision import datasets
 
     train, test = _download(datasets.CIFAR10, cache_dir(), looked, "cifar10")
@@ -286,8 +269,25 @@ class BatchStream:
 
 
 def batch_stream(cfg: TrainConfig, data: Dataset | None = None,
-                 input_shape: tuple[int, int, int] | None = None) -> BatchStream:
-    """The run's deterministic batch order (loads the dataset unless given)."""
+                 input_shape: tuple[int, ...] | None = None) -> BatchStream:
+    """The run's deterministic batch order (loads the dataset unless given).
+
+    Language-model runs get a :class:`stalesim.runtime.text.TextStream` (same
+    interface: ``stream(t)``, ``batches_per_epoch``, ``data.note``, ``test_batches``)
+    whose windows are ``input_shape[0]`` (the model's block size) characters long.
+    """
+    from stalesim.runtime.tasks import task_of
+
+    if task_of(cfg) == "lm":
+        from stalesim.runtime.text import text_stream
+
+        if input_shape is not None:
+            block = int(input_shape[0])
+        else:
+            from stalesim.workloads.gpt import parse_gpt_name
+
+            block = parse_gpt_name(cfg.model).block_size
+        return text_stream(cfg, block, data)  # type: ignore[return-value,arg-type]
     return BatchStream(cfg, data if data is not None else load_dataset(cfg, input_shape))
 
 

@@ -48,6 +48,12 @@ class SimOptions:
     optimizer_state_factor: float = 1.0
     keep_timeline: bool = True
     recv_ahead: int = 1  # receive buffers a runtime keeps posted (memory; the executor: 8)
+    # data x pipeline clusters (stalesim.sim.scale): P replicas of a pipeline schedule,
+    # their placement on nodes, DDP-style gradient buckets, and whether to exploit symmetry
+    replicas: int = 1
+    placement: str = "pipeline"
+    bucket_bytes: int | None = None
+    symmetry: bool = True
 
     def check(self) -> None:
         import math
@@ -61,6 +67,14 @@ class SimOptions:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise StalesimError(f"{name}: expected a finite number >= 0, got {v!r}")
+        for name in ("replicas", "bucket_bytes"):
+            v = getattr(self, name)
+            if (v is not None or name == "replicas") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise StalesimError(f"{name}: expected an integer >= 1, got {v!r}")
+        from stalesim.sim.cluster import PLACEMENTS
+
+        if self.placement not in PLACEMENTS:
+            raise StalesimError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
 
 
 def resolve_hardware(hardware: Hardware | SimHardware | None, profile: Profile | None) -> SimHardware:
@@ -111,6 +125,10 @@ def simulate(
     costs_given = isinstance(workload, StageCosts)
     profile = None if costs_given else workload
     hw = resolve_hardware(hardware, profile)
+    if opts.replicas > 1 or hw.cluster is not None:  # data x pipeline on a cluster
+        from stalesim.sim.scale import simulate_cluster
+
+        return simulate_cluster(workload, schedule, hw, opts)
     if full is None:
         assert cfg is not None
         if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
@@ -151,12 +169,12 @@ def simulate(
             window = [k0, k1]
         busy = busy_in_window(timeline, lo, hi)
         span = max(1, hi - lo)
-        util = [min(1.0, b / span) for b in busy]
+        util = [b / span for b in busy]  # checked/clipped by the plausibility pass
         makespan = timeline.makespan
         phase_end = [done[p.last - 1] / NS for p in phases]
     else:
         it = fast.iteration_ns
-        util = [min(1.0, b / it) if it else 0.0 for b in fast.busy_ns]
+        util = [b / it if it else 0.0 for b in fast.busy_ns]  # checked by the plausibility pass
         makespan = fast.makespan_ns
         window = []
         phase_end = []
@@ -174,7 +192,7 @@ def simulate(
     }
     it_s = it / NS
     hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
-    return SimResult(
+    result = SimResult(
         schedule=sched.name, method=opts.method, stages=S, microbatches=sched.microbatches,
         workers=sched.workers, batches=N, devices=sched.num_devices, batch_size=B,
         iteration_time_s=it_s,
@@ -204,6 +222,10 @@ def simulate(
         stage_costs=costs.to_dict(),
         timeline=timeline if opts.keep_timeline else None,
     )
+    # ---- plausibility pass (issue 17): cost provenance + physical-limit checks -> warnings
+    from stalesim.sim.plausibility import finish
+
+    return finish(result, costs, sched, hw)
 
 
 def default_batches(cfg: ScheduleConfig) -> int:

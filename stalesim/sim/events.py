@@ -13,6 +13,10 @@ the single definition of the IR's semantics) are met, and holds its resources:
   latency later; channels are FIFO;
 * the **ring** for all-reduces: a collective starts when every worker has
   issued its ``AR`` and the ring is free, and lasts the ring (or tree) formula.
+  A :class:`CommPlan` (cluster runs, :mod:`stalesim.sim.cluster`) adds nodes
+  (a send between nodes uses the network link), one ring per all-reduce group,
+  group durations from the hierarchical model, and gradient buckets that become
+  ready during the last backward (DDP-style overlap).
 
 Speed. The SimPy environment is the clock, but events are created only where
 devices interact. Compile time keeps, per action, only the dependencies on
@@ -124,6 +128,30 @@ def compile_schedule(sched: Schedule) -> Program:
                    send_to_recv)
 
 
+@dataclass(frozen=True)
+class CommPlan:
+    """How a cluster run communicates (built by :mod:`stalesim.sim.cluster`).
+
+    ``node_of[d]``: the node of program device d; a send between nodes holds its
+    channel ``inter_ser[stage]`` and arrives ``inter_latency_ns`` later (the
+    hardware's own link inside a node). ``ar_buckets[stage]``: the all-reduce time
+    of each gradient bucket of the stage, in the order the backward produces them;
+    bucket j of K is ready ``(K-1-j)/K`` of the last backward before the ``AR``
+    (the gradients of a stage's layers appear uniformly over its backward, last
+    layer first), the last one at the ``AR``. ``ar_ring[stage]``: the FIFO
+    collective channel of the stage's group (groups on disjoint devices do not
+    contend). ``members``: the ``AR`` starts that complete a collective, i.e. the
+    workers present in the program (one representative per distinct replica).
+    """
+
+    node_of: tuple[int, ...]
+    inter_ser: tuple[int, ...]
+    inter_latency_ns: int
+    ar_buckets: tuple[tuple[int, ...], ...]
+    ar_ring: tuple[int, ...]
+    members: int
+
+
 @lru_cache(maxsize=64)
 def program_for(cfg: ScheduleConfig) -> Program:
     """Build and compile the schedule of ``cfg``, cached per process (sweeps reuse it)."""
@@ -164,8 +192,9 @@ def _channel_index(topology: str, n_dev: int, src: int, dst: int) -> int:
 
 
 def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
-                     workers: int | None = None) -> Timeline:
-    """Run the event simulation of a compiled schedule with these costs."""
+                     workers: int | None = None, comm: CommPlan | None = None) -> Timeline:
+    """Run the event simulation of a compiled schedule with these costs (``comm``:
+    the cluster's nodes, groups and buckets; None = one node, one ring)."""
     sched = prog.sched
     S = sched.stages
     if costs.stages != S:
@@ -181,7 +210,6 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     waiters: dict[int, simpy.Event] = {}
     core_free = [0] * n_dev
     chan_free = [0] * (n_dev * n_dev)
-    ring = [0]
     cpu_jobs: list[tuple[int, int, int, int]] = []
     coll_count = [0] * prog.n_colls
     coll_done = [-1] * prog.n_colls
@@ -192,10 +220,20 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     gaps, cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
     has_gap = any(v for op in gaps for row in op for v in row)
     wake = hw.wake_ns
-    coll_ready = [0] * prog.n_colls
     msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
     lat = hw.latency_ns
-    ar_ns = [hw.allreduce_ns(pb, P) for pb in costs.param_bytes]
+    if comm is None:
+        ar_buckets: list[tuple[int, ...]] = [(hw.allreduce_ns(pb, P),) for pb in costs.param_bytes]
+        ar_ring: list[int] | tuple[int, ...] = [0] * S
+        members = P
+        node_of: tuple[int, ...] | None = None
+        inter_ser: tuple[int, ...] = ()
+        inter_lat = 0
+    else:
+        ar_buckets, ar_ring, members = list(comm.ar_buckets), comm.ar_ring, comm.members
+        node_of, inter_ser, inter_lat = comm.node_of, comm.inter_ser, comm.inter_latency_ns
+    ring = [0] * (max(ar_ring, default=0) + 1)
+    coll_ready: list[list[int] | None] = [None] * prog.n_colls
     shares_core = (not hw.comm_overlaps_compute) and hw.cpu_comm_occupancy > 0
     occ = hw.cpu_comm_occupancy
     topo = hw.topology
@@ -219,6 +257,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
         # resume at ``clock``, events carry the time at which they fired).
         clock = now = 0
         work = 0
+        last = 0  # duration of the latest compute action (the backward before an AR)
         durs = dur_table
         for op, gid, kc, s, ref in ops:
             if op == 0:  # COMPUTE: no other device observes it, no event needed
@@ -235,6 +274,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 end[gid] = clock
                 clock += g
                 work += dur
+                last = dur
                 continue
             if clock > now:  # sync before anything other devices can see
                 yield timeout(clock - now)
@@ -256,12 +296,15 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 end[gid] = t + cpu[2][kc][s]
                 clock = end[gid] + gaps[2][kc][s]
             elif op == 1:  # SEND
-                ser = msg_ser[s]
+                if node_of is not None and node_of[d] != node_of[ref]:
+                    ser, arr = inter_ser[s], inter_lat  # between nodes: the network link
+                else:
+                    ser, arr = msg_ser[s], lat
                 ch = _channel_index(topo, n_dev, d, ref)
                 posted = now + cpu[1][kc][s]  # the message leaves once posted
                 xs = max(posted, chan_free[ch])
                 chan_free[ch] = xs + ser
-                arr = xs + ser + lat
+                arr += xs + ser
                 arrive[gid] = arr
                 xfer[gid] = (xs, arr)
                 start[gid] = now
@@ -278,12 +321,24 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 start[gid] = now
                 issued = end[gid] = now + cpu[3][0][s]  # packing and starting take the core
                 clock = issued + gaps[3][0][s]
-                coll_ready[ref] = max(coll_ready[ref], issued)
                 coll_count[ref] += 1
-                if coll_count[ref] == P:
-                    cs = max(coll_ready[ref], ring[0])
-                    done = cs + ar_ns[s]
-                    ring[0] = done
+                buckets = ar_buckets[s]
+                K = len(buckets)
+                ready = [issued - ((K - 1 - j) * last) // K for j in range(K)] if K > 1 else [issued]
+                seen = coll_ready[ref]
+                if seen is not None:
+                    ready = [a if a > b else b for a, b in zip(ready, seen)]
+                coll_ready[ref] = ready
+                if coll_count[ref] == members:
+                    rk = ar_ring[s]
+                    done = ring[rk]
+                    cs = -1
+                    for j in range(K):  # FIFO on the group's ring, each bucket once ready
+                        st = done if done > ready[j] else ready[j]
+                        if cs < 0:
+                            cs = st
+                        done = st + buckets[j]
+                    ring[rk] = done
                     coll_start[ref] = cs
                     coll_done[ref] = done
                     ev = coll_ev[ref]
@@ -292,8 +347,9 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                     if shares_core and done > cs:
                         ns = round(occ * (done - cs))
                         if ns:
-                            devs = [sched.device_of(s, w) for w in range(P)]
-                            (queue_cpu if cs == now else later_cpu)(devs, cs, ns, gid)
+                            devs = [sched.device_of(s, w) for w in range(sched.workers)]
+                            t0 = cs if cs > now else now
+                            (queue_cpu if t0 == now else later_cpu)(devs, t0, ns, gid)
             else:  # ARW: wait for the collective
                 t0 = start[gid] = now
                 done = coll_done[ref]

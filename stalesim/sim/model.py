@@ -37,6 +37,45 @@ def to_ns(seconds: float) -> int:
 
 
 @dataclass(frozen=True)
+class SimCluster:
+    """Nodes and the network between them, in the simulator's integer units.
+
+    The intra-node link is the :class:`SimHardware`'s own link; ``inter_*`` is the
+    network link between devices of different nodes (per device: one NIC per GPU).
+    ``inter_algorithm`` times the inter-node phase of the hierarchical all-reduce
+    (:meth:`SimHardware.group_allreduce_ns`).
+    """
+
+    node_size: int
+    inter_link: str
+    inter_latency_ns: int = 0
+    inter_bandwidth_Bps: float = math.inf
+    inter_algorithm: str = "ring"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.node_size, bool) or not isinstance(self.node_size, int) or self.node_size < 1:
+            raise StalesimError(f"cluster.node_size: expected an integer >= 1, got {self.node_size!r}")
+        if not (self.inter_bandwidth_Bps > 0):
+            raise StalesimError(f"cluster.inter_link.bandwidth_Bps: must be > 0, got {self.inter_bandwidth_Bps!r}")
+        if self.inter_latency_ns < 0:
+            raise StalesimError(f"cluster.inter_link.latency_s: must be >= 0, got {self.inter_latency_ns / NS!r}")
+        if self.inter_algorithm not in ("ring", "tree"):
+            raise StalesimError(
+                f"cluster.inter_algorithm: expected ring or tree, got {self.inter_algorithm!r}")
+
+    def serialize_ns(self, nbytes: float) -> int:
+        if math.isinf(self.inter_bandwidth_Bps) or nbytes <= 0:
+            return 0
+        return to_ns(nbytes / self.inter_bandwidth_Bps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node_size": self.node_size, "inter_link": self.inter_link,
+                "inter_latency_s": self.inter_latency_ns / NS,
+                "inter_bandwidth_Bps": None if math.isinf(self.inter_bandwidth_Bps) else self.inter_bandwidth_Bps,
+                "inter_algorithm": self.inter_algorithm}
+
+
+@dataclass(frozen=True)
 class SimHardware:
     """The hardware facts the simulator uses.
 
@@ -66,6 +105,7 @@ class SimHardware:
     # formula when set (a CPU transport's collective is not the link's alpha-beta)
     allreduce_alpha_ns: int | None = None
     allreduce_bandwidth_Bps: float | None = None
+    cluster: SimCluster | None = None  # nodes + network; None: every device on one node
 
     def __post_init__(self) -> None:
         if self.topology not in TOPOLOGIES:
@@ -109,6 +149,11 @@ class SimHardware:
             allreduce_algorithm=hw.allreduce_algorithm,
             topology=topo,
             memory_bytes=hw.device.memory_bytes,
+            cluster=None if hw.cluster is None else SimCluster(
+                node_size=hw.cluster.node_size, inter_link=hw.cluster.inter_link.key or hw.cluster.inter_link.name,
+                inter_latency_ns=to_ns(hw.cluster.inter_link.latency_s),
+                inter_bandwidth_Bps=hw.cluster.inter_link.bandwidth_Bps,
+                inter_algorithm=hw.cluster.inter_algorithm),
         )
 
     @classmethod
@@ -149,6 +194,41 @@ class SimHardware:
         steps = 2 * math.ceil(math.log2(p))
         return steps * a + to_ns(steps * nb)
 
+    def group_allreduce_ns(self, nbytes: float, per_node: Sequence[int]) -> int:
+        """All-reduce over a group with ``per_node[i]`` members on its i-th node.
+
+        Without a cluster every device shares one node: :meth:`allreduce_ns` over the
+        members. With one: hierarchical (reduce-scatter inside each node over this
+        hardware's link, all-reduce of each 1/k shard across the m nodes over the
+        network, all-gather inside the node), the integer twin of
+        :meth:`stalesim.workloads.hardware.ClusterSpec.allreduce_time`::
+
+            2(k-1) a_i + 2(k-1)/k n b_i + [ring] 2(m-1) a_e + 2(m-1)/m (n/k) b_e
+                                            [tree] 2 ceil(log2 m)(a_e + (n/k) b_e)
+
+        (k: largest node share for the intra phase, smallest for the shard size).
+        """
+        counts = [int(c) for c in per_node if c > 0]
+        members = sum(counts)
+        if members <= 1:
+            return 0
+        c = self.cluster
+        if c is None:
+            return self.allreduce_ns(nbytes, members)
+        k, k_min, m = max(counts), min(counts), len(counts)
+        t = 0
+        if k > 1:
+            nb = 0.0 if math.isinf(self.bandwidth_Bps) else nbytes / self.bandwidth_Bps
+            t += 2 * (k - 1) * self.latency_ns + to_ns(2 * (k - 1) / k * nb)
+        if m > 1:
+            nb = 0.0 if math.isinf(c.inter_bandwidth_Bps) else nbytes / k_min / c.inter_bandwidth_Bps
+            if c.inter_algorithm == "ring":
+                t += 2 * (m - 1) * c.inter_latency_ns + to_ns(2 * (m - 1) / m * nb)
+            else:
+                steps = 2 * math.ceil(math.log2(m))
+                t += steps * c.inter_latency_ns + to_ns(steps * nb)
+        return t
+
     def cpu_ns(self, comm_ns: int) -> int:
         """Compute time a transfer of ``comm_ns`` takes from a core (0 with copy engines)."""
         if self.comm_overlaps_compute or comm_ns <= 0:
@@ -159,9 +239,16 @@ class SimHardware:
         ov = "overlaps compute" if self.comm_overlaps_compute else \
             f"occupies the core {self.cpu_comm_occupancy:g} of its time"
         bw = "unlimited" if math.isinf(self.bandwidth_Bps) else f"{self.bandwidth_Bps:.3g} B/s"
-        return (f"device {self.device}; link {self.link} (latency {self.latency_ns / NS:.3g} s, "
+        text = (f"device {self.device}; link {self.link} (latency {self.latency_ns / NS:.3g} s, "
                 f"bandwidth {bw}, topology {self.topology}); communication {ov}; "
                 f"all-reduce {self.allreduce_algorithm}")
+        c = self.cluster
+        if c is not None:
+            ibw = "unlimited" if math.isinf(c.inter_bandwidth_Bps) else f"{c.inter_bandwidth_Bps:.3g} B/s"
+            text += (f"; nodes of {c.node_size} devices, link {self.link} inside a node, "
+                     f"{c.inter_link} between nodes (latency {c.inter_latency_ns / NS:.3g} s, bandwidth {ibw}), "
+                     f"hierarchical all-reduce ({c.inter_algorithm} across nodes)")
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +260,7 @@ class SimHardware:
             "wake_s": self.wake_ns / NS,
             "allreduce_alpha_s": None if self.allreduce_alpha_ns is None else self.allreduce_alpha_ns / NS,
             "allreduce_bandwidth_Bps": self.allreduce_bandwidth_Bps, "notes": list(self.notes),
+            **({} if self.cluster is None else {"cluster": self.cluster.to_dict()}),
         }
 
 
@@ -218,6 +306,9 @@ class StageCosts:
     gap_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
     comm_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
     buffer_bytes: tuple[int, ...] = ()
+    # where the times come from, per batch size used: {"action_batch": CostSource dict,
+    # "batch_size": CostSource dict} (stalesim.workloads.scaling); empty = given by hand
+    cost_source: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
@@ -262,6 +353,7 @@ class StageCosts:
             "gap_s": {k: [x / NS for x in v] for k, v in self.gap_ns},
             "comm_cpu_s": {k: [x / NS for x in v] for k, v in self.comm_ns},
             "buffer_bytes": list(self.buffer_bytes),
+            "cost_source": {k: dict(v) for k, v in self.cost_source.items()},
         }
 
 
@@ -335,4 +427,6 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
         action_batch=action_batch,
         cuts=tuple(cuts), ppv=tuple(ppv),
         layer_ranges=tuple(stage_ranges(list(cuts), profile.n_layers)),
+        cost_source={"action_batch": profile.cost_source(action_batch).to_dict(),
+                     "batch_size": profile.cost_source(batch_size).to_dict()},
     )

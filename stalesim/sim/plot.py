@@ -32,7 +32,7 @@ def gantt(result: SimResult, path: str | os.PathLike[str], *, title: str | None 
 
     events, _ = result.trace_events()
     events = [e for e in events if e.dur_us > 0][:max_events]
-    n_dev = result.devices
+    n_dev = result.timeline.program.sched.num_devices if result.timeline is not None else result.devices
     fig_h = 1.0 + 0.7 * n_dev
     fig, ax = plt.subplots(figsize=(12, fig_h))
     scale = 1e-3  # us -> ms
@@ -58,16 +58,18 @@ def gantt(result: SimResult, path: str | os.PathLike[str], *, title: str | None 
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, span * 1.01)
+    trust = "" if result.cost_source in ("measured", "given") else f" [costs {result.cost_source}]"
+    if result.warnings:
+        trust += f" [{len(result.warnings)} warning(s)]"
     ax.set_title(title or (f"{result.schedule}: S={result.stages} M={result.microbatches} "
-                           f"P={result.workers}, {result.iteration_time_s * 1e3:.3g} ms/batch"))
+                           f"P={result.workers}, {result.iteration_time_s * 1e3:.3g} ms/batch{trust}"))
     present = [c for c in COLORS if c in by_color]
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in present], loc="upper right",
               fontsize=7, ncol=min(len(present), 6))
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    from stalesim.atomic import savefig_atomic
+
+    try:
+        return savefig_atomic(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

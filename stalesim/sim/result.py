@@ -34,6 +34,14 @@ class SimResult:
     device running ``sequential`` (sum of the stage costs at the full batch)
     over ``iteration_time_s``. ``utilization``: per device, compute busy / wall
     inside the steady window; ``bubble_fraction`` = 1 - mean utilization.
+
+    Trust: ``cost_source`` is the least trustworthy origin of the per-stage
+    costs over the batch sizes used (``measured``, ``interpolated``,
+    ``roofline``, ``extrapolated`` outside the profiled batch sizes, or
+    ``given`` stage costs); ``cost_detail`` has, per batch size used (the
+    mini-batch and the action batch), its source and basis, the measured batch
+    sizes and the extrapolation rule. ``warnings`` lists every physical limit
+    the prediction crosses, with its cause (:mod:`stalesim.sim.plausibility`).
     """
 
     schedule: str
@@ -67,6 +75,17 @@ class SimResult:
     fast_formula: str = ""
     notes: list[str] = field(default_factory=list)
     stage_costs: dict[str, Any] = field(default_factory=dict)
+    cost_source: str = "given"
+    cost_detail: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    # data x pipeline clusters (stalesim.sim.scale): with replicas, ``utilization`` and
+    # ``peak_memory_bytes`` hold one entry per distinct device role (``device_roles``:
+    # role, stages, devices it stands for, utilization, peak memory), not per device
+    device_roles: list[dict[str, Any]] = field(default_factory=list)
+    allreduce_s: list[float] = field(default_factory=list)  # per stage: the all-reduce's own time per batch
+    allreduce_exposed_s: list[float] = field(default_factory=list)  # per stage: mean ARW wait per batch
+    cluster: dict[str, Any] = field(default_factory=dict)  # layout: replicas, nodes, placement, groups
+    symmetry: dict[str, Any] = field(default_factory=dict)  # what the shortcut simulated / extrapolated
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ JSON
@@ -93,10 +112,30 @@ class SimResult:
             f"utilization      {util}  (bubble {self.bubble_fraction:.3f})",
             f"peak memory      {mem}",
             f"staleness        {self.staleness}  versions kept {self.versions.get('versions_kept')}",
+            f"costs            {self.cost_source}{_cost_range(self.cost_detail)}",
         ]
         if self.fast_iteration_time_s is not None and self.method == "event":
             lines.append(f"fast path        {self.fast_iteration_time_s * 1e3:.4g} ms ({self.fast_formula})")
+        if self.device_roles:
+            c = self.cluster
+            lines.append(f"cluster          {c.get('replicas')} replicas x {c.get('devices_per_replica')} devices "
+                         f"= {c.get('devices')} devices on {c.get('nodes')} node(s) of {c.get('node_size') or 'any'}"
+                         f" ({c.get('placement')} placement)")
+            for r in self.device_roles:
+                lines.append(f"  {r['role']:<18} stages {r['stages']}  x{r['devices']}  util {r['utilization']:.3f}"
+                             f"  peak {_fmt_bytes(r['peak_memory_bytes'])}")
+        if self.allreduce_s:
+            ar = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_s)
+            ex = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_exposed_s)
+            lines.append(f"all-reduce ms    {ar}  (per stage; exposed {ex})")
+        if self.symmetry:
+            y = self.symmetry
+            how = (f"period of {y['period_batches']} batch(es) = {y['period_s'] * 1e3:.4g} ms extrapolated"
+                   if y.get("extrapolated") else "no extrapolation")
+            lines.append(f"simulated        {y['representatives_simulated']} representative replica(s) of "
+                         f"{y['replica_classes']} class(es), {y['batches_simulated']} batch(es); {how}")
         lines += [f"note: {n}" for n in self.notes]
+        lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ trace
@@ -139,7 +178,8 @@ class SimResult:
 
     def chrome_trace(self) -> dict[str, Any]:
         events, flows = self.trace_events()
-        names = {d: f"device {d}" for d in range(self.devices)}
+        n_dev = self.timeline.program.sched.num_devices if self.timeline is not None else self.devices
+        names = {d: f"device {d}" for d in range(n_dev)}
         meta = {"producer": "stalesim simulate", "schedule": self.schedule,
                 "stages": self.stages, "microbatches": self.microbatches, "workers": self.workers,
                 "hardware": self.hardware_note, "iteration_time_s": self.iteration_time_s}
@@ -152,6 +192,13 @@ class SimResult:
         from stalesim.sim.plot import gantt
 
         return gantt(self, path, **kwargs)
+
+
+def _cost_range(detail: dict[str, Any]) -> str:
+    sizes = detail.get("measured_batch_sizes")
+    rule = detail.get("rule")
+    out = f" (profiled at batch {', '.join(map(str, sizes))})" if sizes else ""
+    return out + (f", extrapolation rule {rule}" if rule else "")
 
 
 def _fmt_bytes(b: float) -> str:

@@ -25,17 +25,25 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
                  gpu: str = "h100-sxm", gpu_links: Sequence[str] = ("pcie4-x16", "nvlink4"),
                  cpu_label: str = "this CPU", batches: int | None = None) -> list[dict[str, Any]]:
     """Rows ``{hardware, link, devices, schedule, iteration_time_s, speedup, utilization_mean,
-    peak_memory_bytes_max, stages, workers, microbatches}``.
+    peak_memory_bytes_max, stages, workers, microbatches, cost_source, cost_batches, warnings,
+    above_ideal}``.
 
     CPU rows use the validated cost model (profile + per-action overhead +
     contention) over the calibrated link; GPU rows the roofline estimate of the
     same profile over catalog links. Speed-up is over one device of the same kind
     running ``sequential``. Pipelines use S = devices and M = 2 x devices micro-batches.
+    ``cost_source`` is the least trustworthy origin of the costs of the row and
+    of its baseline (measured / interpolated / roofline / extrapolated, see
+    :mod:`stalesim.workloads.scaling`); ``cost_batches`` maps each batch size
+    used to its source; ``warnings`` are the plausibility warnings of both
+    simulations plus the speed-up limit (speed-up <= devices) with its cause.
     """
     from stalesim.schedule import ScheduleConfig, get_spec
     from stalesim.sim.model import SimHardware
+    from stalesim.sim.plausibility import check_relative_speedup, without_speedup
     from stalesim.validate.costmodel import CostModel, simulate_with_costs
     from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
+    from stalesim.workloads.scaling import worst_source
 
     rows: list[dict[str, Any]] = []
     n_layers = cm.profile.n_layers
@@ -58,38 +66,117 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
                 sc = spec.config(stages=1 if spec.data_parallel else n, batches=batches,
                                  microbatches=M, workers=n)
                 r, _ = simulate_with_costs(model, hw, sc, ppv=None, batch_size=batch_size, rounds=3)
+                # the row's speed-up is over `base` (same cost model), so its limit is checked
+                # against `base`, not simulate()'s own baseline
+                warnings = list(dict.fromkeys(without_speedup(base.warnings + r.warnings)
+                                              + check_relative_speedup(r, base, n)))
+                speedup = base.iteration_time_s / r.iteration_time_s if r.iteration_time_s else None
                 rows.append({
                     "hardware": label, "link": link, "devices": n, "schedule": name,
                     "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
                     "iteration_time_s": r.iteration_time_s,
-                    "speedup": base.iteration_time_s / r.iteration_time_s if r.iteration_time_s else None,
+                    "speedup": speedup,
                     "utilization_mean": sum(r.utilization) / len(r.utilization),
                     "peak_memory_bytes_max": max(r.peak_memory_bytes) if r.peak_memory_bytes else None,
                     "staleness_max": max(r.staleness) if r.staleness else 0,
+                    "cost_source": worst_source([r.cost_source, base.cost_source]),
+                    "cost_batches": _cost_batches(r, base),
+                    "warnings": warnings,
+                    "above_ideal": bool(speedup and speedup > n * (1 + 1e-6)),
                 })
     return rows
 
 
+def _cost_batches(*results: Any) -> dict[str, str]:
+    """batch size -> source, over the action batches and mini-batches of ``results``."""
+    out: dict[str, str] = {}
+    for r in results:
+        for key in ("action_batch", "batch_size"):
+            d = r.cost_detail.get(key)
+            if d:
+                out[str(d["batch_size"])] = d["source"]
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+def ideal_line_statement(rows: Sequence[dict[str, Any]]) -> str:
+    """One line: are any predictions above the ideal line, and if so, what implies them."""
+    above = [r for r in rows if r.get("above_ideal")]
+    ok = [r for r in rows if r.get("speedup")]
+    if not above:
+        return (f"ideal line: all {len(ok)} predicted speed-ups are at or below the number of "
+                f"devices")
+    measured = [r for r in above if r.get("cost_source") in ("measured", "interpolated")]
+    parts = [f"{r['schedule']} on {r['devices']} x {r['hardware']} / {r['link']} "
+             f"({r['speedup']:.2f}x, {r['cost_source']} costs)" for r in above]
+    tail = ("; implied by the measured profile inside its range (smaller batches measured cheaper "
+            "per sample), see the warnings" if len(measured) == len(above) else
+            "; NOT supported by measurement, see the warnings")
+    return f"ideal line: {len(above)} prediction(s) above it: {', '.join(parts)}{tail}"
+
+
+# marker per cost source: filled = measured at every batch size used, light = interpolated
+# between measured sizes, hollow = extrapolated outside them, square = roofline estimate
+_MARKERS = {"measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
+            "extrapolated": ("o", "none"), "given": ("D", "full")}
+
+
 def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """Speed-up vs devices, one panel per (hardware, link), one line per schedule."""
+    """Speed-up vs devices, one panel per (hardware, link), one line per schedule.
+
+    Marker fill says where each point's costs came from (filled: measured,
+    half: interpolated, hollow: extrapolated outside the profiled batch sizes,
+    square: roofline estimate); a red ring marks a point above the ideal line
+    (its cause is in the row's warnings and printed by the demo).
+    """
+    from matplotlib.lines import Line2D
+
     from stalesim.validate.figures import _plt, _save
 
     plt = _plt()
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["hardware"], r["link"]), []).append(r)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.9), squeeze=False)
+    used: set[str] = set()
     for ax, ((hwl, link), rs) in zip(axes[0], groups.items()):
         for name in dict.fromkeys(r["schedule"] for r in rs):
-            pts = sorted((r["devices"], r["speedup"]) for r in rs if r["schedule"] == name and r["speedup"])
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+            pts = sorted((r["devices"], r["speedup"], r.get("cost_source", "given"), r.get("above_ideal"))
+                         for r in rs if r["schedule"] == name and r["speedup"])
+            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, label=name)
+            for x, y, src, above in pts:
+                mk, fill = _MARKERS.get(src, ("o", "full"))
+                used.add(src)
+                ax.plot([x], [y], marker=mk, fillstyle=fill, color=line.get_color(), ms=6,
+                        markerfacecoloralt="white", ls="none")
+                if above:
+                    ax.plot([x], [y], marker="o", ms=12, fillstyle="none", color="red", ls="none")
         ns = sorted({r["devices"] for r in rs})
-        ax.plot(ns, ns, ls=":", color="grey", lw=0.8)
-        ax.set_title(f"{hwl} / {link}", fontsize=9)
+        ax.plot(ns, ns, ls=":", color="grey", lw=0.8, label="ideal (= devices)")
+        srcs = sorted({r.get("cost_source", "given") for r in rs})
+        ax.set_title(f"{hwl} / {link}\ncosts: {', '.join(srcs)}", fontsize=8)
         ax.set_xlabel("devices")
         ax.set_xticks(ns)
     axes[0][0].set_ylabel("predicted speed-up over 1 device")
-    axes[0][-1].legend(fontsize=7)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    for src in ("measured", "interpolated", "extrapolated", "roofline"):
+        if src in used:
+            mk, fill = _MARKERS[src]
+            handles.append(Line2D([], [], marker=mk, fillstyle=fill, color="black", ls="none",
+                                  markerfacecoloralt="white"))
+            labels.append(f"costs {src}")
+    if any(r.get("above_ideal") for r in rows):
+        handles.append(Line2D([], [], marker="o", ms=10, fillstyle="none", color="red", ls="none"))
+        labels.append("above ideal (see warnings)")
+    axes[0][-1].legend(handles, labels, fontsize=6.5)
+    above = [r for r in rows if r.get("above_ideal")]
+    if not above:
+        caption = "no prediction above the ideal line (speed-up <= devices)"
+    elif all(r.get("cost_source") in ("measured", "interpolated") for r in above):
+        caption = (f"{len(above)} prediction(s) above the ideal line (red rings): implied by the measured "
+                   "profile inside its range (smaller batches measured cheaper per sample)")
+    else:
+        caption = f"{len(above)} prediction(s) above the ideal line (red rings): see the warnings"
+    fig.text(0.5, -0.01, caption, ha="center", va="top", fontsize=8)
     return _save(fig, path)
 
 

@@ -76,23 +76,24 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[floa
 
 
 # --------------------------------------------------------------- rank worker
-def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int],
+def _worker(rank: int, world: int, backend: str, store_path: str, sizes: list[int],
             repeats: int, out_path: str, timeout_s: float) -> None:
     import datetime
 
     import torch
     import torch.distributed as dist
 
+    from stalesim.rendezvous import init_process_group
+
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
     if backend == "nccl":
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
     else:
         dev = torch.device("cpu")
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    # a private FileStore and loopback sockets: no port open beyond 127.0.0.1
+    init_process_group({"kind": "file", "path": store_path}, backend=backend, rank=rank, world=world,
+                       timeout=datetime.timedelta(seconds=timeout_s))
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -211,8 +212,9 @@ def _worker(rank: int, world: int, backend: str, port: int, sizes: list[int],
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            json.dump(result, fh)
+        from stalesim.atomic import write_json_atomic
+
+        write_json_atomic(out_path, result)
 
 
 def _gpu_catalog_key(name: str, mem: float) -> str | None:
@@ -263,13 +265,16 @@ def calibrate(
     import torch.multiprocessing as mp
 
     sz = check_args(backend, ranks, sizes, repeats)
+    from stalesim.rendezvous import PrivateStoreDir
+
     fd, out_path = tempfile.mkstemp(prefix="stalesim-calib-", suffix=".json")
     os.close(fd)
     t_start = time.perf_counter()
     try:
         try:
-            mp.spawn(_worker, args=(ranks, backend, free_port(), sz, repeats, out_path, timeout_s),
-                     nprocs=ranks, join=True)
+            with PrivateStoreDir("stalesim-calib-rdzv-") as rdzv:
+                mp.spawn(_worker, args=(ranks, backend, str(rdzv.store_path), sz, repeats, out_path,
+                                        timeout_s), nprocs=ranks, join=True)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:  # one line
             last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
             raise StalesimError(f"calibrate: a rank failed ({last})") from None

@@ -20,7 +20,15 @@ Hardware JSON (what ``calibrate`` writes and ``simulate --hardware`` reads)::
      "device": "h100-sxm" | {DeviceSpec fields},
      "link": "nvlink4" | {"name", "latency_s", "bandwidth_Bps" (null = unlimited), ...},
      "comm_overlaps_compute": bool, "cpu_comm_occupancy": float,
-     "allreduce": {"algorithm": "ring" | "tree", ...measured extras}}
+     "allreduce": {"algorithm": "ring" | "tree", ...measured extras},
+     "cluster": "dgx-h100" | {"node_size": 8, "intra_link": "nvlink4" | {...} (default: link),
+                              "inter_link": "ib-ndr" | {...}, "inter_algorithm": "ring" | "tree"}}
+
+A **cluster** (optional) is nodes of ``node_size`` devices: ``intra_link`` between
+devices of one node, ``inter_link`` between nodes (per device: one NIC per GPU,
+as DGX nodes have), and the algorithm of the inter-node phase of a hierarchical
+all-reduce (:meth:`ClusterSpec.allreduce_time`). Catalog nodes (``nodes`` in
+``catalog.json``) name a device, a node size and both links.
 """
 
 from __future__ import annotations
@@ -28,16 +36,20 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
-from stalesim.workloads.profile import LayerProfile, Profile
+
+if TYPE_CHECKING:  # annotations only: profile.py re-times roofline layers through this module
+    from stalesim.workloads.profile import LayerProfile, Profile
 
 __all__ = [
     "DEFAULT_LAUNCH_OVERHEAD_S",
+    "ClusterSpec",
     "DeviceSpec",
     "Hardware",
     "LinkSpec",
@@ -45,10 +57,15 @@ __all__ = [
     "device_names",
     "get_device",
     "get_link",
+    "get_node",
     "hardware_from_catalog",
     "hardware_from_dict",
+    "hardware_from_node",
     "link_names",
     "load_hardware",
+    "roofline_layer",
+    "roofline_params",
+    "node_names",
     "roofline_profile",
 ]
 
@@ -165,6 +182,113 @@ class LinkSpec:
         )
 
 
+def _int_at_least(value: Any, where: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise StalesimError(f"{where}: expected an integer >= {low}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Nodes of ``node_size`` devices joined by a network (the hierarchy a cluster has).
+
+    ``intra_link``: between two devices of one node (NVLink through NVSwitch: every
+    pair at the per-device bandwidth, no contention between pairs). ``inter_link``:
+    between devices of different nodes, per device (one NIC per GPU on a
+    non-blocking fabric, as DGX nodes with rail-optimised InfiniBand have).
+    ``inter_algorithm``: ``ring`` or ``tree`` for the inter-node phase of the
+    hierarchical all-reduce (:meth:`allreduce_time`).
+    """
+
+    node_size: int
+    intra_link: LinkSpec
+    inter_link: LinkSpec
+    inter_algorithm: str = "ring"
+    name: str = ""
+    source: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        _int_at_least(self.node_size, "cluster.node_size", 1)
+        if self.inter_algorithm not in _ALGOS:
+            raise StalesimError(
+                f"cluster.inter_algorithm: expected ring or tree, got {self.inter_algorithm!r}")
+
+    def allreduce_time(self, nbytes: float, per_node: Sequence[int]) -> float:
+        """Hierarchical all-reduce of ``nbytes`` over a group with ``per_node[i]`` members
+        on its i-th node (seconds).
+
+        Reduce-scatter inside each node (ring over the k local members), all-reduce of
+        each 1/k shard across the m nodes (k shards in parallel, each over its own
+        device's NIC; ``inter_algorithm``), all-gather inside the node:
+        ``2(k-1) a_i + 2(k-1)/k n b_i + inter(m, n/k)`` with ring
+        ``inter = 2(m-1) a_e + 2(m-1)/m (n/k) b_e`` or tree
+        ``2 ceil(log2 m)(a_e + (n/k) b_e)``. Uneven groups take k = the largest node
+        share for the intra phase and the smallest for the shard size (conservative).
+        One node: the flat ring. One member per node: the flat inter-node collective.
+        """
+        counts = [int(c) for c in per_node if c > 0]
+        if sum(counts) <= 1:
+            return 0.0
+        k, k_min, m = max(counts), min(counts), len(counts)
+        t = 0.0
+        if k > 1:
+            a, b = self.intra_link.latency_s, self.intra_link.bandwidth_Bps
+            t += 2 * (k - 1) * a + (0.0 if math.isinf(b) else 2 * (k - 1) / k * nbytes / b)
+        if m > 1:
+            a, b = self.inter_link.latency_s, self.inter_link.bandwidth_Bps
+            nb = 0.0 if math.isinf(b) else nbytes / k_min / b
+            if self.inter_algorithm == "ring":
+                t += 2 * (m - 1) * a + 2 * (m - 1) / m * nb
+            else:
+                t += 2 * math.ceil(math.log2(m)) * (a + nb)
+        return t
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "name": self.name, "node_size": self.node_size,
+                "intra_link": self.intra_link.to_dict(), "inter_link": self.inter_link.to_dict(),
+                "inter_algorithm": self.inter_algorithm, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Any, *, intra_default: LinkSpec | None = None, algorithm: str = "ring",
+                  where: str = "cluster") -> ClusterSpec:
+        """From a JSON object (links may be catalog names; ``intra_link`` defaults to
+        ``intra_default``, the hardware's own link) or a catalog node name."""
+        if isinstance(d, str):
+            node = get_node(d)
+            return replace(node, inter_algorithm=algorithm) if algorithm != node.inter_algorithm else node
+        if not isinstance(d, dict):
+            raise StalesimError(f"{where}: must be an object or a catalog node name")
+        known = {"node_size", "intra_link", "inter_link", "inter_algorithm", "name", "source", "key"}
+        extra = sorted(set(d) - known)
+        if extra:
+            raise StalesimError(f"{where}.{extra[0]}: unknown field (known: {', '.join(sorted(known))})")
+        if "node_size" not in d:
+            raise StalesimError(f"{where}.node_size: missing")
+        if "inter_link" not in d:
+            raise StalesimError(f"{where}.inter_link: missing")
+        intra_raw = d.get("intra_link")
+        if intra_raw is None:
+            if intra_default is None:
+                raise StalesimError(f"{where}.intra_link: missing")
+            intra = intra_default
+        else:
+            intra = _link_of(intra_raw, f"{where}.intra_link")
+        return cls(node_size=_int_at_least(d["node_size"], f"{where}.node_size", 1),
+                   intra_link=intra, inter_link=_link_of(d["inter_link"], f"{where}.inter_link"),
+                   inter_algorithm=d.get("inter_algorithm", algorithm), name=str(d.get("name", "")),
+                   source=str(d.get("source", "")), key=str(d.get("key", "")))
+
+
+def _link_of(raw: Any, where: str) -> LinkSpec:
+    if isinstance(raw, str):
+        try:
+            return get_link(raw)
+        except StalesimError as exc:
+            raise StalesimError(f"{where}: {exc}") from None
+    return LinkSpec.from_dict(raw, where=where)
+
+
 @dataclass(frozen=True)
 class Hardware:
     """One device kind + one link kind, and how communication interacts with compute."""
@@ -176,6 +300,7 @@ class Hardware:
     allreduce_algorithm: str = "ring"
     allreduce: dict[str, Any] = field(default_factory=dict)  # measured extras (calibrate)
     meta: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterSpec | None = None  # nodes and the network between them (None: one node)
 
     def __post_init__(self) -> None:
         if self.allreduce_algorithm not in _ALGOS:
@@ -220,6 +345,8 @@ class Hardware:
         }
         if self.meta:
             d["meta"] = dict(self.meta)
+        if self.cluster is not None:
+            d["cluster"] = self.cluster.to_dict()
         return d
 
 
@@ -250,6 +377,35 @@ def get_device(name: str) -> DeviceSpec:
         if _norm(key) == _norm(name) or _norm(d["name"]) == _norm(name):
             return DeviceSpec.from_dict({**d, "key": key}, where=f"catalog.devices.{key}")
     raise StalesimError(f"device: unknown {name!r}; known: {', '.join(table)}")
+
+
+def node_names() -> list[str]:
+    return list(catalog().get("nodes", {}))
+
+
+def get_node(name: str) -> ClusterSpec:
+    """A catalog node (``dgx-h100``, ...) as a :class:`ClusterSpec`; its device is
+    ``catalog()["nodes"][key]["device"]``."""
+    table = catalog().get("nodes", {})
+    for key, d in table.items():
+        if _norm(key) == _norm(name) or _norm(d["name"]) == _norm(name):
+            fields = {k: v for k, v in d.items() if k != "device"}
+            return ClusterSpec.from_dict({**fields, "key": key}, where=f"catalog.nodes.{key}")
+    raise StalesimError(f"node: unknown {name!r}; known: {', '.join(table)}")
+
+
+def hardware_from_node(node: str, *, inter_link: str | None = None, allreduce_algorithm: str = "ring",
+                       device: str | None = None) -> Hardware:
+    """A catalog node: its device, its intra-node link as ``link``, and the cluster
+    (``inter_link`` overrides the node's network)."""
+    spec = get_node(node)
+    entry = catalog()["nodes"][spec.key]
+    if inter_link is not None:
+        spec = replace(spec, inter_link=get_link(inter_link))
+    spec = replace(spec, inter_algorithm=allreduce_algorithm)
+    hw = hardware_from_catalog(device or entry["device"], spec.intra_link.key,
+                               allreduce_algorithm=allreduce_algorithm)
+    return replace(hw, cluster=spec)
 
 
 def get_link(name: str) -> LinkSpec:
@@ -283,6 +439,9 @@ def hardware_from_dict(data: Any) -> Hardware:
     sv = data.get("schema_version", HW_SCHEMA_VERSION)
     if sv != HW_SCHEMA_VERSION:
         raise StalesimError(f"schema_version: unsupported {sv!r} (this stalesim reads 1)")
+    if isinstance(data.get("cluster"), str):  # a catalog node also names the device and the link
+        entry = catalog()["nodes"][get_node(data["cluster"]).key]
+        data = {"device": entry["device"], "link": entry["intra_link"], **data}
     for k in ("device", "link"):
         if k not in data:
             raise StalesimError(f"{k}: missing")
@@ -298,10 +457,15 @@ def hardware_from_dict(data: Any) -> Hardware:
         raise StalesimError("allreduce: must be an object such as {\"algorithm\": \"ring\"}")
     algo = ar.get("algorithm", "ring")
     meta = data.get("meta", {})
+    if algo not in _ALGOS:
+        raise StalesimError(f"allreduce.algorithm: expected ring or tree, got {algo!r}")
+    cluster = None
+    if data.get("cluster") is not None:
+        cluster = ClusterSpec.from_dict(data["cluster"], intra_default=lnk, algorithm=algo)
     return Hardware(dev, lnk, comm_overlaps_compute=overlaps, cpu_comm_occupancy=occ,
                     allreduce_algorithm=algo,
                     allreduce={k: v for k, v in ar.items() if k != "algorithm"},
-                    meta=meta if isinstance(meta, dict) else {})
+                    meta=meta if isinstance(meta, dict) else {}, cluster=cluster)
 
 
 def load_hardware(path: str | os.PathLike[str]) -> Hardware:
@@ -364,32 +528,73 @@ def roofline_profile(
     src_el = _ELEM.get(profile.dtype, 4)
     dst_el = _ELEM.get(dt, 4)
     scale = dst_el / src_el
-
-    def t(flops: float, nbytes: float) -> float:
-        return max(flops / peak, nbytes / bw) + launch_overhead_s
-
     layers = []
     for lp in profile.layers:
-        pb = lp.param_bytes * scale
-        sb = lp.saved_bytes * scale
-        ob = lp.output_bytes * scale
-        bflops = lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops
-        n_params = lp.param_bytes / src_el
-        layers.append(LayerProfile(
-            name=lp.name,
-            forward_s=t(lp.flops, pb + sb + ob),
-            backward_s=t(bflops, 2 * pb + 2 * sb + ob),
-            update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
-            param_bytes=round(pb),
-            output_bytes=round(ob),
-            saved_bytes=round(sb),
-            flops=lp.flops,
-            weight_layers=lp.weight_layers,
-            backward_flops=bflops,
-        ))
+        in_dtype = replace(lp, param_bytes=round(lp.param_bytes * scale),
+                           output_bytes=round(lp.output_bytes * scale),
+                           saved_bytes=round(lp.saved_bytes * scale), spread=None)
+        layers.append(roofline_layer(in_dtype, peak, bw, launch_overhead_s, dst_el,
+                                     exact_bytes=(lp.param_bytes * scale, lp.output_bytes * scale,
+                                                  lp.saved_bytes * scale)))
+    # peak/bandwidth/element size let ``Profile.at_batch_size`` re-time the counts at any
+    # batch size (a roofline is a function of FLOPs and bytes, not a measurement)
     meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
                          "dtype": dt, "launch_overhead_s": launch_overhead_s,
-                         "efficiency": efficiency, "source": dev.source}}
+                         "efficiency": efficiency, "source": dev.source,
+                         "peak_flops_per_s": peak, "mem_bandwidth_Bps": bw,
+                         "element_bytes": dst_el}}
     return replace(profile, device=f"{dev.key or dev.name} (roofline)", dtype=dt, layers=layers,
                    threads=None, repeats=None, warmup=None, whole_model_s=None,
                    sum_over_whole_ratio=None, by_batch_size=None, meta=meta)
+
+
+def roofline_layer(lp: LayerProfile, peak_flops_per_s: float, mem_bandwidth_Bps: float,
+                   launch_overhead_s: float, element_bytes: int,
+                   exact_bytes: tuple[float, float, float] | None = None) -> LayerProfile:
+    """One block's forward/backward/update seconds by the roofline (see :func:`roofline_profile`).
+
+    The single place the roofline turns counts into times: ``roofline_profile``
+    calls it at the profile's batch size and ``Profile.at_batch_size`` at any
+    other (counts scaled first), so a roofline estimate never depends on the
+    order of "re-time" and "re-batch" (issue 16: scaling a roofline profile's
+    *times* multiplied the per-kernel launch overhead by the batch ratio).
+    ``exact_bytes`` = unrounded (param, output, saved) bytes when known.
+    """
+    pb, ob, sb = exact_bytes if exact_bytes is not None else (
+        lp.param_bytes, lp.output_bytes, lp.saved_bytes)
+    bw = mem_bandwidth_Bps
+
+    def t(flops: float, nbytes: float) -> float:
+        return max(flops / peak_flops_per_s, nbytes / bw) + launch_overhead_s
+
+    bflops = lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops
+    n_params = pb / element_bytes
+    return replace(
+        lp,
+        forward_s=t(lp.flops, pb + sb + ob),
+        backward_s=t(bflops, 2 * pb + 2 * sb + ob),
+        update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
+        backward_flops=bflops,
+        spread=None,
+    )
+
+
+def roofline_params(meta: Any) -> tuple[float, float, float, int] | None:
+    """(peak FLOP/s, bandwidth B/s, launch overhead s, element bytes) of a roofline profile's
+    ``meta``, or None when the profile is not a roofline estimate (or predates these fields
+    and names no catalog device)."""
+    rf = meta.get("roofline") if isinstance(meta, dict) else None
+    if not isinstance(rf, dict):
+        return None
+    dt = str(rf.get("dtype", "float32"))
+    el = int(rf.get("element_bytes", _ELEM.get(dt, 4)))
+    ovh = float(rf.get("launch_overhead_s", DEFAULT_LAUNCH_OVERHEAD_S))
+    peak, bw = rf.get("peak_flops_per_s"), rf.get("mem_bandwidth_Bps")
+    if peak is None or bw is None:
+        try:
+            dev = get_device(str(rf.get("to_device")))
+        except StalesimError:
+            return None
+        peak = dev.flops_per_s(dt) * float(rf.get("efficiency", 1.0))
+        bw = dev.mem_bandwidth_Bps
+    return float(peak), float(bw), ovh, el

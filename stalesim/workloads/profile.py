@@ -28,15 +28,17 @@ defaults to 1 for a layer with parameters and 0 for one without.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.scaling import CostSource
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -50,10 +52,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 _TIME_FIELDS = ("forward_s", "backward_s", "update_s")
 _BYTE_FIELDS = ("param_bytes", "output_bytes", "saved_bytes")
-# fields that grow with the batch size (activations, times of F/B, FLOPs)
-_BATCH_SCALED = ("forward_s", "backward_s", "output_bytes", "saved_bytes", "flops",
-                 "backward_flops")
-
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -128,6 +126,9 @@ class Profile:
     by_batch_size: list[BatchPoint] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # how times are carried outside the measured batch sizes (a choice of the user, not a
+    # measurement: not written to JSON); see stalesim.workloads.scaling
+    extrapolation: str = "conservative"
 
     # ------------------------------------------------------------ accessors
     @property
@@ -173,43 +174,72 @@ class Profile:
         return out
 
     # ------------------------------------------------------------ batch size
+    @property
+    def measured_batch_sizes(self) -> list[int]:
+        """Batch sizes the times were measured at (sorted); empty for a roofline estimate."""
+        if self.is_roofline:
+            return []
+        if self.by_batch_size:
+            return sorted(p.batch_size for p in self.by_batch_size)
+        return [self.batch_size]
+
+    @property
+    def is_roofline(self) -> bool:
+        """True when the times are a roofline estimate (re-timed at any batch size)."""
+        from stalesim.workloads.hardware import roofline_params
+
+        return roofline_params(self.meta) is not None
+
+    def with_extrapolation(self, rule: str) -> Profile:
+        """The same profile, extrapolating outside its measured range by ``rule``
+        (``conservative`` or ``trend``; see :mod:`stalesim.workloads.scaling`)."""
+        from stalesim.workloads.scaling import check_rule
+
+        return replace(self, extrapolation=check_rule(rule))
+
+    def cost_source(self, batch_size: int) -> CostSource:
+        """Whether the times at ``batch_size`` are measured, interpolated, extrapolated or roofline."""
+        from stalesim.workloads.scaling import classify
+
+        _check_batch(batch_size)
+        roof = self.is_roofline
+        return classify(self.measured_batch_sizes or [self.batch_size], batch_size,
+                        self.extrapolation, roofline=roof)
+
     def at_batch_size(self, batch_size: int) -> Profile:
         """This profile at another batch size.
 
-        With one measured batch size, forward/backward times, activation bytes
-        (output, saved) and FLOPs scale linearly with ``batch_size / measured``;
-        update time and parameter bytes do not depend on the batch size. With
-        several stored batch sizes (``by_batch_size``) values are interpolated
-        piecewise-linearly between the neighbours, and scaled linearly from the
-        nearest one outside the measured range.
+        Measured batch sizes are used as measured; between two of them times are
+        interpolated piecewise-linearly; outside the range they are extrapolated
+        by ``self.extrapolation`` (default ``conservative``: never a per-sample
+        cost lower than measured; see :mod:`stalesim.workloads.scaling` for the
+        rule and why it is conservative on both sides). Update time and
+        parameter bytes do not depend on the batch size; activation bytes and
+        FLOPs are exact counts, scaled proportionally. A roofline profile is
+        re-timed from its scaled counts (:func:`~stalesim.workloads.hardware.roofline_layer`).
+        :meth:`cost_source` says which case applies. The measured points are
+        kept (``by_batch_size``), so the result remembers what was measured.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise StalesimError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+        from stalesim.workloads.hardware import roofline_layer, roofline_params
+        from stalesim.workloads.scaling import scale_counts, scale_points
+
+        _check_batch(batch_size)
+        rf = roofline_params(self.meta)
+        if rf is not None:
+            peak, bw, ovh, el = rf
+            f = batch_size / self.batch_size
+            layers = [roofline_layer(scale_counts(lp, f), peak, bw, ovh, el) for lp in self.layers]
+            return replace(self, batch_size=batch_size, layers=layers, whole_model_s=None,
+                           sum_over_whole_ratio=None)
         points = self.by_batch_size or [
             BatchPoint(self.batch_size, tuple(self.layers), self.whole_model_s)
         ]
-        points = sorted(points, key=lambda p: p.batch_size)
-        sizes = [p.batch_size for p in points]
-        if batch_size in sizes:
-            pt = points[sizes.index(batch_size)]
-            layers, whole = list(pt.layers), pt.whole_model_s
-        elif len(points) == 1 or batch_size < sizes[0] or batch_size > sizes[-1]:
-            pt = points[0] if batch_size < sizes[0] else points[-1]
-            f = batch_size / pt.batch_size
-            layers = [_scale(lp, f) for lp in pt.layers]
-            whole = None if pt.whole_model_s is None else pt.whole_model_s * f
-        else:
-            k = bisect.bisect_left(sizes, batch_size)
-            lo, hi = points[k - 1], points[k]
-            w = (batch_size - lo.batch_size) / (hi.batch_size - lo.batch_size)
-            layers = [_lerp(a, b, w) for a, b in zip(lo.layers, hi.layers)]
-            whole = (None if lo.whole_model_s is None or hi.whole_model_s is None
-                     else lo.whole_model_s + w * (hi.whole_model_s - lo.whole_model_s))
+        layers, whole = scale_points(points, batch_size, self.extrapolation)
         ratio = None
         if whole:
             ratio = sum(lp.compute_s for lp in layers) / whole
         return replace(self, batch_size=batch_size, layers=layers, whole_model_s=whole,
-                       sum_over_whole_ratio=ratio)
+                       sum_over_whole_ratio=ratio, by_batch_size=list(points))
 
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -245,45 +275,15 @@ class Profile:
 
 
 def _write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write to a temp file in the same folder, then rename: readers never see half a file."""
-    import tempfile
-    from pathlib import Path
+    """Readers never see half a file; bad targets are one-line errors (:mod:`stalesim.atomic`)."""
+    from stalesim.atomic import write_text_atomic
 
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, text)
 
 
-def _scale(lp: LayerProfile, f: float) -> LayerProfile:
-    kw: dict[str, Any] = {}
-    for name in _BATCH_SCALED:
-        v = getattr(lp, name)
-        if v is None:
-            continue
-        kw[name] = v * f if name in ("forward_s", "backward_s") else round(v * f)
-    return replace(lp, spread=None, **kw)
-
-
-def _lerp(a: LayerProfile, b: LayerProfile, w: float) -> LayerProfile:
-    kw: dict[str, Any] = {}
-    for name in _BATCH_SCALED:
-        va, vb = getattr(a, name), getattr(b, name)
-        if va is None or vb is None:
-            kw[name] = None
-            continue
-        v = va + w * (vb - va)
-        kw[name] = round(v) if name not in ("forward_s", "backward_s") else v
-    return replace(a, spread=None, **kw)
+def _check_batch(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise StalesimError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
 
 
 # ---------------------------------------------------------------- validation
