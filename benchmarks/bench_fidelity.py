@@ -225,51 +225,166 @@ def executor_targets(rounds: int, quick: bool, say=print) -> dict[str, Any]:
     return res
 
 
+# ---------------------------------------------------------------------------------- scope
+# the ten schedules issue 12 started with, then a few of the newer ones (interleaved
+# virtual stages, split backward) where this build registers them
+ORIGINAL_SCHEDULES = ("sequential", "gpipe", "1f1b", "pipedream", "2bw", "stale", "hybrid", "local", "dp",
+                      "pipe-sgd")
+NEWER_SCHEDULES = ("interleaved-1f1b", "zb-h1", "zb-v", "dualpipev")
+
+
+def main_schedules(names: str | None, quick: bool) -> list[str]:
+    """The main part's schedules: ``names`` (comma list, "all": every runnable on 2 ranks)
+    or the ten original ones plus the newer ones above that this build has."""
+    from stalesim.schedule import schedule_names
+    from stalesim.validate.config import runnable_schedules
+
+    if names == "all":
+        return list(runnable_schedules(2))
+    if names:
+        return names.split(",")
+    have = set(schedule_names())
+    new = [n for n in NEWER_SCHEDULES if n in have]
+    return [*ORIGINAL_SCHEDULES, *new[:1 if quick else None]]
+
+
+def plan_campaign(args: argparse.Namespace, models: list[str], parts: set[str], K: int,
+                  say=print) -> dict[str, Any]:
+    """Probe one training step per (model, batch) used, pick iterations, estimate each part."""
+    from benchmarks.fidelity_scope import ValidatePlan, iterations_for, probe_step_s
+
+    q = args.quick
+    step: dict[tuple[str, int], float] = {}
+
+    def st(model: str, b: int) -> float:
+        if (model, b) not in step:
+            step[(model, b)] = probe_step_s(model, b)
+        return step[(model, b)]
+
+    def iters(model: str, b: int) -> int:
+        if args.iterations:
+            return args.iterations
+        return iterations_for(st(model, b), target_s=args.target_s, lo=8 if q else 12, hi=16 if q else 200)
+
+    plan: dict[str, Any] = {"main": [], "grid": [], "estimate_s": {}}
+    prof_rep = 2 if q else 5
+    if "main" in parts:
+        scheds = main_schedules(args.schedules, q)
+        plan["schedules"] = scheds
+        for model in models:
+            for b in ((32,) if q else (32, 128)):
+                it = iters(model, b)
+                vp = ValidatePlan(f"{model}-b{b}", st(model, b), st(model, max(1, b // 4)), len(scheds), it, K,
+                                  prof_rep)
+                plan["main"].append({"model": model, "batch": b, "iterations": it, "step_s": vp.step_s,
+                                     "estimate_s": vp.estimate_s()})
+        plan["estimate_s"]["main"] = sum(x["estimate_s"] for x in plan["main"])
+    if "grid" in parts:
+        total = 0.0
+        for c in grid_plan(args, models):
+            it = iters(c["model"], c["batch"])
+            n = len(c["schedules"].split(","))
+            vp = ValidatePlan("grid", st(c["model"], c["batch"]), 0.0, n, it, K, prof_rep, calibrates=False)
+            c["iterations"] = it
+            plan["grid"].append(c)
+            total += vp.estimate_s()
+        keys = {(c["model"], c["devices"]) for c in plan["grid"]}
+        # one calibration per (model, devices): profile over the grid's sizes, link, messages
+        total += sum(2 * prof_rep * 3.0 * sum(st(m, b) for b in (16, 64, 128)) + 20 for m, _ in keys)
+        plan["estimate_s"]["grid"] = total
+    if "executor" in parts:
+        rounds = args.rounds or (1 if q else 5)
+        ex = 0.0
+        for model in (("lenet5",) if q else ("resnet20", "lenet5")):
+            n_it = (6 if model == "resnet20" else 30) if q else (30 if model == "resnet20" else 150)
+            ex += rounds * (n_it * st(model, 128) * 1.6 + 8)
+        if not q:
+            ex += rounds * 2 * (2 * 30 * st("resnet20", 128) * 0.8 + 8)
+        plan["estimate_s"]["executor"] = ex
+    plan["estimate_s"]["total"] = sum(plan["estimate_s"].values())
+    plan["probe_step_s"] = {f"{m}/b{b}": v for (m, b), v in step.items()}
+    return plan
+
+
+def grid_plan(args: argparse.Namespace, models: list[str]) -> list[dict[str, Any]]:
+    q = args.quick
+    batches, micros = ((16, 64), (2, 8)) if q else ((16, 32, 64, 96, 128), (1, 2, 4, 8))
+    devices = ("cpu:2",) if q else ("cpu:2", "cpu:3")
+    configs = grid_configs(models, list(batches), list(micros), list(devices))
+    if q:  # two configurations, three schedules each
+        configs = configs[:2]
+        for c in configs:
+            c["schedules"] = ",".join(c["schedules"].split(",")[:3])
+    return spread(configs, args.grid_sample)
+
+
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
+    from benchmarks.fidelity_scope import fmt_minutes
+
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_fidelity")
     p.add_argument("--quick", action="store_true", help="a few minutes: checks the campaign end to end")
     p.add_argument("--out", default="runs/bench_fidelity")
     p.add_argument("--repeats", type=int, default=None, help="interleaved repeats per schedule (default 5)")
-    p.add_argument("--iterations", type=int, default=None, help="iterations per run (default 40)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="iterations per run (default: a steady window of about --target-s per run, 12..200)")
+    p.add_argument("--target-s", type=float, default=3.0, help="measured seconds per 2-rank run (default 3)")
     p.add_argument("--rounds", type=int, default=None, help="executor rounds (default 5)")
     p.add_argument("--only", default="main,grid,executor", help="comma list of parts")
     p.add_argument("--models", default=None, help="comma list (default lenet5,resnet20)")
+    p.add_argument("--schedules", default=None,
+                   help="main part: comma list or 'all' (default: the ten original ones and a few newer ones)")
     p.add_argument("--grid-sample", type=int, default=None, help="grid configurations to run (default all)")
     p.add_argument("--max-load", type=float, default=float(os.environ.get("QUIET_LOAD", 0.6)))
     p.add_argument("--wait", type=float, default=900.0, help="seconds to wait for a quiet machine")
+    p.add_argument("--estimate", action="store_true", help="print the plan and its estimated duration; run nothing")
     args = p.parse_args(argv if argv is not None else (sys.argv[1:] if __name__ == "__main__" else ["--quick"]))
     q = args.quick
     K = args.repeats or (2 if q else 5)
-    iters = args.iterations or (16 if q else 40)
     rounds = args.rounds or (1 if q else 5)
     models = (args.models or ("lenet5" if q else "lenet5,resnet20")).split(",")
     parts = set(args.only.split(","))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"command": "python -m benchmarks.bench_fidelity " + " ".join(argv or sys.argv[1:]),
-                              "quick": q, "repeats": K, "iterations": iters, "loads": {}}
+                              "quick": q, "repeats": K, "loads": {}}
     t_all = time.perf_counter()
-    print(f"fidelity campaign ({'quick' if q else 'full'}): models {models}, {K} repeats, {iters} iterations")
-    report["loads"]["start"] = wait_quiet(args.max_load, args.wait)
+    print(f"fidelity campaign ({'quick' if q else 'full'}): models {models}, {K} repeats, parts {sorted(parts)}")
+    report["loads"]["start"] = wait_quiet(args.max_load, 0 if args.estimate else args.wait)
+    plan = plan_campaign(args, models, parts, K)
+    report["plan"] = plan
+    for x in plan["main"]:
+        print(f"  main {x['model']} B={x['batch']}: 1-rank step {x['step_s'] * 1e3:.1f} ms -> "
+              f"{x['iterations']} iterations per run, ~{fmt_minutes(x['estimate_s'])}")
+    if "schedules" in plan:
+        print(f"  main schedules ({len(plan['schedules'])}): {','.join(plan['schedules'])}")
+    if plan["grid"]:
+        print(f"  grid: {len(plan['grid'])} configurations")
+    est = plan["estimate_s"]
+    print("estimated duration at the speed the step probes saw (load "
+          f"{report['loads']['start']['load_average'][0]}; less on a quiet machine): "
+          + ", ".join(f"{k} {fmt_minutes(v)}" for k, v in est.items()), flush=True)
+    if args.estimate:
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
 
     lines: list[str] = []
     if "main" in parts:
         print("\n== main: every schedule on 2 ranks ==", flush=True)
         rows_all: list[dict] = []
         report["main"] = {}
-        for model in models:
-            for batch in ((32,) if q else (32, 128)):
-                s = run_validate(out / "main" / f"{model}-b{batch}", model=model, devices="cpu:2", batch=batch,
-                                 micro=4, iterations=iters, repeats=K, profile_repeats=2 if q else 5)
-                from stalesim.cli.validate_cmd import summary_table
+        for x in plan["main"]:
+            model, batch = x["model"], x["batch"]
+            s = run_validate(out / "main" / f"{model}-b{batch}", model=model, devices="cpu:2", batch=batch,
+                             micro=4, iterations=x["iterations"], repeats=K, profile_repeats=2 if q else 5,
+                             schedules=",".join(plan["schedules"]))
+            from stalesim.cli.validate_cmd import summary_table
 
-                print(summary_table(s), flush=True)
-                agg = aggregate_rows(s["rows"])
-                report["main"][f"{model}/b{batch}"] = {"aggregates": agg, "load_average": s["load_average"],
-                                                      "rows": s["rows"]}
-                lines += goal_lines(agg, f"main {model} batch {batch} (load {s['load_average']['before']})")
-                rows_all += s["rows"]
+            print(summary_table(s), flush=True)
+            agg = aggregate_rows(s["rows"])
+            report["main"][f"{model}/b{batch}"] = {"aggregates": agg, "load_average": s["load_average"],
+                                                  "rows": s["rows"]}
+            lines += goal_lines(agg, f"main {model} batch {batch} (load {s['load_average']['before']})")
+            rows_all += s["rows"]
         agg = aggregate_rows(rows_all)
         report["main_aggregates"] = agg
         lines += goal_lines(agg, "main, all models and batches")
@@ -277,14 +392,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if "grid" in parts:
         print("\n== grid: held-out configurations ==", flush=True)
-        batches, micros = ((16, 64), (2, 8)) if q else ((16, 32, 64, 96, 128), (1, 2, 4, 8))
-        devices = ("cpu:2",) if q else ("cpu:2", "cpu:3")
-        configs = grid_configs(models, list(batches), list(micros), list(devices))
-        if q:  # two configurations, three schedules each
-            configs = configs[:2]
-            for c in configs:
-                c["schedules"] = ",".join(c["schedules"].split(",")[:3])
-        configs = spread(configs, args.grid_sample)
+        configs = plan["grid"]
         cal: dict[tuple[str, str], dict[str, str]] = {}
         rows_all = []
         report["grid"] = []
@@ -301,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{c['model']}-{c['devices'].replace(':', '')}-b{c['batch']}-m{c['micro']}"
             try:
                 s = run_validate(out / "grid" / name, model=c["model"], devices=c["devices"], batch=c["batch"],
-                                 micro=c["micro"], iterations=iters, repeats=K, schedules=c["schedules"],
+                                 micro=c["micro"], iterations=c["iterations"], repeats=K, schedules=c["schedules"],
                                  reuse=cal[key])
             except Exception as exc:  # noqa: BLE001 - one bad configuration does not end the campaign
                 print(f"  {name}: failed: {exc}", flush=True)
@@ -336,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     la = report["loads"]
     loads = ", ".join(f"{k} {v['load_average']}" for k, v in la.items())
-    print(f"loads: {loads}; {report['elapsed_s'] / 60:.1f} min; {out / 'fidelity.json'}")
+    print(f"loads: {loads}; {report['elapsed_s'] / 60:.1f} min (estimated {est['total'] / 60:.1f} min); "
+          f"{out / 'fidelity.json'}")
     if q:
         print("(--quick: a check of the campaign, not evidence for the goals)")
     return 0
