@@ -6,10 +6,15 @@ Run it on a quiet machine (``/work/shared/tools/quiet run python -m benchmarks.b
 it also waits itself until the 1-minute load average is below ``--max-load`` (or
 ``--wait`` seconds passed) and prints the load before and after every part.
 
-1. **main**: ``validate`` on 2 CPU ranks, every schedule, LeNet-5 and ResNet-20 at
-   batch 32 and 128 (M = 4), K >= 5 interleaved repeats (``--repeats``): iteration
-   time, utilization, speed-up, peak memory and replay error per schedule, the noise
-   floor of each, and the aggregates next to the goals.
+0. **plan**: one whole-model training step per (model, batch) is timed first; each run
+   gets the iterations for about ``--target-s`` seconds of measured time (12..200,
+   :mod:`benchmarks.fidelity_scope`) and the estimated duration of every part is
+   printed before anything runs (``--estimate``: only that).
+1. **main**: ``validate`` on 2 CPU ranks, the ten original schedules plus the newer
+   ones this build has (``--schedules``), LeNet-5 and ResNet-20 at batch 32 and 128
+   (M = 4), K >= 5 interleaved repeats (``--repeats``): iteration time, utilization,
+   speed-up, peak memory and replay error per schedule, the noise floor of each, and
+   the aggregates next to the goals.
 2. **grid** (held-out configurations): batch 16, 32, 64, 96, 128, M in {1, 2, 4, 8}, S = 2 on 2
    ranks and S = 3 on 3 ranks, both models, every schedule. The cost model is
    calibrated once per model and device count (profile over every batch size the grid
@@ -21,8 +26,9 @@ it also waits itself until the 1-minute load average is below ``--max-load`` (or
    ResNet-20 >= 1.85x) and ``gpipe``/``1f1b`` vs ``torch.distributed.pipelining``
    (ResNet-20, M = 4, >= 1.0x), medians of ``--rounds`` interleaved rounds.
 
-``--quick`` (a few minutes): LeNet-5 only, batch 32, 16 iterations, 2 repeats, two
-grid configurations, one executor round with short runs. It checks the campaign end
+``--quick`` (a few minutes): LeNet-5 only, batch 32, 8..16 iterations, 2 repeats, the
+ten schedules and two newer ones, two grid configurations, one executor round with
+short runs. It checks the campaign end
 to end; its numbers are not the goals' evidence.
 
 Everything lands in ``--out`` (one ``validate`` folder per run, ``fidelity.json``).
@@ -245,7 +251,7 @@ def main_schedules(names: str | None, quick: bool) -> list[str]:
         return names.split(",")
     have = set(schedule_names())
     new = [n for n in NEWER_SCHEDULES if n in have]
-    return [*ORIGINAL_SCHEDULES, *new[:1 if quick else None]]
+    return [*ORIGINAL_SCHEDULES, *new[:2 if quick else None]]
 
 
 def plan_campaign(args: argparse.Namespace, models: list[str], parts: set[str], K: int,
