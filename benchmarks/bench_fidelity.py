@@ -342,10 +342,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="main part: comma list or 'all' (default: the ten original ones and a few newer ones)")
     p.add_argument("--grid-sample", type=int, default=None, help="grid configurations to run (default all)")
     p.add_argument("--max-load", type=float, default=float(os.environ.get("QUIET_LOAD", 0.6)))
-    p.add_argument("--wait", type=float, default=900.0, help="seconds to wait for a quiet machine")
+    p.add_argument("--wait", type=float, default=None,
+                   help="seconds to wait for a quiet machine (default 900; --quick: 30)")
     p.add_argument("--estimate", action="store_true", help="print the plan and its estimated duration; run nothing")
     args = p.parse_args(argv if argv is not None else (sys.argv[1:] if __name__ == "__main__" else ["--quick"]))
     q = args.quick
+    if args.wait is None:
+        args.wait = 30.0 if q else 900.0
     K = args.repeats or (2 if q else 5)
     rounds = args.rounds or (1 if q else 5)
     models = (args.models or ("lenet5" if q else "lenet5,resnet20")).split(",")
