@@ -3,8 +3,9 @@
 No schedule logic lives here: the order is ``sched.device_actions[rank]``, the
 weight versions and mitigations are :class:`StageRuntime`'s (the same code the
 emulator runs), and this module only moves tensors. The dispatcher calls
-``_F``, ``_LOSS``, ``_B``, ``_U``, ``_SEND_F``, ``_RECV_F``, ``_SEND_B``,
-``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind.
+``_F``, ``_LOSS``, ``_B``, ``_I``, ``_W``, ``_U``, ``_SEND_F``, ``_RECV_F``,
+``_SEND_B``, ``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind (``I``/``W``:
+the two halves of a split backward, :mod:`stalesim.runtime.stage`).
 
 Inputs and labels: only stage 0 reads the data: each ``F`` reads just its
 (worker, micro-batch) slice of batch t (``BatchStream.part``, bit-identical to
@@ -195,7 +196,7 @@ class Rank:
         self._post_ahead()
         self._resume_comm()
         texts = self.texts
-        compute = (Kind.F, Kind.B, Kind.U, Kind.LOSS)
+        compute = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS)
         for i in range(self.index, len(acts)):
             a = acts[i]
             label = texts[i]
@@ -369,6 +370,29 @@ class Rank:
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 
+    def _I(self, a: Action) -> None:
+        """Input gradient only (split backward); the output gradient arrives as for B."""
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        rt = self.rts[(w, s)]
+        st = self.store
+        if rt.is_loss_stage:
+            gy = None
+        else:
+            nxt = (w, s + 1, t, m)
+            if nxt in st.grads_out:
+                gy = st.grads_out.pop(nxt)
+            else:
+                gy = st.grads_in.pop((w, s, t, m))
+                self.msg_mem.pop(("B", w, s, t, m), None)  # the deferred record holds it now
+        gx = rt.backward_input(a, gy)
+        if s > 0 and not self.sched.local_loss and gx is not None:
+            st.grads_out[(w, s, t, m)] = gx
+
+    def _W(self, a: Action) -> None:
+        """The deferred weight gradient; the loss labels are no longer needed after it."""
+        self.rts[(a.worker, a.stage)].backward_weight(a)
+        self.loss_labels.pop((a.worker, a.stage, a.batch, a.micro), None)
+
     def _U(self, a: Action) -> None:
         self.rts[(a.worker, a.stage)].update(a)
 
@@ -433,16 +457,24 @@ class Rank:
         """Bytes this rank holds now, by unique storage (:mod:`stalesim.runtime.memory`);
         ``parts`` (if given) receives them by component (the memory model's)."""
         seen: dict[int, int] = {}
+        deferred: dict[int, int] = {}  # the gradients a deferred W reads
         stash = grads = ar = 0
         for key, rt in self.rts.items():
             for rec in rt.inflight.values():
                 seen.update(rec.storages)
+            for rec in rt.deferred.values():  # split backward: I ran, W pending
+                seen.update(rec.storages)
+                for g in [*(rec.seg_grads or ()), rec.extra.get("grad_out")]:
+                    if g is not None:
+                        deferred[int(g.untyped_storage().data_ptr())] = int(g.untyped_storage().nbytes())
             if rt.stash:
                 stash += rt.stash_bytes()
             gb = self.grad_bytes[key]
             for buf in rt.buffers.values():  # a gradient has its parameter's size
                 grads += sum(b for g, b in zip(buf, gb) if g is not None)
         acts = sum(seen.values())
+        dw = sum(v for k, v in deferred.items() if k not in seen)
+        seen.update(deferred)
         seen.update(self.msg_mem.values())
         st = self.store
         if st.grads_out or (st.outputs and self.sched.local_loss):
@@ -455,7 +487,7 @@ class Rank:
         total = self.static_bytes + stash + grads + ar + sum(seen.values())
         if parts is not None:
             parts.update(static=self.static_bytes, stash=stash, gradients=grads, activations=acts,
-                         comm_buffers=total - self.static_bytes - stash - grads - acts)
+                         deferred_w=dw, comm_buffers=total - self.static_bytes - stash - grads - acts - dw)
         return total
 
     def _track_memory(self) -> None:

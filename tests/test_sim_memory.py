@@ -34,7 +34,7 @@ def test_simultaneous_peak_never_exceeds_the_sum_of_component_maxima():
     totals = []
     for smp in memory_series(sched)[0]:
         t = 0
-        for _w, _s, alive, fl, g, ar in smp.stages:
+        for _w, _s, alive, fl, g, ar, _dw in smp.stages:
             t += 100 * alive + 100 * g + 200 + 10 * fl + 100 * ar
         t += 7 * len(smp.messages)
         totals.append(t)

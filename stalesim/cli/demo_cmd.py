@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
     p.add_argument("--repeats", type=int, default=3,
                    help="measured runs per validated schedule (interleaved; the noise floor)")
-    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd",
+    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v",
                    help="schedules to validate on 2 ranks (or all)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
@@ -50,8 +50,9 @@ def schedule_table(stages: int) -> str:
 
     rows = [("schedule", "policy", "staleness per stage", "v_B != v_F on stages", "what")]
     for name in schedule_names():
-        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
-                                                     microbatches=stages, workers=2))
+        spec = get_spec(name)  # virtual stages: `stages` devices of V chunks each
+        sched = build_schedule(spec.config(stages=stages * spec.stages_per_device,
+                                           batches=4 * stages + 4, microbatches=stages, workers=2))
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))

@@ -5,7 +5,8 @@ lowered action list in order; an action starts when the device has finished
 the previous one and its dependencies (``stalesim.schedule.deps.dependencies``,
 the single definition of the IR's semantics) are met, and holds its resources:
 
-* **compute** (one per device): F, B, U and LOSS hold it for their duration;
+* **compute** (one per device): F, B, I, W, U and LOSS hold it for their duration
+  (I and W: the split backward's halves, :meth:`StageCosts.split_ns`);
   on hardware without copy engines a transfer also takes ``occupancy x T`` of
   the core on both ends, queued FIFO on the core when the transfer starts;
 * **channels** (links, see :class:`~stalesim.sim.model.SimHardware` for the
@@ -48,7 +49,7 @@ from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes
 COMPUTE, SEND, RECV, AR, ARW = 0, 1, 2, 3, 4
-_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3}
+_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3, Kind.I: 4, Kind.W: 5}
 _COMM_TRACK = frozenset({Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B, Kind.AR, Kind.ARW})
 
 
@@ -215,7 +216,9 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     coll_done = [-1] * prog.n_colls
     coll_start = [-1] * prog.n_colls
     coll_ev: list[simpy.Event | None] = [None] * prog.n_colls
-    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S]
+    bi, bw = costs.split_ns()
+    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
+                 list(bi), list(bw)]
     # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
     gaps, cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
     has_gap = any(v for op in gaps for row in op for v in row)
@@ -385,7 +388,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     return Timeline(prog, start, end, xfer, coll_span, cpu_jobs, makespan, batch_done, busy)
 
 
-_OP_KINDS = ((("F", "B", "U", "LOSS")), ("SEND_F", "SEND_B"), ("RECV_F", "RECV_B"), ("AR",), ("ARW",))
+_OP_KINDS = ((("F", "B", "U", "LOSS", "I", "W")), ("SEND_F", "SEND_B"), ("RECV_F", "RECV_B"), ("AR",), ("ARW",))
 
 
 def _op_tables(table: dict[str, tuple[int, ...]], S: int) -> list[list[list[int]]]:

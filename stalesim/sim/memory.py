@@ -11,7 +11,10 @@ this module turns it into bytes, counting what the executor's accounting counts
 * weight versions: params x (versions alive - 1) stashed beside the live ones;
 * gradients: params x gradient buffers alive;
 * activations: the stage's ``saved_bytes`` (one in-flight action batch: its input,
-  output and the tensors saved for its backward) x in flight;
+  output and the tensors saved for its backward) x in flight (from F until the
+  backward completes: B, or W for a split backward);
+* deferred weight gradients: per (micro-)batch whose ``I`` ran and ``W`` not yet,
+  the gradients W reads (:meth:`StageCosts.deferred_w_bytes`);
 * communication buffers: every receive buffer posted or received and not yet
   consumed (``recv_ahead`` kept posted), input gradients awaiting their send and
   sent messages not yet released (:mod:`stalesim.schedule.completion`), plus one
@@ -31,7 +34,7 @@ from stalesim.schedule.ir import Schedule
 from stalesim.schedule.liveness import StageLiveness, memory_series, stage_liveness
 from stalesim.sim.model import StageCosts
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers")
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "deferred_w", "comm_buffers")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
         counts = stage_liveness(sched)
     bb = costs.buffer_bytes or (0,) * costs.stages
     msg = costs.msg_bytes
+    dw = costs.deferred_w_bytes()
     peaks: list[int] = []
     breakdown: list[dict[str, int]] = []
     for samples in memory_series(sched, recv_ahead=recv_ahead):
@@ -62,12 +66,13 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
         best_total = -1
         for smp in samples:
             b = dict.fromkeys(COMPONENTS, 0)
-            for _w, s, alive, in_flight, grads, ar in smp.stages:
+            for _w, s, alive, in_flight, grads, ar, deferred in smp.stages:
                 pb = costs.param_bytes[s]
                 b["weights"] += pb * alive + bb[s]
                 b["gradients"] += pb * grads
                 b["optimizer"] += round(pb * optimizer_state_factor)
                 b["activations"] += costs.saved_bytes[s] * in_flight
+                b["deferred_w"] += dw[s] * deferred
                 b["comm_buffers"] += pb * ar
             for _kind, s in smp.messages:
                 b["comm_buffers"] += msg[s]
@@ -81,4 +86,5 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
 
 def _counts(c: StageLiveness) -> dict[str, int]:
     return {k: getattr(c, k) for k in ("stage", "worker", "versions_kept", "grad_buffers",
-                                       "max_in_flight", "comm_messages", "allreduce_in_flight")}
+                                       "max_in_flight", "comm_messages", "allreduce_in_flight",
+                                       "deferred_w")}

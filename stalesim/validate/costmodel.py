@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
-KINDS = ("F", "B", "U", "LOSS")
+KINDS = ("F", "B", "U", "LOSS", "I", "W")  # I, W: the halves of a split backward
 
 
 @dataclass
@@ -137,9 +137,14 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
             return tuple(round((1 - phi[s]) * a[s] + phi[s] * max(a[s], b[s])) for s in range(S))
 
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
+        bi = mix(alone.split_ns()[0], busy.split_ns()[0])
+        bw = mix(alone.split_ns()[1], busy.split_ns()[1])
     else:
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-    o = {k: cm.overhead_s.get(k, 0.0) for k in KINDS}
+        bi, bw = alone.split_ns()
+    # a split backward's halves are dispatched like a backward: B's overhead each unless measured
+    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in ("I", "W") else 0.0)
+         for k in KINDS}
     dc = dispatch or {}
 
     disp = 0.0 if cm.gaps_s else cm.dispatch_s  # per-kind gaps (runtime_overheads) replace it
@@ -152,6 +157,8 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
     return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
                    b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
                    u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
+                   bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
+                   bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
                    loss_ns=alone.loss_ns + loss_extra)
 
 
@@ -163,7 +170,8 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     """``costs`` with the calibrated per-action runtime costs (never measured on the run
     being predicted):
 
-    * ``gap_ns``: after F/B/U/LOSS the 1-rank run's median gap of that kind; after a send
+    * ``gap_ns``: after F/B/U/LOSS the 1-rank run's median gap of that kind (after I and
+      W: B's, the baseline splits no backward); after a send
       or a receive the loop alone (``gaps_s["comm"]``), plus, after a receive, waiting on
       the sends it releases (:func:`stalesim.schedule.completion.send_release`: how many per
       receive, from the IR) at the calibrated cost of one;
@@ -185,8 +193,10 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     gap: dict[str, list[int]] = {}
     if cm.gaps_s:
         loop = cm.gaps_s.get("comm", min(cm.gaps_s.values()))
-        for k in KINDS:
-            gap[k] = [to_ns(cm.gaps_s.get(k, loop))] * S
+        for k in KINDS:  # the halves of a split backward: B's gap unless measured (the
+            # 1-rank baseline splits no backward)
+            dflt = cm.gaps_s.get("B", loop) if k in ("I", "W") else loop
+            gap[k] = [to_ns(cm.gaps_s.get(k, dflt))] * S
         for k in COMM_KINDS:
             gap[k] = [to_ns(loop)] * S
     com: dict[str, list[int]] = {}
@@ -322,10 +332,10 @@ def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
     stages = sched.stages
     if not overlap:
         return [0.0] * stages
-    if sched.data_parallel or len(overlap) != stages:
+    if sched.data_parallel or len(overlap) != sched.num_devices:
         m = sum(overlap) / len(overlap)
         return [m] * stages
-    return list(overlap)
+    return [overlap[sched.device_of(s, 0)] for s in range(stages)]  # virtual stages: their device
 
 
 def hooked_stages(sched: Any) -> list[bool]:
@@ -339,7 +349,7 @@ def hooked_stages(sched: Any) -> list[bool]:
 
 def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
                        ) -> StageCosts:
-    """Add the measured cost of the version hooks to the F and B of the stages that need them
+    """Add the measured cost of the version hooks to the F and B (I and W) of the stages that need them
     and of reading the data to stage 0's F, and take the LOSS action's cost as measured
     through the runtime (when they were measured)."""
     extra = cm.hook_s.get((tuple(ppv), action_batch))
@@ -350,7 +360,14 @@ def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[i
     hooked = hooked_stages(sched)
     losses = [e["LOSS"] for e in extra if "LOSS" in e]
     data = to_ns(extra[0].get("DATA", 0.0))  # stage 0's F reads its slice of the data
+    # a split backward unpacks the same saved tensors: B's hook cost, shared by I and W in
+    # proportion to their times
+    bi, bw = costs.split_ns()
+    hb = [to_ns(extra[s]["B"]) if hooked[s] else 0 for s in range(costs.stages)]
+    share = [i / (i + w) if i + w > 0 else 0.5 for i, w in zip(bi, bw)]
     return replace(costs,
+                   bi_ns=tuple(i + round(h * f) for i, h, f in zip(bi, hb, share)),
+                   bw_ns=tuple(w + h - round(h * f) for w, h, f in zip(bw, hb, share)),
                    f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) + (data if s == 0 else 0)
                               for s, f in enumerate(costs.f_ns)),
                    b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)),
@@ -364,9 +381,11 @@ def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> 
         return costs
     if len(facts) != costs.stages:
         raise ValueError(f"memory facts for {len(facts)} stages, costs have {costs.stages}")
+    wg = tuple(f.get("deferred_w", 0) for f in facts)
     return replace(costs, param_bytes=tuple(f["params"] for f in facts),
                    saved_bytes=tuple(f["activation"] for f in facts),
-                   buffer_bytes=tuple(f["buffers"] for f in facts))
+                   buffer_bytes=tuple(f["buffers"] for f in facts),
+                   wgrad_bytes=wg if any(wg) else costs.wgrad_bytes)
 
 
 def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[int] | None,
@@ -449,9 +468,12 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
         return to_ns(statistics.median(v)) if v else fallback
 
     losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
+    bi, bw = costs.split_ns()
     out = replace(costs,
                   f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
                   b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                  bi_ns=tuple(med("I", s, bi[s]) for s in range(S)),
+                  bw_ns=tuple(med("W", s, bw[s]) for s in range(S)),
                   u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
                   loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
     if not overheads:
