@@ -14,7 +14,7 @@ def test_sequential_peak_is_after_the_backward():
     sched = build_schedule(ScheduleConfig("sequential", stages=1, batches=3))
     c = uniform_costs(1, 1, 1, param_bytes=100, saved_bytes=10, msg_bytes=7)
     rep = memory_report(sched, c, optimizer_state_factor=2.0)
-    assert rep.breakdown[0] == {"weights": 100, "gradients": 100, "optimizer": 200, "activations": 0,
+    assert rep.breakdown[0] == {"weights": 100, "gradients": 100, "optimizer": 200, "activations": 0, "deferred_w": 0,
                                 "comm_buffers": 0}
     assert rep.peak_bytes == [400]
 

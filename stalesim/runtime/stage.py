@@ -147,7 +147,9 @@ class StageRuntime:
         self.hooks_needed = self._hooks_needed()
         self._seen: dict[int, int] | None = None  # saved storages counted by _pack
         self._saved_cache: dict[tuple, int] = {}  # input shape -> saved bytes (hook-free forwards)
-        self._uid = 0
+        # counted-not-seen keys (< 0), disjoint between the runtimes of one rank (several
+        # stages share a device with virtual stages or fold: the accounting merges their dicts)
+        self._uid = -((worker * num_stages + stage) << 40)
 
     # ------------------------------------------------------------------ hooks
     @staticmethod
