@@ -159,7 +159,7 @@ class MemorySample:
     """
 
     step: int
-    stages: tuple[tuple[int, int, int, int, int, int], ...]
+    stages: tuple[tuple[int, int, int, int, int, int, int], ...]
     messages: tuple[tuple[str, int], ...]
 
 
