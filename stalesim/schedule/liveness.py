@@ -155,12 +155,15 @@ class MemorySample:
     consumed (``RECV_F`` of stage s holds stage s-1's output, ``RECV_B`` of stage s the
     gradient of stage s's output), input gradients awaiting or in a send (``SEND_B``)
     and sent activations whose forward record is gone but whose send is not yet
-    released (``SEND_F``).
+    released (``SEND_F``); ``shared``: one entry s per (micro-)batch whose records on
+    stage s and on stage s + 1 are both alive on this device (virtual stages, fold): the
+    second one's input *is* the first one's output, one storage counted once.
     """
 
     step: int
     stages: tuple[tuple[int, int, int, int, int, int, int], ...]
     messages: tuple[tuple[str, int], ...]
+    shared: tuple[int, ...] = ()
 
 
 def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySample]]:
@@ -255,7 +258,14 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
                 sw = state[(w, ss)]
                 if kind == "SEND_B" or ((t, m) not in sw.pending and (t, m) not in sw.deferred):
                     msgs.append((kind, s))  # a sent activation is extra once its record is gone
-            samples.append(MemorySample(i, tuple(rows), tuple(msgs)))
+            shared: list[int] = []
+            if not local:
+                for (w, s), ss in state.items():
+                    nxt = state.get((w, s + 1))
+                    if nxt is not None:
+                        alive = ss.pending.keys() | ss.deferred.keys()
+                        shared += [s] * len(alive & (nxt.pending.keys() | nxt.deferred.keys()))
+            samples.append(MemorySample(i, tuple(rows), tuple(msgs), tuple(shared)))
         out.append(samples)
     return out
 

@@ -76,6 +76,8 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
                 b["comm_buffers"] += pb * ar
             for _kind, s in smp.messages:
                 b["comm_buffers"] += msg[s]
+            for s in smp.shared:  # one storage: stage s's output is stage s+1's input
+                b["activations"] -= msg[s]
             total = sum(b.values())
             if total > best_total:
                 best, best_total = b, total
