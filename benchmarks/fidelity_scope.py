@@ -92,7 +92,10 @@ class ValidatePlan:
         emulate = (self.schedules + 1) * self.emulate_iterations * self.step_s
         profile = (2 * self.profile_repeats * PROFILE_STEPS_PER_REPEAT * (self.step_s + self.micro_step_s)
                    if self.calibrates else 0.0)
-        return runs + emulate + profile + VALIDATE_FIXED_S
+        # the version-hook / LOSS / data calibration: 18 forward+backward per stage at the
+        # action batch, for about three stage layouts (the shared PPV, virtual stages, dp)
+        hooks = 3 * 18 * self.micro_step_s if self.calibrates else 0.0
+        return runs + emulate + profile + hooks + VALIDATE_FIXED_S
 
 
 def fmt_minutes(seconds: float) -> str:

@@ -71,3 +71,35 @@ def test_folded_device_sums_its_stages():
     rep = memory_report(sched, c)
     assert len(rep.peak_bytes) == 2
     assert rep.breakdown[0]["weights"] == 200
+
+
+def test_split_backward_holds_activations_until_w_and_counts_deferred_gradients():
+    from stalesim.schedule import Kind
+
+    sched = build_schedule(ScheduleConfig("zb-h1", stages=2, batches=2, microbatches=4))
+    seen_deferred = 0
+    for d, samples in enumerate(memory_series(sched)):
+        acts = sched.device_actions[d]
+        for smp in samples:
+            a = acts[smp.step]
+            row = next(r for r in smp.stages if (r[0], r[1]) == (a.worker, a.stage))
+            if a.kind is Kind.I:  # just deferred: in flight still counts it
+                assert row[6] >= 1 and row[3] >= row[6]
+                seen_deferred = max(seen_deferred, row[6])
+    assert seen_deferred >= 1
+    from dataclasses import replace
+
+    c = replace(uniform_costs(2, 1, 1, saved_bytes=10, msg_bytes=0), wgrad_bytes=(1000, 1000))
+    rep = memory_report(sched, c)
+    assert all(b["deferred_w"] % 1000 == 0 for b in rep.breakdown)
+    assert max(b["deferred_w"] for b in rep.breakdown) >= 1000
+
+
+def test_consecutive_stages_on_one_device_share_the_boundary_tensor():
+    sched = build_schedule(ScheduleConfig("zb-v", stages=4, batches=2, microbatches=4))
+    series = memory_series(sched)
+    dev_stages = [{s for s in range(4) if sched.device_of(s, 0) == d} for d in range(2)]
+    for d, samples in enumerate(series):
+        pairs = {s for s in dev_stages[d] if s + 1 in dev_stages[d]}
+        got = {s for smp in samples for s in smp.shared}
+        assert got == pairs  # V placement: device 1 holds stages 1 and 2

@@ -145,7 +145,7 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, out=str(tmp_path),
                          repeats=3)
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
-                   say=lambda _m: None, ppv=[2])
+                   say=lambda _m: None, ppv=[2], ppvs={"stale": [2], "dp": []})
     run_step(v)
     assert calls == [["stale@stale", "dp@dp"],
                      ["baseline@baseline-1rank.r1"], ["dp@dp.r1", "stale@stale.r1"],
