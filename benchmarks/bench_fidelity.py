@@ -369,8 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     if plan["grid"]:
         print(f"  grid: {len(plan['grid'])} configurations")
     est = plan["estimate_s"]
-    print("estimated duration at the speed the step probes saw (load "
-          f"{report['loads']['start']['load_average'][0]}; less on a quiet machine): "
+    print("estimated duration from the step probes (load "
+          f"{report['loads']['start']['load_average'][0]}; meaningful on a quiet machine only: under load "
+          "the 2-rank runs slow down more than the 1-thread probe): "
           + ", ".join(f"{k} {fmt_minutes(v)}" for k, v in est.items()), flush=True)
     if args.estimate:
         return 0

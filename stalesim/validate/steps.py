@@ -305,7 +305,8 @@ def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
     from stalesim.schedule import build_schedule
 
     sched = build_schedule(tc.schedule_config(min(tc.iterations or 4, 8)))
-    key = (sched.stages, tuple(tc.ppv or ()), sched.action_batch_size(tc.batch_size), sched.local_loss)
+    key = (sched.stages, tuple(tc.ppv or ()), sched.action_batch_size(tc.batch_size), sched.local_loss,
+           tuple(sorted(sched.split_stages())))  # split stages also measure what a deferred W holds
     cache = v.mem_facts
     if key not in cache:
         try:
