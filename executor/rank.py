@@ -352,20 +352,24 @@ class Rank:
             del uses[key]
             self.store.labels.pop(key, None)
 
+    def _output_grad(self, a: Action) -> Any:
+        """The gradient of stage ``a.stage``'s output for ``a``'s (micro-)batch: None on the
+        loss stage, else from the next stage on this rank or from the receive."""
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        if self.rts[(w, s)].is_loss_stage:
+            return None
+        st = self.store
+        nxt = (w, s + 1, t, m)
+        if nxt in st.grads_out:
+            return st.grads_out.pop(nxt)
+        self.msg_mem.pop(("B", w, s, t, m), None)  # the backward's record holds it from now on
+        return st.grads_in.pop((w, s, t, m))
+
     def _B(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         rt = self.rts[(w, s)]
         st = self.store
-        if rt.is_loss_stage:
-            gy = None
-        else:
-            nxt = (w, s + 1, t, m)
-            if nxt in st.grads_out:
-                gy = st.grads_out.pop(nxt)
-            else:
-                gy = st.grads_in.pop((w, s, t, m))
-                self.msg_mem.pop(("B", w, s, t, m), None)
-        gx = rt.backward(a, gy)
+        gx = rt.backward(a, self._output_grad(a))
         self.loss_labels.pop((w, s, t, m), None)
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
@@ -373,18 +377,8 @@ class Rank:
     def _I(self, a: Action) -> None:
         """Input gradient only (split backward); the output gradient arrives as for B."""
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
-        rt = self.rts[(w, s)]
         st = self.store
-        if rt.is_loss_stage:
-            gy = None
-        else:
-            nxt = (w, s + 1, t, m)
-            if nxt in st.grads_out:
-                gy = st.grads_out.pop(nxt)
-            else:
-                gy = st.grads_in.pop((w, s, t, m))
-                self.msg_mem.pop(("B", w, s, t, m), None)  # the deferred record holds it now
-        gx = rt.backward_input(a, gy)
+        gx = self.rts[(w, s)].backward_input(a, self._output_grad(a))
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 

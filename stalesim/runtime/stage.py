@@ -394,17 +394,22 @@ class StageRuntime:
             self._unpack_weights = None
         gx = grads[0] if want_x else None
         wgrads = grads[1:] if want_x else grads
-        buf = self.buffers.get(action.batch)
-        if buf is None:
-            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
-        else:
-            for i, g in enumerate(wgrads):
-                if g is not None:
-                    prev = buf[i]
-                    buf[i] = g.detach() if prev is None else prev + g
+        self._accumulate(action.batch, wgrads)
         self.versions_used.append((str(action.with_version(None)), v_b))
         self._release(v_b)
         return gx
+
+    def _accumulate(self, batch: int, wgrads: Any) -> None:
+        """Add weight gradients to batch ``batch``'s buffer (micro-batches, or a split
+        backward's W, accumulate into one gradient per batch; ``U`` applies it)."""
+        buf = self.buffers.get(batch)
+        if buf is None:
+            self.buffers[batch] = [None if g is None else g.detach() for g in wgrads]
+            return
+        for i, g in enumerate(wgrads):
+            if g is not None:
+                prev = buf[i]
+                buf[i] = g.detach() if prev is None else prev + g
 
     def _release(self, version: int) -> None:
         self.need[version] -= 1
@@ -511,14 +516,7 @@ class StageRuntime:
         finally:
             self._unpack_weights = None
         rec.extra.pop("grad_out", None)
-        buf = self.buffers.get(action.batch)
-        if buf is None:
-            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
-        else:
-            for i, g in enumerate(wgrads):
-                if g is not None:
-                    prev = buf[i]
-                    buf[i] = g.detach() if prev is None else prev + g
+        self._accumulate(action.batch, wgrads)
         self.versions_used.append((str(action.with_version(None)), rec.v_b))
         self._release(rec.v_b)
 
