@@ -290,14 +290,15 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
     torch.set_num_threads(threads)
     try:
         n = 2 * repeats + 2
-        cfg = TrainConfig(model=model, schedule="gpipe", ppv=list(ppv) or None, stages=None if ppv else 1,
-                          microbatches=1, iterations=n, batch_size=batch, dtype=dtype).check()
+        cfg = TrainConfig(model=model, dataset="synthetic", schedule="gpipe", ppv=list(ppv) or None,
+                          stages=None if ppv else 1, microbatches=1, iterations=n, batch_size=batch,
+                          dtype=dtype).check()
         sched = build_schedule(cfg.schedule_config(n))
         mods = build_stage_modules(cfg, sched)
         rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu", total=n)
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn((batch, *mods.model.input_shape), generator=g).to(cfg.torch_dtype)
-        y = torch.randint(0, cfg.num_classes, (batch,), generator=g)
+        from stalesim.runtime.memfacts import sample_batch
+
+        x, y = sample_batch(mods.model, batch, cfg.torch_dtype)
         out: list[dict[str, float]] = []
         for s in range(sched.stages):
             rt = rts[s]
@@ -348,9 +349,13 @@ def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part:
                       iterations=repeats + 2, batch_size=batch, dtype=dtype,
                       synthetic_size=max(4 * batch, 256)).check()
     stream = batch_stream(cfg, input_shape=build_model(model, seed=0).input_shape)
+    read = getattr(stream, "part", None)  # as the executor's stage 0 reads (executor.rank._input)
     times = []
     for t in range(repeats + 2):
         t0 = time.perf_counter()
-        stream.part(t, 0, part)
+        if read is not None:
+            read(t, 0, part)
+        else:
+            stream(t)[0][:part].clone()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[2:])
