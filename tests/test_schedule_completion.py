@@ -15,9 +15,10 @@ def _sched(name: str, S: int = 2):
     from stalesim.schedule import get_spec
 
     spec = get_spec(name)
-    return build_schedule(ScheduleConfig(name, stages=1 if spec.data_parallel else S, batches=8,
-                                         microbatches=2 if spec.uses_micro else 1,
-                                         workers=S if spec.data_parallel else 1))
+    if spec.data_parallel:
+        return build_schedule(ScheduleConfig(name, stages=1, batches=8, workers=S))
+    # S devices: S x V stages for a schedule with V chunks per device
+    return build_schedule(spec.config(stages=S * spec.stages_per_device, batches=8, microbatches=2))
 
 
 def test_gpipe_sends_are_confirmed_by_the_next_message_back() -> None:
