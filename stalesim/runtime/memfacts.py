@@ -74,8 +74,9 @@ def sample_batch(model: Any, batch: int, dtype: torch.dtype, seed: int = 0) -> t
     language model, ``model.input_dtype``) and labels of ``model.label_shape`` per sample
     (classes, or next-token targets) in the range of the model's output."""
     g = torch.Generator().manual_seed(seed)
+    ex = model.example_input(1)
     with torch.no_grad():
-        classes = int(model(model.example_input(1)).shape[-1])
+        classes = int(model(ex.to(dtype) if ex.is_floating_point() else ex).shape[-1])
     if model.input_dtype is not None and not model.input_dtype.is_floating_point:
         x = torch.randint(0, classes, (batch, *model.input_shape), generator=g, dtype=model.input_dtype)
     else:
