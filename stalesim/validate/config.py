@@ -43,7 +43,10 @@ class ValidateConfig:
     emulate_iterations: int = 10
     seed: int = 0
     lr: float = 0.01
-    repeats: int = 5
+    # measured runs per schedule, interleaved round-robin (median + noise floor); see
+    # docs/validate.md "Measurement protocol". Not the profile's repeats (profile_repeats).
+    repeats: int = 3
+    profile_repeats: int = 5  # timed rounds of the per-layer profile
     hardware: str | None = None  # reuse a calibration (HW.json) instead of measuring
     profile: str | None = None  # reuse a profile (same device and thread count) instead of measuring
     contended_profile: str | None = None  # and its contended twin
@@ -117,7 +120,7 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())})")
     if cfg.dataset not in DATASETS:
         raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
-    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats"):
+    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats", "profile_repeats"):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise StalesimError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {v!r}")
