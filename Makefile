@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test test-fast lint bench figures clean
+.PHONY: install demo test test-fast lint bench figures tables reproduce-gpu reproduce-gpu-plan clean
 
 install: $(STAMP)
 
@@ -39,6 +39,19 @@ bench: install
 
 figures: install
 	$(PY) -m stalesim figures --out figures
+
+# regenerate docs/RESULTS.md's tables from the stored artifacts (tests check they are equal)
+tables: install
+	$(PY) -m stalesim.reproduce tables --write
+
+# the stale-weights paper's CIFAR-10 experiments on one GPU (and its 2-GPU table when two GPUs
+# are visible); resumable, prints a time estimate first. See docs/reproduce-gpu.md.
+reproduce-gpu: install
+	$(PY) -m stalesim.reproduce gpu $(REPRODUCE_ARGS)
+
+# the plan and the time estimate only, e.g. make reproduce-gpu-plan REPRODUCE_ARGS="--gpu a100-40gb-sxm"
+reproduce-gpu-plan: install
+	$(PY) -m stalesim.reproduce gpu --dry-run $(REPRODUCE_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

@@ -37,9 +37,29 @@ def test_list_and_unknown(capsys, tmp_path):
         make_figures(tmp_path, ["nope"])
 
 
-def test_hybrid_fraction_is_about_half():
-    for r in STALE_2GPU:
-        assert 0.45 < implied_pipelined_fraction(r["speedup_pipelined"], r["speedup_hybrid"]) < 0.55
+def test_implied_fraction_inverts_the_hybrid_speedup():
+    # hybrid = 1 / (f/p + 1 - f) for a run pipelined (speed-up p) for a fraction f of it
+    for p in (1.5, 1.65, 1.82, 3.0):
+        for f in (0.1, 0.5, 0.9):
+            hybrid = 1.0 / (f / p + 1.0 - f)
+            assert implied_pipelined_fraction(p, hybrid) == pytest.approx(f, rel=1e-12)
+    assert implied_pipelined_fraction(1.65, 1.65) == pytest.approx(1.0)  # hybrid as fast: all pipelined
+    assert implied_pipelined_fraction(1.65, 1.0) == pytest.approx(0.0)   # no gain: never pipelined
+
+
+def test_simulated_hybrid_at_half_gives_fraction_about_half(tmp_path):
+    # the simulator's hybrid with the switch at N/2 (what the 2-GPU figure runs) implies f of
+    # 0.49-0.56 when fed back through the paper's formula (not exactly 0.5: the unpipelined half
+    # still runs on 2 devices and pays the activation transfer, and the switch drains the pipe);
+    # the paper's own pair gives 0.49-0.50
+    out = _with_profiles(tmp_path)
+    make_figures(out, ["predicted_speedup_resnet_2gpu"], log=lambda m: None)
+    for r in _read(out / "predicted_speedup_resnet_2gpu.csv"):
+        if r["link"].startswith("nvlink"):  # transfers cheap: the two phases are the whole story
+            f = implied_pipelined_fraction(float(r["pred_speedup_stale"]), float(r["pred_speedup_hybrid"]))
+            assert 0.45 < f < 0.6, (r["model"], r["device"], f)
+    paper_f = [implied_pipelined_fraction(r["speedup_pipelined"], r["speedup_hybrid"]) for r in STALE_2GPU]
+    assert [round(f, 2) for f in paper_f] == [0.49, 0.49, 0.49, 0.50]
 
 
 def test_staleness_and_memory_figures(tmp_path):
@@ -49,10 +69,17 @@ def test_staleness_and_memory_figures(tmp_path):
     rows = list(_read(out / "staleness_table.csv"))
     stale = [int(r["staleness"]) for r in rows if r["schedule"] == "stale"]
     assert stale == [6, 4, 2, 0]  # 2(S-1-s) at S = 4, derived from the IR
+    # hybrid: both phases, the stale one and the sequential one after the switch
+    hybrid = {r["phase"]: [int(q["staleness"]) for q in rows if q["row"] == r["row"]]
+              for r in rows if r["schedule"] == "hybrid"}
+    assert len(hybrid) == 2
+    before, after = (v for k, v in sorted(hybrid.items(), key=lambda kv: not kv[0].startswith("before")))
+    assert before == [6, 4, 2, 0] and after == [0, 0, 0, 0]
     mem = {r["model"]: r for r in _read(out / "memory_stale_vs_stash.csv")}
     assert set(mem) == {"lenet5", "alexnet", "vgg16", "resnet20"}
-    # weights in the model match the paper's Table 9 to 2 %
-    assert abs(float(mem["alexnet"]["weights_mib"]) * 2**20 / 1e6 / 88.87 - 1) < 0.06
+    # AlexNet's weights match the paper's Table 9 (88.87 "MB") to 0.2 % read as MiB; as 10^6-byte
+    # MB they would be 4.7 % off, so the paper's MB are MiB
+    assert abs(float(mem["alexnet"]["weights_mib"]) / 88.87 - 1) < 0.002
     assert mem["lenet5"]["stale_in_flight"] == "3 1" and mem["lenet5"]["pipedream_versions_kept"] == "2 1"
 
 
@@ -88,3 +115,22 @@ def test_study_reader(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert lenet5_accuracy_vs_depth(empty, roots=(tmp_path / "none",)) == []
+
+
+def test_merge_coincident_names_hidden_lines():
+    from stalesim.figures.common import merge_coincident
+
+    got = merge_coincident([("a", [1, 2], [1.0, 2.0]), ("b", [1, 2], [1.0, 2.0]), ("c", [1, 2], [1.0, 2.005]),
+                            ("d", [1, 2], [3.0, 4.0])])
+    assert got == [("a ≈ b ≈ c", [1, 2], [1.0, 2.0]), ("d", [1, 2], [3.0, 4.0])]
+    # exact only: c is 0.25 % off, so it stays its own line
+    assert [lab for lab, *_ in merge_coincident([("a", [1], [2.0]), ("c", [1], [2.005])], rtol=1e-6)] == ["a", "c"]
+
+
+def test_schedules_figure_names_its_ppv_and_merges(tmp_path):
+    out = _with_profiles(tmp_path)
+    make_figures(out, ["predicted_speedup_schedules"], log=lambda m: None)
+    rows = _read(out / "predicted_speedup_resnet56_h100-sxm.csv")
+    s2 = {r["schedule"]: r for r in rows if r["stages"] == "2"}
+    assert s2["stale"]["ppv"] == "27"  # the balanced split, which the title states
+    assert s2["stale"]["speedup"] == s2["pipedream"]["speedup"]  # drawn as one line "pipedream = stale"

@@ -100,29 +100,61 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, A
     cfg = TrainConfig.from_dict(cfg_dict)
     summary = emulate(cfg, out=out, progress=False)
     summary["run_id"] = run_id
+    summary["config"] = cfg_dict
     return summary
 
 
+def finished_runs(out: Path, points: dict[str, dict]) -> list[dict]:
+    """Summaries already in ``out/results.jsonl`` for these points (a resumed study skips them).
+
+    ``points`` maps run id -> config dict. A line is kept only when its run id is in the grid
+    and the config it ran with (``config``) equals the grid's, so a study re-run with other
+    settings into the same folder runs everything again instead of mixing old results in. A
+    line that does not parse (each line is one ``write``, but a hand-edited file can) is dropped.
+    """
+    path = out / "results.jsonl"
+    if not path.exists():
+        return []
+    done: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("run_id") in points \
+                and rec.get("config") == points[rec["run_id"]]:
+            done[rec["run_id"]] = rec
+    return list(done.values())
+
+
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
-              progress: bool | None = None, mitigation_of: dict[str, str] | None = None) -> list[dict]:
-    """Run every point (``jobs`` processes), return the summaries (also results.jsonl)."""
+              progress: bool | None = None, mitigation_of: dict[str, str] | None = None,
+              resume: bool = True) -> list[dict]:
+    """Run every point (``jobs`` processes), return the summaries (also results.jsonl).
+
+    With ``resume`` (the default) the runs whose summary is already in ``results.jsonl`` are
+    kept and not run again, so an interrupted study continues where it stopped.
+    """
     check_writable_dir(out)
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
-    results: list[dict] = []
+    results: list[dict] = finished_runs(out, {rid: json.loads(json.dumps(cfg.to_dict())) for rid, cfg in points}) \
+        if resume else []
+    done_ids = {r["run_id"] for r in results}
+    todo = [(rid, cfg) for rid, cfg in points if rid not in done_ids]
     show = progress if progress is not None else sys.stderr.isatty()
     bar = None
     if show:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), unit="run", file=sys.stderr, desc="study")
+        bar = tqdm(total=len(todo), unit="run", file=sys.stderr, desc="study")
     t0 = time.perf_counter()
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
-            AppendLog(out / "results.jsonl") as log:
+            AppendLog(out / "results.jsonl", initial=[json.dumps(r) for r in results]) as log:
         futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads): rid
-                for rid, cfg in points}
+                for rid, cfg in todo}
         for fut in as_completed(futs):
             rid = futs[fut]
             res = fut.result()

@@ -90,3 +90,38 @@ def fmt_mb(nbytes: float) -> str:
 
 def first(items: Iterable[Any], default: Any = None) -> Any:
     return next(iter(items), default)
+
+
+def merge_coincident(series: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+                     rtol: float = 0.01) -> list[tuple[str, list[float], list[float]]]:
+    """Join series that would be drawn on top of each other into one, labelled ``a = b``.
+
+    ``series`` is ``(label, xs, ys)``; two series coincide when their xs are equal and every y
+    agrees within ``rtol`` (relative): joined with `` = `` when equal to 1e-6, else `` ≈ ``. A
+    plot that draws coincident lines separately hides all but the last one; one line with the
+    joined label says they are the same.
+    """
+    merged: list[tuple[list[str], list[float], list[float], bool]] = []
+
+    def close(a: float, b: float, tol: float) -> bool:
+        return abs(a - b) <= tol * max(abs(a), abs(b), 1e-300)
+
+    for label, xs, ys in series:
+        for k, (labels, mx, my, exact) in enumerate(merged):
+            if list(mx) == list(xs) and all(close(a, b, rtol) for a, b in zip(my, ys, strict=True)):
+                labels.append(label)
+                merged[k] = (labels, mx, my, exact and all(close(a, b, 1e-6) for a, b in zip(my, ys, strict=True)))
+                break
+        else:
+            merged.append(([label], list(xs), list(ys), True))
+    return [((" = " if exact else " ≈ ").join(labels), mx, my) for labels, mx, my, exact in merged]
+
+
+def plain_log_ticks(ax, axis: str = "both") -> None:
+    """Log axes with plain numbers (2, 4, 8) instead of 2x10^0-style labels."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
+    for a in ((ax.xaxis, ax.yaxis) if axis == "both" else (ax.xaxis,) if axis == "x" else (ax.yaxis,)):
+        a.set_major_formatter(fmt)
+        a.set_minor_formatter(NullFormatter())

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.figures import paper
-from stalesim.figures.common import pyplot, save, shape_profile, write_csv
+from stalesim.figures.common import merge_coincident, plain_log_ticks, pyplot, save, shape_profile, write_csv
 
 GPU_WHATIFS = (  # (device, link): the 2-GPU what-ifs (roofline from the shape profile)
     ("v100-sxm2", "pcie3-x16"),
@@ -52,15 +52,31 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     from stalesim.schedule import build_schedule, get_spec, schedule_names
 
     rows = []
-    names = schedule_names()
-    for name in names:
-        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
-                                                     microbatches=stages, workers=2))
-        st = sched.versions.staleness()
-        inc = set(sched.versions.inconsistent_stages())
-        for s, v in enumerate(st):
-            rows.append({"schedule": name, "policy": str(sched.policy), "stages": len(st), "stage": s,
-                         "staleness": v, "weight_inconsistent": s in inc})
+    names: list[str] = []  # one per plotted row: a switching schedule gets one row per phase
+    for name in schedule_names():
+        spec = get_spec(name)
+        sched = build_schedule(spec.config(stages=stages, batches=4 * stages + 4,
+                                           microbatches=stages, workers=2))
+        vt = sched.versions
+        phases = [("", None)]
+        if spec.switches:
+            sw = sched.config.switch
+            phases = [(f" (before switch: {name})", lambda t, sw=sw: t < sw),
+                      (f" (after switch: {spec.switch_to})", lambda t, sw=sw: t >= sw)]
+        for suffix, keep in phases:
+            label = name + (suffix.replace(f": {name})", ")") if suffix else "")
+            names.append(label)
+            st = [0] * stages
+            inc: set[int] = set()
+            for key in vt.vf:
+                if keep is None or keep(key[2]):
+                    st[key[1]] = max(st[key[1]], vt.staleness_of(key))
+                    if vt.vb[key] != vt.vf[key]:
+                        inc.add(key[1])
+            for sidx, v in enumerate(st):
+                rows.append({"schedule": name, "phase": suffix.strip(" ()") or "whole run",
+                             "row": label, "policy": str(sched.policy), "stages": len(st), "stage": sidx,
+                             "staleness": v, "weight_inconsistent": sidx in inc})
     csv_path = write_csv(out / "staleness_table.csv", rows)
     plt = pyplot()
     import numpy as np
@@ -68,18 +84,19 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     grid = np.full((len(names), stages), np.nan)
     for r in rows:
         if r["stage"] < stages:
-            grid[names.index(r["schedule"]), r["stage"]] = r["staleness"]
-    fig, ax = plt.subplots(figsize=(5.2, max(4.2, 0.28 * len(names) + 1.0)))  # a row per schedule
+            grid[names.index(r["row"]), r["stage"]] = r["staleness"]
+    fig, ax = plt.subplots(figsize=(6.2, max(4.6, 0.28 * len(names) + 1.2)))  # a row per schedule (phase)
     im = ax.imshow(grid, cmap="Oranges", aspect="auto", vmin=0)
     for i in range(len(names)):
         for j in range(stages):
             if not np.isnan(grid[i, j]):
-                inc = any(r["schedule"] == names[i] and r["stage"] == j and r["weight_inconsistent"]
+                inc = any(r["row"] == names[i] and r["stage"] == j and r["weight_inconsistent"]
                           for r in rows)
                 ax.text(j, i, f"{int(grid[i, j])}{'*' if inc else ''}", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(stages), [f"s={j}" for j in range(stages)])
     ax.set_yticks(range(len(names)), names)
-    ax.set_title(f"staleness u-1-v_F per stage, S={stages} (* = v_B != v_F)")
+    ax.set_title(f"staleness u-1-v_F per stage, S={stages}, steady state\n"
+                 "(max over batches of each phase; * = v_B != v_F)", fontsize=9)
     fig.colorbar(im, ax=ax, shrink=0.8)
     return [csv_path, save(fig, out / "staleness_table.png")]
 
@@ -167,17 +184,31 @@ def predicted_speedup_schedules(out: Path, ctx: Ctx, model: str = "resnet56", de
                          "max_staleness": max(r.staleness)})
     csv_path = write_csv(out / f"predicted_speedup_{model}_{device}.csv", rows)
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for name in dict.fromkeys(r["schedule"] for r in rows):
-        rs = [r for r in rows if r["schedule"] == name]
-        lab = name + (f" (M={rs[0]['microbatches']})" if rs[0]["microbatches"] > 1 else "")
-        axes[0].plot([r["stages"] for r in rs], [r["speedup"] for r in rs], "o-", label=lab)
-        axes[1].plot([r["stages"] for r in rs], [r["peak_memory_mib_max"] for r in rs], "o-", label=lab)
-    axes[0].plot([2, 4, 8], [2, 4, 8], ":", color="grey", label="ideal")
-    axes[0].set(xlabel="stages S (devices)", ylabel="predicted speed-up", xticks=[2, 4, 8])
-    axes[1].set(xlabel="stages S (devices)", ylabel="peak memory, max over devices (MiB)", xticks=[2, 4, 8])
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"{model}, batch {BATCH}, {device} (roofline) over {link}", fontsize=9)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    styles = ("o-", "s--", "^-.", "D:", "v-")
+    for ax, key in ((axes[0], "speedup"), (axes[1], "peak_memory_mib_max")):
+        series = []
+        for name in dict.fromkeys(r["schedule"] for r in rows):
+            rs = [r for r in rows if r["schedule"] == name]
+            lab = name + (f" (M={rs[0]['microbatches']})" if rs[0]["microbatches"] > 1 else "")
+            series.append((lab, [r["stages"] for r in rs], [r[key] for r in rs]))
+        # schedules with the same partition and no bubble predict the same time: one line, all named
+        first = [lab for lab, *_ in series]
+        for lab, xs, ys in merge_coincident(series):
+            k = first.index(lab.split(" = ")[0].split(" ≈ ")[0])  # same colour and marker in both panels
+            ax.plot(xs, ys, styles[k % len(styles)], color=f"C{k}", label=lab, ms=5)
+        ax.set_xticks([2, 4, 8])
+        ax.set_xlabel("stages S (devices)")
+        # below the axes: inside, the legend hides the top line's S=8 point
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    axes[0].plot([2, 4, 8], [2, 4, 8], ":", color="grey")
+    axes[0].annotate("ideal (S)", (6.2, 6.6), color="grey", fontsize=7)
+    axes[0].set(ylabel="predicted speed-up over 1 device", title="speed-up")
+    axes[1].set(ylabel="peak memory, max over devices (MiB)", title="peak memory per device")
+    ppv2 = next(r["ppv"] for r in rows if r["stages"] == 2)
+    fig.suptitle(f"{model}, batch {BATCH}, {device} (roofline) over {link}; every schedule on the "
+                 f"FLOP-balanced split (S=2: PPV ({', '.join(map(str, ppv2))}), not the paper's "
+                 f"2-GPU PPV (19))", fontsize=9)
     return [csv_path, save(fig, out / f"predicted_speedup_{model}_{device}.png")]
 
 
@@ -230,7 +261,7 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
     plt = pyplot()
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(8, 3.8))
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
     x = np.arange(len(rows))
     w = 0.12
     series = [("paper_stale_pct", "paper: stale (this work)", "tab:orange", None),
@@ -245,8 +276,12 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
                alpha=1.0 if hatch is None else 0.55, edgecolor="k", lw=0.3)
     ax.set_xticks(x + 3 * w, [f"{r['model']} PPV ({', '.join(map(str, r['ppv']))})" for r in rows])
     ax.set_ylabel("memory increase over non-pipelined (%)")
-    ax.set_title("2 partitions (paper's 4-stage), batch 128: stale weights vs weight stashing", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylim(0, 1.1 * max(max(r[key] for r in rows) for key, *_ in series))
+    ax.set_title("batch 128: stale weights vs weight stashing (PipeDream) on the paper's 2 partitions "
+                 "(its \"4-stage\" PPV),\nand PipeDream on 4 devices (min-max split); "
+                 "sum over devices of the peak / one device - 1", fontsize=9)
+    # below the axes: inside, the legend would hide the tallest bars
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.1))
     return [csv_path, save(fig, out / "memory_stale_vs_stash.png")]
 
 
@@ -313,7 +348,8 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
         point("latency", 4, hw, f"alpha={lat}us, 10GbE bandwidth", "none", 1.0, lat_us=lat, bw=bw10 / 1e9)
     for gbps in (1, 2.5, 5, 10, 25, 50, 100, 200):
         hw = SimHardware(device=device, link=f"{gbps}Gb/s", latency_ns=20_000, bandwidth_Bps=gbps * 1e9 / 8)
-        point("bandwidth", 4, hw, f"{gbps} Gb/s, 20 us", "none", 1.0, lat_us=20, bw=gbps / 8)
+        for comp, f in comps:
+            point("bandwidth", 4, hw, f"{gbps} Gb/s, 20 us", comp, f, lat_us=20, bw=gbps / 8)
     for r in rows:
         ref = next(q for q in rows if q["sweep"] == r["sweep"] and q["link"] == r["link"]
                    and q["workers"] == r["workers"] and q["compression"] == "none")
@@ -321,25 +357,49 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     csv_path = write_csv(out / "pipe_sgd_timing.csv", rows)
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     ax = axes[0]
-    for link, col in (("10gbe", "tab:red"), ("25gbe", "tab:orange"), ("100gbe", "tab:green")):
-        rs = [r for r in rows if r["sweep"] == "cluster" and r["link"] == link and r["compression"] == "none"]
-        ax.plot([r["workers"] for r in rs], [r["sync_scaling"] for r in rs], "o--", color=col, label=f"sync {link}")
-        ax.plot([r["workers"] for r in rs], [r["pipe_scaling"] for r in rs], "o-", color=col, label=f"pipe-sgd {link}")
-    rs = [r for r in rows if r["sweep"] == "cluster" and r["link"] == "10gbe" and r["compression"] == "int8"]
-    ax.plot([r["workers"] for r in rs], [r["pipe_scaling"] for r in rs], "s-", color="k",
-            label="pipe-sgd 10gbe + int8")
-    ax.plot([2, 16], [2, 16], ":", color="grey")
+    cl = [r for r in rows if r["sweep"] == "cluster"]
+    Ps = sorted({r["workers"] for r in cl})
+    series = []
+    for name, key in (("sync", "sync_scaling"), ("pipe-sgd", "pipe_scaling")):
+        for link in ("10gbe", "25gbe", "100gbe"):
+            for comp, _f in comps:
+                if name == "sync" and link != "10gbe" and comp != "none":
+                    continue  # in the CSV; the plot keeps compression for sync at 10GbE only
+                rs = [r for r in cl if r["link"] == link and r["compression"] == comp]
+                series.append((f"{name} {link}" + ("" if comp == "none" else f" {comp}"),
+                               [r["workers"] for r in rs], [r[key] for r in rs]))
+    # coincident lines (e.g. every compute-bound pipe-sgd point) are drawn once with all their names
+    for lab, xs, ys in merge_coincident(series, rtol=1e-6):
+        n_more = lab.count(" = ")
+        shown = lab if n_more < 2 else lab.split(" = ")[0] + f" and {n_more} more, identical (see CSV)"
+        ax.plot(xs, ys, "o-" if lab.startswith("pipe") else "s--", label=shown, ms=4)
+    ax.plot([Ps[0], Ps[-1]], [Ps[0], Ps[-1]], ":", color="grey", label="linear")
     ax.set(xscale="log", yscale="log", xlabel="workers P", ylabel="throughput / one device",
-           title=f"{model} on {device} (roofline), {per_worker_batch}/worker")
-    ax.set_xticks([2, 4, 8, 16], ["2", "4", "8", "16"])
+           title="scaling vs cluster size (none / fp16 / int8)")
+    ax.set_xticks(Ps)
+    plain_log_ticks(ax)
+    ax.legend(fontsize=5.5)
+    ax = axes[1]
+    rs = [r for r in rows if r["sweep"] == "latency"]
+    ax.plot([r["latency_us"] for r in rs], [r["sync_iteration_ms"] for r in rs], "s--", label="synchronous dp")
+    ax.plot([r["latency_us"] for r in rs], [r["pipe_iteration_ms"] for r in rs], "o-", label="pipe-sgd (width 2)")
+    ax.set(xscale="log", yscale="log", xlabel="link latency alpha (us)", ylabel="iteration time (ms), P=4",
+           title="P=4, 10GbE bandwidth, vs link latency")
+    plain_log_ticks(ax)
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    for (comp, _f), col in zip(comps, ("tab:blue", "tab:orange", "tab:green"), strict=True):
+        rs = [r for r in rows if r["sweep"] == "bandwidth" and r["compression"] == comp]
+        ax.plot([r["bandwidth_GBps"] for r in rs], [r["sync_iteration_ms"] for r in rs], "s--", color=col,
+                label=f"synchronous dp, {comp}", ms=4)
+        ax.plot([r["bandwidth_GBps"] for r in rs], [r["pipe_iteration_ms"] for r in rs], "o-", color=col,
+                label=f"pipe-sgd, {comp}", ms=4, alpha=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="link bandwidth (GB/s)", ylabel="iteration time (ms), P=4",
+           title="P=4, 20 us latency, vs bandwidth and compression")
+    plain_log_ticks(ax)
     ax.legend(fontsize=6)
-    for ax, sweep, xkey, xlabel in ((axes[1], "latency", "latency_us", "link latency alpha (us), 10GbE bandwidth"),
-                                    (axes[2], "bandwidth", "bandwidth_GBps", "link bandwidth (GB/s), 20 us")):
-        rs = [r for r in rows if r["sweep"] == sweep]
-        ax.plot([r[xkey] for r in rs], [r["sync_iteration_ms"] for r in rs], "o--", label="synchronous dp")
-        ax.plot([r[xkey] for r in rs], [r["pipe_iteration_ms"] for r in rs], "o-", label="pipe-sgd (width 2)")
-        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="iteration time (ms), P=4")
-        ax.legend(fontsize=7)
+    fig.suptitle(f"Pipe-SGD timing model: {model} on {device} (roofline), {per_worker_batch} samples per "
+                 "worker, ring all-reduce; compression = fewer bytes on the wire only", fontsize=9)
     return [csv_path, save(fig, out / "pipe_sgd_timing.png")]

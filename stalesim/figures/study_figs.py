@@ -25,16 +25,22 @@ SEARCH_ROOTS = (Path("docs/results"), Path("runs"))
 
 
 def find_studies(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[Path]:
-    out = []
+    """Single-worker study folders of this model/dataset; a study stored twice (its ``study.json``
+    identical, e.g. a run folder and its copy in ``docs/results``) counts once, the first root winning."""
+    out, seen = [], set()
     for root in roots:
         if not root.is_dir():
             continue
         for sj in sorted(root.rglob("study.json")):
             try:
-                base = json.loads(sj.read_text())["base"]
+                text = sj.read_text()
+                base = json.loads(text)["base"]
             except (OSError, ValueError, KeyError):
                 continue
             if base.get("model") == model and base.get("dataset") == dataset and (sj.parent / "table.csv").exists():
+                if text in seen or (base.get("workers") or 1) != 1:  # data-parallel studies: not this figure
+                    continue
+                seen.add(text)
                 out.append(sj.parent)
     return out
 
@@ -101,34 +107,147 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
             "test_acc_mean_pct", "test_acc_std_pct", "drop_vs_sequential_pts", "length", "batch_size",
             "lr", "switch_epoch", "source", "baseline_source"]
     csv_path = write_csv(out / "lenet5_accuracy_vs_depth.csv", rows, cols)
+    seeds = per_seed(model="lenet5", dataset="mnist", roots=roots)
+    seed_cols = ["schedule", "ppv", "mitigation", "depth", "seed", "test_acc_pct", "diverged",
+                 "collapsed", "length", "source"]
+    paths = [csv_path]
+    if seeds:
+        paths.append(write_csv(out / "lenet5_accuracy_vs_depth_seeds.csv", seeds, seed_cols))
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    lengths = sorted({r["length"] for r in rows if r["length"]})
-    main = lengths[-1] if lengths else "stored studies"
-    series: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["length"] not in (main, None):
-            continue
-        spec = _spec(r)
-        if r["mitigation"] == "none" and not spec.switches:
-            # the baseline (depth 0) and each unmitigated schedule at its depths: one line
-            label = "stale (no mitigation)"
-        elif spec.switches:
-            label = f"{r['schedule']} (stale for {r['switch_epoch']} epoch, then {spec.switch_to})"
-        else:
-            label = f"{r['schedule']} + {r['mitigation']}"
-        series.setdefault(label, []).append(r)
-    for k, (label, rs) in enumerate(series.items()):
-        rs.sort(key=lambda r: r["depth"])
-        ax.errorbar([r["depth"] + 0.08 * (k if "stale (no" not in label else 0) for r in rs],
-                    [r["test_acc_mean_pct"] for r in rs], yerr=[r["test_acc_std_pct"] for r in rs],
-                    marker="o" if "stale (no" in label else "s", ls="-" if "stale (no" in label else "none",
-                    capsize=3, label=label)
-    ax.set_xlabel("staleness depth: max over stages of u-1-v_F (0 = sequential)")
-    ax.set_ylabel("test accuracy (%)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [1, 1.25]})
+    _depth_panel(left, rows, seeds)
+    _mitigation_panel(right, rows, seeds)
     ref = paper.STALE_DROPS_4STAGE["lenet5"]
-    ax.set_title(f"LeNet-5 / MNIST, {main}, mean ± std over the seeds that did not diverge\n"
-                 f"(paper: PPV (2) drops {ref[2]} points)", fontsize=9)
+    fig.suptitle("LeNet-5 / MNIST test accuracy. Dots: one seed each (x at the bottom: diverged, NaN loss; "
+                 "hollow: collapsed to chance, <= 15 %).\n"
+                 "Diamond with bar: mean ± std over the seeds that did not diverge, collapsed ones "
+                 f"included (as in RESULTS.md). Paper: PPV (2) drops {ref[2]} points.", fontsize=8.5)
+    paths.append(save(fig, out / "lenet5_accuracy_vs_depth.png"))
+    return paths
+
+
+COLLAPSED = 0.15  # final test accuracy at or below this is a collapsed net (chance: 11.35 % on MNIST)
+
+
+def per_seed(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[dict[str, Any]]:
+    """Every run of the matching studies that stored per-seed summaries (results_per_seed.jsonl,
+    else results.jsonl), one row per run: accuracy in %, diverged, collapsed, length, source."""
+    out: list[dict[str, Any]] = []
+    for d in find_studies(model, dataset, roots):
+        base = json.loads((d / "study.json").read_text())["base"]
+        length = (f"{base['epochs']} epoch{'s' if base['epochs'] != 1 else ''}" if base.get("epochs") else
+                  f"{base['iterations']} iterations" if base.get("iterations") else None)
+        f = d / "results_per_seed.jsonl"
+        f = f if f.exists() else d / "results.jsonl"
+        if not f.exists():
+            continue
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            acc = r.get("final_test_accuracy")
+            div = bool(r.get("diverged")) or acc is None
+            out.append({"schedule": r["schedule"], "ppv": r["ppv"], "mitigation": r.get("mitigation", "none"),
+                        "depth": max(r["staleness"]), "seed": r["seed"],
+                        "test_acc_pct": None if div else 100 * acc, "diverged": div,
+                        "collapsed": (not div) and acc <= COLLAPSED, "length": length, "source": str(d),
+                        "switch_epoch": base.get("switch_epoch")})
+    return out
+
+
+def _dots(ax, x: float, accs: list[dict[str, Any]], color: str, width: float = 0.25) -> None:
+    n = max(len(accs), 1)
+    for k, r in enumerate(accs):
+        dx = (k - (n - 1) / 2) * width / n
+        if r["diverged"]:
+            ax.plot(x + dx, 2, "x", color=color, ms=7, mew=2)
+        else:
+            ax.plot(x + dx, r["test_acc_pct"], "o", ms=4.5, color=color,
+                    mfc="none" if r["collapsed"] else color, alpha=0.85)
+
+
+def _mean_marker(ax, x: float, row: dict[str, Any] | None, color: str) -> None:
+    if row is not None:
+        m, sd = row["test_acc_mean_pct"], row["test_acc_std_pct"]
+        # the bar stops at 100 %: a bimodal std (one collapsed seed) would otherwise run past it
+        ax.errorbar(x, m, yerr=[[min(sd, m)], [min(sd, 100 - m)]], fmt="D", color="k",
+                    mfc=color, ms=7, capsize=4, zorder=5)
+
+
+def _depth_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
+    """Sequential and unmitigated stale at every depth, from the longest study with most seeds."""
+    plain = [s for s in seeds if s["mitigation"] == "none" and not _spec(s).switches]
+    # a depth study: one that has runs at some staleness (a study of local updates has none)
+    deep = {s["source"] for s in plain if s["depth"] > 0}
+    plain = [s for s in plain if s["source"] in deep and (s["depth"] > 0 or _spec(s).placement_free)]
+    if plain:
+        length = max({s["length"] for s in plain}, key=lambda L: (sum(s["length"] == L for s in plain), L or ""))
+        src = {s["source"] for s in plain if s["length"] == length}
+        pts = [s for s in plain if s["source"] in src]
+        tab = [r for r in rows if r["source"] in src and r["mitigation"] == "none"]
+    else:  # only aggregate tables: draw the means of the table with the most depths
+        length, pts = None, []
+        tab = [r for r in rows if r["mitigation"] == "none" and not _spec(r).switches]
+        srcs = [r["source"] for r in tab if r["depth"] > 0]
+        best = max(set(srcs), key=srcs.count) if srcs else None
+        tab = [r for r in tab if r["source"] == best]
+    tab = [r for r in tab if r["depth"] > 0 or _spec(r).placement_free]
+    depths = sorted({r["depth"] for r in tab} | {s["depth"] for s in pts})
+    for dep in depths:
+        col = "tab:blue" if dep == 0 else "tab:red"
+        _dots(ax, dep, [s for s in pts if s["depth"] == dep], col, width=0.8)
+        row = next((r for r in tab if r["depth"] == dep), None)
+        _mean_marker(ax, dep, row, col)
+        if row is not None:
+            ax.annotate(f"{row['test_acc_mean_pct']:.2f} %\n{row['seeds'] - row['diverged']}/"
+                        f"{row['seeds']} seeds", (dep, 6), ha="center", fontsize=6.5)
+    names = {}
+    for r in tab:
+        names[r["depth"]] = r["schedule"] if r["depth"] == 0 else "PPV\n(" + ",".join(map(str, r["ppv"])) + ")"
+    ax.set_xticks(depths, [f"{d}\n{names.get(d, '')}" for d in depths], fontsize=7)
+    ax.set_xlim(min(depths) - 0.8, max(depths) + 0.8)
+    ax.set(xlabel="staleness depth: max over stages of u-1-v_F (0 = sequential)", ylabel="test accuracy (%)",
+           ylim=(0, 101), title=f"stale weights vs depth ({length or 'stored tables'})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return [csv_path, save(fig, out / "lenet5_accuracy_vs_depth.png")]
+
+
+def _mitigation_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
+    """At the deepest placement: stale with no mitigation, each mitigation, hybrid (same length)."""
+    mit = [r for r in rows if r["mitigation"] != "none" or _spec(r).switches]
+    if not mit:
+        ax.set_axis_off()
+        return
+    length = mit[0]["length"]
+    depth = max(r["depth"] for r in mit)
+    def plain(r: dict[str, Any]) -> bool:
+        return r["mitigation"] == "none" and not _spec(r).switches
+
+    # baselines of the same length (a flat table's length is unknown: the fallback)
+    def baseline(dep: int) -> list[dict[str, Any]]:
+        cand = [r for r in rows if r["depth"] == dep and plain(r) and (dep > 0 or _spec(r).placement_free)
+                and r["length"] in (length, None)]
+        return sorted(cand, key=lambda r: r["length"] is None)[:1]
+
+    order = baseline(0) + baseline(depth) + sorted(
+        (r for r in mit if r["length"] == length and r["depth"] == depth),
+        key=lambda r: (not _spec(r).switches, r["mitigation"]))
+    labels = []
+    for x, r in enumerate(order):
+        if _spec(r).switches:
+            lab, col = f"{r['schedule']}\n(stale {r['switch_epoch']} ep.,\nthen {_spec(r).switch_to})", "tab:green"
+        elif r["depth"] == 0:
+            lab, col = r["schedule"], "tab:blue"
+        elif r["mitigation"] == "none":
+            lab, col = "stale\n(no mitigation)", "tab:red"
+        else:
+            lab, col = "stale +\n" + r["mitigation"].replace("-", "-\n"), "tab:purple"
+        labels.append(lab)
+        pts = [s for s in seeds if s["source"] == r["source"] and s["schedule"] == r["schedule"]
+               and s["mitigation"] == r["mitigation"] and s["depth"] == r["depth"]]
+        _dots(ax, x, pts, col)
+        _mean_marker(ax, x, r, col)
+        note = "" if pts else "\n(no per-seed file)"
+        ax.annotate(f"{r['test_acc_mean_pct']:.2f} %\n{r['seeds'] - r['diverged']}/{r['seeds']}{note}",
+                    (x, 4), ha="center", fontsize=6.5)
+    ax.set_xticks(range(len(order)), labels, fontsize=7)
+    ax.set(ylabel="test accuracy (%)", ylim=(0, 101),
+           title=f"mitigations at the deepest placement (depth {depth}), {length}")
+    ax.grid(alpha=0.3, axis="y")
