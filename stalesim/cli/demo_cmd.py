@@ -20,21 +20,21 @@ import argparse
 import os
 import time
 
-from stalesim.cli.common import add_extrapolate_arg
+from stalesim.cli.common import add_extrapolate_arg, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: schedules, prediction, validation, staleness study")
-    p.add_argument("--stages", type=int, default=4, help="pipeline depth for the schedule table")
+    p.add_argument("--stages", type=positive_int, default=4, help="pipeline depth for the schedule table")
     p.add_argument("--out", default="runs/demo", help="folder for figures, reports and summary")
     p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
-    p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
-    p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="validation mini-batch (prediction: 4x)")
+    p.add_argument("--iterations", type=positive_int, default=12, help="iterations per validated schedule")
     p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd",
                    help="schedules to validate on 2 ranks (or all)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
-    p.add_argument("--study-iterations", type=int, default=300, help="iterations of the staleness study")
+    p.add_argument("--study-iterations", type=positive_int, default=300, help="iterations of the staleness study")
     p.add_argument("--target", default="h100-sxm", metavar="KIND",
                    help="catalog device for the what-if prediction (as simulate --target)")
     p.add_argument("--gpu", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2

@@ -7,7 +7,7 @@ import math
 import re
 from itertools import pairwise
 
-from stalesim.cli.common import int_list, positive_float, positive_int, print_json
+from stalesim.cli.common import int_list, positive_float, positive_int, print_json, seconds
 from stalesim.errors import StalesimError
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--include-comm", action="store_true",
                    help="add the cut's communication time to the stage before it")
     p.add_argument("--bandwidth", type=positive_float, default=None, metavar="BYTES_PER_S")
-    p.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--latency", type=seconds, default=0.0, metavar="SECONDS")
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="take link latency/bandwidth from a hardware JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

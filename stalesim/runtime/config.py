@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_COUNT, MAX_FACTOR, MAX_SEED, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.schedule import ScheduleConfig
@@ -23,6 +24,12 @@ DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic")
 LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
+# training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
+# the synthetic set has ``synthetic_size`` samples
+TRAIN_SIZES = {"mnist": 60_000, "fashion-mnist": 60_000, "cifar10": 50_000}
+# the synthetic set is materialized (1.25 x this many inputs): 100,000 CIFAR-shaped
+# float32 samples are 1.5 GB
+MAX_SYNTHETIC = 100_000
 
 
 @dataclass
@@ -90,8 +97,9 @@ class TrainConfig:
             ) from None
         if self.dataset not in DATASETS:
             raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)})")
-        for name in ("microbatches", "workers", "batch_size", "num_classes", "synthetic_size"):
+        for name in ("microbatches", "workers", "batch_size", "num_classes"):
             _positive_int(name, getattr(self, name))
+        check_int("synthetic_size", self.synthetic_size, lo=1, hi=MAX_SYNTHETIC)
         for name in ("iterations", "epochs", "stages", "fold"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
@@ -100,7 +108,7 @@ class TrainConfig:
                 _nonneg_int(name, getattr(self, name))
         _nonneg_int("warmup", self.warmup)
         _nonneg_int("pipemare_warmup", self.pipemare_warmup)
-        _nonneg_int("seed", self.seed)
+        check_int("seed", self.seed, hi=MAX_SEED)
         if (self.iterations is None) == (self.epochs is None):
             raise StalesimError("iterations/epochs: give exactly one of --iterations or --epochs")
         if self.ppv is not None:
@@ -113,8 +121,8 @@ class TrainConfig:
                     f"stages: {self.stages} disagrees with ppv {list(self.ppv)} "
                     f"(a PPV with {len(self.ppv)} entries gives {len(self.ppv) + 1} stages)"
                 )
-        if not _finite(self.lr) or self.lr <= 0:
-            raise StalesimError(f"lr: expected a finite number > 0, got {self.lr!r}")
+        if not _finite(self.lr) or self.lr <= 0 or self.lr > MAX_FACTOR:
+            raise StalesimError(f"lr: expected a finite number in (0, {MAX_FACTOR:g}], got {self.lr!r}")
         if not _finite(self.momentum) or not 0 <= self.momentum < 1:
             raise StalesimError(f"momentum: expected a number in [0, 1), got {self.momentum!r}")
         if not _finite(self.weight_decay) or self.weight_decay < 0:
@@ -169,7 +177,42 @@ class TrainConfig:
         if self.microbatches < low:
             raise StalesimError(f"microbatches: {self.schedule} needs microbatches >= stages - 1 = {low} "
                                 f"(got microbatches={self.microbatches}, stages={self.num_stages})")
+        self._check_size()
         return self
+
+    def _check_size(self) -> None:
+        """What the run will build, checked before any data or model is loaded: the
+        model holds enough blocks for the stages, a batch fits in the training set, and
+        the whole run's schedule is one the IR builds (a million stages or a billion
+        iterations are refused here, in milliseconds, not after minutes of building)."""
+        from stalesim.schedule import resolve
+        from stalesim.workloads.zoo_facts import model_facts
+
+        facts = model_facts(self.model)  # None: not a zoo name (the caller brings its module)
+        if facts is not None and self.num_stages > facts.blocks:
+            raise StalesimError(f"stages: {self.num_stages} stages requested but model {self.model!r} "
+                                f"has only {facts.blocks} blocks")
+        if facts is not None and self.ppv is not None and any(
+                not 1 <= k < facts.weight_layers for k in self.ppv):
+            bad = next(k for k in self.ppv if not 1 <= k < facts.weight_layers)
+            raise StalesimError(f"ppv: {bad} is out of range; model {self.model!r} has "
+                                f"{facts.weight_layers} weight layers, so an entry must be between 1 "
+                                f"and {facts.weight_layers - 1}")
+        train = self.train_size
+        if self.batch_size > train:
+            raise StalesimError(f"batch_size: {self.batch_size} is larger than the training set of "
+                                f"{self.dataset} ({train:,} samples)")
+        bpe = train // self.batch_size
+        if self.epochs is not None and self.epochs * bpe > MAX_COUNT:
+            raise StalesimError(f"epochs: {self.epochs} epochs of {bpe:,} batches are more iterations "
+                                f"than this tool runs (at most {MAX_COUNT:,})")
+        # the same call the consumers make, without building the actions
+        resolve(self.schedule_config(self.total_iterations(bpe), bpe))
+
+    @property
+    def train_size(self) -> int:
+        """Samples in the training set (exact: the data files are verified)."""
+        return TRAIN_SIZES.get(self.dataset, self.synthetic_size)
 
     def schedule_config(self, batches: int, batches_per_epoch: int | None = None) -> ScheduleConfig:
         """The :class:`ScheduleConfig` of this run over ``batches`` mini-batches: what the
@@ -231,13 +274,11 @@ class TrainConfig:
 
 
 def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StalesimError(f"{name}: expected an integer >= 1, got {value!r}")
+    check_int(name, value, lo=1)
 
 
 def _nonneg_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StalesimError(f"{name}: expected an integer >= 0, got {value!r}")
+    check_int(name, value, lo=0)
 
 
 def _finite(x: Any) -> bool:

@@ -275,7 +275,6 @@ _FIXED: dict[str, Callable[[int], LayeredModel]] = {
     "vgg16": _vgg16,
 }
 _RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
-_RESNET_RE = re.compile(r"^resnet(\d+)$")
 
 
 def model_names() -> list[str]:
@@ -301,19 +300,19 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
     The seed is applied inside ``torch.random.fork_rng`` so the caller's global
     RNG state is left untouched (the emulator and executor rely on that).
     """
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise StalesimError(f"num_classes: expected an integer >= 1, got {num_classes!r}")
+    from stalesim.limits import check_int
+    from stalesim.workloads.zoo_facts import MAX_CLASSES
+
+    check_int("num_classes", num_classes, lo=1, hi=MAX_CLASSES)
     key = str(name).strip().lower()
     factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
     if factory is None:
-        m = _RESNET_RE.match(key)
-        if m:
-            depth = int(m.group(1))
-            if depth < 8 or (depth - 2) % 6 != 0:
-                raise StalesimError(
-                    f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
-                    f"(e.g. 20, 32, 44, 56, 110), got {depth}"
-                )
+        from stalesim.workloads.zoo_facts import model_facts
+
+        facts = model_facts(key)  # checks a resnet's depth (6n+2, not absurdly deep)
+        if facts is not None:
+            depth = facts.weight_layers
+
             def factory(nc):
                 return _resnet(depth, nc)
     if factory is None:

@@ -1,0 +1,67 @@
+"""What the model zoo holds, known without building a model (no torch import).
+
+Flags are checked before anything expensive starts (docs/failure.md): "16 stages of
+LeNet-5" or ``resnet1000000`` must be refused in milliseconds, not after torch has
+been imported and a model with half a million blocks built. :func:`model_facts`
+answers from the zoo's structure alone; ``tests/test_workloads_zoo_facts.py``
+checks every answer against the built model, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from stalesim.errors import StalesimError
+
+__all__ = ["MAX_CLASSES", "MAX_RESNET_DEPTH", "ModelFacts", "model_facts"]
+
+# He et al.'s deepest CIFAR ResNet (section 4.2): 600 blocks. Deeper ones take minutes
+# to build and train one step on the machines this tool targets.
+MAX_RESNET_DEPTH = 1202
+# classes of a classifier head (ImageNet-21k has 21,841)
+MAX_CLASSES = 1 << 16
+_RESNET_RE = re.compile(r"^resnet(\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """A zoo model's partitionable shape: ``blocks`` (what a stage holds),
+    ``weight_layers`` (conv/linear layers, the PPV numbering) and its data set."""
+
+    name: str
+    blocks: int
+    weight_layers: int
+    default_dataset: str
+    input_shape: tuple[int, int, int]
+
+
+_FIXED = {
+    "lenet5": ModelFacts("lenet5", 5, 5, "mnist", (1, 28, 28)),
+    "alexnet": ModelFacts("alexnet", 8, 8, "cifar10", (3, 32, 32)),
+    "vgg16": ModelFacts("vgg16", 16, 16, "cifar10", (3, 32, 32)),
+}
+
+
+def model_facts(name: str) -> ModelFacts | None:
+    """The facts of zoo model ``name`` (case and surrounding spaces ignored), None for a
+    name the zoo does not know (the caller may supply its own module). A ``resnet<d>``
+    name with a depth the zoo cannot build raises :class:`StalesimError`."""
+    key = str(name).strip().lower()
+    if key in _FIXED:
+        return _FIXED[key]
+    m = _RESNET_RE.match(key)
+    if not m:
+        return None
+    digits = m.group(1)
+    depth = int(digits) if len(digits) <= 9 else MAX_RESNET_DEPTH + 1
+    if depth < 8 or (depth - 2) % 6 != 0:
+        raise StalesimError(
+            f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
+            f"(e.g. 20, 32, 44, 56, 110), got {digits}")
+    if depth > MAX_RESNET_DEPTH:
+        raise StalesimError(
+            f"model {name!r}: depth {digits} is deeper than this tool builds "
+            f"(at most resnet{MAX_RESNET_DEPTH}, the deepest of He et al.)")
+    n = (depth - 2) // 6
+    return ModelFacts(f"resnet{depth}", 3 * n + 2, depth, "cifar10", (3, 32, 32))
