@@ -25,6 +25,7 @@ and products of them stay finite in float64 (so a simulated time never becomes
 * ``MAX_SEED`` (2^32 - 1): what every random generator used here accepts.
 * ``MAX_RANKS`` (1024): processes one local run, calibration or validation spawns.
 * ``MAX_THREADS`` (1024): torch threads of one process.
+* ``MAX_JOBS`` (256): worker processes of a sweep or study.
 * ``MAX_REPEATS`` (10,000): timed repetitions of one measurement.
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_FACTOR",
     "MAX_FLOPS",
+    "MAX_JOBS",
     "MAX_RANKS",
     "MAX_REPEATS",
     "MAX_THREADS",
@@ -61,6 +63,7 @@ MAX_FACTOR = 1e15
 MAX_SEED = 2**32 - 1
 MAX_RANKS = 1024
 MAX_THREADS = 1024
+MAX_JOBS = 256
 MAX_REPEATS = 10_000
 
 

@@ -7,6 +7,11 @@ import argparse
 from stalesim.cli.common import nonneg_int, positive_int, print_json
 
 
+# what `stalesim schedule` prints: about 100,000 actions take a few seconds to build and
+# render; a longer grid is unreadable (the simulator and the emulator take longer runs)
+MAX_SHOWN = 100_000
+
+
 def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
     """Schedule-shape flags shared with simulate/emulate/run (-> ScheduleConfig fields).
 
@@ -69,7 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.schedule:
         raise StalesimError("schedule: give a schedule name (stalesim schedule NAME)")
     spec = get_spec(args.schedule)
-    sched = build_schedule(config_from_args(args, batches=args.batches or 8))
+    cfg = config_from_args(args, batches=args.batches or 8)
+    if cfg.compute_actions() > MAX_SHOWN:  # a grid nobody reads, after minutes of building
+        raise StalesimError(f"batches: about {cfg.compute_actions():,} actions are more than this command "
+                            f"prints (at most {MAX_SHOWN:,}); show fewer batches, stages or micro-batches")
+    sched = build_schedule(cfg)
     if args.json:
         print_json(sched.to_dict())
         return 0

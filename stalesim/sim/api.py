@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.profile import Profile
 
 METHODS = ("event", "fast")
+# the event simulation replays every action (~30 us each on a small CPU): this many take
+# about 15 s; longer runs are what the closed form (method "fast") is for
+MAX_EVENT_ACTIONS = 500_000
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,10 @@ def simulate(
         if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
             raise StalesimError(f"ppv: {len(opts.ppv)} entries give {len(opts.ppv) + 1} stages, "
                                 f"but stages is {cfg.stages}")
+        if opts.method == "event" and cfg.compute_actions() > MAX_EVENT_ACTIONS:
+            raise StalesimError(
+                f"batches: an event simulation of about {cfg.compute_actions():,} actions takes minutes "
+                f"(at most {MAX_EVENT_ACTIONS:,}); use the closed form (method fast) or fewer batches")
         prog = program_for(cfg) if opts.method == "event" else None
         sched = prog.sched if prog is not None else schedule_for(_short(cfg))
     else:

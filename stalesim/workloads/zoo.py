@@ -274,12 +274,13 @@ _FIXED: dict[str, Callable[[int], LayeredModel]] = {
     "alexnet": _alexnet,
     "vgg16": _vgg16,
 }
-_RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
 
 
 def model_names() -> list[str]:
     """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
-    return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS]
+    from stalesim.workloads.zoo_facts import model_names as names
+
+    return names()
 
 
 def _init_weights(model: nn.Module) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from stalesim.errors import StalesimError
 
-__all__ = ["MAX_CLASSES", "MAX_RESNET_DEPTH", "ModelFacts", "model_facts"]
+__all__ = ["MAX_CLASSES", "MAX_RESNET_DEPTH", "ModelFacts", "model_facts", "model_names"]
 
 # He et al.'s deepest CIFAR ResNet (section 4.2): 600 blocks. Deeper ones take minutes
 # to build and train one step on the machines this tool targets.
@@ -41,6 +41,15 @@ _FIXED = {
     "alexnet": ModelFacts("alexnet", 8, 8, "cifar10", (3, 32, 32)),
     "vgg16": ModelFacts("vgg16", 16, 16, "cifar10", (3, 32, 32)),
 }
+
+
+# the ResNet depths of He et al. (and two deeper ones) listed by ``model_names``
+RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
+
+
+def model_names() -> list[str]:
+    """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
+    return list(_FIXED) + [f"resnet{d}" for d in RESNET_DEPTHS]
 
 
 def model_facts(name: str) -> ModelFacts | None:
