@@ -51,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--include-comm", action="store_true",
                    help="add the cut's communication time to the stage before it")
     p.add_argument("--bandwidth", type=positive_float, default=None, metavar="BYTES_PER_S")
-    p.add_argument("--latency", type=seconds, default=0.0, metavar="SECONDS")
+    p.add_argument("--latency", type=seconds, default=None, metavar="SECONDS",
+                   help="link latency (default 0, or the --hardware link's)")
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="take link latency/bandwidth from a hardware JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -65,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from stalesim.workloads.profile import load_profile
 
+    if not args.include_comm:  # link flags without --include-comm would be silently ignored
+        given = [f for f, v in (("--hardware", args.hardware), ("--bandwidth", args.bandwidth),
+                                ("--latency", args.latency)) if v is not None]
+        if given:
+            raise StalesimError(f"{given[0]}: only used with --include-comm (the cut's communication time)")
     prof = load_profile(args.profile)
     if args.batch_size:
         prof = prof.at_batch_size(args.batch_size)
@@ -76,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
             from stalesim.workloads.hardware import load_hardware
 
             hw = load_hardware(args.hardware)
-            lat = hw.link.latency_s if not args.latency else lat
+            lat = hw.link.latency_s if lat is None else lat
             bw = hw.link.bandwidth_Bps if bw is None else bw
+        lat = 0.0 if lat is None else lat
         if bw is None:
             raise StalesimError("--include-comm: needs --bandwidth BYTES_PER_S or --hardware")
         if not math.isfinite(lat) or lat < 0:

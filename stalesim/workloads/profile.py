@@ -66,6 +66,9 @@ DTYPES = ("float32", "float64", "bfloat16", "float16", "tf32")
 # where a profile may come from: the profiler's torch devices, synthetic tests, or a
 # catalog device (a hand-written profile, or "<key> (roofline)" from the roofline model)
 _TORCH_DEVICES = ("cpu", "cuda")
+# blocks of one profile: far beyond any real model (a per-operator profile of a large
+# transformer has thousands), and small enough to read, check and partition in a second
+MAX_LAYERS = 1 << 17
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -412,9 +415,9 @@ def _layers_from(obj: Mapping[str, Any], where: str) -> list[LayerProfile]:
     raw = obj["layers"]
     if not isinstance(raw, list) or not raw:
         raise StalesimError(f"{where}layers: must be a non-empty list")
-    if len(raw) > MAX_COUNT:
+    if len(raw) > MAX_LAYERS:  # checked before any layer is (a few microseconds each)
         raise StalesimError(f"{where}layers: {len(raw):,} layers are more than this tool handles "
-                            f"(at most {MAX_COUNT:,})")
+                            f"(at most {MAX_LAYERS:,})")
     return [_layer_from_dict(x, f"{where}layers[{i}].") for i, x in enumerate(raw)]
 
 
