@@ -133,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
                                else "cpu:2")
     _defaults(args)
     check_args(args, devices)
+    return run_demo(args, devices)
+
+
+def run_demo(args: argparse.Namespace, devices: str) -> int:
+    """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
+    import torch
+
     step = _Steps(7)
     step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
     print(schedule_table(args.stages))

@@ -136,8 +136,13 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError("--batch-size: required when measuring")
     if args.dtype == "tf32":
         raise StalesimError("--dtype: tf32 is only a roofline setting; measure float32")
-    from stalesim.workloads.profiler import profile_model
+    from stalesim.workloads.profiler import parse_device, profile_model
+    from stalesim.workloads.zoo_facts import model_facts, model_names
 
+    if model_facts(args.model) is None:  # before torch builds anything
+        raise StalesimError(f"--model: unknown {args.model!r} (known: {', '.join(model_names())}, "
+                            "or any resnet<6n+2>)")
+    parse_device(args.device)
     prof = profile_model(
         args.model,
         args.batch_size,

@@ -74,6 +74,9 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     from stalesim.atomic import check_writable_dir
 
     check_writable_dir(out)  # before the ranks start, not after training
+    ck = os.path.join(out, "checkpoints")
+    if args.resume and not (os.path.isdir(ck) and any(n[:1] == "k" for n in os.listdir(ck))):
+        raise StalesimError(f"--resume: no checkpoint in {ck}")
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
                    resume=out if args.resume else None, evaluate=not args.no_eval)
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
@@ -91,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         return torchrun_rank(args)
-    cfg = train_config(args)
+    cfg = train_config(args).check_runnable()
     if args.devices is None:
         raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
+    if args.master_addr is not None:  # resolved now, before the run folder or any rank
+        from stalesim.rendezvous import check_master_addr
+
+        check_master_addr(args.master_addr)
     devs = parse_devices(args.devices)
     need = expected_devices(cfg)
     if devs.count != need:

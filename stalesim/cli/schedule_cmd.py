@@ -6,7 +6,6 @@ import argparse
 
 from stalesim.cli.common import nonneg_int, positive_int, print_json
 
-
 # what `stalesim schedule` prints: about 100,000 actions take a few seconds to build and
 # render; a longer grid is unreadable (the simulator and the emulator take longer runs)
 MAX_SHOWN = 100_000

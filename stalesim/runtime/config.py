@@ -209,6 +209,28 @@ class TrainConfig:
         # the same call the consumers make, without building the actions
         resolve(self.schedule_config(self.total_iterations(bpe), bpe))
 
+    def check_runnable(self, *, own_model: bool = False) -> TrainConfig:
+        """:meth:`check`, plus what a run needs before it builds anything: a zoo model
+        (unless the caller brings its own module) and an existing data folder."""
+        from stalesim.workloads.zoo_facts import model_facts, model_names
+
+        self.check()
+        if not own_model and model_facts(self.model) is None:
+            raise StalesimError(f"model: unknown {self.model!r} (known: {', '.join(model_names())}, "
+                                "or any resnet<6n+2>)")
+        self.check_data_dir()
+        return self
+
+    def check_data_dir(self) -> None:
+        """A data folder given (``--data-dir``) must be a folder; what it holds is verified
+        when the data is loaded (:mod:`stalesim.runtime.datafiles`)."""
+        import os
+
+        if self.dataset == "synthetic" or self.data_dir is None:
+            return
+        if not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir):
+            raise StalesimError(f"data_dir: {self.data_dir!r} is not a folder")
+
     @property
     def train_size(self) -> int:
         """Samples in the training set (exact: the data files are verified)."""
