@@ -33,6 +33,7 @@ def int_type(lo: int, hi: int = MAX_COUNT) -> Callable[[str], int]:
         return value
 
     parse.__name__ = f"integer in [{lo}, {hi}]"
+    parse.bounds = ("int", lo, hi)  # type: ignore[attr-defined]  # read by the CLI fuzz test
     return parse
 
 
@@ -52,6 +53,7 @@ def float_type(lo: float, hi: float = MAX_FACTOR, *, lo_open: bool = False) -> C
         return value
 
     parse.__name__ = f"number in [{lo:g}, {hi:g}]"
+    parse.bounds = ("float", lo, hi, lo_open)  # type: ignore[attr-defined]  # read by the CLI fuzz test
     return parse
 
 

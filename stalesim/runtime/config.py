@@ -89,6 +89,7 @@ class TrainConfig:
         """Raise StalesimError naming the first bad field; returns self."""
         from stalesim.schedule import get_spec, schedule_names
 
+        self._check_types()
         try:
             spec = get_spec(self.schedule)
         except StalesimError:
@@ -179,6 +180,24 @@ class TrainConfig:
                                 f"(got microbatches={self.microbatches}, stages={self.num_stages})")
         self._check_size()
         return self
+
+    def _check_types(self) -> None:
+        """Field types first (a config read from JSON may hold anything), so every later
+        check compares like with like and names the field."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("str", "str | None"):
+                ok = isinstance(v, str) or (v is None and f.type == "str | None")
+            elif f.type == "bool":
+                ok = isinstance(v, bool)
+            elif f.type in ("float",):
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            elif f.type.startswith("dict"):
+                ok = isinstance(v, dict)
+            else:
+                continue  # integers and the PPV are checked with their ranges
+            if not ok:
+                raise StalesimError(f"{f.name}: expected {f.type.replace(' | None', ' or null')}, got {v!r}")
 
     def _check_size(self) -> None:
         """What the run will build, checked before any data or model is loaded: the
@@ -288,6 +307,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
+            raise StalesimError(f"training config: expected a JSON object, got {type(d).__name__}")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

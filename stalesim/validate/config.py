@@ -180,15 +180,14 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
 
 def read_hardware_json(path: str) -> dict[str, Any]:
     """The parsed hardware JSON at ``path``, validated (one-line error naming the field)."""
-    import json
+    from stalesim.workloads.hardware import hardware_from_dict
+    from stalesim.workloads.jsondoc import read_json
 
-    from stalesim.workloads.hardware import hardware_from_dict, load_hardware
-
-    hw = load_hardware(path)  # every field checked, with the path in the message
-    del hw
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    hardware_from_dict(data)
+    data = read_json(path, "hardware")
+    try:
+        hardware_from_dict(data)
+    except StalesimError as exc:
+        raise StalesimError(f"hardware {path!r}: {exc}") from None
     return data  # type: ignore[no-any-return]
 
 

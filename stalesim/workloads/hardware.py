@@ -486,15 +486,9 @@ def hardware_from_dict(data: Any) -> Hardware:
 
 def load_hardware(path: str | os.PathLike[str]) -> Hardware:
     """Read and validate a hardware JSON file (StalesimError names the bad field)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise StalesimError(f"hardware {os.fspath(path)!r}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise StalesimError(
-            f"hardware {os.fspath(path)!r}: not valid JSON (line {exc.lineno}: {exc.msg})"
-        ) from None
+    from stalesim.workloads.jsondoc import read_json
+
+    data = read_json(path, "hardware")
     try:
         return hardware_from_dict(data)
     except StalesimError as exc:

@@ -476,17 +476,9 @@ def profile_from_dict(data: Any) -> Profile:
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile JSON file (StalesimError names the bad field)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise StalesimError(f"profile {os.fspath(path)!r}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StalesimError(
-            f"profile {os.fspath(path)!r}: not valid JSON (line {exc.lineno}: {exc.msg})"
-        ) from None
+    from stalesim.workloads.jsondoc import read_json
+
+    data = read_json(path, "profile")
     try:
         return profile_from_dict(data)
     except StalesimError as exc:
