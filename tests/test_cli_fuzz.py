@@ -152,8 +152,8 @@ def _floats(lo: float, hi: float, lo_open: bool) -> tuple[st.SearchStrategy[str]
     return good, bad
 
 
-def _lists(item: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    return st.lists(item, min_size=1, max_size=3).map(",".join)
+def _lists(item: st.SearchStrategy[str], most: int = 3) -> st.SearchStrategy[str]:
+    return st.lists(item, min_size=1, max_size=most).map(",".join)
 
 
 SMALL = st.integers(1, 6).map(str)
@@ -200,11 +200,12 @@ def _value(action: argparse.Action, files: dict[str, str],
         return _ints(*bounds[1:]) if bounds[0] == "int" else _floats(*bounds[1:])
     if dest in NAME_LISTS:
         good, bad = NAMES[NAME_LISTS[dest]]
-        return _lists(st.sampled_from(good)), st.one_of(_lists(st.sampled_from(good + bad)), WORDS)
+        # two values at most: a sweep's work is the product of its lists (legitimately long)
+        return _lists(st.sampled_from(good), 2), st.one_of(_lists(st.sampled_from(good + bad)), WORDS)
     if action.type is int_list or dest in ("stages", "microbatches", "workers", "seeds", "sizes",
                                            "batch_size", "ppv_candidates"):
         sizes = dest == "sizes"
-        good = _lists(st.integers(4, 4096).map(str)) if sizes else _lists(SMALL)
+        good = _lists(st.integers(4, 4096).map(str)) if sizes else _lists(SMALL, 2)
         return good, st.one_of(_lists(st.one_of(SMALL, BAD_INT)), WORDS)
     if dest in IN_FILES:
         right = files[IN_FILES[dest]]
@@ -212,8 +213,8 @@ def _value(action: argparse.Action, files: dict[str, str],
                                                       if v != right and k != "existing"))
     if dest in OUT_PATHS:
         good = st.sampled_from([fresh + ".json", fresh + ".png", fresh + "/sub/x.csv", fresh + "\u2603.svg"])
-        return good, st.sampled_from([fresh + ".txt", files["existing"], files["folder"], files["devnull"], files["fifo"],
-                                      "", files["existing"] + "/x"])
+        return good, st.sampled_from([fresh + ".txt", files["existing"], files["folder"], files["devnull"],
+                                      files["fifo"], "", files["existing"] + "/x"])
     if dest == "data_dir":
         return st.just("/work/shared/data"), st.sampled_from([files["folder"], files["missing"],
                                                               files["profile"], ""])
@@ -408,8 +409,14 @@ def run_cli(argv: list[str]) -> tuple[int, str, str, float]:
 
 
 def check_contract(argv: list[str]) -> int:
-    code, out, err, dt = run_cli(argv)
     log = os.environ.get("STALESIM_FUZZ_LOG")  # a soak's record: every command line and its outcome
+    try:
+        code, out, err, dt = run_cli(argv)
+    except BaseException as exc:
+        if log:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"argv": argv, "code": "exception", "err": repr(exc)[:300]}) + "\n")
+        raise
     if log:
         with open(log, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"argv": argv, "code": code, "s": round(dt, 3),

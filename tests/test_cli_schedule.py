@@ -46,3 +46,26 @@ def test_closed_pipe_is_quiet():
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in err
+
+
+def _fails_fast(capsys, argv, needle):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.startswith("stalesim: error: "), (argv, err)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_huge_schedules_refused_up_front(capsys):
+    """issue 13 probe: -S/-N/-M/-P of a million hung; now one line at once."""
+    _fails_fast(capsys, ["schedule", "gpipe", "-N", "1000000"], "more than this command prints")
+    _fails_fast(capsys, ["schedule", "stale", "-S", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "gpipe", "-M", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "dp", "-P", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "stale", "-S", str(10**30)], "larger than this tool handles")
+
+
+def test_argparse_errors_name_the_command_with_the_stalesim_prefix(capsys):
+    _fails_fast(capsys, ["schedule", "gpipe", "--stages", "nan"], "stalesim: error: schedule: argument --stages")

@@ -245,7 +245,7 @@ class TrainConfig:
         when the data is loaded (:mod:`stalesim.runtime.datafiles`)."""
         import os
 
-        if self.dataset == "synthetic" or self.data_dir is None:
+        if self.data_dir is None:
             return
         if not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir):
             raise StalesimError(f"data_dir: {self.data_dir!r} is not a folder")

@@ -63,8 +63,10 @@ def model_facts(name: str) -> ModelFacts | None:
     if not m:
         return None
     digits = m.group(1)
-    depth = int(digits) if len(digits) <= 9 else MAX_RESNET_DEPTH + 1
-    if depth < 8 or (depth - 2) % 6 != 0:
+    depth = int(digits[-12:])  # (a longer number is deeper than allowed either way)
+    if len(digits) > 12:
+        depth = 6 * MAX_RESNET_DEPTH + 2
+    elif depth < 8 or (depth - 2) % 6 != 0:
         raise StalesimError(
             f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
             f"(e.g. 20, 32, 44, 56, 110), got {digits}")
