@@ -149,7 +149,7 @@ def no_training(monkeypatch):
 @pytest.mark.parametrize("argv,needle", [
     (["--stages", "1000000", "--iterations", "1"], "stages: 1000000 stages requested but model 'lenet5' has only 5"),
     (["--model", "resnet6000002", "--iterations", "1"], "deeper than this tool builds"),
-    (["--model", "nosuch", "--iterations", "1"], "model: unknown 'nosuch'"),
+    (["--model", "nosuch", "--iterations", "1"], "model: unknown model 'nosuch'"),
     (["--iterations", "1", "--batch-size", "1000"], "larger than the training set"),
     (["--schedule", "stale", "-S", "4", "--iterations", "1000000"], "actions"),
     (["--epochs", "1000000", "--batch-size", "1"], "more iterations than this tool runs"),

@@ -88,3 +88,16 @@ def test_study_reader(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert lenet5_accuracy_vs_depth(empty, roots=(tmp_path / "none",)) == []
+
+
+@pytest.mark.parametrize("only,needle", [("", "expected comma-separated figure names"),
+                                         (",", "expected comma-separated figure names"),
+                                         ("staleness_table,nosuch", "unknown figure 'nosuch'")])
+def test_only_must_name_figures(tmp_path: Path, capsys, only: str, needle: str) -> None:
+    """issue 13 probe: `figures --only ''` regenerated every figure (exit 0)."""
+    assert main(["figures", "--only", only, "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert not (tmp_path / "f").exists()  # refused before the output folder is made
+    with pytest.raises(StalesimError, match="no figure named"):
+        make_figures(tmp_path / "g", [])

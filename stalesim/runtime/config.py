@@ -230,13 +230,16 @@ class TrainConfig:
 
     def check_runnable(self, *, own_model: bool = False) -> TrainConfig:
         """:meth:`check`, plus what a run needs before it builds anything: a zoo model
-        (unless the caller brings its own module) and an existing data folder."""
-        from stalesim.workloads.zoo_facts import model_facts, model_names
-
+        (unless the caller brings its own module; asked of the zoo without building one)
+        and an existing data folder."""
         self.check()
-        if not own_model and model_facts(self.model) is None:
-            raise StalesimError(f"model: unknown {self.model!r} (known: {', '.join(model_names())}, "
-                                "or any resnet<6n+2>)")
+        if not own_model:
+            from stalesim.workloads.zoo import model_factory
+
+            try:
+                model_factory(self.model)
+            except StalesimError as exc:
+                raise StalesimError(f"model: {exc}") from None
         self.check_data_dir()
         return self
 

@@ -295,6 +295,28 @@ def _init_weights(model: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
+def model_factory(name: str) -> Callable[[int], LayeredModel]:
+    """The builder of zoo model ``name`` (num_classes -> model), without building it: an
+    unknown name or a bad ResNet depth is one line, before anything is loaded or built."""
+    key = str(name).strip().lower()
+    factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
+    if factory is None:
+        from stalesim.workloads.zoo_facts import model_facts
+
+        facts = model_facts(key)  # checks a resnet's depth (6n+2, not absurdly deep)
+        if facts is not None:
+            depth = facts.weight_layers
+
+            def factory(nc: int) -> LayeredModel:
+                return _resnet(depth, nc)
+    if factory is None:
+        raise StalesimError(
+            f"unknown model {name!r}; known models: {', '.join(model_names())} "
+            "(or any resnet<6n+2>)"
+        )
+    return factory
+
+
 def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) -> LayeredModel:
     """Build a zoo model by name; deterministic for a given ``seed``.
 
@@ -305,22 +327,7 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
     from stalesim.workloads.zoo_facts import MAX_CLASSES
 
     check_int("num_classes", num_classes, lo=1, hi=MAX_CLASSES)
-    key = str(name).strip().lower()
-    factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
-    if factory is None:
-        from stalesim.workloads.zoo_facts import model_facts
-
-        facts = model_facts(key)  # checks a resnet's depth (6n+2, not absurdly deep)
-        if facts is not None:
-            depth = facts.weight_layers
-
-            def factory(nc):
-                return _resnet(depth, nc)
-    if factory is None:
-        raise StalesimError(
-            f"unknown model {name!r}; known models: {', '.join(model_names())} "
-            "(or any resnet<6n+2>)"
-        )
+    factory = model_factory(name)
     if seed is None:
         model = factory(num_classes)
         _init_weights(model)
