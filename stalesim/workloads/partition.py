@@ -336,8 +336,8 @@ def min_max_partition(
                 f"costs takes O(S x L^2) = {stages * n * n:.1e} steps (at most {DP_BUDGET:.0e}); "
                 f"partition without communication costs, or fewer layers or stages")
         allowed = [j == n or weight_layers is None or (cumw[j] > 0 and wl[j] > 0) for j in range(n + 1)]
-        cuts = _bisect_partition(pre, pmem, memory_limit, allowed, stages, max(mem or [0.0]))
-        return _result(cuts, n, stages, pre, pmem, cm, cumw)
+        return _result(_bisect_partition(pre, pmem, memory_limit, allowed, stages, max(mem or [0.0])),
+                       n, stages, pre, pmem, cm, cumw)
 
     def allowed_end(j: int) -> bool:
         # cut j is a valid PPV boundary only if a weight layer lies before it and
