@@ -69,3 +69,10 @@ def test_huge_schedules_refused_up_front(capsys):
 
 def test_argparse_errors_name_the_command_with_the_stalesim_prefix(capsys):
     _fails_fast(capsys, ["schedule", "gpipe", "--stages", "nan"], "stalesim: error: schedule: argument --stages")
+
+
+def test_workers_for_a_pipeline_only_schedule_are_refused(capsys):
+    """issue 13 probe: `schedule gpipe -P 2` dropped -P silently (exit 0); emulate refused it."""
+    _fails_fast(capsys, ["schedule", "gpipe", "-S", "2", "-P", "2"], "workers: schedule 'gpipe' is not data-parallel")
+    _fails_fast(capsys, ["schedule", "stale", "-S", "2", "--workers", "3"], "is not data-parallel")
+    assert main(["schedule", "dp", "-P", "2"]) == 0
