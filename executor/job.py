@@ -47,10 +47,13 @@ def plan(cfg: Any, batches_per_epoch: int | None = None):
 
 
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
-    """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update)."""
+    """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update).
+    Token-id inputs stay integers; every stage output (what is sent on) is floating."""
     shapes = []
     with torch.no_grad():
-        x = torch.zeros((1, *model.input_shape), dtype=dtype)
+        x = model.example_input(1)
+        if x.is_floating_point():
+            x = x.to(dtype)
         was = model.training
         model.eval()
         try:
@@ -112,7 +115,8 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
             runtimes[(w, s)] = rt
     ck = Checkpointer(job, ctx, sched, runtimes)
     start_index, restored = ck.restore()  # (0, None) unless resuming
-    rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index)
+    rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index,
+                label_shape=tuple(getattr(model, "label_shape", ())))
     rank.init_static_bytes()
     if restored is not None:
         ck.apply(rank, restored)

@@ -106,13 +106,14 @@ class Rank:
 
     def __init__(self, ctx: RankContext, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
                  stream: Any, out_shapes: list[tuple[int, ...]], *, faults: FaultInjector | None = None,
-                 start_index: int = 0) -> None:
+                 start_index: int = 0, label_shape: tuple[int, ...] = ()) -> None:
         self.ctx = ctx
         self.sched = sched
         self.cfg = cfg
         self.rts = runtimes
         self.stream = stream
         self.out_shapes = out_shapes
+        self.label_shape = tuple(label_shape)  # per sample: () classes, (T,) next-token targets
         self.actions: list[Action] = sched.device_actions[ctx.rank]
         self.S = sched.stages
         self.P = sched.workers
@@ -223,7 +224,7 @@ class Rank:
             buf = torch.empty((self.micro_size, *self.out_shapes[s - 1]), dtype=self.dtype, device=self.device)
             p = self.tr.post_recv(buf, src, tag_for(ACT, s - 1, t, m), label,
                                   f"the activation of {s - 1}F{t}", self.ctx.fwd_group)
-            lab = torch.empty((self.micro_size,), dtype=torch.int64, device=self.device)
+            lab = torch.empty((self.micro_size, *self.label_shape), dtype=torch.int64, device=self.device)
             q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, m), label,
                                   f"the labels of batch {t}", self.ctx.fwd_group)
             self.posted[a.key] = (p, q)
@@ -378,10 +379,13 @@ class Rank:
                 for state in rt.optimizer.state.values():
                     n += sum(v.numel() * v.element_size() for v in state.values()
                              if isinstance(v, torch.Tensor))
-        # momentum buffers appear after the first update: count them up front (SGD: one per param)
-        if self.cfg.momentum:
-            n += sum(p.numel() * p.element_size() for rt in self.rts.values() for p in rt.params) \
-                if not any(rt.optimizer and rt.optimizer.state for rt in self.rts.values()) else 0
+        # optimizer state appears at the first update: count it up front (SGD momentum: one
+        # copy per parameter; Adam/AdamW: two; error feedback: one more)
+        from stalesim.runtime.optim import state_copies
+
+        copies = state_copies(self.cfg)
+        if copies and not any(rt.optimizer and rt.optimizer.state for rt in self.rts.values()):
+            n += copies * sum(p.numel() * p.element_size() for rt in self.rts.values() for p in rt.params)
         self.static_bytes = n
 
 

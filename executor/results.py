@@ -77,23 +77,24 @@ def _rows_to_events(rows_by_rank: dict[int, list]):
 
 
 def evaluate(model: Any, stages: list[Any], states: dict[str, Any], stream: Any,
-             device: torch.device) -> float | None:
-    """Top-1 test accuracy of the full model with the trained stage weights (eval mode)."""
-    if stream is None or stream.data.test_x is None:
-        return None
+             device: torch.device, task: str = "classify") -> dict[str, float | None]:
+    """The evaluation metric of the full model with the trained stage weights (eval mode):
+    ``{"test_accuracy"}`` (classifiers) or ``{"val_loss", "val_bpc"}`` (LM), computed by
+    :func:`stalesim.runtime.tasks.evaluate` exactly as the emulator does."""
+    from stalesim.runtime.tasks import evaluate as task_evaluate
+
+    if stream is None or (task != "lm" and stream.data.test_x is None):
+        return {}
     with torch.no_grad():
         for s, sd in states.items():
             stages[int(s)].load_state_dict(sd)
         model.to(device)
         was = model.training
         model.eval()
-        correct = total = 0
-        for x, y in stream.test_batches(1000):
-            pred = model(x.to(device)).argmax(1).cpu()
-            correct += int((pred == y).sum())
-            total += int(y.numel())
-        model.train(was)
-    return correct / total if total else None
+        try:
+            return task_evaluate(model, stream.test_batches(64 if task == "lm" else 1000), device, task)
+        finally:
+            model.train(was)
 
 
 def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: list[dict[str, Any]], *,
@@ -134,9 +135,12 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     states: dict[str, Any] = {}
     for p in gathered:
         states.update(p.get("state") or {})
-    accuracy = None
+    from stalesim.runtime.tasks import task_of
+
+    task = task_of(cfg)
+    metrics: dict[str, Any] = {}
     if job.get("evaluate", True) and states and diverged_at is None:
-        accuracy = evaluate(model, stages, states, stream, device)
+        metrics = evaluate(model, stages, states, stream, device, task)
     summary: dict[str, Any] = {
         "executor": True,
         "label": job.get("label"),
@@ -156,7 +160,11 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         "steps_done": len(losses),
         "diverged": diverged_at is not None,
         "diverged_at": diverged_at,
-        "test_accuracy": accuracy,
+        "test_accuracy": metrics.get("test_accuracy"),
+        "task": task,
+        "val_loss": metrics.get("val_loss"),
+        "val_bpc": metrics.get("val_bpc"),
+        "optimizer": cfg.optimizer,
         **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
                                   "utilization_whole_run", "wall_s", "warmup_batches_skipped")},
         "peak_memory_bytes": {str(p["rank"]): p["peak_memory_bytes"] for p in gathered},

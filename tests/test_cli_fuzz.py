@@ -160,7 +160,9 @@ SMALL = st.integers(1, 6).map(str)
 BAD_INT = st.sampled_from(["0", "-1", "1000000", "10" * 20, "x", "", "nan", "1.5"])
 NAMES: dict[str, tuple[list[str], list[str]]] = {
     "schedule": (schedule_names(), ["nosuch", "STALE", "dp,stale"]),
-    "model": (["lenet5", "resnet8", "alexnet"], ["resnet21", "resnet1000000", "resnet" + "9" * 30, "nosuch"]),
+    "model": (["lenet5", "resnet8", "alexnet", "gpt-char:n_layer=1,n_embd=16,n_head=2,block_size=8"],
+              ["resnet21", "resnet1000000", "resnet" + "9" * 30, "nosuch", "gpt-char:n_layer=1000000",
+               "gpt-char:n_embd=7,n_head=2", "gpt-char:x=1", "gpt-char:block_size=" + "9" * 30]),
     "dataset": (["synthetic"], ["mnist", "cifar10", "imagenet"]),
     "target": (device_names(), ["tpu9"]),
     "link": (link_names(), ["smoke-signal"]),

@@ -107,7 +107,10 @@ def test_summary_has_the_measurements(two_rank_results):
             assert key in res
         assert res["iteration_time_s"] > 0 and res["throughput_samples_per_s"] > 0
         assert set(res["utilization"]) == {"0", "1"}
-        assert all(0 < u <= 1.0 + 1e-9 for u in res["utilization"].values())
+        # a device may finish its share before the window opens: local's first stage never
+        # waits for a gradient and can run all 6 batches ahead of the last stage (u = 0 there)
+        util = list(res["utilization"].values())
+        assert all(0 <= u <= 1.0 + 1e-9 for u in util) and max(util) > 0, (res["schedule"], util)
         assert all(b > 0 for b in res["peak_memory_bytes"].values())
         labels = {row[0] for rows in res["rows"].values() for row in rows}
         assert not any("v" in lab.split(":")[-1] for lab in labels)  # no version in labels

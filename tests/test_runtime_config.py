@@ -68,6 +68,13 @@ def test_lr_schedules():
     (dict(device=5, iterations=1), "device: expected str, got 5"),
     (dict(weight_prediction="yes", iterations=1), "weight_prediction: expected bool"),
     (dict(microbatches=True, iterations=1), "microbatches: expected an integer >= 1, got True"),
+    (dict(model="gpt-char", dataset="shakespeare", stages=7, iterations=1),
+     "stages: 7 stages requested but model 'gpt-char' has only 6 blocks"),
+    (dict(model="gpt-char:n_layer=100000", dataset="shakespeare", iterations=1), "larger than this tool builds"),
+    (dict(model="gpt-char", dataset="shakespeare", schedule="stale", stages=4, iterations=10**6), "actions"),
+    (dict(model="gpt-char", dataset="shakespeare", schedule="stale", stages=4, epochs=10**6), "actions"),
+    (dict(model="gpt-char", dataset="synthetic", synthetic_size=64, batch_size=8, epochs=10**6),
+     "epochs: 1000000 epochs of 8 batches"),
 ])
 def test_size_and_type_checks_before_anything_is_built(kw, needle):
     """issue 13: every number is checked up front, so `emulate -S 1000000` and friends are
@@ -75,6 +82,12 @@ def test_size_and_type_checks_before_anything_is_built(kw, needle):
     with pytest.raises(StalesimError) as exc:
         TrainConfig(**kw).check()
     assert needle in str(exc.value), str(exc.value)
+
+
+def test_language_model_batches_are_windows_not_samples():
+    """A GPT batch is B windows sampled from the text: B larger than synthetic_size is fine."""
+    TrainConfig(model="gpt-char", dataset="synthetic", synthetic_size=4, batch_size=64, iterations=2).check()
+    TrainConfig(model="gpt-char:n_layer=2", dataset="shakespeare", stages=4, ppv=None, iterations=2).check()
 
 
 def test_from_dict_refuses_what_is_not_an_object():

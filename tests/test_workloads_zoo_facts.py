@@ -9,7 +9,8 @@ from stalesim.workloads.zoo import build_model
 from stalesim.workloads.zoo_facts import MAX_RESNET_DEPTH, model_facts, model_names
 
 
-@pytest.mark.parametrize("name", ["lenet5", "alexnet", "vgg16", "resnet8", "resnet20", "resnet56"])
+@pytest.mark.parametrize("name", ["lenet5", "alexnet", "vgg16", "resnet8", "resnet20", "resnet56", "gpt-char",
+                                  "gpt-char:n_layer=2,n_embd=32,n_head=2,block_size=16"])
 def test_facts_match_the_built_model(name: str) -> None:
     facts = model_facts(name)
     model = build_model(name)
@@ -29,3 +30,18 @@ def test_names_and_bad_depths() -> None:
             model_facts(bad)
         with pytest.raises(StalesimError, match=msg):
             build_model(bad)  # the zoo itself refuses the same names, before building anything
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("gpt-char:n_layer=1000000", "n_layer=1000000 is larger than this tool builds"),
+    ("gpt-char:block_size=" + "9" * 12, "block_size=999999999999 is larger"),
+    ("gpt-char:n_layer=1024,n_embd=16384,n_head=64", "parameters, more than this tool builds"),
+    ("gpt-char:n_layer=0", "must be an integer >= 1"),
+    ("gpt-char:n_layer=" + "9" * 5000, "must be an integer"),
+])
+def test_gpt_sizes_are_bounded_before_building(name: str, needle: str) -> None:
+    """A typo such as n_layer=1000000 is one line at once, from the facts and from the zoo."""
+    with pytest.raises(StalesimError, match=needle):
+        model_facts(name)
+    with pytest.raises(StalesimError, match=needle):
+        build_model(name)

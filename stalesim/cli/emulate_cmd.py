@@ -36,11 +36,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     loss = summary["final_loss"]
     acc = summary["final_test_accuracy"]
+
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.4f}"
+
+    metric = (f"val_loss={fmt(summary.get('final_val_loss'))} val_bpc={fmt(summary.get('final_val_bpc'))}"
+              if summary.get("task") == "lm" else f"test_accuracy={fmt(acc)}")
     print(f"{summary['schedule']} {summary['model']}/{summary['dataset']} S={summary['stages']} "
           f"ppv={summary['ppv']} staleness={summary['staleness']}")
     print(f"steps={summary['steps_done']}/{summary['iterations']} final_loss="
-          f"{'n/a' if loss is None else f'{loss:.4f}'} test_accuracy="
-          f"{'n/a' if acc is None else f'{acc:.4f}'} wall={summary['wall_time_s']:.1f}s"
+          f"{fmt(loss)} {metric} wall={summary['wall_time_s']:.1f}s"
           + (f" DIVERGED at step {summary['diverged_at']}" if summary["diverged"] else ""))
     print(f"data: {summary['data_note']}; versions match the IR table: {summary['versions_match']}")
     return 0

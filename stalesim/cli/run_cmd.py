@@ -133,8 +133,11 @@ def _print_text(s: dict[str, Any]) -> None:
     mem = ", ".join(f"{d}: {b / 2**20:.1f} MiB" for d, b in s["peak_memory_bytes"].items())
     acc = s.get("test_accuracy")
     loss = "n/a" if s.get("final_loss") is None else f"{s['final_loss']:.4f}"
+    extra = f", test accuracy {acc:.4f}" if acc is not None else ""
+    if s.get("val_loss") is not None:
+        extra = f", validation {s['val_loss']:.4f} nats = {s['val_bpc']:.4f} bits/char"
     print(f"{s['schedule']} on {s['devices']} {s['device_kind']} rank(s): {s['iterations']} iterations, "
-          f"final loss {loss}" + (f", test accuracy {acc:.4f}" if acc is not None else "")
+          f"final loss {loss}" + extra
           + (f" DIVERGED at step {s['diverged_at']}" if s.get("diverged") else ""))
     print(f"iteration {s['iteration_time_s'] * 1e3:.2f} ms, {s['throughput_samples_per_s']:.1f} samples/s")
     print(f"utilization {util}; peak memory {mem}")

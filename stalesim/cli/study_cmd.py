@@ -35,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="';'-separated PPVs or stage counts, e.g. '2;1,2;1,2,3,4' or 'S2;S4'")
     p.add_argument("--mitigations", type=_csv, default=["none"],
                    help="comma-separated: none, weight-prediction, spike-compensation, pipemare, "
-                        "pipemare-lr, pipemare-correction, staleness-lr")
+                        "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
+                        "error-feedback")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
     p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2, help="parallel processes")
     p.add_argument("--out", required=True, help="study folder")

@@ -14,9 +14,11 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
 
     ``devices_alias``: accept the old ``--devices N`` for ``--fold`` (not on ``run``,
     where ``--devices`` is the rank list)."""
-    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, alexnet, vgg16, resnet20, ...)")
+    p.add_argument("--model", default="lenet5",
+                   help="zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
+                        "gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T)")
     p.add_argument("--dataset", default=None,
-                   help="mnist | fashion-mnist | cifar10 | synthetic (default: the model's)")
+                   help="mnist | fashion-mnist | cifar10 | shakespeare | synthetic (default: the model's)")
     p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
     add_schedule_args(p, devices_alias=devices_alias)
     p.add_argument("--ppv", type=int_list, default=None,
@@ -50,6 +52,47 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
     m.add_argument("--pipemare-gamma", type=nonneg_float, default=0.9, help="EMA decay of the correction")
     m.add_argument("--staleness-lr", action="store_true", help="staleness-aware lr: lr/(D+1)")
     # --warmup (synchronous warm-up iterations) comes from add_schedule_args
+    _add_optimizer_args(p, m)
+
+
+def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) -> None:
+    """Issue 15: optimizers, lr warm-up/floor, clipping, optimizer-aware mitigations."""
+    o = p.add_argument_group("optimizer")
+    o.add_argument("--optimizer", default="sgd", help="sgd | adam | adamw (decoupled weight decay)")
+    o.add_argument("--betas", type=_betas, default=[0.9, 0.999], help="Adam betas, e.g. 0.9,0.95")
+    o.add_argument("--eps", type=positive_float, default=1e-8, help="Adam epsilon")
+    o.add_argument("--nesterov", action="store_true", help="SGD: Nesterov momentum")
+    o.add_argument("--lr-warmup", type=nonneg_int, default=0,
+                   help="linear lr warm-up over the first K iterations, then --lr-schedule")
+    o.add_argument("--lr-min", type=nonneg_float, default=0.0, help="cosine schedule: final lr")
+    o.add_argument("--clip-grad-norm", type=positive_float, default=None,
+                   help="clip each stage's gradient to this global L2 norm (per stage)")
+    o.add_argument("--eval-windows", type=positive_int, default=256,
+                   help="language model: validation windows for val loss / bits per character")
+    m.add_argument("--nesterov-lookahead", action="store_true",
+                   help="Nesterov look-ahead for async pipelines (Ajanthan et al. 2025): "
+                        "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W), mu=beta1")
+    m.add_argument("--error-feedback", action="store_true",
+                   help="delayed steps get + beta*(step_t - step_{t-1}) (error feedback for one-step delay)")
+    m.add_argument("--error-feedback-beta", type=positive_float, default=1.0,
+                   help="coefficient of the error-feedback correction")
+
+
+def _betas(text: str) -> list[float]:
+    parts = text.split(",")
+    try:
+        vals = [float(x) for x in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers like 0.9,0.999, got {text!r}") from None
+    if len(vals) != 2 or not all(0 <= v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected two numbers in [0, 1) like 0.9,0.999, got {text!r}")
+    return vals
+
+
+def _optimizer_fields(args: argparse.Namespace) -> dict:
+    names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
+             "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta")
+    return {k: getattr(args, k) for k in names}
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -78,5 +121,6 @@ def train_config_from_args(args: argparse.Namespace):
         pipemare_warmup=args.pipemare_warmup, pipemare_correction=args.pipemare_correction,
         pipemare_gamma=args.pipemare_gamma, staleness_lr=args.staleness_lr,
         synthetic_size=args.synthetic_size, augment=not args.no_augment,
+        **_optimizer_fields(args),
     )
     return cfg.check()

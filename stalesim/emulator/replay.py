@@ -36,6 +36,9 @@ from stalesim.runtime.build import build_stage_modules, replicate, stage_runtime
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import BatchStream, batch_stream, shard
 from stalesim.runtime.stage import StageRuntime
+from stalesim.runtime.tasks import correct as task_correct
+from stalesim.runtime.tasks import evaluate as task_evaluate
+from stalesim.runtime.tasks import task_of
 from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
 
 CKPT_NAME = "checkpoint.pt"
@@ -64,6 +67,7 @@ class Emulator:
         base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
                                                            seed=cfg.seed)
         self.input_shape = base.input_shape
+        self.task = task_of(cfg)
         self.stream = stream if stream is not None else batch_stream(cfg, input_shape=base.input_shape)
         self.bpe = self.stream.batches_per_epoch
         self.total = cfg.total_iterations(self.bpe)
@@ -203,8 +207,9 @@ class Emulator:
             with torch.no_grad():
                 out = rt.inflight[(t, m)].y
                 ep = t // self.bpe
-                st.correct[ep] = st.correct.get(ep, 0) + int((out.argmax(1) == y).sum())
-                st.seen[ep] = st.seen.get(ep, 0) + int(y.shape[0])
+                good, n = task_correct(out, y)  # per class, or per next character
+                st.correct[ep] = st.correct.get(ep, 0) + good
+                st.seen[ep] = st.seen.get(ep, 0) + n
             st.loss_parts[t] = st.loss_parts.get(t, 0.0) + value / self.P
             st.loss_count[t] = st.loss_count.get(t, 0) + 1
             if st.loss_count[t] == self.loss_actions_per_batch:
@@ -255,32 +260,38 @@ class Emulator:
     def _now(self) -> float:
         return self.state.elapsed + (time.perf_counter() - self._t0)
 
-    @torch.no_grad()
     def evaluate(self, worker: int = 0) -> float | None:
-        """Test accuracy with the current weights of ``worker`` (eval mode)."""
-        if self.stream.data.test_x is None:
-            return None
+        """The evaluation metric with the current weights of ``worker`` (eval mode): test
+        accuracy (classifiers) or validation loss in nats per character (LM)."""
+        res = self.evaluate_metrics(worker)
+        return res.get("val_loss") if self.task == "lm" else res.get("test_accuracy")
+
+    @torch.no_grad()
+    def evaluate_metrics(self, worker: int = 0) -> dict[str, float | None]:
+        """``{"test_accuracy"}`` or ``{"val_loss", "val_bpc"}`` (:func:`stalesim.runtime.tasks.evaluate`)."""
+        if self.task != "lm" and self.stream.data.test_x is None:
+            return {"test_accuracy": None}
         mods = self.stage_mods[worker]
         for m in mods:
             m.eval()
-        correct = n = 0
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            for m in mods:
+                x = m(x)
+            return x
+
         try:
-            for x, y in self.stream.test_batches(1000):
-                x, y = x.to(self.device), y.to(self.device)
-                for m in mods:
-                    x = m(x)
-                correct += int((x.argmax(1) == y).sum())
-                n += int(y.shape[0])
+            return task_evaluate(forward, self.stream.test_batches(64 if self.task == "lm" else 1000),
+                                 self.device, self.task)
         finally:
             for m in mods:
                 m.train()
-        return correct / max(n, 1)
 
     def _end_epoch(self, epoch: int) -> None:
         st = self.state
-        acc = self.evaluate()
+        metrics = self.evaluate_metrics()
         train_acc = st.correct.pop(epoch, 0) / max(st.seen.pop(epoch, 1), 1)
-        rec = {"epoch": epoch, "train_accuracy": train_acc, "test_accuracy": acc,
+        rec = {"epoch": epoch, "train_accuracy": train_acc, **metrics,
                "wall_time_s": round(self._now(), 4)}
         st.epochs.append(rec)
         st.metrics.append(rec)
@@ -398,11 +409,13 @@ class Emulator:
         diverged = st.diverged_at is not None
         losses = [st.losses[t] for t in sorted(st.losses)]
         epochs = list(st.epochs)
+        key = "val_loss" if self.task == "lm" else "test_accuracy"
         if not diverged and (not epochs or self.cfg.epochs is None):
-            acc = self.evaluate()
-            if acc is not None and (not epochs or epochs[-1].get("test_accuracy") is None):
-                epochs.append({"epoch": None, "test_accuracy": acc})
-        final_acc = epochs[-1]["test_accuracy"] if epochs and not diverged else None
+            metrics = self.evaluate_metrics()
+            if metrics.get(key) is not None and (not epochs or epochs[-1].get(key) is None):
+                epochs.append({"epoch": None, **metrics})
+        final = epochs[-1] if epochs and not diverged else {}
+        final_acc = final.get("test_accuracy")
         summary = {
             "schedule": self.cfg.schedule, "model": self.cfg.model, "dataset": self.cfg.dataset,
             "stages": self.S, "ppv": self.ppv, "workers": self.P, "microbatches": self.M,
@@ -414,6 +427,10 @@ class Emulator:
             "losses": [x if math.isfinite(x) else None for x in losses],
             "final_loss": (losses[-1] if losses and math.isfinite(losses[-1]) else None),
             "final_test_accuracy": final_acc,
+            "task": self.task,
+            "final_val_loss": final.get("val_loss"),
+            "final_val_bpc": final.get("val_bpc"),
+            "optimizer": self.cfg.optimizer,
             "epoch_metrics": epochs,
             "staleness": self.sched.versions.staleness(),
             "weight_inconsistent_stages": self.sched.versions.inconsistent_stages(),
@@ -428,7 +445,7 @@ class Emulator:
             "inflight_peak_bytes": self.peak_inflight_bytes,
             "mitigations": {k: getattr(self.cfg, k) for k in (
                 "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_correction",
-                "staleness_lr", "warmup", "compression")},
+                "staleness_lr", "warmup", "compression", "nesterov_lookahead", "error_feedback")},
         }
         if self.out is not None:
             write_lines_atomic(self.out / "versions.jsonl", (json.dumps(rec) for rec in self.versions_log()))

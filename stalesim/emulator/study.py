@@ -31,6 +31,8 @@ MITIGATIONS = {
     "pipemare-lr": {"pipemare_lr": True},
     "pipemare-correction": {"pipemare_correction": True},
     "staleness-lr": {"staleness_lr": True},
+    "nesterov-lookahead": {"nesterov_lookahead": True},
+    "error-feedback": {"error_feedback": True},
 }
 
 

@@ -71,7 +71,8 @@ def _split(cfg: TrainConfig, sched: Schedule, model: Any, ppv: list[int]) -> Sta
         raise StalesimError(f"ppv: gives {len(stages)} stages but the schedule has {sched.stages}")
     heads: list[nn.Module | None] = [None] * sched.stages
     if sched.local_loss:
-        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed)
+        heads = make_aux_heads(stages, model.input_shape, cfg.num_classes, cfg.seed,
+                               example=model.example_input(2))
     return StageModules(model, ppv, stages, heads)
 
 

@@ -20,10 +20,11 @@ from stalesim.limits import MAX_COUNT, MAX_FACTOR, MAX_SEED, check_int
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.schedule import ScheduleConfig
 
-DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic")
+DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic", "shakespeare")
 LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 # training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
 # the synthetic set has ``synthetic_size`` samples
 TRAIN_SIZES = {"mnist": 60_000, "fashion-mnist": 60_000, "cifar10": 50_000}
@@ -78,6 +79,20 @@ class TrainConfig:
     pipemare_correction: bool = False
     pipemare_gamma: float = 0.9
     staleness_lr: bool = False
+    # --- optimizers, lr warm-up/floor, clipping and optimizer-aware mitigations (issue 15;
+    # stalesim.runtime.optim, checked by _check_optimizer)
+    optimizer: str = "sgd"
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    nesterov: bool = False
+    lr_warmup: int = 0
+    lr_min: float = 0.0
+    clip_grad_norm: float | None = None
+    nesterov_lookahead: bool = False
+    error_feedback: bool = False
+    error_feedback_beta: float = 1.0
+    eval_windows: int = 256
+    # --- end issue 15
     # data details
     num_classes: int = 10
     synthetic_size: int = 1024
@@ -178,6 +193,7 @@ class TrainConfig:
         if self.microbatches < low:
             raise StalesimError(f"microbatches: {self.schedule} needs microbatches >= stages - 1 = {low} "
                                 f"(got microbatches={self.microbatches}, stages={self.num_stages})")
+        self._check_optimizer()
         self._check_size()
         return self
 
@@ -205,6 +221,7 @@ class TrainConfig:
         the whole run's schedule is one the IR builds (a million stages or a billion
         iterations are refused here, in milliseconds, not after minutes of building)."""
         from stalesim.schedule import resolve
+        from stalesim.workloads.names import model_task
         from stalesim.workloads.zoo_facts import model_facts
 
         facts = model_facts(self.model)  # None: not a zoo name (the caller brings its module)
@@ -217,11 +234,19 @@ class TrainConfig:
             raise StalesimError(f"ppv: {bad} is out of range; model {self.model!r} has "
                                 f"{facts.weight_layers} weight layers, so an entry must be between 1 "
                                 f"and {facts.weight_layers - 1}")
-        train = self.train_size
-        if self.batch_size > train:
-            raise StalesimError(f"batch_size: {self.batch_size} is larger than the training set of "
-                                f"{self.dataset} ({train:,} samples)")
-        bpe = train // self.batch_size
+        if facts is not None and model_task(self.model) == "lm":
+            # a language model samples batch_size windows of block_size characters (with
+            # replacement); an epoch is train_chars // (B T) batches, at least 1. The
+            # Shakespeare text's length is known only once it is read: 1 is a lower bound.
+            T = facts.input_shape[0]
+            chars = max(self.synthetic_size * T, 4 * (T + 1)) if self.dataset == "synthetic" else 0
+            bpe = max(1, chars // (self.batch_size * T))
+        else:
+            train = self.train_size
+            if self.batch_size > train:
+                raise StalesimError(f"batch_size: {self.batch_size} is larger than the training set of "
+                                    f"{self.dataset} ({train:,} samples)")
+            bpe = train // self.batch_size
         if self.epochs is not None and self.epochs * bpe > MAX_COUNT:
             raise StalesimError(f"epochs: {self.epochs} epochs of {bpe:,} batches are more iterations "
                                 f"than this tool runs (at most {MAX_COUNT:,})")
@@ -274,6 +299,58 @@ class TrainConfig:
             switch=switch, warmup=min(self.warmup, batches),
         )
 
+    def _check_optimizer(self) -> None:
+        """Optimizer, lr warm-up/floor, clipping, task/dataset and optimizer-aware mitigations."""
+        from stalesim.workloads.names import model_task  # torch-free
+
+        if self.optimizer not in OPTIMIZERS:
+            raise StalesimError(f"optimizer: unknown {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
+        b = self.betas
+        if not isinstance(b, (list, tuple)) or len(b) != 2 or not all(_finite(x) and 0 <= x < 1 for x in b):
+            raise StalesimError(f"betas: expected two numbers in [0, 1), got {b!r}")
+        if not _finite(self.eps) or self.eps <= 0:
+            raise StalesimError(f"eps: expected a finite number > 0, got {self.eps!r}")
+        _nonneg_int("lr_warmup", self.lr_warmup)
+        if not _finite(self.lr_min) or not 0 <= self.lr_min <= self.lr:
+            raise StalesimError(f"lr_min: expected a number in [0, lr={self.lr}], got {self.lr_min!r}")
+        if self.lr_min and self.lr_schedule != "cosine":
+            raise StalesimError(f"lr_min: only the cosine schedule decays to a floor, not {self.lr_schedule!r}")
+        if self.clip_grad_norm is not None and (not _finite(self.clip_grad_norm) or self.clip_grad_norm <= 0):
+            raise StalesimError(f"clip_grad_norm: expected a finite number > 0, got {self.clip_grad_norm!r}")
+        _positive_int("eval_windows", self.eval_windows)
+        if not _finite(self.error_feedback_beta) or self.error_feedback_beta <= 0:
+            raise StalesimError(
+                f"error_feedback_beta: expected a finite number > 0, got {self.error_feedback_beta!r}")
+        sgd = self.optimizer == "sgd"
+        if self.nesterov and not (sgd and self.momentum > 0):
+            raise StalesimError("nesterov: Nesterov momentum needs --optimizer sgd with --momentum > 0 "
+                                f"(got {self.optimizer}, momentum {self.momentum})")
+        if self.spike_compensation and not sgd:
+            raise StalesimError(f"spike_compensation: corrects SGD momentum (a = mu^D, b = (1 - mu^D)/(1 - mu)); "
+                                f"it does not apply to --optimizer {self.optimizer}")
+        if self.spike_compensation and (self.nesterov or self.nesterov_lookahead):
+            raise StalesimError("spike_compensation: is defined for heavy-ball SGD momentum, "
+                                "not with --nesterov or --nesterov-lookahead")
+        if self.weight_prediction and sgd and self.momentum == 0:
+            raise StalesimError("weight_prediction: with SGD it extrapolates along the momentum buffer; "
+                                "needs --momentum > 0")
+        if self.nesterov_lookahead:
+            if sgd and self.momentum == 0:
+                raise StalesimError("nesterov_lookahead: the look-ahead is gamma (w_t - w_{t-1}) with "
+                                    "gamma = --momentum; needs --momentum > 0")
+            if self.nesterov:
+                raise StalesimError("nesterov_lookahead: already runs Nesterov SGD; drop --nesterov")
+            if self.weight_prediction:
+                raise StalesimError("nesterov_lookahead: the look-ahead is itself a weight prediction; "
+                                    "do not combine it with --weight-prediction")
+        task = model_task(self.model)
+        if self.dataset == "shakespeare" and task == "classify":
+            raise StalesimError(f"dataset: shakespeare is text; model {self.model!r} is an image "
+                                "classifier (use gpt-char)")
+        if task == "lm" and self.dataset not in ("shakespeare", "synthetic"):
+            raise StalesimError(f"dataset: {self.model!r} is a language model and trains on text "
+                                f"(shakespeare or synthetic), not {self.dataset!r}")
+
     # --------------------------------------------------------------- helpers
     @property
     def num_stages(self) -> int:
@@ -295,15 +372,24 @@ class TrainConfig:
     def lr_at(self, t: int, total: int) -> float:
         """Base learning rate of the update fed by batch ``t`` (same on every consumer).
 
-        ``step``: x0.1 at 50% and again at 75% of the run (the CIFAR ResNet
-        recipe of He et al.); ``cosine``: 0.5 (1 + cos(pi t / total)).
+        ``lr_warmup`` W > 0: lr (t + 1) / W for t < W (linear warm-up), then the
+        schedule runs over the remaining total - W batches. ``step``: x0.1 at 50% and
+        again at 75% of the run (the CIFAR ResNet recipe of He et al.); ``cosine``:
+        lr_min + (lr - lr_min) 0.5 (1 + cos(pi t / total)).
         """
+        W = self.lr_warmup
+        if W and t < W:
+            return self.lr * (t + 1) / W
         if self.lr_schedule == "constant" or total <= 0:
             return self.lr
+        if W:
+            t, total = t - W, total - W
+            if total <= 0:
+                return self.lr
         frac = min(max(t / total, 0.0), 1.0)
         if self.lr_schedule == "step":
             return self.lr * (0.1 ** ((frac >= 0.5) + (frac >= 0.75)))
-        return self.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+        return self.lr_min + (self.lr - self.lr_min) * 0.5 * (1.0 + math.cos(math.pi * frac))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

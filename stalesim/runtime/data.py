@@ -20,7 +20,6 @@ folders it looked in. The checks are in :mod:`stalesim.runtime.datafiles`.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import torch
 
 from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.datapaths import cache_dir, data_root, mix_seed  # noqa: F401  (re-exported)
 
 _STATS = {
     "mnist": ((0.1307,), (0.3081,)),
@@ -71,22 +71,8 @@ class Dataset:
         return x.to(dtype)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("STALESIM_CACHE") or Path.home() / ".cache" / "stalesim")
-
-
-def data_root(cfg: TrainConfig) -> Path | None:
-    root = cfg.data_dir or os.environ.get("STALESIM_DATA")
-    return Path(root).expanduser() if root else None
-
-
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (SeedSequence mixing; stable across platforms)."""
-    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0] >> 1)
-
-
 # ------------------------------------------------------------------ loading
-def load_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int] | None = None) -> Dataset:
+def load_dataset(cfg: TrainConfig, input_shape: tuple[int, ...] | None = None) -> Dataset:
     """Load ``cfg.dataset`` (see the module doc for where it looks)."""
     if cfg.dataset == "synthetic":
         return synthetic_dataset(cfg, input_shape or (1, 28, 28))
@@ -95,7 +81,7 @@ def load_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int] | None = No
     return _load_cifar(cfg)
 
 
-def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, int, int]) -> Dataset:
+def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Dataset:
     """Seeded random inputs; labels from a fixed random linear map, so they are learnable."""
     g = torch.Generator().manual_seed(mix_seed(cfg.seed, 7919))
     n, n_test = cfg.synthetic_size, max(cfg.synthetic_size // 4, 1)
@@ -267,8 +253,25 @@ class BatchStream:
 
 
 def batch_stream(cfg: TrainConfig, data: Dataset | None = None,
-                 input_shape: tuple[int, int, int] | None = None) -> BatchStream:
-    """The run's deterministic batch order (loads the dataset unless given)."""
+                 input_shape: tuple[int, ...] | None = None) -> BatchStream:
+    """The run's deterministic batch order (loads the dataset unless given).
+
+    Language-model runs get a :class:`stalesim.runtime.text.TextStream` (same
+    interface: ``stream(t)``, ``batches_per_epoch``, ``data.note``, ``test_batches``)
+    whose windows are ``input_shape[0]`` (the model's block size) characters long.
+    """
+    from stalesim.runtime.tasks import task_of
+
+    if task_of(cfg) == "lm":
+        from stalesim.runtime.text import text_stream
+
+        if input_shape is not None:
+            block = int(input_shape[0])
+        else:
+            from stalesim.workloads.gpt import parse_gpt_name
+
+            block = parse_gpt_name(cfg.model).block_size
+        return text_stream(cfg, block, data)  # type: ignore[return-value,arg-type]
     return BatchStream(cfg, data if data is not None else load_dataset(cfg, input_shape))
 
 

@@ -21,23 +21,51 @@ class AuxHead(nn.Module):
         return self.fc(self.pool(x))
 
 
+class TokenHead(nn.Module):
+    """Language models: LayerNorm + linear to the vocabulary at every position."""
+
+    def __init__(self, features: int, vocab: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(features)
+        self.fc = nn.Linear(features, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.ln(x))
+
+
 def make_aux_heads(stages: list[nn.Module], input_shape: tuple[int, ...], num_classes: int,
-                   seed: int) -> list[nn.Module | None]:
-    """One head per stage but the last (None there), seeded, sized from a dry forward."""
+                   seed: int, *, example: torch.Tensor | None = None) -> list[nn.Module | None]:
+    """One head per stage but the last (None there), seeded, sized from a dry forward.
+
+    ``example``: an input batch to size the heads with (token ids for a language model;
+    default zeros of ``input_shape``). With integer inputs the heads are per-token
+    :class:`TokenHead`s over the model's output vocabulary.
+    """
     heads: list[nn.Module | None] = []
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed) + 4242)
         p = next(stages[0].parameters())
-        x = torch.zeros((2, *input_shape), dtype=p.dtype, device=p.device)
+        tokens = example is not None and not example.is_floating_point()
+        if example is None:
+            x = torch.zeros((2, *input_shape), dtype=p.dtype, device=p.device)
+        else:
+            x = example.to(device=p.device, dtype=p.dtype if not tokens else example.dtype)
         training = [m.training for m in stages]
         for m in stages:
             m.eval()
         try:
-            for s, m in enumerate(stages):
+            outs = []
+            for m in stages:
                 x = m(x)
+                outs.append(x)
+            vocab = outs[-1].shape[-1]
+            for s, x in enumerate(outs):
                 if s == len(stages) - 1:
                     heads.append(None)
                     break
+                if tokens:
+                    heads.append(TokenHead(x.shape[-1], vocab).to(device=p.device, dtype=p.dtype))
+                    continue
                 spatial = x.dim() == 4
                 feats = x.shape[1] if spatial else int(x[0].numel())
                 heads.append(AuxHead(feats, num_classes, spatial).to(device=p.device, dtype=p.dtype))

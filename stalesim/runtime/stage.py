@@ -12,7 +12,8 @@ Weight versions, without model copies or parameter swapping:
 * A backward reads version v_B (``action.version``): the unpack hook turns each
   token into ``torch.as_strided`` of the tensor of version v_B of that parameter:
   the live tensor if v_B is current, else a stashed copy.
-* ``U`` updates the live parameters **in place** with ``torch.optim.SGD`` from the
+* ``U`` updates the live parameters **in place** with the stage's optimizer
+  (:class:`~stalesim.runtime.optim.StageOptimizer`: SGD, Adam or AdamW) from the
   per-batch gradient buffer. Just before it overwrites version n, version n is
   cloned only if a pending backward (counted from the version table) still
   needs it; a stashed version is freed as soon as no pending backward needs it.
@@ -31,11 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import Mitigations
+from stalesim.runtime.optim import StageOptimizer
+from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.schedule import Action, Schedule
 from stalesim.schedule.liveness import backward_reads
 
@@ -93,9 +95,9 @@ class StageRuntime:
             self.params += [p for p in head.parameters() if p.requires_grad]
             self.names += [f"head.{n}" for n, p in head.named_parameters() if p.requires_grad]
         self._ptr: dict[int, int] = self._ptr_map(self.params)
-        self.optimizer = torch.optim.SGD(
-            self.params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        ) if self.params else None
+        self.opt = StageOptimizer(self.params, cfg)  # SGD/Adam/AdamW + optimizer-aware mitigations
+        self.optimizer = self.opt.torch
+        self.loss_fn = loss_fn(task_of(cfg))  # classification or next-token cross-entropy
         self.mit = Mitigations(cfg, schedule, stage, worker)
         self.version = 0
         self.stash: dict[int, list[torch.Tensor]] = {}
@@ -149,9 +151,8 @@ class StageRuntime:
         return (a.batch, a.micro)
 
     def _bufs(self) -> list[torch.Tensor | None]:
-        if self.optimizer is None:
-            return []
-        return [self.optimizer.state.get(p, {}).get("momentum_buffer") for p in self.params]
+        """Per-parameter step direction per unit lr (SGD: the momentum buffer), for prediction."""
+        return self.opt.directions()
 
     def weights_of(self, version: int) -> list[torch.Tensor]:
         """The tensors of weight version ``version`` (live or stashed)."""
@@ -212,7 +213,7 @@ class StageRuntime:
         return y
 
     def loss(self, action: Action, labels: torch.Tensor) -> float:
-        """LOSS(s, t, m): micro-batch mean cross-entropy divided by M; returns its value."""
+        """LOSS(s, t, m): micro-batch mean loss of the task divided by M; returns its value."""
         rec = self.inflight[self._key(action)]
         out = rec.y
         if self.head is not None:
@@ -230,7 +231,7 @@ class StageRuntime:
             finally:
                 self._pack_ptr = self._ptr
         M = self.schedule.microbatches if self.schedule.uses_micro else 1
-        loss = F.cross_entropy(out, labels) / M
+        loss = self.loss_fn(out, labels) / M
         rec.loss = loss
         return float(loss.detach())
 
@@ -304,7 +305,7 @@ class StageRuntime:
         return self.lr_fn(batch) * self.mit.lr_factor(batch)
 
     def update(self, action: Action) -> None:
-        """U(s, t): SGD step with the batch-t buffer; version n -> n + 1."""
+        """U(s, t): optimizer step with the batch-t buffer; version n -> n + 1."""
         t = action.batch
         grads = self.grads(t)
         del self.buffers[t]
@@ -314,21 +315,8 @@ class StageRuntime:
             self.stash_peak_bytes = max(self.stash_peak_bytes, self.stash_bytes())
         old = [p.detach().clone() for p in self.params] if self.mit.needs_old_weights else None
         if self.optimizer is not None:
-            lr = self.lr_for(t)
-            a, b = self.mit.spike_coefficients(t)
-            with torch.no_grad():
-                if b:
-                    wd = self.cfg.weight_decay
-                    extra = [g + wd * p if wd else g for g, p in zip(grads, self.params)]
-                for p, g in zip(self.params, grads):
-                    p.grad = g
-                self.optimizer.param_groups[0]["lr"] = lr * a
-                self.optimizer.step()
-                if b:
-                    for p, e in zip(self.params, extra):
-                        p.add_(e, alpha=-lr * b)
-                for p in self.params:
-                    p.grad = None
+            delayed = self.cfg.error_feedback and self.mit.batch_delay(t) >= 1
+            self.opt.step(grads, self.lr_for(t), spike=self.mit.spike_coefficients(t), delayed=delayed)
         self.version = n + 1
         self.mit.record_step(old, [p.detach() for p in self.params])
         expected = self.schedule.table.upd.get((self.worker, self.stage, t))
@@ -345,7 +333,7 @@ class StageRuntime:
         return {
             "module": self.module.state_dict(),
             "head": None if self.head is None else self.head.state_dict(),
-            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+            "optimizer": None if self.optimizer is None else self.opt.state_dict(),
             "version": self.version,
             "stash": {v: [t.clone() for t in ws] for v, ws in self.stash.items()},
             "need": dict(self.need),
@@ -361,7 +349,7 @@ class StageRuntime:
                 for k, v in self.head.state_dict().items():
                     v.copy_(state["head"][k])
         if self.optimizer is not None and state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.opt.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.stash = {int(v): list(ws) for v, ws in state["stash"].items()}
         self.need = Counter({int(k): int(c) for k, c in state["need"].items()})

@@ -180,7 +180,8 @@ def block_flops(model: LayeredModel) -> list[int]:
     if cached is not None:
         return list(cached)
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
+
+    from stalesim.workloads.flops import flop_counter
 
     flops: list[int] = []
     was_training = model.training
@@ -190,10 +191,10 @@ def block_flops(model: LayeredModel) -> list[int]:
             # FLOPs do not depend on dtype/device, but the input must match the weights
             param = next(model.parameters(), None)
             x = model.example_input(1)
-            if param is not None:
-                x = x.to(dtype=param.dtype, device=param.device)
+            if param is not None:  # token ids stay integers
+                x = x.to(dtype=param.dtype if x.is_floating_point() else x.dtype, device=param.device)
             for block in model.blocks:
-                counter = FlopCounterMode(display=False)
+                counter = flop_counter()  # counts CPU attention too
                 with counter:
                     x = block(x)
                 flops.append(int(counter.get_total_flops()))

@@ -118,6 +118,11 @@ def _stats(values: Sequence[float]) -> tuple[float, dict[str, float]]:
     return med, {"min": vals[0], "max": vals[-1], "iqr": iqr}
 
 
+def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over every prediction: (B, C) classes or (B, T, V) next tokens."""
+    return F.cross_entropy(out.float().flatten(0, -2), target.flatten())
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -130,7 +135,7 @@ def _static_pass(
     model: LayeredModel, x0: torch.Tensor, target: torch.Tensor
 ) -> tuple[list[int], list[int], list[int], list[int]]:
     """Saved bytes, output bytes, forward and backward FLOPs per block (one untimed step)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    from stalesim.workloads.flops import flop_counter
 
     blocks = model.blocks
     saved, outb, fflops, bflops = [], [], [], []
@@ -149,18 +154,18 @@ def _static_pass(
             return t
 
         x = xs[i]
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter:
             y = block(x)
             outb.append(_nbytes(y))
             if i == len(blocks) - 1:
-                y = F.cross_entropy(y.float(), target)
+                y = _loss(y, target)
         fflops.append(int(counter.get_total_flops()))
         saved.append(sum(storages.values()))
         outs.append(y)
         xs.append(y.detach().requires_grad_(True))
     for i in reversed(range(len(blocks))):
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()
         with counter:
             if i == len(blocks) - 1:
                 outs[i].backward()
@@ -182,8 +187,9 @@ def _measure_batch(
     seed: int,
 ) -> tuple[list[LayerProfile], float, dict[str, float]]:
     gen = torch.Generator().manual_seed(seed)
-    x0 = torch.randn((batch_size, *model.input_shape), generator=gen).to(device, dtype)
-    target = torch.randint(0, 10, (batch_size,), generator=gen).to(device)
+    x0 = model.random_input(batch_size, gen)  # float images or int64 token ids
+    x0 = x0.to(device, dtype) if x0.is_floating_point() else x0.to(device)
+    target = torch.randint(0, 10, (batch_size, *model.label_shape), generator=gen).to(device)
     blocks = model.blocks
     n = len(blocks)
     # target must fit the head: use the model's output width
@@ -206,7 +212,7 @@ def _measure_batch(
     whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
 
     def whole_step() -> None:
-        loss = F.cross_entropy(model(x0).float(), target)
+        loss = _loss(model(x0), target)
         loss.backward()
         whole_opt.step()
 
@@ -223,7 +229,7 @@ def _measure_batch(
         for i, block in enumerate(blocks):
             x = xs[i]
             if i == n - 1:
-                y = timer.time(f_s[i], lambda b=block, x=x: F.cross_entropy(b(x).float(), target))
+                y = timer.time(f_s[i], lambda b=block, x=x: _loss(b(x), target))
             else:
                 y = timer.time(f_s[i], lambda b=block, x=x: b(x))
             outs.append(y)

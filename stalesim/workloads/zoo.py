@@ -19,15 +19,15 @@ product promises identical losses.
 
 from __future__ import annotations
 
-import re
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from stalesim.errors import StalesimError
+from stalesim.workloads.layered import LayeredModel, count_weight_layers  # re-exported
+from stalesim.workloads.names import model_task  # re-export: torch-free name -> task
 
 __all__ = [
     "BasicBlock",
@@ -35,122 +35,9 @@ __all__ = [
     "build_model",
     "count_weight_layers",
     "model_names",
+    "model_task",
 ]
 
-_WEIGHT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
-
-
-def count_weight_layers(module: nn.Module) -> int:
-    """Number of conv/linear layers inside ``module`` (itself included)."""
-    return sum(1 for m in module.modules() if isinstance(m, _WEIGHT_TYPES))
-
-
-def _child_key(name: str, index: int) -> str:
-    """A valid, unique ``nn.Module`` child name derived from a block name."""
-    key = re.sub(r"[^0-9A-Za-z_]", "_", name) or f"block{index}"
-    return key
-
-
-class LayeredModel(nn.Sequential):
-    """An ``nn.Sequential`` of partitionable blocks plus the metadata PPVs need.
-
-    Attributes: ``name``, ``blocks`` (the child modules, in order),
-    ``block_names``, ``weight_layers`` (conv/linear count per block),
-    ``input_shape`` (C, H, W) and ``default_dataset``.
-    """
-
-    def __init__(
-        self,
-        blocks: Sequence[tuple[str, nn.Module]],
-        *,
-        name: str,
-        input_shape: tuple[int, int, int],
-        default_dataset: str = "cifar10",
-        weight_layers: Sequence[int] | None = None,
-    ) -> None:
-        if len(blocks) == 0:
-            raise StalesimError(f"model {name!r}: needs at least one block")
-        od: OrderedDict[str, nn.Module] = OrderedDict()
-        for i, (bname, module) in enumerate(blocks):
-            if not isinstance(module, nn.Module):
-                raise StalesimError(
-                    f"model {name!r}: block {i} ({bname!r}) is not an nn.Module "
-                    f"but {type(module).__name__}"
-                )
-            key = _child_key(bname, i)
-            if key in od:
-                key = f"{key}_{i}"
-            od[key] = module
-        super().__init__(od)
-        self.name: str = name
-        self.block_names: list[str] = [b for b, _ in blocks]
-        if weight_layers is None:
-            wl = [count_weight_layers(m) for _, m in blocks]
-        else:
-            wl = [int(w) for w in weight_layers]
-            if len(wl) != len(blocks) or any(w < 0 for w in wl):
-                raise StalesimError(
-                    f"model {name!r}: weight_layers must have one integer >= 0 per block "
-                    f"({len(blocks)} blocks), got {list(weight_layers)}"
-                )
-        self.weight_layers: list[int] = wl
-        if len(input_shape) != 3 or any(int(d) < 1 for d in input_shape):
-            raise StalesimError(f"model {name!r}: input_shape must be (C, H, W), got {input_shape}")
-        self.input_shape: tuple[int, int, int] = tuple(int(d) for d in input_shape)  # type: ignore[assignment]
-        self.default_dataset: str = default_dataset
-        self._block_flops: list[int] | None = None  # cache for default_ppv
-
-    @property
-    def blocks(self) -> list[nn.Module]:
-        return list(self.children())
-
-    @property
-    def total_weight_layers(self) -> int:
-        return sum(self.weight_layers)
-
-    @classmethod
-    def from_sequential(
-        cls,
-        seq: nn.Sequential | Sequence[nn.Module],
-        *,
-        name: str,
-        input_shape: tuple[int, int, int],
-        default_dataset: str = "cifar10",
-        block_names: Sequence[str] | None = None,
-    ) -> LayeredModel:
-        """Bring your own model: each child of ``seq`` (or list item) becomes one block.
-
-        The children are the split points: a pipeline cut can fall between any two
-        of them and nowhere else, so group a residual block (or a conv with its
-        activation) into one child to keep it together. A child without a
-        conv/linear layer (e.g. a lone ReLU) counts 0 weight layers and travels
-        with the weight layer before it when a PPV is applied.
-        """
-        if isinstance(seq, nn.Sequential):
-            items = list(seq.named_children())
-        else:
-            items = [(str(i), m) for i, m in enumerate(seq)]
-        if block_names is not None:
-            if len(block_names) != len(items):
-                raise StalesimError(
-                    f"block_names: expected {len(items)} names, got {len(block_names)}"
-                )
-            items = [(n, m) for n, (_, m) in zip(block_names, items)]
-        else:
-            items = [(n if not n.isdigit() else f"block{n}", m) for n, m in items]
-        return cls(items, name=name, input_shape=input_shape, default_dataset=default_dataset)
-
-    def example_input(self, batch_size: int = 1) -> torch.Tensor:
-        return torch.zeros((batch_size, *self.input_shape))
-
-    def extra_repr(self) -> str:
-        return (
-            f"name={self.name!r}, blocks={len(self.block_names)}, "
-            f"weight_layers={self.total_weight_layers}, input_shape={self.input_shape}"
-        )
-
-
-# --------------------------------------------------------------------- LeNet-5
 def _lenet5(num_classes: int) -> LayeredModel:
     blocks = [
         ("conv1", nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2))),
@@ -277,7 +164,8 @@ _FIXED: dict[str, Callable[[int], LayeredModel]] = {
 
 
 def model_names() -> list[str]:
-    """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
+    """Names ``build_model`` accepts (any ``resnet<6n+2>`` and ``gpt-char:<options>`` work
+    too; these are listed)."""
     from stalesim.workloads.zoo_facts import model_names as names
 
     return names()
@@ -300,6 +188,12 @@ def model_factory(name: str) -> Callable[[int], LayeredModel]:
     unknown name or a bad ResNet depth is one line, before anything is loaded or built."""
     key = str(name).strip().lower()
     factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
+    from stalesim.workloads.gpt import build_gpt, is_gpt_name, parse_gpt_name
+
+    if factory is None and is_gpt_name(key):
+        parse_gpt_name(key)  # validate the options before seeding
+        def factory(nc):
+            return build_gpt(key)  # the vocabulary is fixed (ASCII)
     if factory is None:
         from stalesim.workloads.zoo_facts import model_facts
 
@@ -312,7 +206,7 @@ def model_factory(name: str) -> Callable[[int], LayeredModel]:
     if factory is None:
         raise StalesimError(
             f"unknown model {name!r}; known models: {', '.join(model_names())} "
-            "(or any resnet<6n+2>)"
+            "(or any resnet<6n+2>, gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T)"
         )
     return factory
 

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from stalesim.errors import StalesimError
+from stalesim.workloads.names import BASE_NAME, gpt_name, is_gpt_name, parse_gpt_name
 
 __all__ = ["MAX_CLASSES", "MAX_RESNET_DEPTH", "ModelFacts", "model_facts", "model_names"]
 
@@ -27,13 +28,14 @@ _RESNET_RE = re.compile(r"^resnet(\d+)$")
 @dataclass(frozen=True)
 class ModelFacts:
     """A zoo model's partitionable shape: ``blocks`` (what a stage holds),
-    ``weight_layers`` (conv/linear layers, the PPV numbering) and its data set."""
+    ``weight_layers`` (conv/linear layers, the PPV numbering; one per block for the
+    GPT) and its data set."""
 
     name: str
     blocks: int
     weight_layers: int
     default_dataset: str
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
 
 
 _FIXED = {
@@ -48,8 +50,9 @@ RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
 
 
 def model_names() -> list[str]:
-    """Names ``build_model`` accepts (any ``resnet<6n+2>`` works too; these are listed)."""
-    return list(_FIXED) + [f"resnet{d}" for d in RESNET_DEPTHS]
+    """Names ``build_model`` accepts (any ``resnet<6n+2>`` and ``gpt-char:<options>`` work
+    too; these are listed)."""
+    return list(_FIXED) + [f"resnet{d}" for d in RESNET_DEPTHS] + [BASE_NAME]
 
 
 def model_facts(name: str) -> ModelFacts | None:
@@ -59,6 +62,9 @@ def model_facts(name: str) -> ModelFacts | None:
     key = str(name).strip().lower()
     if key in _FIXED:
         return _FIXED[key]
+    if is_gpt_name(key):  # embedding, n_layer transformer blocks, head: one PPV unit each
+        g = parse_gpt_name(key)
+        return ModelFacts(gpt_name(g), g.n_layer + 2, g.n_layer + 2, "shakespeare", (g.block_size,))
     m = _RESNET_RE.match(key)
     if not m:
         return None

@@ -1,0 +1,223 @@
+"""The per-stage optimizer: SGD (momentum, Nesterov), Adam, AdamW, clipping, and the
+optimizer-aware staleness mitigations.
+
+One :class:`StageOptimizer` per (worker, stage) :class:`~stalesim.runtime.stage.StageRuntime`,
+shared by the emulator and the executor, so both run the same arithmetic. It wraps
+a torch optimizer over the stage's live parameters and applies the update of batch
+t from that batch's gradient buffer (``U(s, t)``):
+
+1. **clipping** (``clip_grad_norm``): the buffer is scaled so that its global L2 norm
+   over *this stage's* parameters is at most the limit (torch's rule,
+   ``max / (norm + 1e-6)``). Per stage, not over the whole model: in a pipeline the
+   stages apply the update of batch t at different times (under ``stale`` or
+   ``pipedream`` stage S-1 updates long before stage 0 has even run the backward of
+   t), so a whole-model norm would need a cross-stage reduction no schedule has.
+   With one stage it is torch's ``clip_grad_norm_``.
+2. the base step: ``sgd`` = ``torch.optim.SGD`` (momentum, ``nesterov``, L2 weight
+   decay), ``adam`` = ``torch.optim.Adam`` (L2), ``adamw`` = ``torch.optim.AdamW``
+   (decoupled weight decay), with the learning rate of the update (schedule x
+   mitigation factors);
+3. the mitigations that change the update (see below).
+
+**Optimizer state and weight versions.** The state (momentum, Adam moments, step
+count) is updated only at ``U``, in update order; stashed / double-buffered weight
+versions are copies of the *weights* only (a backward reads old weights, but no
+schedule reads old optimizer state). Weight prediction reads the current state at
+the time of the forward. The state is part of the runtime's checkpoint.
+
+Mitigations that live here (flags of TrainConfig; delays from the version table):
+
+* **weight prediction along the optimizer's direction** (``weight_prediction``):
+  :meth:`StageOptimizer.directions` gives, per parameter, the step the optimizer
+  takes per unit learning rate if nothing changes: SGD: the momentum buffer v
+  (torch: w <- w - lr v); Adam: m_hat / (sqrt(v_hat) + eps) with the bias corrections of
+  the last step; AdamW: that plus wd * w (the decoupled decay step). The runtime
+  predicts w_hat = w - lr * D * direction (XPipe-style for Adam; SpecTrain for SGD).
+* **Nesterov look-ahead for asynchronous pipelines** (``nesterov_lookahead``;
+  Ajanthan et al., ICML 2025, Eq. 10): with d_t = gamma (w_t - w_{t-1}),
+  w_{t+1} = w_t + d_t - eta (1 - gamma) grad f(w_bar_t + d_bar_t), where the bar is the
+  stale (delayed) point. Storing the look-ahead point y_t = w_t + d_t as the stage's
+  weights turns this into a plain optimizer on y whose gradient is taken at the
+  stored (stale) weights, which is exactly what a pipeline computes:
+  m <- gamma m + (1 - gamma) g, y <- y - eta (gamma m + (1 - gamma) g). For ``sgd`` that
+  is torch's Nesterov SGD with lr eta (1 - gamma) (gamma = ``momentum``; the paper
+  uses 0.99); for ``adam``/``adamw`` the same look-ahead on the Adam-normalised
+  step, i.e. NAdam (Dozat 2016) with constant momentum mu = beta1
+  (:class:`LookaheadAdam`), which is what the paper runs in practice (NAdamW,
+  beta1 = 0.99).
+* **error feedback for one-step delay** (``error_feedback``): after the base step
+  Delta_t (computed from a gradient that is D >= 1 updates old), the update applied is
+  Delta_t + beta (Delta_t - Delta_{t-1}): the change between two consecutive delayed
+  steps is the part of the update the delay withheld, fed back once (see
+  docs/emulator.md for why this form; optimizer-agnostic, one weight-sized buffer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from stalesim.runtime.config import OPTIMIZERS  # noqa: F401  (re-export)
+
+
+class LookaheadAdam(torch.optim.Optimizer):
+    """NAdam with a constant momentum coefficient mu = beta1 (the Adam form of the
+    Nesterov look-ahead of Ajanthan et al., see the module doc).
+
+    Per parameter, step t (from 1): g (+ wd * w for L2), m <- b1 m + (1 - b1) g,
+    v <- b2 v + (1 - b2) g^2, denom = sqrt(v / (1 - b2^t)) + eps,
+    w <- w - lr [(1 - b1) g / (1 - b1^t) + b1 m / (1 - b1^(t+1))] / denom;
+    ``decoupled``: w <- w (1 - lr wd) first instead of the L2 term (NAdamW).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], *, lr: float, betas: tuple[float, float],
+                 eps: float, weight_decay: float, decoupled: bool) -> None:
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
+                                  "weight_decay": weight_decay, "decoupled": decoupled})
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]  # no closures here
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                st = self.state[p]
+                if not st:
+                    st["step"] = 0
+                    st["exp_avg"] = torch.zeros_like(p)
+                    st["exp_avg_sq"] = torch.zeros_like(p)
+                st["step"] += 1
+                t = st["step"]
+                if wd:
+                    if group["decoupled"]:
+                        p.mul_(1 - lr * wd)
+                    else:
+                        g = g.add(p, alpha=wd)
+                m, v = st["exp_avg"], st["exp_avg_sq"]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                denom = (v / (1 - b2**t)).sqrt_().add_(eps)
+                p.addcdiv_(g, denom, value=-lr * (1 - b1) / (1 - b1**t))
+                p.addcdiv_(m, denom, value=-lr * b1 / (1 - b1 ** (t + 1)))
+
+
+def state_copies(cfg: Any) -> int:
+    """Parameter-sized tensors of optimizer state per parameter (memory accounting)."""
+    n = (1 if cfg.momentum else 0) if cfg.optimizer == "sgd" else 2
+    return n + (1 if cfg.error_feedback else 0)
+
+
+def clip_(grads: list[torch.Tensor], max_norm: float) -> float:
+    """Scale ``grads`` in place to global L2 norm <= ``max_norm`` (torch's rule); returns the
+    norm before clipping."""
+    if not grads:
+        return 0.0
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    coef = max_norm / (float(norm) + 1e-6)
+    if coef < 1.0:
+        for g in grads:
+            g.mul_(coef)
+    return float(norm)
+
+
+class StageOptimizer:
+    """The update of one stage (see the module doc); ``torch`` is the wrapped optimizer."""
+
+    def __init__(self, params: list[torch.nn.Parameter], cfg: Any) -> None:
+        self.params = params
+        self.cfg = cfg
+        self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
+        self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
+        self.torch: torch.optim.Optimizer | None = None
+        if not params:
+            return
+        kind, wd = cfg.optimizer, cfg.weight_decay
+        betas = (float(cfg.betas[0]), float(cfg.betas[1]))
+        if kind == "sgd":
+            nesterov = bool(cfg.nesterov or cfg.nesterov_lookahead)
+            kw: dict[str, Any] = {"nesterov": True} if nesterov else {}
+            self.torch = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd, **kw)
+            if cfg.nesterov_lookahead:
+                self.lr_scale = 1.0 - cfg.momentum
+        elif cfg.nesterov_lookahead:
+            self.torch = LookaheadAdam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd,
+                                       decoupled=kind == "adamw")
+        elif kind == "adam":
+            self.torch = torch.optim.Adam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd)
+        else:
+            self.torch = torch.optim.AdamW(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd)
+
+    # ------------------------------------------------------------------ update
+    @torch.no_grad()
+    def step(self, grads: list[torch.Tensor], lr: float, *, spike: tuple[float, float] = (1.0, 0.0),
+             delayed: bool = False) -> None:
+        """Apply one update with gradient ``grads`` (the batch buffer; clipped in place) at
+        learning rate ``lr``. ``spike`` = (a, b) of spike compensation (SGD); ``delayed``:
+        the gradient is at least one update old (error feedback applies)."""
+        if self.torch is None:
+            return
+        cfg = self.cfg
+        if cfg.clip_grad_norm is not None:
+            clip_(grads, cfg.clip_grad_norm)
+        a, b = spike
+        if b:
+            wd = cfg.weight_decay
+            extra = [g + wd * p if wd else g for g, p in zip(grads, self.params)]
+        old = [p.detach().clone() for p in self.params] if cfg.error_feedback else None
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
+        self.torch.step()
+        if b:
+            for p, e in zip(self.params, extra):
+                p.add_(e, alpha=-lr * b)
+        for p in self.params:
+            p.grad = None
+        if old is not None:
+            delta = [p.detach() - o for p, o in zip(self.params, old)]
+            if delayed and self.prev_step is not None:
+                beta = cfg.error_feedback_beta
+                for p, d, dp in zip(self.params, delta, self.prev_step):
+                    p.add_(d - dp, alpha=beta)
+            self.prev_step = delta
+
+    # -------------------------------------------------------------- prediction
+    def directions(self) -> list[torch.Tensor | None]:
+        """Per parameter, the step per unit learning rate the optimizer would take next if
+        nothing changed (None before its first update); see the module doc."""
+        opt = self.torch
+        if opt is None:
+            return []
+        out: list[torch.Tensor | None] = []
+        if self.cfg.optimizer == "sgd":
+            return [opt.state.get(p, {}).get("momentum_buffer") for p in self.params]
+        b1, b2 = (float(x) for x in self.cfg.betas)
+        wd = self.cfg.weight_decay if self.cfg.optimizer == "adamw" else 0.0
+        for p in self.params:
+            st = opt.state.get(p)
+            if not st:
+                out.append(None)
+                continue
+            t = float(st["step"])
+            m_hat = st["exp_avg"] / (1 - b1**t)
+            denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - b2**t)).add_(self.cfg.eps)
+            d = m_hat / denom
+            if wd:
+                d = d + wd * p.detach()
+            out.append(d)
+        return out
+
+    # -------------------------------------------------------------- checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        return {"torch": None if self.torch is None else self.torch.state_dict(),
+                "prev_step": None if self.prev_step is None else [d.clone() for d in self.prev_step]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.torch is not None and state.get("torch") is not None:
+            self.torch.load_state_dict(state["torch"])
+        self.prev_step = state.get("prev_step")
