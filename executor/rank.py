@@ -3,8 +3,9 @@
 No schedule logic lives here: the order is ``sched.device_actions[rank]``, the
 weight versions and mitigations are :class:`StageRuntime`'s (the same code the
 emulator runs), and this module only moves tensors. The dispatcher calls
-``_F``, ``_LOSS``, ``_B``, ``_U``, ``_SEND_F``, ``_RECV_F``, ``_SEND_B``,
-``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind.
+``_F``, ``_LOSS``, ``_B``, ``_I``, ``_W``, ``_U``, ``_SEND_F``, ``_RECV_F``,
+``_SEND_B``, ``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind (``I``/``W``:
+the two halves of a split backward, :mod:`stalesim.runtime.stage`).
 
 Inputs and labels: only stage 0 reads the data (``batch_stream``, then
 ``shard`` by worker and micro-batch, as the emulator does). The labels of
@@ -178,7 +179,7 @@ class Rank:
                 raise type(exc)(f"rank {self.ctx.rank}: {exc} at action {label}") from exc
             rec.end(a, st)
             self.index = i + 1
-            if a.kind in (Kind.F, Kind.B, Kind.U):
+            if a.kind in (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U):
                 self._track_memory()
             if self.on_action_done is not None:
                 self.on_action_done(i)
@@ -301,6 +302,25 @@ class Rank:
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 
+    def _I(self, a: Action) -> None:
+        """Input gradient only (split backward); the output gradient arrives as for B."""
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        rt = self.rts[(w, s)]
+        st = self.store
+        if rt.is_loss_stage:
+            gy = None
+        else:
+            nxt = (w, s + 1, t, m)
+            gy = st.grads_out.pop(nxt) if nxt in st.grads_out else st.grads_in.pop((w, s, t, m))
+        gx = rt.backward_input(a, gy)
+        if s > 0 and gx is not None:
+            st.grads_out[(w, s, t, m)] = gx
+
+    def _W(self, a: Action) -> None:
+        """The deferred weight gradient; the loss labels are no longer needed after it."""
+        self.rts[(a.worker, a.stage)].backward_weight(a)
+        self.loss_labels.pop((a.worker, a.stage, a.batch, a.micro), None)
+
     def _U(self, a: Action) -> None:
         self.rts[(a.worker, a.stage)].update(a)
 
@@ -362,7 +382,7 @@ class Rank:
             n += rt.stash_bytes()
             for buf in rt.buffers.values():
                 n += sum(g.numel() * g.element_size() for g in buf if g is not None)
-            for rec in rt.inflight.values():
+            for rec in [*rt.inflight.values(), *rt.deferred.values()]:
                 n += rec.x.numel() * rec.x.element_size() + rec.y.numel() * rec.y.element_size()
         for _, _, flat in self.ar.values():
             n += flat.numel() * flat.element_size()

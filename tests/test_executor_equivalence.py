@@ -19,18 +19,32 @@ torch = pytest.importorskip("torch")
 from executor import make_job, run_local
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import schedule_names
+from stalesim.schedule import ScheduleConfig, get_spec, schedule_names
 
-MICRO = {"gpipe", "1f1b", "2bw"}
 DP = {"dp", "pipe-sgd"}
 
 
+def micro_for(name: str, stages: int, want: int, batch_size: int = 24) -> int:
+    """The fewest micro-batches >= ``want`` that the schedule accepts and that divide the batch."""
+    spec = get_spec(name)
+    if not spec.uses_micro:
+        return 1
+    m = max(want, spec.min_microbatches(stages))
+    while batch_size % m or (spec.constraint is not None and spec.constraint(
+            ScheduleConfig(name, stages=stages, microbatches=m,
+                           stages_per_device=spec.stages_per_device)) is not None):
+        m += 1
+    return m
+
+
 def _cfg(name: str, devices: int, **over) -> TrainConfig:
+    spec = get_spec(name)
+    stages = devices * spec.stages_per_device  # V chunks per device for virtual stages
     kw = dict(  # noqa: C408
-        model="lenet5", dataset="synthetic", schedule=name, stages=devices, iterations=6,
+        model="lenet5", dataset="synthetic", schedule=name, stages=stages, iterations=6,
               batch_size=24, synthetic_size=192, lr=0.05)
-    if name in MICRO:
-        kw["microbatches"] = devices
+    if spec.uses_micro:
+        kw["microbatches"] = micro_for(name, stages, devices)
     if name in DP:
         kw.update(workers=devices, stages=1 if devices == 2 else 2)
     if name == "pipe-sgd":
@@ -48,12 +62,19 @@ def _two_rank_cases() -> list[TrainConfig]:
         _cfg("stale", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4),
         _cfg("dp", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4),
         _cfg("stale", 2, weight_prediction=True, spike_compensation=True),
+        # split backward through BasicBlocks with BatchNorm, and a mitigation on an
+        # asynchronous interleaved order (its backward weights come from the predictor)
+        _cfg("zb-v", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4,
+             microbatches=2),
+        _cfg("interleaved-pipedream", 2, weight_prediction=True),
     ]
     return cases
 
 
 def _three_rank_cases() -> list[TrainConfig]:
-    return [_cfg(n, 3) for n in ("stale", "1f1b", "pipedream", "2bw", "local", "hybrid", "dp")]
+    small = dict(model="resnet14", batch_size=12, synthetic_size=48, iterations=3)  # 8 blocks: S = 6
+    return ([_cfg(n, 3) for n in ("stale", "1f1b", "pipedream", "2bw", "local", "hybrid", "dp", "zb-h1")]
+            + [_cfg(n, 3, **small) for n in ("interleaved-1f1b", "zb-v", "dualpipev")])
 
 
 def _emulate(cfg: TrainConfig) -> tuple[dict, dict]:

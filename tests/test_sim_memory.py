@@ -13,7 +13,7 @@ def test_bytes_per_component():
     rep = memory_report(sched, c, optimizer_state_factor=2.0)
     b0 = rep.breakdown[0]
     assert b0 == {"weights": 400, "gradients": 100, "optimizer": 200, "activations": 40,
-                  "comm_buffers": 14}
+                  "deferred_w": 0, "comm_buffers": 14}
     assert rep.peak_bytes[0] == sum(b0.values())
     mid = rep.breakdown[1]
     assert mid["comm_buffers"] == 4 * 7  # activation in/out, gradient in/out

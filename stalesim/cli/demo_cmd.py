@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="iterations per validated schedule (default 12, --quick 8)")
     p.add_argument("--schedules", default=None,
                    help="schedules to validate on 2 ranks, or all (default sequential,1f1b,pipedream,stale,dp,"
-                        "pipe-sgd; --quick 1f1b,dp)")
+                        "pipe-sgd,zb-v; --quick 1f1b,dp)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
     p.add_argument("--study-iterations", type=positive_int, default=None,
@@ -70,7 +70,7 @@ def _defaults(args: argparse.Namespace) -> None:
     """Fill the flags the user left out; --quick shrinks only those (never a given one)."""
     quick = args.quick
     for name, full, small in (("batch_size", 32, 16), ("iterations", 12, 8), ("study_iterations", 300, 60),
-                              ("schedules", "sequential,1f1b,pipedream,stale,dp,pipe-sgd", "1f1b,dp")):
+                              ("schedules", "sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v", "1f1b,dp")):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
 
@@ -97,8 +97,9 @@ def schedule_table(stages: int) -> str:
 
     rows = [("schedule", "policy", "staleness per stage", "v_B != v_F on stages", "what")]
     for name in schedule_names():
-        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
-                                                     microbatches=stages, workers=2))
+        spec = get_spec(name)  # virtual stages: `stages` devices of V chunks each
+        sched = build_schedule(spec.config(stages=stages * spec.stages_per_device,
+                                           batches=4 * stages + 4, microbatches=stages, workers=2))
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))

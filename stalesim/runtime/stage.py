@@ -22,6 +22,21 @@ Weight versions, without model copies or parameter swapping:
 * Gradients come from ``torch.autograd.grad(outputs, [input] + params, grad_out)``
   into a buffer per batch (never ``.grad``), because schedules such as 2BW
   interleave the backwards of two batches between updates.
+
+Split backward (``I`` then a deferrable ``W``, the zero-bubble schedules), on
+the (worker, stage)s whose schedule splits any backward: during the forward a
+hook on every module that owns parameters (conv, linear, norm, ...) keeps that
+module's output. ``I`` asks autograd for the gradient w.r.t. the stage input
+*and* those outputs only (``torch.autograd.grad(y, [x, out_1, ...], g,
+retain_graph=True)``): the backward runs down to the input, no weight gradient
+is computed, and each parameter-owning module's output gradient g_j is kept.
+``W`` then asks each such module for its weight gradients from its own output
+(``torch.autograd.grad(out_j, params_j, g_j)``), which runs just that module's
+weight-gradient kernel: nothing is computed twice. W unpacks the weight
+version its I read (the IR's v_W = v_B). Parameters used outside their own
+module's forward (none in the zoo) get theirs from the stage output in W, a
+second walk. A full ``B`` on such a stage is the ordinary backward. The
+arithmetic is the unsplit backward's kernel by kernel.
 """
 
 from __future__ import annotations
@@ -55,6 +70,12 @@ class _Inflight:
     predicted: bool = False
     loss: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # split backward: the outputs of the stage's parameter-owning modules (module index,
+    # output) kept by the forward hooks; after I, the gradient at each of them
+    segments: list[tuple[int, torch.Tensor]] | None = None
+    seg_grads: list[torch.Tensor | None] | None = None
+    v_b: int | None = None
+    w_base: list[torch.Tensor] | None = None  # backward weights a mitigation made at I
 
 
 class StageRuntime:
@@ -106,6 +127,12 @@ class StageRuntime:
         self.buffers: dict[int, list[torch.Tensor | None]] = {}
         self.versions_used: list[tuple[str, int]] = []
         self.stash_peak_bytes = 0
+        # split backward (I / W): see the module doc
+        self.split = (worker, stage) in schedule.split_stages()
+        self.deferred: dict[tuple[int, int | None], _Inflight] = {}
+        self._captured: list[tuple[int, torch.Tensor]] | None = None  # set during a split forward
+        if self.split:
+            self._init_split()
         # set while a forward / backward runs, read by the hooks
         self._pack_ptr: dict[int, int] = self._ptr
         self._unpack_weights: Sequence[torch.Tensor] | None = None
@@ -200,14 +227,19 @@ class StageRuntime:
                 predicted = True
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
+        segments: list[tuple[int, torch.Tensor]] | None = None
+        if self.split:
+            segments = []
+            self._captured = segments
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
         finally:
             self._pack_ptr = self._ptr
+            self._captured = None
         self.inflight[self._key(action)] = _Inflight(
             x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
-            predicted=predicted,
+            predicted=predicted, segments=segments,
         )
         self.versions_used.append((str(action.with_version(None)), v_f))
         return y
@@ -292,6 +324,121 @@ class StageRuntime:
     def release(self, version: int) -> None:
         self._release(version)
 
+    # ---------------------------------------------- split backward (I / W)
+    def _init_split(self) -> None:
+        if self.head is not None:
+            raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
+        self._captured = None
+        index = {id(p): i for i, p in enumerate(self.params)}
+        self._owner_params: list[list[int]] = []  # per owning module: indices into self.params
+        covered: set[int] = set()
+        for mod in self.module.modules():
+            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+            if not own:
+                continue
+            k = len(self._owner_params)
+            self._owner_params.append(own)
+            covered.update(own)
+            mod.register_forward_hook(self._capture_hook(k))
+        # parameters no module's own forward uses (W takes them from the stage output)
+        self._rest_params = [i for i in range(len(self.params)) if i not in covered]
+
+    def _capture_hook(self, k: int) -> Callable[..., None]:
+        def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
+            if self._captured is not None:
+                if not isinstance(out, torch.Tensor):
+                    raise RuntimeError("stalesim: a split backward needs modules with tensor outputs")
+                self._captured.append((k, out))
+        return hook
+
+    def backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        """I(s, t, m): the input gradient only, reading v_B = ``action.version``; the
+        gradients at the parameter-owning modules' outputs are kept for
+        :meth:`backward_weight`."""
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        if rec.segments is None:
+            raise RuntimeError(f"stalesim: {action} on a stage whose forward kept no outputs")
+        v_b = self.version if action.version is None else action.version
+        if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
+                and v_b != self.version):
+            raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
+        base = self.weights_of(v_b)
+        if self.mit.changes_backward:
+            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+            rec.w_base = base
+        if grad_y is None:
+            if rec.loss is None:
+                raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before I)")
+            outputs, grad_out = rec.loss, None
+        else:
+            outputs, grad_out = rec.y, grad_y
+        want_x = rec.x.requires_grad
+        inputs = ([rec.x] if want_x else []) + [o for _, o in rec.segments]
+        self._unpack_weights = base
+        try:
+            grads = torch.autograd.grad(outputs, inputs, grad_out, retain_graph=True, allow_unused=True)
+        finally:
+            self._unpack_weights = None
+        gx = grads[0] if want_x else None
+        rec.seg_grads = list(grads[1:] if want_x else grads)
+        rec.v_b = v_b
+        rec.extra["grad_out"] = grad_out
+        self.deferred[key] = rec
+        self.versions_used.append((str(action.with_version(None)), v_b))
+        return gx
+
+    def backward_weight(self, action: Action) -> None:
+        """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
+        buffer; reads the version that I read."""
+        key = self._key(action)
+        rec = self.deferred.pop(key)
+        assert rec.segments is not None and rec.seg_grads is not None and rec.v_b is not None
+        base = rec.w_base if rec.w_base is not None else self.weights_of(rec.v_b)
+        wgrads: list[torch.Tensor | None] = [None] * len(rec.leaves)
+        self._unpack_weights = base
+        try:
+            if self._rest_params:  # first, while the whole graph is still there
+                outputs = rec.loss if rec.extra.get("grad_out") is None else rec.y
+                assert outputs is not None
+                got = torch.autograd.grad(outputs, [rec.leaves[i] for i in self._rest_params],
+                                          rec.extra.get("grad_out"), retain_graph=True, allow_unused=True)
+                for i, gw in zip(self._rest_params, got):
+                    wgrads[i] = gw
+            for (k, out), g in zip(rec.segments, rec.seg_grads):
+                if g is None:
+                    continue
+                idx = self._owner_params[k]
+                got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], g, allow_unused=True)
+                for i, gw in zip(idx, got):
+                    if gw is not None:
+                        wgrads[i] = gw if wgrads[i] is None else wgrads[i] + gw  # type: ignore[operator]
+        finally:
+            self._unpack_weights = None
+        rec.extra.pop("grad_out", None)
+        buf = self.buffers.get(action.batch)
+        if buf is None:
+            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
+        else:
+            for i, g in enumerate(wgrads):
+                if g is not None:
+                    prev = buf[i]
+                    buf[i] = g.detach() if prev is None else prev + g
+        self.versions_used.append((str(action.with_version(None)), rec.v_b))
+        self._release(rec.v_b)
+
+    def restore_deferred(self, action: Action, seg_grads: list[torch.Tensor | None], v_b: int,
+                         grad_out: torch.Tensor | None = None) -> None:
+        """On resume: the forward of ``action`` was just rebuilt (:meth:`restore_forward`,
+        and its loss); its I had run before the checkpoint: keep it waiting for W."""
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        assert rec.segments is not None and len(rec.segments) == len(seg_grads)
+        rec.seg_grads = list(seg_grads)
+        rec.v_b = v_b
+        rec.extra["grad_out"] = grad_out
+        self.deferred[key] = rec
+
     # ------------------------------------------------------------------ update
     def grads(self, batch: int) -> list[torch.Tensor]:
         """The batch-``batch`` gradient buffer (materialized; edit in place to all-reduce)."""
@@ -363,7 +510,7 @@ class StageRuntime:
         which forwards are in flight at a checkpoint). ``torch.save`` stores tensors
         sharing a storage once."""
         out = {}
-        for key, rec in self.inflight.items():
+        for key, rec in [*self.inflight.items(), *self.deferred.items()]:
             out[key] = {
                 "x": rec.x.detach(),
                 "x_requires_grad": rec.x.requires_grad,
@@ -372,6 +519,11 @@ class StageRuntime:
                 else self.weights_of(rec.v_f),
                 "has_loss": rec.loss is not None,
             }
+            if rec.seg_grads is not None:  # I ran, W pending (split backward)
+                out[key]["seg_grads"] = [None if g is None else g.detach() for g in rec.seg_grads]
+                out[key]["v_b"] = rec.v_b
+                go = rec.extra.get("grad_out")
+                out[key]["grad_out"] = None if go is None else go.detach()
         return out
 
     def restore_forward(self, action: Action, x: torch.Tensor, weights: list[torch.Tensor],

@@ -5,7 +5,8 @@ lowered action list in order; an action starts when the device has finished
 the previous one and its dependencies (``stalesim.schedule.deps.dependencies``,
 the single definition of the IR's semantics) are met, and holds its resources:
 
-* **compute** (one per device): F, B, U and LOSS hold it for their duration;
+* **compute** (one per device): F, B, I, W, U and LOSS hold it for their duration
+  (I and W: the split backward's halves, :meth:`StageCosts.split_ns`);
   on hardware without copy engines a transfer also takes ``occupancy x T`` of
   the core on both ends, queued FIFO on the core when the transfer starts;
 * **channels** (links, see :class:`~stalesim.sim.model.SimHardware` for the
@@ -48,7 +49,7 @@ from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes
 COMPUTE, SEND, RECV, AR, ARW = 0, 1, 2, 3, 4
-_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3}
+_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3, Kind.I: 4, Kind.W: 5}
 _COMM_TRACK = frozenset({Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B, Kind.AR, Kind.ARW})
 
 
@@ -214,7 +215,9 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     coll_done = [-1] * prog.n_colls
     coll_start = [-1] * prog.n_colls
     coll_ev: list[simpy.Event | None] = [None] * prog.n_colls
-    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S]
+    bi, bw = costs.split_ns()
+    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
+                 list(bi), list(bw)]
     msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
     lat = hw.latency_ns
     if comm is None:

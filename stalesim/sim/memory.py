@@ -7,7 +7,10 @@ pass (:mod:`stalesim.schedule.liveness`); this module turns them into bytes:
 
 * weights: params x versions kept; gradients: params x gradient buffers;
 * optimizer state: ``optimizer_state_factor`` x params (momentum SGD: 1);
-* activations: the stage's ``saved_bytes`` at the action's batch size x in flight;
+* activations: the stage's ``saved_bytes`` at the action's batch size x in flight
+  (from F until the backward completes: B, or W for a split backward);
+* deferred weight gradients: per (micro-)batch whose ``I`` ran and ``W`` not yet,
+  the intermediate gradients W reads (:meth:`StageCosts.deferred_w_bytes`);
 * communication buffers: one buffer per point-to-point message kind, plus one
   gradient bucket (= the stage's params) per all-reduce in flight.
 
@@ -25,7 +28,7 @@ from stalesim.schedule.ir import Schedule
 from stalesim.schedule.liveness import StageLiveness, stage_liveness
 from stalesim.sim.model import StageCosts
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers")
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "deferred_w", "comm_buffers")
 
 @dataclass(frozen=True)
 class MemoryReport:
@@ -56,6 +59,7 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
         b["gradients"] += pb * c.grad_buffers
         b["optimizer"] += round(pb * optimizer_state_factor)
         b["activations"] += costs.saved_bytes[c.stage] * c.max_in_flight
+        b["deferred_w"] += costs.deferred_w_bytes()[c.stage] * c.deferred_w
         b["comm_buffers"] += costs.msg_bytes[c.stage] * c.comm_messages + pb * c.allreduce_in_flight
     peaks = [sum(b.values()) for b in breakdown]
     return MemoryReport(peaks, breakdown, counts)
@@ -63,4 +67,5 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
 
 def _counts(c: StageLiveness) -> dict[str, int]:
     return {k: getattr(c, k) for k in ("stage", "worker", "versions_kept", "grad_buffers",
-                                       "max_in_flight", "comm_messages", "allreduce_in_flight")}
+                                       "max_in_flight", "comm_messages", "allreduce_in_flight",
+                                       "deferred_w")}

@@ -256,6 +256,11 @@ class StageCosts:
 
     ``f_ns``/``b_ns``: forward/backward of one action (a micro-batch for
     micro-batched schedules, a worker's slice for data-parallel ones);
+    ``bi_ns``/``bw_ns``: the two halves of a split backward (``I``: input
+    gradient, ``W``: weight gradient), measured by the profiler or, when the
+    profile has no split, ``b_ns`` cut by ``WEIGHT_GRAD_FRACTION`` (empty tuples
+    mean that estimate too); ``wgrad_bytes``: what a deferred ``W`` keeps
+    between its I and W (the output gradient of each block of the stage);
     ``u_ns``: the stage's optimizer update; ``loss_ns``: one LOSS action;
     ``msg_bytes[s]``: stage s's output per action (sent forward, and the same
     size comes back as the gradient); ``param_bytes``/``saved_bytes`` for
@@ -278,10 +283,25 @@ class StageCosts:
     # where the times come from, per batch size used: {"action_batch": CostSource dict,
     # "batch_size": CostSource dict} (stalesim.workloads.scaling); empty = given by hand
     cost_source: dict[str, Any] = field(default_factory=dict)
+    bi_ns: tuple[int, ...] = ()
+    bw_ns: tuple[int, ...] = ()
+    wgrad_bytes: tuple[int, ...] = ()
 
     @property
     def stages(self) -> int:
         return len(self.f_ns)
+
+    def split_ns(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(I, W) per stage: the given halves, else B split by WEIGHT_GRAD_FRACTION."""
+        if self.bi_ns and self.bw_ns:
+            return self.bi_ns, self.bw_ns
+        from stalesim.workloads.profile import WEIGHT_GRAD_FRACTION
+
+        w = tuple(round(b * WEIGHT_GRAD_FRACTION) for b in self.b_ns)
+        return tuple(b - x for b, x in zip(self.b_ns, w)), w
+
+    def deferred_w_bytes(self) -> tuple[int, ...]:
+        return self.wgrad_bytes or self.msg_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,20 +312,27 @@ class StageCosts:
             "message_bytes": list(self.msg_bytes), "param_bytes": list(self.param_bytes),
             "saved_bytes": list(self.saved_bytes), "action_batch": self.action_batch,
             "cost_source": {k: dict(v) for k, v in self.cost_source.items()},
+            "backward_input_s": [x / NS for x in self.split_ns()[0]],
+            "backward_weight_s": [x / NS for x in self.split_ns()[1]],
         }
 
 
 def uniform_costs(stages: int, f_ns: int, b_ns: int, u_ns: int = 0, *, loss_ns: int = 0,
                   msg_bytes: int = 0, param_bytes: int = 0, saved_bytes: int = 0,
                   batch_size: int = 1, action_batch: int = 1,
-                  seq_ns: int | None = None) -> StageCosts:
-    """Identical stages (tests and benchmarks)."""
+                  seq_ns: int | None = None, bi_ns: int | None = None,
+                  bw_ns: int | None = None) -> StageCosts:
+    """Identical stages (tests and benchmarks). ``bi_ns``/``bw_ns``: the split backward
+    (default: ``b_ns`` split by WEIGHT_GRAD_FRACTION)."""
     S = stages
     if seq_ns is None:
         scale = batch_size // max(1, action_batch)
         seq_ns = S * (scale * (f_ns + b_ns) + u_ns) + loss_ns * scale
+    split = bi_ns is not None and bw_ns is not None
     return StageCosts((f_ns,) * S, (b_ns,) * S, (u_ns,) * S, loss_ns, (msg_bytes,) * S,
-                      (param_bytes,) * S, (saved_bytes,) * S, seq_ns, batch_size, action_batch)
+                      (param_bytes,) * S, (saved_bytes,) * S, seq_ns, batch_size, action_batch,
+                      bi_ns=(bi_ns,) * S if split else (),  # type: ignore[arg-type]
+                      bw_ns=(bw_ns,) * S if split else ())  # type: ignore[arg-type]
 
 
 def resolve_cuts(profile: Profile, stages: int | None, ppv: Sequence[int] | None,
@@ -347,7 +374,9 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
     """Sum the profile's layers per stage at ``action_batch`` (and at ``batch_size`` for the baseline)."""
     from stalesim.workloads.partition import stage_ranges
 
-    small = profile.at_batch_size(action_batch).stage_layers(list(cuts))
+    at = profile.at_batch_size(action_batch)
+    small = at.stage_layers(list(cuts))
+    ranges = stage_ranges(list(cuts), profile.n_layers)
     full = profile.at_batch_size(batch_size).stage_layers(list(cuts))
     loss_ns = to_ns(loss_s * action_batch / batch_size) if loss_s else 0
     seq = sum(to_ns(st.forward_s) + to_ns(st.backward_s) + to_ns(st.update_s) for st in full)
@@ -364,7 +393,10 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
         batch_size=batch_size,
         action_batch=action_batch,
         cuts=tuple(cuts), ppv=tuple(ppv),
-        layer_ranges=tuple(stage_ranges(list(cuts), profile.n_layers)),
+        layer_ranges=tuple(ranges),
         cost_source={"action_batch": profile.cost_source(action_batch).to_dict(),
                      "batch_size": profile.cost_source(batch_size).to_dict()},
+        bi_ns=tuple(to_ns(st.backward_split()[0]) for st in small),
+        bw_ns=tuple(to_ns(st.backward_split()[1]) for st in small),
+        wgrad_bytes=tuple(sum(int(lp.output_bytes) for lp in at.layers[a:b]) for a, b in ranges),
     )

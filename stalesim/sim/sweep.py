@@ -32,7 +32,8 @@ from typing import Any
 
 from stalesim.errors import StalesimError
 
-COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "devices", "ppv", "device", "link",
+COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "microbatches", "workers", "devices",
+           "ppv", "device", "link",
            "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
            "max_peak_memory_bytes", "max_staleness", "max_allreduce_exposed_s", "cost_source", "batch_size",
            "batch_source", "action_batch", "action_batch_source", "warnings", "error")
@@ -47,13 +48,16 @@ class SweepPoint:
     ppv: tuple[int, ...] | None = None
     device: str | None = None
     link: str | None = None
+    stages_per_device: int | None = None  # V chunks per device (None: the schedule's own)
 
 
 def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: Sequence[int] = (1,),
          workers: Sequence[int] = (1,), ppv_candidates: Sequence[Sequence[int]] = (),
-         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,)) -> list[SweepPoint]:
-    """All combinations; micro-batches only vary for schedules that use them
-    (no duplicate points). Workers (the data-parallel degree) apply to every
+         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,),
+         stages_per_device: Sequence[int | None] = (None,)) -> list[SweepPoint]:
+    """All combinations; micro-batches only vary for schedules that use them,
+    stages per device only for schedules whose V is free (interleaving; no
+    duplicate points). Workers (the data-parallel degree) apply to every
     schedule: P workers of a data-parallel one, P replicas of a pipeline."""
     from stalesim.schedule import get_spec
 
@@ -76,8 +80,9 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
     for name in schedules:
         spec = get_spec(name)
         ms = microbatches if spec.uses_micro else (1,)
-        for (S, ppv), M, P, dev, link in itertools.product(shapes, ms, workers, devices, links):
-            pt = SweepPoint(name, S, M, P, ppv, dev, link)
+        vs = stages_per_device if not spec.fixed_stages_per_device else (None,)
+        for (S, ppv), M, P, dev, link, V in itertools.product(shapes, ms, workers, devices, links, vs):
+            pt = SweepPoint(name, S, M, P, ppv, dev, link, V)
             if pt not in seen:
                 seen.add(pt)
                 points.append(pt)
@@ -154,7 +159,8 @@ class _Worker:
             prof, hw = self.hardware(pt.device, pt.link)
             dp = get_spec(pt.schedule).data_parallel
             cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=self.batches,
-                                 microbatches=pt.microbatches, workers=pt.workers if dp else 1)
+                                 microbatches=pt.microbatches, workers=pt.workers if dp else 1,
+                                 stages_per_device=pt.stages_per_device)
             c = self.cluster
             opts = SimOptions(ppv=pt.ppv, batch_size=self.batch_size, method=self.method,
                               keep_timeline=False, replicas=1 if dp else pt.workers,
@@ -168,6 +174,7 @@ class _Worker:
         row.update(
             ppv=",".join(map(str, r.partition["ppv"])) if r.partition["ppv"] else "",
             devices=r.devices,
+            stages_per_device=pt.stages_per_device or get_spec(pt.schedule).stages_per_device,
             cost_source=r.cost_source,
             batch_size=r.batch_size, batch_source=full.get("source", r.cost_source),
             action_batch=act.get("batch_size"), action_batch_source=act.get("source", r.cost_source),
@@ -240,14 +247,16 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> P
 
 def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     """The ranked table as text (errors listed after the ranking)."""
-    head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>4} {'devices':>7}  {'ppv':<14} {'device':<14} " \
+    head = f"{'rank':>4}  {'schedule':<21} {'S':>2} {'V':>2} {'M':>3} {'P':>4} {'devices':>7}  " \
+           f"{'ppv':<14} {'device':<14} " \
            f"{'link':<12} {'ms/batch':>10} {'samples/s':>11} {'speedup':>7} {'bubble':>6} " \
            f"{'peak mem':>9} {'stale':>5}  costs"
     lines = [head]
     ok = [r for r in rows if not r["error"]]
     for r in ok[:limit] if limit else ok:
         lines.append(
-            f"{r['rank']:>4}  {r['schedule']:<10} {r['stages']:>2} {r['microbatches']:>3} "
+            f"{r['rank']:>4}  {r['schedule']:<21} {r['stages']:>2} "
+            f"{r['stages_per_device'] or 1:>2} {r['microbatches']:>3} "
             f"{r['workers']:>4} {r['devices']:>7}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
             f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f}{mark(r):<2} "

@@ -34,7 +34,8 @@ DATASETS = ("synthetic", "mnist", "fashion-mnist", "cifar10")
 class ValidateConfig:
     """One validation: ``schedules`` on ``devices`` (``cpu:N`` or ``cuda:0,1``).
 
-    Pipeline schedules use S = number of devices stages; data-parallel ones
+    Pipeline schedules use S = number of devices stages (S = devices x V for the
+    schedules with V virtual stages per device); data-parallel ones
     (dp, pipe-sgd) use P = number of devices workers with S = 1.
     """
 
@@ -155,7 +156,8 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
                                 f"(schedule {name})")
         # the schedule's own constraints (e.g. 2bw's M >= S - 1) and its size, asked of the IR
         try:
-            resolve(ScheduleConfig(name, stages=1 if spec.data_parallel else n, batches=cfg.iterations,
+            resolve(ScheduleConfig(name, stages=1 if spec.data_parallel else n * spec.stages_per_device,
+                                   batches=cfg.iterations,
                                    microbatches=cfg.microbatches if spec.uses_micro else 1,
                                    workers=n if spec.data_parallel else 1))
         except StalesimError as exc:

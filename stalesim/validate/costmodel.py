@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
-KINDS = ("F", "B", "U", "LOSS")
+KINDS = ("F", "B", "U", "LOSS", "I", "W")  # I, W: the halves of a split backward
 
 
 @dataclass
@@ -124,9 +124,14 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
             return tuple(round((1 - phi[s]) * a[s] + phi[s] * max(a[s], b[s])) for s in range(S))
 
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
+        bi = mix(alone.split_ns()[0], busy.split_ns()[0])
+        bw = mix(alone.split_ns()[1], busy.split_ns()[1])
     else:
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-    o = {k: cm.overhead_s.get(k, 0.0) for k in KINDS}
+        bi, bw = alone.split_ns()
+    # a split backward's halves are dispatched like a backward: B's overhead each unless measured
+    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in ("I", "W") else 0.0)
+         for k in KINDS}
     dc = dispatch or {}
 
     def extra(kind: str, s: int) -> int:
@@ -137,6 +142,8 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
     return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
                    b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
                    u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
+                   bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
+                   bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
                    loss_ns=alone.loss_ns + loss_extra)
 
 
@@ -274,9 +281,12 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
         return to_ns(statistics.median(v)) if v else fallback
 
     losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
+    bi, bw = costs.split_ns()
     return replace(costs,
                    f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
                    b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                   bi_ns=tuple(med("I", s, bi[s]) for s in range(S)),
+                   bw_ns=tuple(med("W", s, bw[s]) for s in range(S)),
                    u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
                    loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
 

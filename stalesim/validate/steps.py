@@ -44,7 +44,8 @@ class Validation:
     cm: Any = None  # CostModel
     hw_dict: dict[str, Any] = field(default_factory=dict)
     hw: Any = None  # SimHardware
-    ppv: list[int] = field(default_factory=list)
+    ppv: list[int] = field(default_factory=list)  # the shared PPV (S = devices)
+    ppvs: dict[str, list[int]] = field(default_factory=dict)  # each schedule's (S = devices x V)
     base_sched: Any = None
     base_measured: dict[str, Any] = field(default_factory=dict)
     base_timing: dict[str, Any] = field(default_factory=dict)
@@ -215,18 +216,35 @@ def simulate_step(v: Validation) -> None:
         v.ppv = list(cfg.ppv)
     elif N > 1:
         _cuts, v.ppv = resolve_cuts(v.prof, N, None, cfg.batch_size)
+    # virtual stages: V chunks per device, S = N x V stages, their own balanced partition
+    v.ppvs = {name: _ppv_for(name, N, v.ppv, cfg, v.prof) for name in v.schedules}
     v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     (v.out / "traces").mkdir(parents=True, exist_ok=True)
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
-        tc = train_config(cfg, name, N, v.ppv, cfg.iterations)
-        r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppv or None,
+        tc = train_config(cfg, name, N, v.ppvs[name], cfg.iterations)
+        r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppvs[name] or None,
                                       batch_size=cfg.batch_size)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
+
+
+def _ppv_for(name: str, N: int, ppv: list[int], cfg: ValidateConfig, prof: Any) -> list[int]:
+    """The run's PPV for ``name``: the shared one (S = N), or for a schedule with V chunks per
+    device (S = N x V) the given PPV if it has S - 1 entries, else the balanced partition."""
+    from stalesim.schedule import get_spec
+    from stalesim.sim.model import resolve_cuts
+
+    spec = get_spec(name)
+    S = N * spec.stages_per_device
+    if spec.data_parallel or S == N:
+        return ppv
+    if cfg.ppv is not None and len(cfg.ppv) + 1 == S:
+        return list(cfg.ppv)
+    return list(resolve_cuts(prof, S, None, cfg.batch_size)[1])
 
 
 # ---------------------------------------------------------------------------- 5. run
@@ -236,7 +254,7 @@ def run_step(v: Validation) -> None:
     cfg = v.cfg
     v.say(f"[validate 5/{STEPS}] running {len(v.schedules)} schedule(s) on {v.devs} "
           f"({cfg.iterations} iterations each)")
-    jobs = [make_job(train_config(cfg, name, v.n, v.ppv, cfg.iterations, device="cpu"),
+    jobs = [make_job(train_config(cfg, name, v.n, v.ppvs[name], cfg.iterations, device="cpu"),
                      out=str(v.out / "runs" / name), evaluate=False, label=name, keep_rows=True)
             for name in v.schedules]
     v.measured = _run_jobs(jobs, v.devs, cfg, v.say)
@@ -279,7 +297,7 @@ def emulate_step(v: Validation) -> None:
         torch.set_num_threads(cfg.threads)
     try:
         for name in v.schedules:
-            tc = train_config(cfg, name, v.n, v.ppv, E, device=v.device0)  # the run's switch point
+            tc = train_config(cfg, name, v.n, v.ppvs[name], E, device=v.device0)  # the run's switch point
             v.emulated[name] = Emulator(tc, progress=False).run().get("losses")
     finally:
         torch.set_num_threads(old)
