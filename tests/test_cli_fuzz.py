@@ -119,6 +119,8 @@ def files(tmp_path_factory) -> dict[str, str]:
     put("list", "[]")
     put("unicode", json.dumps({**prof, "model": "l\u00e9net\u2603", "device": "\u0441pu"}))
     put("existing", "an existing file an output may replace")
+    (d / "order.csv").write_text("0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n")  # torch's CSV, 2 ranks
+    out["csv"] = str(d / "order.csv")
     os.mkfifo(d / "fifo.json")  # opening it for reading would block forever
     out["fifo"] = str(d / "fifo.json")
     (d / "folder").mkdir()
@@ -181,11 +183,13 @@ NAMES: dict[str, tuple[list[str], list[str]]] = {
     "only": (["staleness_table"], [",", "nosuch", "staleness_table,nosuch"]),
     "roofline": (device_names(), ["tpu9"]),
     "backend": (["gloo"], ["nccl", "mpi"]),
+    "from_torch": (["GPipe", "Interleaved1F1B", "ZBVZeroBubble", "DualPipeV", "ScheduleLoopedBFS"],
+                   ["Nope", "Schedule", "PipelineScheduleMulti"]),
 }
 NAME_LISTS = {"schedules": "schedule", "targets": "target", "links": "link"}
 IN_FILES = {"profile": "profile", "contended_profile": "profile", "from_profile": "profile",
-            "hardware": "hardware"}
-OUT_PATHS = ("out", "output", "csv", "trace", "plot")
+            "hardware": "hardware", "from_torch_csv": "csv"}
+OUT_PATHS = ("out", "output", "csv", "trace", "plot", "to_torch_csv")
 
 
 def _value(action: argparse.Action, files: dict[str, str],
@@ -237,7 +241,8 @@ def _bases(command: str, files: dict[str, str], fresh: str) -> list[list[str]]:
     prof = files["profile"]
     train = ["--dataset", "synthetic", "--iterations", "2", "--synthetic-size", "64", "--batch-size", "8"]
     return {
-        "schedule": [["stale", "-S", "3", "-N", "6"]],
+        "schedule": [["stale", "-S", "3", "-N", "6"], ["--from-torch", "Interleaved1F1B", "--ranks", "2", "-M", "4"],
+                     ["--from-torch-csv", files["csv"]], ["interleaved-1f1b", "-S", "4", "-V", "2", "-M", "2"]],
         "simulate": [["--profile", prof, "--schedule", "stale", "-S", "2"]],
         "partition": [["--profile", prof, "--stages", "2"]],
         "sweep": [["--profile", prof, "--schedules", "stale,dp", "--stages", "2"]],
@@ -468,7 +473,7 @@ def test_base_command_lines_succeed(command: str, files: dict[str, str], stubbed
 
 def test_every_flag_is_fuzzed() -> None:
     """Every action of every sub-command gets a strategy (a new flag cannot be skipped)."""
-    fake = {k: f"/tmp/{k}" for k in ("profile", "hardware", "folder", "devnull", "missing", "existing", "fifo")}
+    fake = {k: f"/tmp/{k}" for k in ("profile", "hardware", "folder", "devnull", "missing", "existing", "fifo", "csv")}
     for name, p in SUBCOMMANDS.items():
         for a in _actions(p):
             if a.option_strings and a.nargs != 0:

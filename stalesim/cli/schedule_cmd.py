@@ -144,14 +144,22 @@ def _imported(args: argparse.Namespace):
     if args.workers != 1 or args.warmup:
         raise StalesimError("--workers/--warmup: not with --from-torch")
     batches = args.batches or 1
+
+    def shown(step: int) -> None:  # the same bound as for our own schedules, before building
+        if batches * step > MAX_SHOWN:
+            raise StalesimError(f"batches: about {batches * step:,} actions are more than this command "
+                                f"prints (at most {MAX_SHOWN:,}); show fewer batches or micro-batches")
+
     if args.from_torch_csv is not None:
         if args.ranks is not None or args.stages_per_rank is not None:
             raise StalesimError("--ranks/--stages-per-rank: the CSV fixes them (one row per rank)")
-        sched = schedule_from_orders(read_torch_csv(args.from_torch_csv), batches=batches,
-                                     name=f"torch-csv:{args.from_torch_csv}")
+        orders = read_torch_csv(args.from_torch_csv)
+        shown(sum(len(ops) for ops in orders.values()))
+        sched = schedule_from_orders(orders, batches=batches, name=f"torch-csv:{args.from_torch_csv}")
         return sched, "torch CSV order, lowered and validated by the IR"
     if args.ranks is None:
         raise StalesimError("--ranks: --from-torch needs the number of pipeline ranks")
+    shown(3 * args.ranks * (args.stages_per_rank or 1) * args.microbatches)
     sched = from_torch(args.from_torch, args.ranks, args.microbatches, args.stages_per_rank,
                        batches=batches)
     return sched, same_as_ours(sched)
