@@ -271,8 +271,9 @@ def argv_for(draw: Any, command: str, files: dict[str, str], fresh: str) -> list
     excluded = {id(a) for g in parser._mutually_exclusive_groups
                 if any(opt in base for a in g._group_actions for opt in a.option_strings)
                 for a in g._group_actions if not set(a.option_strings) & set(base)}
+    imported = any(tok.startswith("--from-torch") for tok in base)  # a torch order names no schedule
     for action in _actions(parser):
-        if id(action) in excluded:
+        if id(action) in excluded or (imported and action.dest in ("name", "schedule")):
             continue
         if not action.option_strings:  # positional (``schedule NAME``)
             if draw(st.floats(0, 1)) < 0.8:
