@@ -152,6 +152,20 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("err", f"emulate {E} --model gpt-char --dataset shakespeare --data-dir {W}/sh_garbage --out {W}/o_s3"),
         ("err", f"emulate {E} --model gpt-char --dataset shakespeare --data-dir {W}/sh_binary --out {W}/o_s4"),
         ("err", f"emulate {E} --model gpt-char --dataset shakespeare --data-dir {W}/sh_tiny --out {W}/o_s5"),
+        # torch.distributed.pipelining interop and virtual stages (main's sched merge)
+        ("err", "schedule --from-torch GPipe --ranks 1000000 -M 4"),
+        ("err", "schedule --from-torch Interleaved1F1B --ranks 4 -M 8 --stages-per-rank 1000000"),
+        ("err", "schedule --from-torch GPipe --ranks 2 -M 2 -N 1000000"),
+        ("err", f"schedule --from-torch-csv {W}/csv_bigstage.csv"),
+        ("err", f"schedule --from-torch-csv {W}/csv_bin.csv"),
+        ("err", f"schedule --from-torch-csv {W}/fifo"),
+        ("err", "schedule --from-torch-csv /dev/zero"),
+        ("err", f"schedule --from-torch-csv {W}/csv_ok.csv -N 1000000"),
+        ("err", f"schedule interleaved-1f1b -S 8 -M 8 --to-torch-csv {W}/fifo"),
+        ("err", f"simulate --profile {PROF} --schedule interleaved-1f1b -S 4 -V 2 -M 1000000"),
+        ("err", f"emulate {E} --schedule zb-v -S 4 -M 4 --iterations 1000000 --out {W}/o_v2"),
+        ("ok", "schedule --from-torch ZBVZeroBubble --ranks 16 -M 64"),
+        ("ok", f"schedule --from-torch-csv {W}/csv_ok.csv -N 3"),
         # valid and fast
         ("ok", "schedule stale -S 8 -N 16"),
         ("ok", f"simulate --profile {PROF} --schedule gpipe -S 2 -N 1000 -M 4"),
@@ -198,6 +212,9 @@ def make_fixtures(W: Path) -> None:
                        ("sh_binary", gzip.compress(bytes(range(256)) * 10)), ("sh_tiny", tiny)):
         (W / name / "shakespeare").mkdir(parents=True)
         (W / name / "shakespeare" / "shakespeare_complete.txt.gz").write_bytes(data)
+    (W / "csv_bigstage.csv").write_text("0F0,0B0,999999999F0\n")
+    (W / "csv_bin.csv").write_bytes(b"0F0,\xd0\xff\n")
+    (W / "csv_ok.csv").write_text("0F0,0B0\n")
     os.mkfifo(W / "fifo")
     (W / "file.txt").write_text("")
 
