@@ -159,7 +159,7 @@ def read_torch_csv(path: str | os.PathLike[str]) -> RankOrders:
     """Per-rank orders from torch's CSV (one row per rank), parsed by torch's ``_Action.from_str``."""
     from torch.distributed.pipelining.schedules import _Action
 
-    from stalesim.workloads.jsondoc import read_text
+    from stalesim.inputs import read_text
 
     text = read_text(path, "--from-torch-csv", MAX_CSV_BYTES)  # a regular file, bounded, UTF-8
     orders: RankOrders = {}

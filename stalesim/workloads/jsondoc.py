@@ -1,9 +1,9 @@
-"""Reading a document the user names (a profile, a hardware description, a torch CSV).
+"""Reading a JSON document the user names (a profile, a hardware description).
 
-One reader, so every such file fails the same way, in one line naming the file:
-not a regular file (a folder, a device, a FIFO that would block forever), too
-large, not UTF-8, not JSON, or nested too deeply for the parser (Python's
-``json`` raises ``RecursionError`` at about a thousand levels). What the
+The file is read by :func:`stalesim.inputs.read_text` (a regular file, bounded,
+UTF-8), so every such file fails the same way, in one line naming the file; then
+not JSON, or nested too deeply for the parser (Python's ``json`` raises
+``RecursionError`` at about a thousand levels), is one line too. What the
 document holds is validated field by field by its own loader.
 """
 
@@ -11,51 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.inputs import MAX_DOCUMENT_BYTES, read_text
 
 __all__ = ["MAX_DOCUMENT_BYTES", "read_json", "read_text"]
-
-# far above any real profile (131,072 layers of ~400 bytes) or hardware file
-MAX_DOCUMENT_BYTES = 256 << 20
-
-
-def read_text(path: str | os.PathLike[str], what: str, max_bytes: int | None = None) -> str:
-    """The UTF-8 text of the regular file at ``path`` (at most ``max_bytes``);
-    StalesimError ``"<what> '<path>': <reason>"`` otherwise (a FIFO is refused before
-    it is opened, so a read never blocks; ``/dev/zero`` is not read forever)."""
-    name = f"{what} {os.fspath(path)!r}"
-    if max_bytes is None:
-        max_bytes = MAX_DOCUMENT_BYTES
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise StalesimError(f"{name}: cannot read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise StalesimError(f"{name}: cannot read ({kind})")
-    if st.st_size > max_bytes:
-        raise StalesimError(f"{name}: {st.st_size:,} bytes is larger than this tool reads "
-                            f"({max_bytes:,})")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise StalesimError(f"{name}: cannot read ({exc.strerror})") from None
-    if len(raw) > max_bytes:  # grew since the stat
-        raise StalesimError(f"{name}: larger than this tool reads ({max_bytes:,} bytes)")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise StalesimError(f"{name}: not UTF-8 text (byte {exc.start})") from None
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> Any:
     """The parsed JSON at ``path``; StalesimError ``"<what> '<path>': <reason>"`` otherwise."""
     name = f"{what} {os.fspath(path)!r}"
-    text = read_text(path, what)
+    text = read_text(path, what, MAX_DOCUMENT_BYTES)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
