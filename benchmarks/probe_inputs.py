@@ -111,7 +111,8 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("err", f"partition --profile {PROF} --stages 0"),
         ("err", f"partition --profile {W}/trunc.json --stages 2"),
         ("err", f"simulate --profile {PROF} --schedule dp -P 2 --bucket-mb 0"),
-        ("err", f"simulate --profile {PROF} --schedule dp -P 2 --bucket-mb 0.000001"),
+        ("ok", f"simulate --profile {PROF} --schedule dp -P 2 --bucket-mb 0.000001"),  # dp: closed form
+        ("err", f"simulate --profile {PROF} --schedule gpipe -S 2 -P 2 --bucket-mb 0.000001"),
         ("err", f"simulate --profile {PROF} --schedule gpipe -S 2 --node-size 1000000000"),
         ("err", f"simulate --profile {PROF} --schedule gpipe -S 2 --cpu-comm-occupancy 2"),
         ("err", f"simulate --profile {PROF} --schedule gpipe -S 2 -B 0"),
@@ -130,7 +131,7 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("err", f"demo --stages 100 --out {W}/o_demo3 --quick"),
         ("err", f"demo --devices cpu:0 --out {W}/o_demo4 --quick"),
         ("err", "schedule nosuch"),
-        ("err", "schedule stale -S 4 --fold 3"),
+        ("ok", "schedule stale -S 4 --fold 3"),  # 4 stages on 3 devices, contiguously
         ("err", "schedule --json stale -S -1"),
         # the language model (main's lm merge)
         ("err", f"emulate {E} --model gpt-char:n_layer=1000000 --out {W}/o_g1"),
