@@ -35,36 +35,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bench_executor import measured_ppv
+
 ROOT = Path(__file__).resolve().parent.parent
 # ours -> (torch class, placement)
 PAIRS = {"interleaved-1f1b": ("ScheduleInterleaved1F1B", "loop"),
          "zb-v": ("ScheduleZBVZeroBubble", "v"),
          "dualpipev": ("ScheduleDualPipeV", "v")}
 S, RANKS = 4, 2
-
-
-def measured_ppv(model_name: str, batch: int, stages: int, reps: int = 3) -> list[int]:
-    """PPV minimising the slowest stage, from per-block forward+backward times (1 thread)."""
-    import torch
-
-    from stalesim.workloads.partition import min_max_partition
-    from stalesim.workloads.zoo import build_model
-
-    torch.set_num_threads(1)
-    model = build_model(model_name, seed=0)
-    x = torch.randn((batch, *model.input_shape))
-    costs = []
-    for block in model.blocks:
-        xi = x.detach().requires_grad_(True)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            y = block(xi)
-            y.backward(torch.ones_like(y))
-            times.append(time.perf_counter() - t0)
-        costs.append(statistics.median(times))
-        x = y.detach()
-    return list(min_max_partition(costs, stages, weight_layers=model.weight_layers).ppv)
 
 
 def ours(model: str, schedule: str, iterations: int, batch: int, micro: int, ppv: list[int]) -> float:

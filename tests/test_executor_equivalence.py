@@ -128,10 +128,10 @@ def test_summary_has_the_measurements(two_rank_results):
             assert key in res
         assert res["iteration_time_s"] > 0 and res["throughput_samples_per_s"] > 0
         assert set(res["utilization"]) == {"0", "1"}
-        # a device may finish its share before the window opens: local's first stage never
-        # waits for a gradient and can run all 6 batches ahead of the last stage (u = 0 there)
-        util = list(res["utilization"].values())
-        assert all(0 <= u <= 1.0 + 1e-9 for u in util) and max(util) > 0, (res["schedule"], util)
+        # over the schedule's steady window (a batch or two in these short runs: on a loaded
+        # machine a device may not compute inside it at all)
+        assert all(0 <= u <= 1.0 + 1e-9 for u in res["utilization"].values())
+        assert res["timing_window"] in ("steady window", "whole run")
         assert all(b > 0 for b in res["peak_memory_bytes"].values())
         labels = {row[0] for rows in res["rows"].values() for row in rows}
         assert not any("v" in lab.split(":")[-1] for lab in labels)  # no version in labels
@@ -141,3 +141,38 @@ def test_summary_has_the_measurements(two_rank_results):
 def test_three_ranks_match_the_emulator():
     cases = _three_rank_cases()
     _check(cases, run_local(_jobs(cases), "cpu:3", timeout_s=60))
+
+
+def _predicted_peaks(cfg: TrainConfig) -> list[int]:
+    """The memory model with stage facts measured as the executor counts them."""
+    from dataclasses import replace
+
+    from executor.rank import RECV_AHEAD
+    from stalesim.runtime.memfacts import stage_memory_facts
+    from stalesim.schedule import build_schedule
+    from stalesim.sim.memory import memory_report
+    from stalesim.sim.model import uniform_costs
+    from stalesim.validate.costmodel import with_memory_facts
+
+    sched = build_schedule(cfg.schedule_config(cfg.iterations))
+    facts = stage_memory_facts(cfg, sched)
+    costs = with_memory_facts(uniform_costs(sched.stages, 1, 1), facts)
+    costs = replace(costs, msg_bytes=tuple(f["message"] for f in facts))
+    return memory_report(sched, costs, optimizer_state_factor=1.0 if cfg.momentum else 0.0,
+                         recv_ahead=RECV_AHEAD).peak_bytes
+
+
+def test_memory_model_counts_what_the_ranks_hold(two_rank_results):
+    """Issue 12: predicted and measured peak memory per device count the same bytes. Exact
+    but for a gradient whose send has not completed when a rank samples (a few percent at
+    most); mitigations (predicted weights) and compressed all-reduce buckets are not
+    modelled and are left out here."""
+    cases, results = two_rank_results
+    for cfg, res in zip(cases, results):
+        if cfg.weight_prediction or cfg.compression != "none":
+            continue
+        what = f"{cfg.schedule} ({cfg.model}, {cfg.dtype})"
+        measured = [res["peak_memory_bytes"][k] for k in sorted(res["peak_memory_bytes"], key=int)]
+        predicted = _predicted_peaks(cfg)
+        for d, (p, m) in enumerate(zip(predicted, measured)):
+            assert abs(p - m) <= 0.03 * m, f"{what}: device {d}: predicted {p} B, measured {m} B"

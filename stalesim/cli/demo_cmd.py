@@ -21,6 +21,7 @@ import os
 import time
 
 from stalesim.cli.common import add_extrapolate_arg, int_type, positive_int
+from stalesim.limits import MAX_REPEATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="validation mini-batch (prediction: 4x; default 32, --quick 16)")
     p.add_argument("--iterations", type=positive_int, default=None,
                    help="iterations per validated schedule (default 12, --quick 8)")
+    p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=None,
+                   help="measured runs per validated schedule (interleaved; the noise floor; default 3, "
+                        "--quick 2)")
     p.add_argument("--schedules", default=None,
                    help="schedules to validate on 2 ranks, or all (default sequential,1f1b,pipedream,stale,dp,"
                         "pipe-sgd,zb-v; --quick 1f1b,dp)")
@@ -60,16 +64,17 @@ def _validate_config(args: argparse.Namespace, out: str, devices: str, B: int, i
 
     return ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
                           batch_size=B, microbatches=4, threads=1, out=os.path.join(out, "validate"),
-                          emulate_iterations=3,
+                          emulate_iterations=3, repeats=args.repeats,
                           command=f"stalesim validate --model {args.model} --devices {devices} "
                                   f"--schedules {scheds} --iterations {iters} --batch-size {B} "
-                                  f"--out {os.path.join(out, 'validate')}", **files)
+                                  f"--repeats {args.repeats} --out {os.path.join(out, 'validate')}", **files)
 
 
 def _defaults(args: argparse.Namespace) -> None:
     """Fill the flags the user left out; --quick shrinks only those (never a given one)."""
     quick = args.quick
     for name, full, small in (("batch_size", 32, 16), ("iterations", 12, 8), ("study_iterations", 300, 60),
+                              ("repeats", 3, 2),
                               ("schedules", "sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v", "1f1b,dp")):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
@@ -234,7 +239,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     from stalesim.validate.workflow import validate
 
     scheds = args.schedules
-    step(f"validating on {devices}: {scheds} ({iters} iterations each): predicted vs measured")
+    step(f"validating on {devices}: {scheds} ({iters} iterations each, {args.repeats} interleaved repeats): "
+         "predicted vs measured, with each schedule's noise floor")
     vcfg = _validate_config(args, str(out), devices, B, iters, scheds, hardware=str(out / "hardware.json"),
                             profile=str(out / "profile.json"),
                             contended_profile=str(out / "profile_contended.json") if contended else None)
@@ -261,6 +267,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
                "load_average_after": list(os.getloadavg()), "devices": devices, "model": args.model,
                "validate": {k: vsum.get(k) for k in ("median_abs_time_error", "max_abs_time_error",
+                                                     "median_noise_floor", "max_noise_floor",
+                                                     "max_abs_memory_error",
                                                      "max_abs_utilization_error_points",
                                                      "max_abs_speedup_error", "max_loss_rel_diff")},
                "validate_rows": vsum["rows"], "predictions": grid,
@@ -329,13 +337,19 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
             return "n/a" if x is None else format(x, fmt)
 
         pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
+        within = " within noise" if r.get("time_error_within_noise") else ""
         rows.append(("validated", f"{r['schedule']} on {vsum['devices']}",
                      (f"predicted {f(pit and pit * 1e3, '.1f')} ms vs measured {f(mit and mit * 1e3, '.1f')}"
-                      f" ms ({f(r['time_error'], '+.1%')}); speed-up {f(r['predicted_speedup'], '.2f')}"
-                      f"/{f(r['measured_speedup'], '.2f')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
+                      f" ms ({f(r['time_error'], '+.1%')}, noise {f(r.get('noise_floor'), '.1%')}{within}); "
+                      f"speed-up {f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}; "
+                      f"memory {f(r.get('memory_error'), '+.1%')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
+    wn, wt = vsum.get("schedules_within_noise"), vsum.get("schedules_with_noise_floor")
     rows.append(("validation", "all schedules",
                  (f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
-                  f"{_pct(vsum.get('max_abs_time_error'))} (load average {vsum['load_average']['before']})")))
+                  f"{_pct(vsum.get('max_abs_time_error'))}; noise floor median "
+                  f"{_pct(vsum.get('median_noise_floor'))} ({wn if wn is not None else 'n/a'} of "
+                  f"{wt if wt is not None else 'n/a'} within noise); "
+                  f"load average {vsum['load_average']['before']}")))
     for r in study or []:
         acc = r.get("test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",

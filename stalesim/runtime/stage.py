@@ -54,7 +54,7 @@ from stalesim.runtime.mitigations import Mitigations
 from stalesim.runtime.optim import StageOptimizer
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.schedule import Action, Schedule
-from stalesim.schedule.liveness import backward_reads
+from stalesim.schedule.liveness import backward_reads, updates_during_backward_wait
 
 _TOKEN = "stalesim-param"
 
@@ -70,6 +70,11 @@ class _Inflight:
     predicted: bool = False
     loss: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # memory accounting (stalesim.runtime.memory): storage key -> bytes of the input, the
+    # output and every non-parameter tensor autograd saved (negative keys: counted bytes
+    # of a hook-free forward, from the first forward of that shape)
+    storages: dict[int, int] = field(default_factory=dict)
+    hooked: bool = True  # ran under the version hooks (a backward may read another version)
     # split backward: the outputs of the stage's parameter-owning modules (module index,
     # output) kept by the forward hooks; after I, the gradient at each of them
     segments: list[tuple[int, torch.Tensor]] | None = None
@@ -136,6 +141,15 @@ class StageRuntime:
         # set while a forward / backward runs, read by the hooks
         self._pack_ptr: dict[int, int] = self._ptr
         self._unpack_weights: Sequence[torch.Tensor] | None = None
+        # issue 12: the version hooks only where an update can fall between a forward and its
+        # backward (or a mitigation changes the weights read); elsewhere autograd's own saved
+        # parameters are the version the backward reads, bit for bit
+        self.hooks_needed = self._hooks_needed()
+        self._seen: dict[int, int] | None = None  # saved storages counted by _pack
+        self._saved_cache: dict[tuple, int] = {}  # input shape -> saved bytes (hook-free forwards)
+        # counted-not-seen keys (< 0), disjoint between the runtimes of one rank (several
+        # stages share a device with virtual stages or fold: the accounting merges their dicts)
+        self._uid = -((worker * num_stages + stage) << 40)
 
     # ------------------------------------------------------------------ hooks
     @staticmethod
@@ -156,10 +170,20 @@ class StageRuntime:
                 out[ptr] = i
         return out
 
+    def _hooks_needed(self) -> bool:
+        """True when some update of this stage runs while one of its forwards awaits its
+        backward (a schedule fact, :func:`updates_during_backward_wait`), or a mitigation
+        changes the weights a forward or backward reads."""
+        if self.mit.changes_forward or self.mit.changes_backward:
+            return True
+        return updates_during_backward_wait(self.schedule, self.stage, self.worker)
+
     def _pack(self, t: torch.Tensor) -> Any:
         ptr = self._storage_ptr(t)
         i = self._pack_ptr.get(ptr) if ptr is not None else None
         if i is None:
+            if self._seen is not None and ptr is not None:
+                self._seen[ptr] = t.untyped_storage().nbytes()
             return t
         base = self.params[i] if self._pack_ptr is self._ptr else self._cur_leaves[i]
         return (_TOKEN, i, tuple(t.size()), tuple(t.stride()), t.storage_offset() - base.storage_offset())
@@ -219,30 +243,76 @@ class StageRuntime:
         if weights is not None:
             leaves = [w.detach().requires_grad_(True) for w in weights]
             predicted = True
-        else:
+        elif self.mit.changes_forward:
             pw = self.mit.forward_weights([p.detach() for p in self.params], self._bufs(),
                                           self.lr_fn(action.batch), action.batch, action.micro)
             if pw is not None:
                 leaves = [w.requires_grad_(True) for w in pw]
                 predicted = True
+        hooked = leaves is not None or self.hooks_needed or self.head is not None
+        # split backward: the forward hooks keep the parameter-owning modules' outputs
+        segments: list[tuple[int, torch.Tensor]] | None = [] if self.split else None
+        self._captured = segments
+        try:
+            if hooked:
+                y, storages = self._hooked_forward(x, leaves)
+            else:
+                y, storages = self._plain_forward(x)
+        finally:
+            self._captured = None
+        self.inflight[self._key(action)] = _Inflight(
+            x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
+            predicted=predicted, storages=storages, hooked=hooked, segments=segments,
+        )
+        self.versions_used.append((str(action.with_version(None)), v_f))
+        return y
+
+    def _hooked_forward(self, x: torch.Tensor, leaves: list[torch.Tensor] | None
+                        ) -> tuple[torch.Tensor, dict[int, int]]:
+        """The forward under the version hooks; counts the saved storages as it packs them."""
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
-        segments: list[tuple[int, torch.Tensor]] | None = None
-        if self.split:
-            segments = []
-            self._captured = segments
+        seen: dict[int, int] = {}
+        self._seen = seen
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
         finally:
             self._pack_ptr = self._ptr
-            self._captured = None
-        self.inflight[self._key(action)] = _Inflight(
-            x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
-            predicted=predicted, segments=segments,
-        )
-        self.versions_used.append((str(action.with_version(None)), v_f))
-        return y
+            self._seen = None
+        _io_storages(seen, x, y)
+        _segment_storages(seen, self._captured)
+        return y, seen
+
+    def _plain_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[int, int]]:
+        """A forward with no hooks. The bytes autograd saves depend only on the input's
+        shape and dtype: counted (with a counting hook) on the first forward of each."""
+        from stalesim.runtime.memory import saved_counter
+
+        key = (tuple(x.shape), x.dtype, x.requires_grad)
+        extra = self._saved_cache.get(key)
+        if extra is None:
+            seen: dict[int, int] = {}
+            pack, unpack = saved_counter(set(self._ptr), seen)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                y = self._call(x, None)
+            io: dict[int, int] = {}
+            _io_storages(io, x, y)
+            # a split stage's record also keeps its modules' outputs (those autograd did not save)
+            _segment_storages(seen, self._captured)
+            extra = self._saved_cache[key] = sum(v for k, v in seen.items() if k not in io)
+            io[self._next_uid()] = extra
+            return y, io
+        y = self._call(x, None)
+        io = {}
+        _io_storages(io, x, y)
+        io[self._next_uid()] = extra
+        return y, io
+
+    def _next_uid(self) -> int:
+        """A key no storage has (data pointers are >= 0): one per counted-not-seen entry."""
+        self._uid -= 1
+        return self._uid
 
     def loss(self, action: Action, labels: torch.Tensor) -> float:
         """LOSS(s, t, m): micro-batch mean loss of the task divided by M; returns its value."""
@@ -253,6 +323,8 @@ class StageRuntime:
             self._cur_leaves = rec.leaves
             if rec.predicted:
                 self._pack_ptr = self._ptr_map(rec.leaves)
+            head_seen: dict[int, int] = {}
+            self._seen = head_seen
             try:
                 with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                     if rec.predicted:
@@ -262,8 +334,24 @@ class StageRuntime:
                         out = self.head(out)
             finally:
                 self._pack_ptr = self._ptr
+                self._seen = None
+            for k, v in head_seen.items():
+                rec.storages.setdefault(k, v)
         M = self.schedule.microbatches if self.schedule.uses_micro else 1
-        loss = self.loss_fn(out, labels) / M
+        key = ("loss", tuple(out.shape), out.dtype)
+        extra = self._saved_cache.get(key)
+        if extra is None:  # the bytes the loss saves: counted once per shape
+            from stalesim.runtime.memory import saved_counter
+
+            seen: dict[int, int] = {}
+            skip = set(self._ptr) | set(rec.storages) | {int(labels.untyped_storage().data_ptr())}
+            pack, unpack = saved_counter(skip, seen)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                loss = self.loss_fn(out, labels) / M
+            extra = self._saved_cache[key] = sum(seen.values())
+        else:
+            loss = self.loss_fn(out, labels) / M
+        rec.storages[self._next_uid()] = extra
         rec.loss = loss
         return float(loss.detach())
 
@@ -281,9 +369,16 @@ class StageRuntime:
         if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
                 and v_b != self.version):
             raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
-        base = self.weights_of(v_b)
-        if self.mit.changes_backward:
-            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+        if rec.hooked:
+            base = self.weights_of(v_b)
+            if self.mit.changes_backward:
+                base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch,
+                                                 action.micro)
+        elif v_b != self.version:  # _hooks_needed said no update falls between F and B
+            raise RuntimeError(f"stalesim: {action} reads version {v_b}, stage is at {self.version} "
+                               "(a hook-free forward cannot read an older version)")
+        else:
+            base = None
         if grad_y is None:
             if rec.loss is None:
                 raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before B)")
@@ -292,24 +387,29 @@ class StageRuntime:
             outputs, grad_out = rec.y, grad_y
         want_x = rec.x.requires_grad
         inputs = ([rec.x] if want_x else []) + rec.leaves
-        self._unpack_weights = base
+        self._unpack_weights = base  # None for hook-free records: nothing to unpack
         try:
             grads = torch.autograd.grad(outputs, inputs, grad_out, allow_unused=True)
         finally:
             self._unpack_weights = None
         gx = grads[0] if want_x else None
         wgrads = grads[1:] if want_x else grads
-        buf = self.buffers.get(action.batch)
-        if buf is None:
-            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
-        else:
-            for i, g in enumerate(wgrads):
-                if g is not None:
-                    prev = buf[i]
-                    buf[i] = g.detach() if prev is None else prev + g
+        self._accumulate(action.batch, wgrads)
         self.versions_used.append((str(action.with_version(None)), v_b))
         self._release(v_b)
         return gx
+
+    def _accumulate(self, batch: int, wgrads: Any) -> None:
+        """Add weight gradients to batch ``batch``'s buffer (micro-batches, or a split
+        backward's W, accumulate into one gradient per batch; ``U`` applies it)."""
+        buf = self.buffers.get(batch)
+        if buf is None:
+            self.buffers[batch] = [None if g is None else g.detach() for g in wgrads]
+            return
+        for i, g in enumerate(wgrads):
+            if g is not None:
+                prev = buf[i]
+                buf[i] = g.detach() if prev is None else prev + g
 
     def _release(self, version: int) -> None:
         self.need[version] -= 1
@@ -416,14 +516,7 @@ class StageRuntime:
         finally:
             self._unpack_weights = None
         rec.extra.pop("grad_out", None)
-        buf = self.buffers.get(action.batch)
-        if buf is None:
-            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
-        else:
-            for i, g in enumerate(wgrads):
-                if g is not None:
-                    prev = buf[i]
-                    buf[i] = g.detach() if prev is None else prev + g
+        self._accumulate(action.batch, wgrads)
         self.versions_used.append((str(action.with_version(None)), rec.v_b))
         self._release(rec.v_b)
 
@@ -536,3 +629,19 @@ class StageRuntime:
         rec.predicted = True
         return y
 
+
+def _segment_storages(seen: dict[int, int], segments: list[tuple[int, torch.Tensor]] | None) -> None:
+    """Add the storages of the module outputs a split stage's record keeps for W."""
+    for _, o in segments or ():
+        st = o.untyped_storage()
+        if st.nbytes():
+            seen.setdefault(int(st.data_ptr()), int(st.nbytes()))
+
+
+def _io_storages(seen: dict[int, int], x: torch.Tensor, y: torch.Tensor) -> None:
+    """Add the storages of a forward's input and output (the record keeps both alive)."""
+    for t in (x, y):
+        st = t.untyped_storage()
+        n = st.nbytes()
+        if n:
+            seen[int(st.data_ptr())] = int(n)

@@ -107,6 +107,22 @@ def _pipe(sched: Schedule, costs: StageCosts, hw: SimHardware) -> _Pipe:
     else:
         B = [costs.b_ns[s] + cpu[s] + (cpu[s - 1] if s > 0 else 0) for s in range(S)]
     U = list(costs.u_ns)
+    # per-action runtime costs (StageCosts.gap_ns / comm_ns) folded into the action they
+    # accompany: a forward's send/receive into F, a backward's into B (the event engine
+    # places them exactly; here they only lengthen the stage)
+    gap, com = costs.gap_table(), costs.comm_table()
+    if gap or com:
+        def oh(kind: str, s: int) -> int:
+            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s]
+
+        for s in range(S):
+            F[s] += oh("F", s) + (oh("SEND_F", s) if crosses[s] else 0) \
+                + (oh("RECV_F", s) if s > 0 and crosses[s - 1] else 0)
+            B[s] += oh("B", s)
+            if not local:
+                B[s] += (oh("SEND_B", s) if s > 0 and crosses[s - 1] else 0) \
+                    + (oh("RECV_B", s) if crosses[s] else 0)
+            U[s] += oh("U", s)
     busy = [0.0] * D
     for s in range(S):
         busy[dev[s]] += M * (F[s] + B[s] + loss[s]) + U[s]
@@ -400,7 +416,17 @@ def _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses):
 
 def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batches: int) -> FastResult:
     S = costs.stages
-    F, B, U, L = costs.f_ns, costs.b_ns, costs.u_ns, costs.loss_ns
+    F, B, U, L = list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), costs.loss_ns
+    gap, com = costs.gap_table(), costs.comm_table()
+    if gap or com:  # per-action runtime costs, folded in (see _pipe)
+        def oh(kind: str, s: int) -> int:
+            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s]
+
+        for s in range(S):
+            F[s] += oh("F", s)
+            B[s] += oh("B", s) + oh("AR", s)
+            U[s] += oh("U", s) + oh("ARW", s)
+        L += oh("LOSS", S - 1)
     ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.param_bytes]
     cpu_ar = [hw.cpu_ns(a) for a in ar]
     t_comp = sum(F) + L + sum(B)

@@ -53,7 +53,10 @@ class ValidateConfig:
     emulate_iterations: int = 10
     seed: int = 0
     lr: float = 0.01
-    repeats: int = 5
+    # measured runs per schedule, interleaved round-robin (median + noise floor); see
+    # docs/validate.md "Measurement protocol". Not the profile's repeats (profile_repeats).
+    repeats: int = 3
+    profile_repeats: int = 5  # timed rounds of the per-layer profile
     hardware: str | None = None  # reuse a calibration (HW.json) instead of measuring
     profile: str | None = None  # reuse a profile (same device and thread count) instead of measuring
     contended_profile: str | None = None  # and its contended twin
@@ -132,7 +135,8 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     if cfg.dataset not in DATASETS:
         raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
     limits = {"iterations": MAX_COUNT, "batch_size": MAX_COUNT, "microbatches": MAX_COUNT,
-              "threads": MAX_THREADS, "repeats": MAX_REPEATS, "calibrate_repeats": MAX_REPEATS}
+              "threads": MAX_THREADS, "repeats": MAX_REPEATS, "profile_repeats": MAX_REPEATS,
+              "calibrate_repeats": MAX_REPEATS}
     for name, hi in limits.items():
         check_int(f"--{name.replace('_', '-')}", getattr(cfg, name), lo=1, hi=hi)
     check_int("--emulate-iterations", cfg.emulate_iterations, lo=0)
