@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_RANKS
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ def parse_devices(text: str) -> Devices:
             raise StalesimError(f"--devices: expected cpu:N with N an integer >= 1, got {text!r}") from None
         if n < 1:
             raise StalesimError(f"--devices: expected cpu:N with N >= 1, got {text!r}")
+        if n > MAX_RANKS:
+            raise StalesimError(f"--devices: {n} ranks are more than this tool starts (at most {MAX_RANKS})")
         return Devices("cpu", tuple(range(n)))
     try:
         ids = tuple(int(p) for p in rest.split(",") if p.strip() != "")
@@ -58,4 +61,6 @@ def parse_devices(text: str) -> Devices:
         raise StalesimError(f"--devices: expected cuda:0,1,... (GPU indices), got {text!r}") from None
     if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
         raise StalesimError(f"--devices: expected distinct GPU indices >= 0, got {text!r}")
+    if len(ids) > MAX_RANKS or max(ids) >= MAX_RANKS:
+        raise StalesimError(f"--devices: GPU indices must be below {MAX_RANKS}, got {text!r}")
     return Devices("cuda", ids)

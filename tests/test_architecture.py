@@ -2,7 +2,7 @@
 
 * Schedule facts live in the IR: no module outside ``stalesim/schedule/`` compares a
   schedule name (``x == "stale"``, ``name in ("dp", "pipe-sgd")``, ``match``/``case``).
-* Layers: base (errors, atomic, trace, devices, checkpoint_io, rendezvous, schedule,
+* Layers: base (errors, limits, inputs, atomic, trace, devices, checkpoint_io, rendezvous, schedule,
   workloads) <- runtime <- consumers
   (sim, emulator, executor) <- comparers and figures (validate, figures) <- CLI. A module
   imports only from its own layer or below; no consumer imports another consumer; nothing
@@ -27,7 +27,8 @@ NAMES = set(schedule_names())
 # layer of each top-level area (lower number = lower layer)
 LAYER = {
     "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.devices": 0,
-    "stalesim.checkpoint_io": 0, "stalesim.rendezvous": 0, "stalesim.schedule": 0,
+    "stalesim.checkpoint_io": 0, "stalesim.rendezvous": 0, "stalesim.schedule": 0, "stalesim.limits": 0,
+    "stalesim.inputs": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4,

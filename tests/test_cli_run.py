@@ -76,3 +76,40 @@ def test_python_m_executor_flags_point_to_the_new_torchrun_entry():
     p = subprocess.run([sys.executable, "-m", "executor", "--model", "lenet5"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 2 and "-m stalesim run" in p.stderr
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    import executor.launch
+
+    def boom(*a, **k):
+        raise AssertionError("ranks were launched for input that should have been refused up front")
+
+    monkeypatch.setattr(executor.launch, "run_local", boom)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--master-addr", ""], "--master-addr: empty host name"),
+    (["--resume"], "--resume: no checkpoint in"),
+    (["--data-dir", "/no/such/folder"], "data_dir: '/no/such/folder' is not a folder"),
+    (["--model", "nosuch"], "model: unknown model 'nosuch'"),
+    (["--stages", "1000000"], "stages: 1000000 stages requested"),
+    (["--timeout", "1e300"], "argument --timeout"),
+    (["--threads", "100000"], "argument --threads"),
+])
+def test_bad_input_refused_before_any_rank_starts(tmp_path, capsys, no_launch, extra, needle):
+    """issue 13 probe: `run --master-addr` with a bad host raised socket.gaierror; it and the
+    other run-level checks now come before the run folder is made and any rank starts."""
+    from stalesim.cli import main
+
+    out = tmp_path / "run"
+    argv = ["run", "--model", "lenet5", "--dataset", "synthetic", "--synthetic-size", "64", "--batch-size", "8",
+            "--iterations", "2", "--devices", "cpu:1", "--out", str(out), *extra]
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("stalesim: error: ") and needle in err and err.count("\n") == 1, err
+    if "--resume" not in extra:
+        assert not out.exists()

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from stalesim.cli import main
 
 
@@ -48,6 +50,36 @@ def test_closed_pipe_is_quiet():
     assert "Traceback" not in err
 
 
+def _fails_fast(capsys, argv, needle):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.startswith("stalesim: error: "), (argv, err)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_huge_schedules_refused_up_front(capsys):
+    """issue 13 probe: -S/-N/-M/-P of a million hung; now one line at once."""
+    _fails_fast(capsys, ["schedule", "gpipe", "-N", "1000000"], "more than this command prints")
+    _fails_fast(capsys, ["schedule", "stale", "-S", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "gpipe", "-M", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "dp", "-P", "1000000"], "actions")
+    _fails_fast(capsys, ["schedule", "stale", "-S", str(10**30)], "larger than this tool handles")
+
+
+def test_argparse_errors_name_the_command_with_the_stalesim_prefix(capsys):
+    _fails_fast(capsys, ["schedule", "gpipe", "--stages", "nan"], "stalesim: error: schedule: argument --stages")
+
+
+def test_workers_for_a_pipeline_only_schedule_are_refused(capsys):
+    """issue 13 probe: `schedule gpipe -P 2` dropped -P silently (exit 0); emulate refused it."""
+    _fails_fast(capsys, ["schedule", "gpipe", "-S", "2", "-P", "2"], "workers: schedule 'gpipe' is not data-parallel")
+    _fails_fast(capsys, ["schedule", "stale", "-S", "2", "--workers", "3"], "is not data-parallel")
+    assert main(["schedule", "dp", "-P", "2"]) == 0
+
+
 def test_every_new_schedule_prints_json_and_grid(capsys):
     for name, extra in [("interleaved-1f1b", ["-V", "2"]), ("looped-bfs", []), ("zb-h1", []),
                         ("zb-h2", []), ("zb-v", []), ("dualpipev", ["-M", "8"]),
@@ -92,3 +124,43 @@ def test_torch_interop_errors_exit_2_one_line(tmp_path):
         assert needle in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_torch_interop_bad_or_huge_input_is_one_line_at_once(capsys, tmp_path):
+    """Fuzz findings after the interop landed: a million ranks or micro-batches, a huge stage
+    index in a CSV, a FIFO or binary CSV hung or raised UnicodeDecodeError; now one line."""
+    import os
+
+    big = tmp_path / "big.csv"
+    big.write_text("0F0,0B0,999999999F0\n")
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"0F0,\xd0\xff\n")
+    ok = tmp_path / "ok.csv"
+    ok.write_text("0F0,0B0\n")
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    for argv, needle in [
+        (["--from-torch", "GPipe", "--ranks", "1000000", "-M", "4"], "more than this command prints"),
+        (["--from-torch", "Interleaved1F1B", "--ranks", "4", "-M", "8", "--stages-per-rank", "1000000"],
+         "more than this command prints"),
+        (["--from-torch", "GPipe", "--ranks", "2", "-M", "2", "-N", "1000000"], "more than this command prints"),
+        (["--from-torch-csv", str(big)], "stage 1 appears on no rank"),
+        (["--from-torch-csv", str(binary)], "not UTF-8 text"),
+        (["--from-torch-csv", str(fifo)], "not a regular file"),
+        (["--from-torch-csv", str(tmp_path)], "a folder"),
+        (["--from-torch-csv", str(ok), "-N", "1000000"], "more than this command prints"),
+    ]:
+        _fails_fast(capsys, ["schedule", *argv], needle)
+
+
+def test_torch_import_bounds_in_the_library():
+    from stalesim.errors import ScheduleError
+    from stalesim.schedule.actions import Kind
+    from stalesim.schedule.torch_interop import schedule_from_orders, torch_orders
+
+    with pytest.raises(ScheduleError, match="actions per step, more than this tool imports"):
+        torch_orders("ZBVZeroBubble", 64, 256)
+    with pytest.raises(ScheduleError, match="micro-batch 1 appears in no action"):
+        schedule_from_orders({0: [(Kind.F, 0, 0), (Kind.B, 0, 0), (Kind.F, 0, 10**12)]})
+    with pytest.raises(ScheduleError, match="more than this tool builds"):
+        schedule_from_orders({0: [(Kind.F, 0, 0), (Kind.B, 0, 0)]}, batches=10**7)

@@ -178,3 +178,51 @@ def test_cluster_flag_errors_exit_2_one_line(prof_path, capsys):
         assert rc == 2 and err.startswith("stalesim: error:") and needle in err and "\n" not in err, (extra, err)
     with pytest.raises(SystemExit):
         main([*base, "--bucket-mb", "0"])
+
+
+def _one_line(capsys, argv, needle):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("stalesim: error: ") and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_probe_items_bad_numbers(capsys, prof_path, tmp_path):
+    """issue 13 probe: -N 1e6 hung, 1e300 s raised OverflowError, NaN loss time, a .txt plot."""
+    p = str(prof_path)
+    _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "4", "-N", "1000000"], "actions")
+    _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "2", "--loss-time", "nan"],
+              "simulate: argument --loss-time")
+    _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "2", "--loss-time", "1e300"],
+              "larger than this tool handles")
+    _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "2",
+                       "--plot", str(tmp_path / "g.txt")], "unsupported figure format")
+    with open(prof_path) as fh:
+        d = json.load(fh)
+    d["layers"][0]["forward_s"] = 1e300
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(d))
+    _one_line(capsys, ["simulate", "--profile", str(huge), "--schedule", "stale", "-S", "2"],
+              "layers[0].forward_s: 1e+300 is larger than this tool handles")
+
+
+def test_event_simulation_is_bounded(capsys, prof_path):
+    """A very long event simulation is refused with the way out (the closed form) named;
+    the closed form takes the same length at once."""
+    p = str(prof_path)
+    _one_line(capsys, ["simulate", "--profile", p, "--schedule", "gpipe", "-N", "200000"], "method fast")
+    assert main(["simulate", "--profile", p, "--schedule", "gpipe", "-N", "200000", "--method", "fast"]) == 0
+
+
+def test_broken_hardware_is_an_error(capsys, prof_path, tmp_path):
+    bad = tmp_path / "hw.json"
+    bad.write_text('{"schema_version": 1, "device": "h100-sxm", "li')
+    _one_line(capsys, ["simulate", "--profile", str(prof_path), "--schedule", "stale", "-S", "2",
+                       "--hardware", str(bad)], "not valid JSON")
+    bad.write_text(json.dumps({"device": "h100-sxm", "link": {"name": "l", "latency_s": 1e300,
+                                                              "bandwidth_Bps": 1e9}}))
+    _one_line(capsys, ["simulate", "--profile", str(prof_path), "--schedule", "stale", "-S", "2",
+                       "--hardware", str(bad)], "link.latency_s")

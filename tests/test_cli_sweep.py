@@ -99,3 +99,35 @@ def test_sweep_replicas_on_a_node(capsys, prof_path):
                  "--node-size", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("stalesim: error: inter_link: a cluster needs both") and "\n" not in err
+
+
+def _err(capsys, argv):
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("stalesim: error: ") and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_empty_invalid_or_huge_grids_are_errors(capsys, prof_path):
+    """issue 13 probe: an empty or entirely invalid grid exited 0 with nothing."""
+    base = ["sweep", "--profile", prof_path]
+    assert "an empty item" in _err(capsys, [*base, "--schedules", "", "--stages", "2"])
+    assert "an empty item" in _err(capsys, [*base, "--schedules", "stale,,dp", "--stages", "2"])
+    err = _err(capsys, [*base, "--schedules", "2bw", "--stages", "8", "-M", "1"])
+    assert "no configuration of the grid can be simulated (1 tried)" in err and "2bw needs microbatches" in err
+    many = ",".join(str(i) for i in range(1, 101))
+    assert "combinations are more than one sweep simulates" in _err(
+        capsys, [*base, "--schedules", "stale,dp", "--stages", many, "-M", many])
+    assert "argument --jobs" in _err(capsys, [*base, "--schedules", "stale", "--stages", "2", "--jobs", "100000"])
+
+
+def test_tiny_gradient_buckets_are_refused(capsys, tmp_path):
+    """Found by the fuzz test: --bucket-mb 1e-300 made 1-byte buckets (an event each: a hang)."""
+    p = tmp_path / "p.json"
+    uniform_profile(8, 1e-3, 2e-3, 128, param_bytes=1_000_000).to_json(p)
+    err = _err(capsys, ["sweep", "--profile", str(p), "--schedules", "stale", "--stages", "2", "-P", "2",
+                        "--bucket-mb", "1e-300", "--method", "event"])
+    assert "no configuration" in err and "buckets (at most 1,024)" in err

@@ -65,9 +65,14 @@ def test_missing_data_offline_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("STALESIM_NO_DOWNLOAD", "1")
     monkeypatch.setenv("STALESIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("STALESIM_DATA", raising=False)
+    (tmp_path / "none").mkdir()  # a folder without the data set
     rc, _, err = _run(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"),
                                "--iterations", "2", "--quiet"])
     assert rc == 2 and "looked in" in err and str(tmp_path / "none") in err
+    # a --data-dir that is not a folder at all is refused before anything is loaded
+    rc, _, err = _run(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere"),
+                               "--iterations", "2", "--quiet"])
+    assert rc == 2 and "data_dir: " in err and "is not a folder" in err
 
 
 def test_divergence_is_not_a_crash(capsys, tmp_path):
@@ -128,3 +133,48 @@ def test_lenet5_mnist_stale_real_data(capsys, real_data_dir):
     assert s["versions_match"] and not s["diverged"]
     assert math.isfinite(s["final_loss"]) and s["final_loss"] < s["losses"][0] - 0.2
     assert s["final_test_accuracy"] > 0.3  # chance is 0.1
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Building the emulator (model, data, training) is an error: the input must be refused first."""
+    import stalesim.emulator.replay as replay
+
+    def boom(*a, **k):
+        raise AssertionError("the emulator was built for input that should have been refused up front")
+
+    monkeypatch.setattr(replay, "Emulator", boom)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--stages", "1000000", "--iterations", "1"], "stages: 1000000 stages requested but model 'lenet5' has only 5"),
+    (["--model", "resnet6000002", "--iterations", "1"], "deeper than this tool builds"),
+    (["--model", "nosuch", "--iterations", "1"], "model: unknown model 'nosuch'"),
+    (["--iterations", "1", "--batch-size", "1000"], "larger than the training set"),
+    (["--schedule", "stale", "-S", "4", "--iterations", "1000000"], "actions"),
+    (["--epochs", "1000000", "--batch-size", "1"], "more iterations than this tool runs"),
+    (["--iterations", "1", "--lr", "nan"], "argument --lr"),
+    (["--iterations", "1", "--seed", str(2**40)], "larger than this tool handles"),
+    (["--iterations", "1", "--synthetic-size", "10000000"], "larger than this tool handles"),
+    (["--iterations", "1", "--data-dir", "/no/such/folder"], "is not a folder"),
+])
+def test_absurd_input_refused_before_building(capsys, no_training, argv, needle):
+    """issue 13 probe: `emulate -S 1000000` hung building a schedule; every such input is now
+    answered before the model, the data or the schedule is built."""
+    argv = ["emulate", "--dataset", "synthetic", "--synthetic-size", "128", "--batch-size", "16", *argv]
+    try:
+        rc, _, err = _run(capsys, argv)
+    except SystemExit as exc:
+        rc, err = exc.code, capsys.readouterr().err
+    assert rc == 2 and err.startswith("stalesim: error: ") and needle in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_run_folder_problems_refused_before_building(capsys, no_training, tmp_path):
+    """issue 13 probe: `emulate --out FILE` failed after loading data and building the model."""
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    rc, _, err = _run(capsys, SYN + ["--iterations", "1", "--out", str(f)])
+    assert rc == 2 and "exists and is not a folder" in err
+    rc, _, err = _run(capsys, SYN + ["--iterations", "1", "--out", str(tmp_path / "run"), "--resume"])
+    assert rc == 2 and "resume: no checkpoint in" in err

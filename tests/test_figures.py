@@ -134,3 +134,14 @@ def test_schedules_figure_names_its_ppv_and_merges(tmp_path):
     s2 = {r["schedule"]: r for r in rows if r["stages"] == "2"}
     assert s2["stale"]["ppv"] == "27"  # the balanced split, which the title states
     assert s2["stale"]["speedup"] == s2["pipedream"]["speedup"]  # drawn as one line "pipedream = stale"
+@pytest.mark.parametrize("only,needle", [("", "expected comma-separated figure names"),
+                                         (",", "expected comma-separated figure names"),
+                                         ("staleness_table,nosuch", "unknown figure 'nosuch'")])
+def test_only_must_name_figures(tmp_path: Path, capsys, only: str, needle: str) -> None:
+    """issue 13 probe: `figures --only ''` regenerated every figure (exit 0)."""
+    assert main(["figures", "--only", only, "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert not (tmp_path / "f").exists()  # refused before the output folder is made
+    with pytest.raises(StalesimError, match="no figure named"):
+        make_figures(tmp_path / "g", [])

@@ -51,3 +51,55 @@ def test_lr_schedules():
     assert c.lr_at(0, 100) == 1.0 and c.lr_at(50, 100) == pytest.approx(0.5)
     c.lr_schedule = "constant"
     assert c.lr_at(99, 100) == 1.0
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(stages=1_000_000, iterations=1), "stages: 1000000 stages requested but model 'lenet5' has only 5 blocks"),
+    (dict(ppv=[9], iterations=1), "ppv: 9 is out of range; model 'lenet5' has 5 weight layers"),
+    (dict(model="resnet6000002", iterations=1), "deeper than this tool builds"),
+    (dict(dataset="mnist", batch_size=60_001, iterations=1), "larger than the training set of mnist (60,000"),
+    (dict(dataset="synthetic", synthetic_size=64, batch_size=128, iterations=1), "training set of synthetic"),
+    (dict(synthetic_size=10**7, iterations=1), "synthetic_size: 10000000 is larger than this tool handles"),
+    (dict(schedule="stale", stages=4, iterations=1_000_000), "actions"),
+    (dict(epochs=10**5, batch_size=1), "epochs: 100000 epochs of 60,000 batches are more iterations"),
+    (dict(seed=2**40, iterations=1), "seed: 1099511627776 is larger than this tool handles"),
+    (dict(lr=1e300, iterations=1), "lr: expected a finite number in (0, 1e+15]"),
+    (dict(lr=float("nan"), iterations=1), "lr: expected a finite number"),
+    (dict(device=5, iterations=1), "device: expected str, got 5"),
+    (dict(weight_prediction="yes", iterations=1), "weight_prediction: expected bool"),
+    (dict(microbatches=True, iterations=1), "microbatches: expected an integer >= 1, got True"),
+    (dict(model="gpt-char", dataset="shakespeare", stages=7, iterations=1),
+     "stages: 7 stages requested but model 'gpt-char' has only 6 blocks"),
+    (dict(model="gpt-char:n_layer=100000", dataset="shakespeare", iterations=1), "larger than this tool builds"),
+    (dict(model="gpt-char", dataset="shakespeare", schedule="stale", stages=4, iterations=10**6), "actions"),
+    (dict(model="gpt-char", dataset="shakespeare", schedule="stale", stages=4, epochs=10**6), "actions"),
+    (dict(model="gpt-char", dataset="synthetic", synthetic_size=64, batch_size=8, epochs=10**6),
+     "epochs: 1000000 epochs of 8 batches"),
+])
+def test_size_and_type_checks_before_anything_is_built(kw, needle):
+    """issue 13: every number is checked up front, so `emulate -S 1000000` and friends are
+    answered at once, naming the field, not after minutes of building."""
+    with pytest.raises(StalesimError) as exc:
+        TrainConfig(**kw).check()
+    assert needle in str(exc.value), str(exc.value)
+
+
+def test_language_model_batches_are_windows_not_samples():
+    """A GPT batch is B windows sampled from the text: B larger than synthetic_size is fine."""
+    TrainConfig(model="gpt-char", dataset="synthetic", synthetic_size=4, batch_size=64, iterations=2).check()
+    TrainConfig(model="gpt-char:n_layer=2", dataset="shakespeare", stages=4, ppv=None, iterations=2).check()
+
+
+def test_from_dict_refuses_what_is_not_an_object():
+    for bad in ([], "x", None, {1: 2}):
+        with pytest.raises(StalesimError, match="training config: expected a JSON object"):
+            TrainConfig.from_dict(bad)  # type: ignore[arg-type]
+
+
+def test_check_runnable_needs_a_zoo_model_and_a_data_folder(tmp_path):
+    TrainConfig(iterations=1, data_dir=str(tmp_path)).check_runnable()
+    with pytest.raises(StalesimError, match="model: unknown model 'tiny'"):
+        TrainConfig(model="tiny", iterations=1).check_runnable()
+    TrainConfig(model="tiny", dataset="synthetic", iterations=1).check_runnable(own_model=True)
+    with pytest.raises(StalesimError, match="data_dir: .* is not a folder"):
+        TrainConfig(iterations=1, data_dir=str(tmp_path / "none")).check_runnable()

@@ -113,6 +113,18 @@ def test_a_data_folder_without_the_dataset_does_not_fall_back_to_the_cache(tiny_
         load_dataset(_cfg(empty))
 
 
+@pytest.mark.parametrize("damage", [b"garbage", b"", "truncated"])
+def test_a_warm_cache_does_not_mask_a_corrupt_data_folder(tiny_mnist, tmp_path, damage):
+    """Probe (issue 13): with a verified cache from an earlier run, a corrupt,
+    empty or truncated file in the given folder must still be an error naming it."""
+    data_dir, _ = tiny_mnist
+    load_dataset(_cfg(data_dir))  # fills the cache with verified files
+    gz = data_dir / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:10] if damage == "truncated" else damage)
+    with pytest.raises(StalesimError, match=f"{gz}: MD5 .* does not match"):
+        load_dataset(_cfg(data_dir))
+
+
 def test_a_poisoned_cache_is_repaired_from_the_data_folder(tiny_mnist, tmp_path):
     data_dir, raw = tiny_mnist
     cached = tmp_path / "cache" / "MNIST" / "raw"

@@ -84,6 +84,24 @@ def test_missing_and_given_files(tmp_path, monkeypatch):
         text_stream(cfg, 64, data)
 
 
+def test_a_given_data_folder_is_the_only_source(tmp_path, monkeypatch):
+    """issue 13's rule for datasets, kept for the text: a text in the cache is not used when
+    --data-dir is given and lacks it; an empty file is one line (torch.frombuffer raised)."""
+    cache = tmp_path / "cache"
+    (cache / "shakespeare").mkdir(parents=True)
+    (cache / "shakespeare" / "shakespeare_complete.txt").write_bytes(b"cached text " * 100)
+    monkeypatch.setenv("STALESIM_CACHE", str(cache))
+    monkeypatch.delenv("STALESIM_DATA", raising=False)
+    given = tmp_path / "data"
+    given.mkdir()
+    with pytest.raises(StalesimError, match=f"^dataset: shakespeare not found .*in {given}"):
+        load_text(_cfg(dataset="shakespeare", data_dir=str(given)), 8)
+    assert load_text(_cfg(dataset="shakespeare", data_dir=None), 8).train_size == 1080  # no folder: the cache
+    (given / "shakespeare_complete.txt.gz").write_bytes(gzip.compress(b""))
+    with pytest.raises(StalesimError, match="holds no text"):
+        load_text(_cfg(dataset="shakespeare", data_dir=str(given)), 8)
+
+
 def test_real_shakespeare(real_data_dir):
     cfg = _cfg(dataset="shakespeare", data_dir=str(real_data_dir), model="gpt-char", batch_size=32)
     s = batch_stream(cfg)

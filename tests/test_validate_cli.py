@@ -77,3 +77,78 @@ def test_out_not_writable(tmp_path: Path, capsys) -> None:
     rc = main(["validate", "--out", str(blocker / "sub")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "--out" in err
+
+
+@pytest.fixture
+def no_validation_work(monkeypatch):
+    import stalesim.validate.workflow as wf
+
+    def boom(*a, **k):
+        raise AssertionError("validate started working on input that should have been refused up front")
+
+    monkeypatch.setattr(wf, "validate", boom)
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"schema_version": 1, "device": "h100-sxm", "li', "not valid JSON"),
+    ('{"device": "h100-sxm", "link": "nosuch"}', "link: unknown 'nosuch'"),
+    ("", "not valid JSON"),
+])
+def test_broken_hardware_refused_before_profiling(tmp_path: Path, capsys, no_validation_work, content,
+                                                   needle) -> None:
+    """issue 13 probe: a truncated --hardware failed after 16 s of profiling."""
+    hw = tmp_path / "hw.json"
+    hw.write_text(content)
+    rc = main(["validate", "--out", str(tmp_path / "o"), "--hardware", str(hw)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and needle in err and "hardware" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--iterations", "100000000"], "argument --iterations"),
+    (["--threads", "100000"], "argument --threads"),
+    (["--timeout", "nan"], "argument --timeout"),
+    (["--seed", "-1"], "argument --seed"),
+    (["--model", "resnet6000002"], "deeper than this tool builds"),
+    (["--devices", "cpu:6"], "--devices: 6 pipeline stages but model 'lenet5' has only 5 blocks"),
+    (["--devices", "cpu:100000"], "more than this tool starts"),
+    (["--iterations", "1000000", "--schedules", "stale"], "actions"),
+])
+def test_absurd_numbers_refused_up_front(tmp_path: Path, capsys, no_validation_work, argv, needle) -> None:
+    try:
+        rc = main(["validate", "--out", str(tmp_path / "o"), *argv])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and err.startswith("stalesim: error:") and needle in err, err
+
+
+@pytest.fixture
+def no_demo_work(monkeypatch):
+    import stalesim.cli.demo_cmd as demo
+
+    def boom(*a, **k):
+        raise AssertionError("the demo started on input that should have been refused up front")
+
+    monkeypatch.setattr(demo, "run_demo", boom)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--schedules", "nosuch"], "unknown schedule 'nosuch'"),
+    (["--quick", "--schedules", "nosuch"], "unknown schedule 'nosuch'"),  # --quick honours given flags
+    (["--iterations", "-1"], "demo: argument --iterations"),
+    (["--iterations", "2"], "--iterations: need at least 4"),
+    (["--target", "tpu9"], "--target: device: unknown 'tpu9'"),
+    (["--data-dir", "/no/such/folder"], "--data-dir: '/no/such/folder' is not a folder"),
+    (["--stages", "1000"], "demo: argument --stages"),
+    (["--model", "nosuch"], "--model: unknown 'nosuch'"),
+])
+def test_demo_refuses_bad_flags_before_step_1(tmp_path: Path, capsys, no_demo_work, argv, needle) -> None:
+    """issue 13 probe: `demo --schedules nosuch` ran every step and exited 0; `--iterations -1`
+    was refused after 33 s of profiling."""
+    try:
+        rc = main(["demo", "--out", str(tmp_path / "demo"), *argv])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and err.startswith("stalesim: error:") and needle in err, err

@@ -83,6 +83,23 @@ def test_partition_comm_and_memory(prof_path: Path, capsys) -> None:
         (["profile", "--roofline", "tpu9", "--from", "{p}", "-o", "{out}"], "device: unknown"),
         (["profile", "--model", "lenet5", "-o", "{out}"], "--batch-size: required"),
         (["profile", "--batch-size", "8", "-o", "{out}"], "--model: required"),
+        # issue 13 probe items
+        (["partition", "--profile", "{p}", "--ppv", "1,,2"], "argument --ppv: .*an empty item"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--hardware", "{trunc}"],
+         "--hardware: only used with --include-comm"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--include-comm", "--hardware", "{trunc}"],
+         "not valid JSON"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--include-comm", "--bandwidth", "1e-308"],
+         "argument --bandwidth"),
+        (["partition", "--profile", "{p}", "--stages", "2", "--bandwidth", "1e9"], "only used with --include-comm"),
+        (["partition", "--profile", "{huge}", "--stages", "2"], "forward_s: 1e\\+300 is larger than"),
+        (["partition", "--profile", "{dtype}", "--stages", "2"], "dtype: unknown 'float8x'"),
+        (["partition", "--profile", "{device}", "--stages", "2"], "device: unknown 'quantum'"),
+        (["profile", "--model", "nosuch", "--batch-size", "8", "-o", "{out}"], "--model: unknown 'nosuch'"),
+        (["profile", "--model", "lenet5", "--batch-size", "8", "--repeats", "100000", "-o", "{out}"],
+         "larger than this tool handles"),
+        (["calibrate", "--ranks", "100000", "-o", "{out}"], "larger than this tool handles"),
+        (["calibrate", "--sizes", "4,1099511627776", "-o", "{out}"], "sizes: .* more than this tool sends"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(argv, pattern, prof_path: Path, tmp_path: Path,
@@ -93,6 +110,17 @@ def test_cli_bad_input_one_line_exit_2(argv, pattern, prof_path: Path, tmp_path:
     bad.write_text(json.dumps(d))
     subs = {"{p}": str(prof_path), "{missing}": str(tmp_path / "nope.json"), "{bad}": str(bad),
             "{out}": str(tmp_path / "o.json")}
+    for key, change in {"huge": {"forward_s": 1e300}, "dtype": {"dtype": "float8x"},
+                        "device": {"device": "quantum"}}.items():
+        e = json.loads(prof_path.read_text())
+        if "forward_s" in change:
+            e["layers"][0].update(change)
+        else:
+            e.update(change)
+        (tmp_path / f"{key}.json").write_text(json.dumps(e))
+        subs["{" + key + "}"] = str(tmp_path / f"{key}.json")
+    (tmp_path / "trunc.json").write_text('{"schema_version": 1, "device": "h100-sxm", "li')
+    subs["{trunc}"] = str(tmp_path / "trunc.json")
     argv = [subs.get(a, a) for a in argv]
     try:
         rc = main(argv)
@@ -127,3 +155,23 @@ def test_profile_roofline_what_if(prof_path: Path, tmp_path: Path, capsys) -> No
     assert r.n_layers == 6 and all(lp.forward_s > 0 for lp in r.layers)
     # bytes halve for bfloat16 and double for batch 64 (activations only)
     assert r.layers[0].saved_bytes == (1 << 22) and r.layers[0].param_bytes == (1 << 19)
+
+
+def test_partition_of_a_huge_profile_is_refused_before_its_layers_are_read(tmp_path: Path, capsys,
+                                                                           monkeypatch) -> None:
+    """issue 13 probe: a 10^6-layer profile hung the partitioner; profiles hold at most
+    MAX_LAYERS blocks (checked before each layer is validated)."""
+    import stalesim.workloads.profile as profile
+
+    uniform_profile(17, 1e-3, 2e-3, 8).to_json(tmp_path / "p.json")
+    monkeypatch.setattr(profile, "MAX_LAYERS", 16)
+    assert main(["partition", "--profile", str(tmp_path / "p.json"), "--stages", "4"]) == 2
+    assert "layers: 17 layers are more than this tool handles (at most 16)" in capsys.readouterr().err
+
+
+def test_partition_of_a_long_profile_is_exact(tmp_path: Path, capsys) -> None:
+    """10^4 layers into 100 stages: the bisection path, same result as a balanced split."""
+    uniform_profile(10_000, 1e-3, 1e-3, 8).to_json(tmp_path / "p.json")
+    assert main(["partition", "--profile", str(tmp_path / "p.json"), "--stages", "100", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["cuts"] == list(range(100, 10_000, 100)) and r["bottleneck_s"] == pytest.approx(0.2)

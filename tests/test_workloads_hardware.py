@@ -210,3 +210,25 @@ def test_roofline_values_and_monotonicity() -> None:
     assert rt.layers[0].forward_s == pytest.approx((4000 + 10**9 + (1 << 16)) / 3.35e12 + 5e-6)
     with pytest.raises(StalesimError, match="dtype"):
         roofline_profile(prof, h100, "int4")
+
+
+@pytest.mark.parametrize("link,pattern", [
+    ({"latency_s": 1e300}, r"link\.latency_s: 1e\+300 is larger than this tool handles"),
+    ({"bandwidth_Bps": 1e-300}, r"link\.bandwidth_Bps: 1e-300 is smaller than this tool handles"),
+    ({"bandwidth_Bps": 10**400}, r"link\.bandwidth_Bps: must be a finite number"),
+    ({"latency_s": float("nan")}, r"link\.latency_s: must be a finite number"),
+])
+def test_link_numbers_bounded(tmp_path: Path, link: dict, pattern: str) -> None:
+    """Times derived from a link must stay finite (a 1e300 s latency overflowed the simulator)."""
+    obj = {"device": "h100-sxm", "link": {"name": "l", "latency_s": 1e-6, "bandwidth_Bps": 1e9, **link}}
+    with pytest.raises(StalesimError, match=pattern):
+        load_hardware(_write(tmp_path, obj))
+
+
+def test_truncated_or_binary_hardware_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "hw.json"
+    for content, needle in [(b'{"device": "h100-sxm", "li', "not valid JSON"), (b"\xff\xfe", "not UTF-8"),
+                            (b"[" * 50_000 + b"]" * 50_000, "nested too deeply")]:
+        p.write_bytes(content)
+        with pytest.raises(StalesimError, match=needle):
+            load_hardware(p)

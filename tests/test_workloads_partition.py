@@ -204,3 +204,72 @@ def test_default_partition_works_on_a_float64_model():
     m64 = build_model("lenet5", seed=0).double()
     m32 = build_model("lenet5", seed=0)
     assert [len(s) for s in split_stages(m64, stages=3)] == [len(s) for s in split_stages(m32, stages=3)]
+
+
+# ---------------------------------------------------------------- the bisection path (issue 13)
+def _both(*args, **kw):
+    """(DP result, bisection result) of the same problem (or the error each raises)."""
+    import stalesim.workloads.partition as part
+
+    out = []
+    for budget in (10**18, 0):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(part, "DP_BUDGET", budget)
+            try:
+                p = min_max_partition(*args, **kw)
+                out.append((p.cuts, p.ppv, p.stage_costs, p.stage_memory))
+            except StalesimError as exc:
+                out.append(("error", str(exc)))
+    return out
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(data=st.data(), n=st.integers(1, 12))
+def test_bisection_equals_the_dp_ties_included(data, n: int) -> None:
+    """Large problems take bisection + greedy; it must give the DP's answer exactly: the
+    same bottleneck and the same cuts (ties broken alike), with memory limits and blocks
+    without weight layers. Small integer costs make ties common."""
+    cost = st.one_of(st.integers(0, 4).map(float), st.sampled_from([0.1, 0.2, 0.3, 0.7, 1e-3]),
+                     st.floats(0, 10, allow_nan=False))
+    costs = data.draw(st.lists(cost, min_size=n, max_size=n))
+    stages = data.draw(st.integers(1, n))
+    mem = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 5).map(float), min_size=n, max_size=n)))
+    limit = data.draw(st.none() if mem is None else st.one_of(st.none(), st.integers(1, 15).map(float)))
+    wl = data.draw(st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 1, 2]), min_size=n, max_size=n)))
+    dp, fast = _both(costs, stages, memory=mem, memory_limit=limit, weight_layers=wl)
+    assert dp == fast
+
+
+def test_large_partitions_are_exact_and_do_not_take_the_dp() -> None:
+    """issue 13 probe: 10^4 layers into 100 stages hung in the O(S L^2) DP."""
+    import stalesim.workloads.partition as part
+
+    n, S = 10_000, 100
+    p = min_max_partition([1.0] * n, S)
+    assert p.cuts == list(range(100, n, 100)) and p.bottleneck == 100.0
+    # one heavy layer: it gets a stage of its own, the rest is balanced around it
+    costs = [1.0] * n
+    costs[5000] = 500.0
+    q = min_max_partition(costs, S)
+    assert q.bottleneck == 500.0 and 5000 in q.cuts and 5001 in q.cuts
+    assert S * n * n > part.DP_BUDGET
+
+
+def test_large_partition_with_comm_is_refused_not_hung() -> None:
+    with pytest.raises(StalesimError, match=r"communication costs takes O\(S x L\^2\)"):
+        min_max_partition([1.0] * 10_000, 100, comm=[0.5] * 9_999)
+
+
+def test_overflowing_totals_are_errors() -> None:
+    with pytest.raises(StalesimError, match="costs: the total is not a finite number"):
+        min_max_partition([1e308, 1e308], 2)
+
+
+def test_ppv_to_cuts_on_a_long_profile_uses_the_last_boundary() -> None:
+    wl = [1, 0, 0, 1, 2, 0, 1] * 10_000
+    cuts = weights_ppv_to_cuts(wl, [1, 2, 40_000])
+    cum = list(itertools.accumulate(wl))
+    assert cuts[0] == 3 and cuts[1] == 4  # after the zero-weight blocks that follow layer 1
+    assert cum[cuts[2] - 1] == 40_000 and wl[cuts[2]] > 0
+    with pytest.raises(StalesimError, match=r"ppv\[0\]: 3 would split block 4"):
+        weights_ppv_to_cuts(wl, [3])

@@ -149,6 +149,40 @@ def test_weight_layers_may_be_omitted_in_a_hand_written_profile() -> None:
         profile_from_dict(d)
 
 
+@pytest.mark.parametrize("change,pattern", [
+    ({"layers.0.forward_s": 1e300}, r"layers\[0\]\.forward_s: 1e\+300 is larger than this tool handles"),
+    ({"layers.0.backward_s": float("nan")}, r"layers\[0\]\.backward_s: must be a finite number"),
+    ({"layers.0.param_bytes": 2**70}, r"layers\[0\]\.param_bytes: .* larger than"),
+    ({"layers.0.flops": 10**400}, r"layers\[0\]\.flops: .* larger than"),
+    ({"layers.0.output_bytes": float("inf")}, r"layers\[0\]\.output_bytes: must be an integer"),
+    ({"batch_size": 2**40}, r"batch_size: .* larger than"),
+    ({"threads": 10**6}, r"threads: .* larger than"),
+    ({"dtype": "float8"}, r"dtype: unknown 'float8'"),
+    ({"device": "quantum"}, r"device: unknown 'quantum'"),
+    ({"device": "h100-sxm (roofline)"}, r"device: unknown"),  # a roofline device needs its meta
+])
+def test_absurd_values_and_unknown_names_refused(change: dict, pattern: str) -> None:
+    """issue 13 probe: a layer time of 1e300 ended in OverflowError in the simulator; unknown
+    dtype/device values were accepted."""
+    d = _doc()
+    for key, value in change.items():
+        if key.startswith("layers.0."):
+            d["layers"][0][key.split(".")[-1]] = value
+        else:
+            d[key] = value
+    with pytest.raises(StalesimError, match=pattern):
+        profile_from_dict(d)
+
+
+def test_known_devices_and_dtypes_accepted() -> None:
+    for device in ("cpu", "cuda", "cuda:3", "synthetic", "h100-sxm", "H100 SXM"):
+        assert profile_from_dict(_doc(device=device)).device == device
+    for dtype in ("float32", "float64", "bfloat16", "float16", "tf32"):
+        assert profile_from_dict(_doc(dtype=dtype)).dtype == dtype
+    roof = _doc(device="h100-sxm (roofline)", meta={"roofline": {}})
+    assert profile_from_dict(roof).device == "h100-sxm (roofline)"
+
+
 def test_split_backward_fields_round_trip_scale_and_default() -> None:
     from stalesim.workloads.profile import WEIGHT_GRAD_FRACTION, profile_from_dict
 

@@ -37,10 +37,14 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors in one line with exit status 2."""
+    """argparse that reports errors in one line with exit status 2, with the same
+    ``stalesim: error:`` prefix as every other error (the sub-command is named in
+    the message, so the line says where the mistake is)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        cmd = self.prog.split()[1:] if self.prog.startswith("stalesim") else []
+        where = f"{' '.join(cmd)}: " if cmd else ""
+        self.exit(2, f"stalesim: error: {where}{message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,8 @@ import argparse
 import math
 import sys
 
-from stalesim.cli.common import int_list, positive_float, positive_int, write_json_atomic
+from stalesim.cli.common import int_list, int_type, positive_seconds, write_json_atomic
+from stalesim.limits import MAX_RANKS, MAX_REPEATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,11 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
-    p.add_argument("--ranks", type=positive_int, default=2)
+    p.add_argument("--ranks", type=int_type(2, MAX_RANKS), default=2)
     p.add_argument("--sizes", type=int_list, default=None, metavar="BYTES[,BYTES...]",
                    help="message sizes in bytes (default 4,16,...,16777216)")
-    p.add_argument("--repeats", type=positive_int, default=5)
-    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="SECONDS",
+    p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=5)
+    p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="rendezvous / collective timeout per rank")
     p.add_argument("-o", "--output", required=True, metavar="HW.json")
     p.set_defaults(func=run)

@@ -13,17 +13,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stalesim.cli.common import positive_int
+from stalesim.cli.common import float_type, positive_int
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
+# a bucket of at most 1 TiB (DDP's default is 25 MiB)
+_bucket_mb = float_type(0.0, 2.0**20, lo_open=True)
 
 
 def add_cluster_args(p: argparse.ArgumentParser, *, replicas_alias: bool = True) -> None:
@@ -46,7 +39,7 @@ def add_cluster_args(p: argparse.ArgumentParser, *, replicas_alias: bool = True)
                    help="pipeline: a replica's devices are consecutive (a pipeline stays in a node "
                         "when G is a multiple of its devices, default); data: the replicas of a "
                         "stage are consecutive (Megatron-LM's rank order)")
-    g.add_argument("--bucket-mb", type=_positive_float, default=None, metavar="MB",
+    g.add_argument("--bucket-mb", type=_bucket_mb, default=None, metavar="MB",
                    help="gradient bucket size in MiB (DDP's default is 25): buckets all-reduce while the "
                         "stage's last backward still runs; default: one bucket per stage")
     g.add_argument("--no-symmetry", action="store_true",

@@ -1,4 +1,9 @@
-"""Small helpers shared by the command modules (argument types, JSON output)."""
+"""Small helpers shared by the command modules (argument types, JSON output).
+
+Every numeric argparse type here checks the bounds of :mod:`stalesim.limits`
+(finite, in range, NaN and infinity refused), so a bad number is answered by
+argparse before any work starts, in one line naming the flag.
+"""
 
 from __future__ import annotations
 
@@ -7,57 +12,79 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1, with an error that names the value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_FACTOR, MAX_SECONDS, MAX_SEED
 
 
-def nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+def int_type(lo: int, hi: int = MAX_COUNT) -> Callable[[str], int]:
+    """argparse type: an integer in ``[lo, hi]``, with an error that names the value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {value}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{value} is larger than this tool handles (at most {hi:,})")
+        return value
+
+    parse.__name__ = f"integer in [{lo}, {hi}]"
+    parse.bounds = ("int", lo, hi)  # type: ignore[attr-defined]  # read by the CLI fuzz test
+    return parse
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
-    return value
+def float_type(lo: float, hi: float = MAX_FACTOR, *, lo_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    rel = ">" if lo_open else ">="
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {rel} {lo:g}, got {text!r}") from None
+        if not math.isfinite(value) or value < lo or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"expected a finite number {rel} {lo:g}, got {text}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{text} is larger than this tool handles (at most {hi:g})")
+        return value
+
+    parse.__name__ = f"number in [{lo:g}, {hi:g}]"
+    parse.bounds = ("float", lo, hi, lo_open)  # type: ignore[attr-defined]  # read by the CLI fuzz test
+    return parse
 
 
-def nonneg_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (NaN and infinity are refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
+positive_int = int_type(1)
+nonneg_int = int_type(0)
+seed_int = int_type(0, MAX_SEED)
+positive_float = float_type(0.0, lo_open=True)
+nonneg_float = float_type(0.0)
+seconds = float_type(0.0, MAX_SECONDS)
+positive_seconds = float_type(0.0, MAX_SECONDS, lo_open=True)
+fraction = float_type(0.0, 1.0)
 
 
 def int_list(text: str) -> list[int]:
-    """argparse type for comma-separated integers such as a PPV ``7`` or ``2,5``."""
+    """argparse type for comma-separated integers such as a PPV ``7`` or ``2,5``.
+
+    Every item must be an integer: ``1,,2`` or ``2,`` is refused (an empty item is
+    a typo, not a request for fewer stages)."""
+    parts = [p.strip() for p in text.split(",")]
+    if any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty item)")
+    if len(parts) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{len(parts)} items are more than this tool handles ({MAX_COUNT:,})")
     try:
-        return [int(part) for part in text.replace(" ", "").split(",") if part != ""]
+        values = [int(p) for p in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    big = [v for v in values if abs(v) > MAX_BYTES]
+    if big:
+        raise argparse.ArgumentTypeError(f"{big[0]} is larger than this tool handles")
+    return values
 
 
 def print_json(obj: Any) -> None:

@@ -20,29 +20,81 @@ import argparse
 import os
 import time
 
-from stalesim.cli.common import add_extrapolate_arg
+from stalesim.cli.common import add_extrapolate_arg, int_type, positive_int
+from stalesim.limits import MAX_REPEATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the main job: schedules, prediction, validation, staleness study")
-    p.add_argument("--stages", type=int, default=4, help="pipeline depth for the schedule table")
+    p.add_argument("--stages", type=int_type(1, MAX_TABLE_STAGES), default=4,
+                   help=f"pipeline depth for the schedule table (1..{MAX_TABLE_STAGES})")
     p.add_argument("--out", default="runs/demo", help="folder for figures, reports and summary")
     p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
-    p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
-    p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="measured runs per validated schedule (interleaved; the noise floor)")
-    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v",
-                   help="schedules to validate on 2 ranks (or all)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="validation mini-batch (prediction: 4x; default 32, --quick 16)")
+    p.add_argument("--iterations", type=positive_int, default=None,
+                   help="iterations per validated schedule (default 12, --quick 8)")
+    p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=None,
+                   help="measured runs per validated schedule (interleaved; the noise floor; default 3, "
+                        "--quick 2)")
+    p.add_argument("--schedules", default=None,
+                   help="schedules to validate on 2 ranks, or all (default sequential,1f1b,pipedream,stale,dp,"
+                        "pipe-sgd,zb-v; --quick 1f1b,dp)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
-    p.add_argument("--study-iterations", type=int, default=300, help="iterations of the staleness study")
+    p.add_argument("--study-iterations", type=positive_int, default=None,
+                   help="iterations of the staleness study (default 300, --quick 60)")
     p.add_argument("--target", default="h100-sxm", metavar="KIND",
                    help="catalog device for the what-if prediction (as simulate --target)")
     p.add_argument("--gpu", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
-    p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny everything (smoke test); flags given explicitly are still honoured")
     add_extrapolate_arg(p)
     p.set_defaults(func=run)
+
+
+# the schedule table builds every schedule over 4S+4 batches of S micro-batches: S = 16
+# is about 50,000 actions per schedule (a second); deeper tables only take longer to print
+MAX_TABLE_STAGES = 16
+
+
+def _validate_config(args: argparse.Namespace, out: str, devices: str, B: int, iters: int, scheds: str,
+                     **files: str | None):
+    from stalesim.validate.config import ValidateConfig
+
+    return ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
+                          batch_size=B, microbatches=4, threads=1, out=os.path.join(out, "validate"),
+                          emulate_iterations=3, repeats=args.repeats,
+                          command=f"stalesim validate --model {args.model} --devices {devices} "
+                                  f"--schedules {scheds} --iterations {iters} --batch-size {B} "
+                                  f"--repeats {args.repeats} --out {os.path.join(out, 'validate')}", **files)
+
+
+def _defaults(args: argparse.Namespace) -> None:
+    """Fill the flags the user left out; --quick shrinks only those (never a given one)."""
+    quick = args.quick
+    for name, full, small in (("batch_size", 32, 16), ("iterations", 12, 8), ("study_iterations", 300, 60),
+                              ("repeats", 3, 2),
+                              ("schedules", "sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v", "1f1b,dp")):
+        if getattr(args, name) is None:
+            setattr(args, name, small if quick else full)
+
+
+def check_args(args: argparse.Namespace, devices: str) -> None:
+    """Every flag checked before step 1: a typo must not cost minutes of profiling."""
+    from stalesim.errors import StalesimError
+    from stalesim.validate.config import check_config, check_out_dir
+    from stalesim.workloads.hardware import get_device
+
+    try:
+        get_device(args.target)
+    except StalesimError as exc:
+        raise StalesimError(f"--target: {exc}") from None
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        raise StalesimError(f"--data-dir: {args.data_dir!r} is not a folder")
+    check_out_dir(args.out)
+    check_config(_validate_config(args, args.out, devices, args.batch_size, args.iterations,
+                                  args.schedules))
 
 
 def schedule_table(stages: int) -> str:
@@ -81,28 +133,33 @@ class _Steps:
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.errors import StalesimError
+    import torch
 
-    if args.stages < 1:
-        raise StalesimError(f"--stages: expected >= 1, got {args.stages}")
+    devices = args.devices or ("cuda:0,1" if torch.cuda.is_available() and torch.cuda.device_count() >= 2
+                               else "cpu:2")
+    _defaults(args)
+    check_args(args, devices)
+    return run_demo(args, devices)
+
+
+def run_demo(args: argparse.Namespace, devices: str) -> int:
+    """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
+    import torch
+
     step = _Steps(7)
     step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
     print(schedule_table(args.stages))
 
-    import torch
-
     from stalesim.cli.common import write_json_atomic
-    from stalesim.validate.config import ValidateConfig, check_out_dir
+    from stalesim.validate.config import check_out_dir
 
     # In-process work (profiling, emulation) uses one thread, as each rank does: with
     # more, OpenMP threads spin against each other and everything else on a small shared box.
     torch.set_num_threads(1)
     out = check_out_dir(args.out)
     quick = args.quick
-    B = 16 if quick else args.batch_size
-    iters = 8 if quick else args.iterations
-    devices = args.devices or ("cuda:0,1" if torch.cuda.is_available() and torch.cuda.device_count() >= 2
-                               else "cpu:2")
+    B = args.batch_size
+    iters = args.iterations
     cuda = devices.startswith("cuda")
     data_dir = args.data_dir or os.environ.get("STALESIM_DATA") or None
     load0 = os.getloadavg()
@@ -181,27 +238,21 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.cli.validate_cmd import summary_table
     from stalesim.validate.workflow import validate
 
-    scheds = "1f1b,dp" if quick else args.schedules
-    step(f"validating on {devices}: {scheds} ({iters} iterations each, {2 if quick else max(1, args.repeats)} "
-         "interleaved repeats): predicted vs measured, with each schedule's noise floor")
-    K = 2 if quick else max(1, args.repeats)
-    vcfg = ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
-                          batch_size=B, microbatches=4, threads=1, out=str(out / "validate"), repeats=K,
-                          emulate_iterations=3, hardware=str(out / "hardware.json"),
-                          profile=str(out / "profile.json"),
-                          contended_profile=str(out / "profile_contended.json") if contended else None,
-                          command=f"stalesim validate --model {args.model} --devices {devices} "
-                                  f"--schedules {scheds} --iterations {iters} --batch-size {B} "
-                                  f"--repeats {K} --out {out / 'validate'}")
+    scheds = args.schedules
+    step(f"validating on {devices}: {scheds} ({iters} iterations each, {args.repeats} interleaved repeats): "
+         "predicted vs measured, with each schedule's noise floor")
+    vcfg = _validate_config(args, str(out), devices, B, iters, scheds, hardware=str(out / "hardware.json"),
+                            profile=str(out / "profile.json"),
+                            contended_profile=str(out / "profile_contended.json") if contended else None)
     vsum = validate(vcfg, progress=lambda m: step.note(m.split("] ", 1)[-1]))
     print(summary_table(vsum))
 
     # 6. staleness study ---------------------------------------------------------------
     study = None
-    if data_dir and os.path.isdir(data_dir):
+    if data_dir and os.path.isdir(data_dir):  # an explicit --data-dir was checked up front
         from stalesim.validate.demo import staleness_figure, staleness_study
 
-        n = 60 if quick else args.study_iterations
+        n = args.study_iterations
         step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
         study = staleness_study(data_dir, iterations=n, progress=step.note)
         staleness_figure(study, out / "staleness.png")

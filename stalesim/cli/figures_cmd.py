@@ -26,6 +26,13 @@ def run(args: argparse.Namespace) -> int:
         for name, (_, what, data) in FIGURES.items():
             print(f"{name}: {what} [{data}]")
         return 0
-    names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    names = None
+    if args.only is not None:  # an empty --only is a mistake, not "everything"
+        from stalesim.errors import StalesimError
+
+        names = [n.strip() for n in args.only.split(",")]
+        if not all(names):
+            raise StalesimError(f"--only: expected comma-separated figure names, got {args.only!r} "
+                                f"(known: {', '.join(FIGURES)})")
     make_figures(args.out, names, refresh_profiles=args.refresh_profiles)
     return 0

@@ -7,8 +7,9 @@ import math
 import re
 from itertools import pairwise
 
-from stalesim.cli.common import int_list, positive_float, positive_int, print_json
+from stalesim.cli.common import float_type, int_list, positive_int, print_json, seconds
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_BYTES, MAX_RATE, MIN_RATE
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
           "t": 1e12, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -25,6 +26,8 @@ def byte_size(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a size in bytes, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a size > 0, got {text!r}")
+    if value > MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than this tool handles (at most 1 EiB)")
     return value
 
 
@@ -50,8 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="per-stage memory limit, e.g. 16GB or 8e9")
     p.add_argument("--include-comm", action="store_true",
                    help="add the cut's communication time to the stage before it")
-    p.add_argument("--bandwidth", type=positive_float, default=None, metavar="BYTES_PER_S")
-    p.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--bandwidth", type=float_type(MIN_RATE, MAX_RATE), default=None, metavar="BYTES_PER_S",
+                   help=f"link bandwidth, {MIN_RATE:g} to {MAX_RATE:g} bytes/s")
+    p.add_argument("--latency", type=seconds, default=None, metavar="SECONDS",
+                   help="link latency (default 0, or the --hardware link's)")
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="take link latency/bandwidth from a hardware JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -65,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from stalesim.workloads.profile import load_profile
 
+    if not args.include_comm:  # link flags without --include-comm would be silently ignored
+        given = [f for f, v in (("--hardware", args.hardware), ("--bandwidth", args.bandwidth),
+                                ("--latency", args.latency)) if v is not None]
+        if given:
+            raise StalesimError(f"{given[0]}: only used with --include-comm (the cut's communication time)")
     prof = load_profile(args.profile)
     if args.batch_size:
         prof = prof.at_batch_size(args.batch_size)
@@ -76,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
             from stalesim.workloads.hardware import load_hardware
 
             hw = load_hardware(args.hardware)
-            lat = hw.link.latency_s if not args.latency else lat
+            lat = hw.link.latency_s if lat is None else lat
             bw = hw.link.bandwidth_Bps if bw is None else bw
+        lat = 0.0 if lat is None else lat
         if bw is None:
             raise StalesimError("--include-comm: needs --bandwidth BYTES_PER_S or --hardware")
         if not math.isfinite(lat) or lat < 0:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stalesim.cli.common import nonneg_int, positive_int, print_json
+from stalesim.cli.common import int_type, print_json, seconds, seed_int
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_COUNT, MAX_REPEATS, MAX_THREADS
+from stalesim.workloads.zoo_facts import MAX_CLASSES
 
 
 def batch_sizes(text: str) -> list[int]:
@@ -20,6 +22,8 @@ def batch_sizes(text: str) -> list[int]:
         ) from None
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if any(v > MAX_COUNT for v in values):
+        raise argparse.ArgumentTypeError(f"{max(values)} is larger than this tool handles (at most {MAX_COUNT:,})")
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"duplicate batch sizes in {text!r}")
     return values
@@ -44,17 +48,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(e.g. h100-sxm) with the roofline model")
     p.add_argument("--from", dest="from_profile", metavar="PROFILE.json", default=None,
                    help="the measured profile --roofline starts from (FLOPs and bytes)")
-    p.add_argument("--launch-overhead", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--launch-overhead", type=seconds, default=None, metavar="SECONDS",
                    help="roofline: fixed per-phase overhead per block (default 5e-6)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i> (default cpu)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=None,
                    help="torch CPU threads (default: torch's current setting)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="timed rounds (default 5)")
-    p.add_argument("--warmup", type=nonneg_int, default=2, help="discarded rounds (default 2)")
+    p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=5, help="timed rounds (default 5)")
+    p.add_argument("--warmup", type=int_type(0, MAX_REPEATS), default=2, help="discarded rounds (default 2)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "tf32"],
                    help="float32 (default) or bfloat16; roofline also takes tf32")
-    p.add_argument("--seed", type=int, default=0, help="model init and input seed")
-    p.add_argument("--num-classes", type=positive_int, default=10)
+    p.add_argument("--seed", type=seed_int, default=0, help="model init and input seed")
+    p.add_argument("--num-classes", type=int_type(1, MAX_CLASSES), default=10)
     p.add_argument("-o", "--output", required=True, metavar="PROFILE.json")
     p.add_argument("--json", action="store_true", help="also print the profile JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no table on stdout")
@@ -132,8 +136,13 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError("--batch-size: required when measuring")
     if args.dtype == "tf32":
         raise StalesimError("--dtype: tf32 is only a roofline setting; measure float32")
-    from stalesim.workloads.profiler import profile_model
+    from stalesim.workloads.profiler import parse_device, profile_model
+    from stalesim.workloads.zoo_facts import model_facts, model_names
 
+    if model_facts(args.model) is None:  # before torch builds anything
+        raise StalesimError(f"--model: unknown {args.model!r} (known: {', '.join(model_names())}, "
+                            "or any resnet<6n+2>)")
+    parse_device(args.device)
     prof = profile_model(
         args.model,
         args.batch_size,

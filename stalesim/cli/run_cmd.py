@@ -15,17 +15,18 @@ import os
 import time
 from typing import Any
 
-from stalesim.cli.common import nonneg_int, positive_float, positive_int, print_json
+from stalesim.cli.common import int_type, nonneg_int, positive_seconds, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_THREADS
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", "--ranks", dest="devices", required=False, default=None,
                    help="the ranks: cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
                         "must equal the schedule's device count (S, or --fold D, or P workers)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per CPU rank")
-    p.add_argument("--timeout", type=positive_float, default=60.0,
+    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=1, help="torch threads per CPU rank")
+    p.add_argument("--timeout", type=positive_seconds, default=60.0,
                    help="seconds a rank may wait on a peer before the run is aborted")
     p.add_argument("--out", default=None, help="run folder (default runs/run-<model>-<schedule>-<time>)")
     p.add_argument("--checkpoint-every", type=nonneg_int, default=0, help="checkpoint every K iterations")
@@ -73,6 +74,9 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     from stalesim.atomic import check_writable_dir
 
     check_writable_dir(out)  # before the ranks start, not after training
+    ck = os.path.join(out, "checkpoints")
+    if args.resume and not (os.path.isdir(ck) and any(n[:1] == "k" for n in os.listdir(ck))):
+        raise StalesimError(f"--resume: no checkpoint in {ck}")
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
                    resume=out if args.resume else None, evaluate=not args.no_eval)
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
@@ -90,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         return torchrun_rank(args)
-    cfg = train_config(args)
+    cfg = train_config(args).check_runnable()
     if args.devices is None:
         raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
+    if args.master_addr is not None:  # resolved now, before the run folder or any rank
+        from stalesim.rendezvous import check_master_addr
+
+        check_master_addr(args.master_addr)
     devs = parse_devices(args.devices)
     need = expected_devices(cfg)
     if devs.count != need:

@@ -6,6 +6,10 @@ import argparse
 
 from stalesim.cli.common import nonneg_int, positive_int, print_json
 
+# what `stalesim schedule` prints: about 100,000 actions take a few seconds to build and
+# render; a longer grid is unreadable (the simulator and the emulator take longer runs)
+MAX_SHOWN = 100_000
+
 
 def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
     """Schedule-shape flags shared with simulate/emulate/run (-> ScheduleConfig fields).
@@ -93,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
             raise StalesimError("schedule: give a schedule name (stalesim schedule NAME), "
                                 "or --from-torch CLASS / --from-torch-csv FILE")
         spec = get_spec(args.schedule)
-        sched = build_schedule(config_from_args(args, batches=args.batches or 8))
+        cfg = config_from_args(args, batches=args.batches or 8)
+        if cfg.compute_actions() > MAX_SHOWN:  # a grid nobody reads, after minutes of building
+            raise StalesimError(f"batches: about {cfg.compute_actions():,} actions are more than this command "
+                                f"prints (at most {MAX_SHOWN:,}); show fewer batches, stages or micro-batches")
+        sched = build_schedule(cfg)
         summary = spec.summary
     written = None
     if args.to_torch_csv:
@@ -136,14 +144,22 @@ def _imported(args: argparse.Namespace):
     if args.workers != 1 or args.warmup:
         raise StalesimError("--workers/--warmup: not with --from-torch")
     batches = args.batches or 1
+
+    def shown(step: int) -> None:  # the same bound as for our own schedules, before building
+        if batches * step > MAX_SHOWN:
+            raise StalesimError(f"batches: about {batches * step:,} actions are more than this command "
+                                f"prints (at most {MAX_SHOWN:,}); show fewer batches or micro-batches")
+
     if args.from_torch_csv is not None:
         if args.ranks is not None or args.stages_per_rank is not None:
             raise StalesimError("--ranks/--stages-per-rank: the CSV fixes them (one row per rank)")
-        sched = schedule_from_orders(read_torch_csv(args.from_torch_csv), batches=batches,
-                                     name=f"torch-csv:{args.from_torch_csv}")
+        orders = read_torch_csv(args.from_torch_csv)
+        shown(sum(len(ops) for ops in orders.values()))
+        sched = schedule_from_orders(orders, batches=batches, name=f"torch-csv:{args.from_torch_csv}")
         return sched, "torch CSV order, lowered and validated by the IR"
     if args.ranks is None:
         raise StalesimError("--ranks: --from-torch needs the number of pipeline ranks")
+    shown(3 * args.ranks * (args.stages_per_rank or 1) * args.microbatches)
     sched = from_torch(args.from_torch, args.ranks, args.microbatches, args.stages_per_rank,
                        batches=batches)
     return sched, same_as_ours(sched)

@@ -6,7 +6,14 @@ import argparse
 import sys
 
 from stalesim.cli.cluster_args import add_cluster_args
-from stalesim.cli.common import add_extrapolate_arg, int_list, nonneg_float, print_json
+from stalesim.cli.common import (
+    add_extrapolate_arg,
+    fraction,
+    int_list,
+    positive_int,
+    print_json,
+    seconds,
+)
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -19,7 +26,7 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                         "nic (one egress queue per device) or bus (one shared channel)")
     p.add_argument("--comm-overlap", choices=("yes", "no"), default=None,
                    help="override whether communication overlaps compute")
-    p.add_argument("--cpu-comm-occupancy", type=float, default=None, metavar="F",
+    p.add_argument("--cpu-comm-occupancy", type=fraction, default=None, metavar="F",
                    help="fraction of a transfer's time its cores are busy (no-overlap hardware)")
 
 
@@ -85,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_schedule_args(p)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector (weight layers before each register), e.g. 2,5")
-    p.add_argument("--batch-size", "-B", type=int, default=None,
+    p.add_argument("--batch-size", "-B", type=positive_int, default=None,
                    help="mini-batch size (default: the profile's)")
     p.add_argument("--target", default=None, metavar="KIND",
                    help="catalog device to predict for: compute times estimated by roofline "
@@ -96,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_cluster_args(p)
     p.add_argument("--method", choices=("event", "fast"), default="event",
                    help="event simulation (default) or the closed-form fast path")
-    p.add_argument("--loss-time", type=nonneg_float, default=0.0, metavar="SECONDS",
+    p.add_argument("--loss-time", type=seconds, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
     add_extrapolate_arg(p)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import positive_int, print_json
+from stalesim.cli.common import int_type, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
+from stalesim.limits import MAX_JOBS
 
 
 def _csv(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
+    items = [p.strip() for p in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text!r} (an empty item)")
+    return items
 
 
 def _ints(text: str) -> list[int]:
@@ -34,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
                         "error-feedback")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
-    p.add_argument("--jobs", type=positive_int, default=2, help="parallel processes")
+    p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2, help="parallel processes")
     p.add_argument("--out", required=True, help="study folder")
     p.add_argument("--json", action="store_true", help="print the aggregated table as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

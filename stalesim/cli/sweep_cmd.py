@@ -6,11 +6,15 @@ import argparse
 import sys
 
 from stalesim.cli.cluster_args import add_cluster_args
-from stalesim.cli.common import add_extrapolate_arg, int_list, positive_int, print_json
+from stalesim.cli.common import add_extrapolate_arg, int_list, int_type, positive_int, print_json
+from stalesim.limits import MAX_JOBS
 
 
 def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+    names = [t.strip() for t in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r} (an empty item)")
+    return names
 
 
 def _positive_list(text: str) -> list[int]:
@@ -51,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_cluster_args(p, replicas_alias=False)
     p.add_argument("--method", choices=("fast", "event"), default="fast",
                    help="closed-form fast path (default) or the event simulation")
-    p.add_argument("--jobs", "-j", type=positive_int, default=1, help="worker processes")
+    p.add_argument("--jobs", "-j", type=int_type(1, MAX_JOBS), default=1, help="worker processes")
     p.add_argument("--top", type=positive_int, default=30, help="rows printed (the CSV has all)")
     p.add_argument("--csv", default=None, metavar="OUT.csv", help="write every row as CSV")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
@@ -98,6 +102,13 @@ def run(args: argparse.Namespace) -> int:
                   stages_per_device=args.stages_per_device or [None])
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
                  batches=args.batches, extrapolate=args.extrapolate, cluster=cluster)
+    if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
+        from stalesim.errors import StalesimError
+
+        r = rows[0]
+        raise StalesimError(f"no configuration of the grid can be simulated ({len(rows)} tried); "
+                            f"{r['schedule']} S={r['stages']} M={r['microbatches']} P={r['workers']}: "
+                            f"{r['error']}")
     if args.csv:
         write_csv(args.csv, rows)
     if args.plot:

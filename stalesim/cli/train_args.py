@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import int_list, nonneg_float, nonneg_int, positive_float, positive_int
+from stalesim.cli.common import int_list, nonneg_float, nonneg_int, positive_float, positive_int, seed_int
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
 
@@ -31,7 +31,7 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
     p.add_argument("--momentum", type=nonneg_float, default=0.9)
     p.add_argument("--weight-decay", type=nonneg_float, default=0.0)
     p.add_argument("--lr-schedule", default="constant", help="constant | step | cosine")
-    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--device", default="cpu", help="cpu | cuda[:N]")
     p.add_argument("--dtype", default="float32", help="float32 | float64")
     p.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")

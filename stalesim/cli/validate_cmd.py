@@ -11,7 +11,16 @@ import argparse
 import shlex
 import sys
 
-from stalesim.cli.common import int_list, positive_float, positive_int, print_json
+from stalesim.cli.common import (
+    int_list,
+    int_type,
+    nonneg_int,
+    positive_int,
+    positive_seconds,
+    print_json,
+    seed_int,
+)
+from stalesim.limits import MAX_THREADS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=positive_int, default=40, help="mini-batches per run")
     p.add_argument("--batch-size", type=positive_int, default=64, help="global mini-batch size")
     p.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches (gpipe/1f1b/2bw)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch threads per CPU rank")
+    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=1, help="torch threads per CPU rank")
     p.add_argument("--dataset", default="synthetic", help="synthetic | mnist | fashion-mnist | cifar10")
     p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
     p.add_argument("--ppv", type=int_list, default=None, help="partition (default: min-max over the profile)")
-    p.add_argument("--emulate-iterations", type=int, default=10,
+    p.add_argument("--emulate-iterations", type=nonneg_int, default=10,
                    help="iterations the emulator runs per schedule for the loss check (0: skip)")
     p.add_argument("--repeats", type=positive_int, default=3,
                    help="measured runs per schedule, interleaved round-robin with the 1-rank baseline; "
@@ -48,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-contention", action="store_true",
                    help="do not profile with the other ranks busy (CPU)")
     p.add_argument("--no-overhead", action="store_true", help="do not add the per-action runtime overhead")
-    p.add_argument("--timeout", type=positive_float, default=120.0, help="per-operation deadline of the ranks")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=positive_seconds, default=120.0, help="per-operation deadline of the ranks")
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--out", required=True, help="output folder (report.md, summary.json, figures/)")
     p.add_argument("--json", action="store_true", help="print summary.json's content")
     p.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -469,4 +469,22 @@ class Emulator:
 def emulate(cfg: TrainConfig, **kw: Any) -> dict[str, Any]:
     """Build and run an emulation; returns the summary dict."""
     resume = kw.pop("resume", False)
+    check_request(cfg, out=kw.get("out"), resume=resume, own_model=kw.get("model") is not None)
     return Emulator(cfg, **kw).run(resume=resume)
+
+
+def check_request(cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None, resume: bool = False,
+                  own_model: bool = False) -> None:
+    """Everything about a run that can be checked in milliseconds, before the model is built
+    and the data loaded: the config (model shape, batch, the run's schedule), a zoo model
+    name, the data folder, the run folder (writable, not a file) and the checkpoint to
+    resume from. A mistake here costs nothing; found after loading it costs minutes."""
+    cfg.check_runnable(own_model=own_model)
+    if resume and out is None:
+        raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
+    if out is not None:
+        from stalesim.atomic import check_writable_dir
+
+        check_writable_dir(out)
+        if resume and not (Path(out) / CKPT_NAME).is_file():
+            raise StalesimError(f"resume: no checkpoint in {out} (expected {Path(out) / CKPT_NAME})")

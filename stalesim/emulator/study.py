@@ -36,6 +36,10 @@ MITIGATIONS = {
 }
 
 
+# each run is an emulation of seconds to hours: more than this is a typo, not a study
+MAX_RUNS = 1000
+
+
 def parse_placements(text: str) -> list[list[int] | int]:
     """'2;1,2;1,2,3,4' -> PPVs; 'S2' -> 2 stages (default PPV); 'none' or '-' -> 1 stage."""
     out: list[list[int] | int] = []
@@ -65,6 +69,12 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
     """Grid points as (run id, config); placement-free schedules run once per seed."""
     from stalesim.schedule import get_spec
 
+    size = len(schedules) * len(placements) * len(mitigations) * len(seeds)
+    if size > MAX_RUNS:  # checked before any config is built
+        raise StalesimError(f"study: {size:,} runs (schedules x placements x mitigations x seeds) are "
+                            f"more than one study runs (at most {MAX_RUNS:,}); give fewer values")
+    if not size:
+        raise StalesimError("study: the grid is empty (give schedules, placements, mitigations and seeds)")
     points = []
     for name in schedules:
         # a schedule whose result does not depend on the partition (no staleness, one

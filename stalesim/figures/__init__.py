@@ -47,11 +47,13 @@ def make_figures(out: str | Path, names: Sequence[str] | None = None, *, refresh
     """Write the figures (all, or ``names``) into ``out``; return one record per figure."""
     from stalesim.atomic import check_writable_dir
 
-    out = check_writable_dir(out)
-    chosen = list(FIGURES) if not names else list(names)
+    chosen = list(FIGURES) if names is None else list(names)
+    if not chosen:
+        raise StalesimError(f"only: no figure named (known: {', '.join(FIGURES)})")
     unknown = [n for n in chosen if n not in FIGURES]
     if unknown:
         raise StalesimError(f"only: unknown figure {unknown[0]!r} (known: {', '.join(FIGURES)})")
+    out = check_writable_dir(out)
     ctx = sim_figs.Ctx(profiles=out / "profiles", refresh=refresh_profiles, log=log)
     done = []
     for name in chosen:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_COUNT, MAX_FACTOR, MAX_SEED, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.schedule import ScheduleConfig
@@ -24,6 +25,12 @@ LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+# training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
+# the synthetic set has ``synthetic_size`` samples
+TRAIN_SIZES = {"mnist": 60_000, "fashion-mnist": 60_000, "cifar10": 50_000}
+# the synthetic set is materialized (1.25 x this many inputs): 100,000 CIFAR-shaped
+# float32 samples are 1.5 GB
+MAX_SYNTHETIC = 100_000
 
 
 @dataclass
@@ -98,6 +105,7 @@ class TrainConfig:
         """Raise StalesimError naming the first bad field; returns self."""
         from stalesim.schedule import get_spec, schedule_names
 
+        self._check_types()
         try:
             spec = get_spec(self.schedule)
         except StalesimError:
@@ -106,8 +114,9 @@ class TrainConfig:
             ) from None
         if self.dataset not in DATASETS:
             raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)})")
-        for name in ("microbatches", "workers", "batch_size", "num_classes", "synthetic_size"):
+        for name in ("microbatches", "workers", "batch_size", "num_classes"):
             _positive_int(name, getattr(self, name))
+        check_int("synthetic_size", self.synthetic_size, lo=1, hi=MAX_SYNTHETIC)
         for name in ("iterations", "epochs", "stages", "fold"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
@@ -116,7 +125,7 @@ class TrainConfig:
                 _nonneg_int(name, getattr(self, name))
         _nonneg_int("warmup", self.warmup)
         _nonneg_int("pipemare_warmup", self.pipemare_warmup)
-        _nonneg_int("seed", self.seed)
+        check_int("seed", self.seed, hi=MAX_SEED)
         if (self.iterations is None) == (self.epochs is None):
             raise StalesimError("iterations/epochs: give exactly one of --iterations or --epochs")
         if self.ppv is not None:
@@ -129,8 +138,8 @@ class TrainConfig:
                     f"stages: {self.stages} disagrees with ppv {list(self.ppv)} "
                     f"(a PPV with {len(self.ppv)} entries gives {len(self.ppv) + 1} stages)"
                 )
-        if not _finite(self.lr) or self.lr <= 0:
-            raise StalesimError(f"lr: expected a finite number > 0, got {self.lr!r}")
+        if not _finite(self.lr) or self.lr <= 0 or self.lr > MAX_FACTOR:
+            raise StalesimError(f"lr: expected a finite number in (0, {MAX_FACTOR:g}], got {self.lr!r}")
         if not _finite(self.momentum) or not 0 <= self.momentum < 1:
             raise StalesimError(f"momentum: expected a number in [0, 1), got {self.momentum!r}")
         if not _finite(self.weight_decay) or self.weight_decay < 0:
@@ -186,7 +195,94 @@ class TrainConfig:
         # every schedule constraint (min micro-batches, stages per device, ...) is the spec's
         spec.check(self.schedule_config(1))
         self._check_optimizer()
+        self._check_size()
         return self
+
+    def _check_types(self) -> None:
+        """Field types first (a config read from JSON may hold anything), so every later
+        check compares like with like and names the field."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("str", "str | None"):
+                ok = isinstance(v, str) or (v is None and f.type == "str | None")
+            elif f.type == "bool":
+                ok = isinstance(v, bool)
+            elif f.type in ("float",):
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            elif f.type.startswith("dict"):
+                ok = isinstance(v, dict)
+            else:
+                continue  # integers and the PPV are checked with their ranges
+            if not ok:
+                raise StalesimError(f"{f.name}: expected {f.type.replace(' | None', ' or null')}, got {v!r}")
+
+    def _check_size(self) -> None:
+        """What the run will build, checked before any data or model is loaded: the
+        model holds enough blocks for the stages, a batch fits in the training set, and
+        the whole run's schedule is one the IR builds (a million stages or a billion
+        iterations are refused here, in milliseconds, not after minutes of building)."""
+        from stalesim.schedule import resolve
+        from stalesim.workloads.names import model_task
+        from stalesim.workloads.zoo_facts import model_facts
+
+        facts = model_facts(self.model)  # None: not a zoo name (the caller brings its module)
+        if facts is not None and self.num_stages > facts.blocks:
+            raise StalesimError(f"stages: {self.num_stages} stages requested but model {self.model!r} "
+                                f"has only {facts.blocks} blocks")
+        if facts is not None and self.ppv is not None and any(
+                not 1 <= k < facts.weight_layers for k in self.ppv):
+            bad = next(k for k in self.ppv if not 1 <= k < facts.weight_layers)
+            raise StalesimError(f"ppv: {bad} is out of range; model {self.model!r} has "
+                                f"{facts.weight_layers} weight layers, so an entry must be between 1 "
+                                f"and {facts.weight_layers - 1}")
+        if facts is not None and model_task(self.model) == "lm":
+            # a language model samples batch_size windows of block_size characters (with
+            # replacement); an epoch is train_chars // (B T) batches, at least 1. The
+            # Shakespeare text's length is known only once it is read: 1 is a lower bound.
+            T = facts.input_shape[0]
+            chars = max(self.synthetic_size * T, 4 * (T + 1)) if self.dataset == "synthetic" else 0
+            bpe = max(1, chars // (self.batch_size * T))
+        else:
+            train = self.train_size
+            if self.batch_size > train:
+                raise StalesimError(f"batch_size: {self.batch_size} is larger than the training set of "
+                                    f"{self.dataset} ({train:,} samples)")
+            bpe = train // self.batch_size
+        if self.epochs is not None and self.epochs * bpe > MAX_COUNT:
+            raise StalesimError(f"epochs: {self.epochs} epochs of {bpe:,} batches are more iterations "
+                                f"than this tool runs (at most {MAX_COUNT:,})")
+        # the same call the consumers make, without building the actions
+        resolve(self.schedule_config(self.total_iterations(bpe), bpe))
+
+    def check_runnable(self, *, own_model: bool = False) -> TrainConfig:
+        """:meth:`check`, plus what a run needs before it builds anything: a zoo model
+        (unless the caller brings its own module; asked of the zoo without building one)
+        and an existing data folder."""
+        self.check()
+        if not own_model:
+            from stalesim.workloads.zoo import model_factory
+
+            try:
+                model_factory(self.model)
+            except StalesimError as exc:
+                raise StalesimError(f"model: {exc}") from None
+        self.check_data_dir()
+        return self
+
+    def check_data_dir(self) -> None:
+        """A data folder given (``--data-dir``) must be a folder; what it holds is verified
+        when the data is loaded (:mod:`stalesim.runtime.datafiles`)."""
+        import os
+
+        if self.data_dir is None:
+            return
+        if not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir):
+            raise StalesimError(f"data_dir: {self.data_dir!r} is not a folder")
+
+    @property
+    def train_size(self) -> int:
+        """Samples in the training set (exact: the data files are verified)."""
+        return TRAIN_SIZES.get(self.dataset, self.synthetic_size)
 
     def schedule_config(self, batches: int, batches_per_epoch: int | None = None) -> ScheduleConfig:
         """The :class:`ScheduleConfig` of this run over ``batches`` mini-batches: what the
@@ -302,6 +398,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
+            raise StalesimError(f"training config: expected a JSON object, got {type(d).__name__}")
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
@@ -310,13 +408,11 @@ class TrainConfig:
 
 
 def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StalesimError(f"{name}: expected an integer >= 1, got {value!r}")
+    check_int(name, value, lo=1)
 
 
 def _nonneg_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StalesimError(f"{name}: expected an integer >= 0, got {value!r}")
+    check_int(name, value, lo=0)
 
 
 def _finite(x: Any) -> bool:

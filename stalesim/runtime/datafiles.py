@@ -131,9 +131,10 @@ def _copy_verified(src: Path, out: Path) -> None:
 
 
 def _from_folder(f: IdxFile, src: Path, dst: Path, dataset: str) -> None:
+    """Check the given folder's file first, even when the cache already holds a
+    verified copy: a corrupt or truncated file in ``--data-dir`` is an error, not
+    silently masked by an earlier good run (the folder is the only source)."""
     out = dst / f.name
-    if cached_ok(out, f.raw_md5):
-        return
     gz, plain = src / f"{f.name}.gz", src / f.name
     if gz.is_file():
         got = md5_of(gz)
@@ -142,13 +143,15 @@ def _from_folder(f: IdxFile, src: Path, dst: Path, dataset: str) -> None:
             raise StalesimError(
                 f"{gz}: MD5 {got} does not match torchvision's {f.gz_md5} ({size} bytes: "
                 f"corrupt, truncated or not the {dataset} file)")
-        _gunzip_verified(gz, out, f, dataset)
+        if not cached_ok(out, f.raw_md5):
+            _gunzip_verified(gz, out, f, dataset)
     elif plain.is_file():
         got = md5_of(plain)
         if got != f.raw_md5:
             raise StalesimError(f"{plain}: MD5 {got} is not the {dataset} file's ({f.raw_md5}): "
                                 "corrupt, truncated or not the right file")
-        _copy_verified(plain, out)
+        if not cached_ok(out, f.raw_md5):
+            _copy_verified(plain, out)
     else:
         raise StalesimError(f"{gz}: missing (the {dataset} data set needs it, or its unpacked "
                             f"{f.name}, in {src})")

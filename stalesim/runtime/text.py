@@ -62,11 +62,9 @@ class TextData:
 def _candidates(cfg: TrainConfig) -> list[Path]:
     from stalesim.runtime.datapaths import cache_dir, data_root
 
-    dirs: list[Path] = []
     root = data_root(cfg)
-    if root is not None:
-        dirs += [root / "shakespeare", root]
-    dirs.append(cache_dir() / "shakespeare")
+    # a given data folder is the only source (docs/failure.md): no silent fallback to the cache
+    dirs = [root / "shakespeare", root] if root is not None else [cache_dir() / "shakespeare"]
     out = []
     for d in dirs:
         out += [d / (SHAKESPEARE_FILE + ".gz"), d / SHAKESPEARE_FILE]
@@ -75,6 +73,8 @@ def _candidates(cfg: TrainConfig) -> list[Path]:
 
 def ascii_tensor(raw: bytes, source: str) -> torch.Tensor:
     """Bytes -> uint8 tensor of token ids; StalesimError at the first non-ASCII byte."""
+    if not raw:  # torch.frombuffer refuses an empty buffer with a ValueError
+        raise StalesimError(f"dataset: {source} holds no text (empty file)")
     t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
     bad = (t >= 128).nonzero()
     if bad.numel():
@@ -104,9 +104,12 @@ def load_shakespeare(cfg: TrainConfig) -> TextData:
                          f"Shakespeare complete works ({tokens.numel():,} characters, "
                          f"90/10 split, ASCII vocabulary)")
             return data
+    from stalesim.runtime.datapaths import data_root
+
+    hint = "" if data_root(cfg) is not None else "; pass --data-dir or set STALESIM_DATA"
     raise StalesimError(
         f"dataset: shakespeare not found (looked for {SHAKESPEARE_FILE}[.gz] in "
-        f"{', '.join(sorted({str(p.parent) for p in looked}))}); pass --data-dir or set STALESIM_DATA")
+        f"{', '.join(sorted({str(p.parent) for p in looked}))}){hint}")
 
 
 def synthetic_text(cfg: TrainConfig, block_size: int) -> TextData:

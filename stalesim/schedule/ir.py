@@ -111,11 +111,17 @@ class ScheduleConfig:
             _int_field("switch", self.switch, 0)
             if self.batches is not None and self.switch > self.batches:
                 raise ScheduleError(f"switch: must be in [0, batches={self.batches}], got {self.switch}")
-        n = (self.batches or 1) * self.workers * self.stages * (4 * self.microbatches + 1)
+        n = self.compute_actions()
         if n > MAX_COMPUTE_ACTIONS:
             raise ScheduleError(
                 f"batches x workers x stages x microbatches: about {n:,} actions, more than this tool "
                 f"builds ({MAX_COMPUTE_ACTIONS:,}); use fewer batches, stages or micro-batches")
+
+    def compute_actions(self) -> int:
+        """About how many compute actions the schedule has (an upper bound: F, B (or
+        its I and W halves) and LOSS per micro-batch and one U per batch, per stage and
+        worker); what the work of building, simulating or printing it grows with."""
+        return (self.batches or 1) * self.workers * self.stages * (4 * self.microbatches + 1)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -39,7 +39,7 @@ from typing import Any
 from stalesim.errors import ScheduleError
 from stalesim.schedule.actions import Action, Kind, act
 from stalesim.schedule.checks import validate
-from stalesim.schedule.ir import Phase, Policy, Schedule
+from stalesim.schedule.ir import MAX_COMPUTE_ACTIONS, Phase, Policy, Schedule
 from stalesim.schedule.lowering import lower
 from stalesim.schedule.versions import annotate
 
@@ -47,6 +47,14 @@ _COMPUTE = {"F": Kind.F, "B": Kind.B, "I": Kind.I, "W": Kind.W}
 _DROPPED = {"REDUCE_GRAD", "UNSHARD", "RESHARD", "SEND_F", "RECV_F", "SEND_B", "RECV_B"}
 
 RankOrders = dict[int, list[tuple[Kind, int, int]]]  # rank -> [(kind, stage, micro)]
+
+# Bounds (docs/failure.md), so a typo is one line at once and not minutes of torch's
+# Python: compute actions of one torch step (torch's constructors grow faster than
+# linearly: ZB-V on 32 ranks x 128 micro-batches, 24,576 actions, takes 1.4 s, on 64 x
+# 256, 98,304 actions, 9 s on a loaded 2-core box), and the size of a torch CSV (~5 bytes
+# per cell; parsing takes ~2 us per cell).
+MAX_TORCH_STEP_ACTIONS = 50_000
+MAX_CSV_BYTES = 4 << 20
 
 
 class _StandInStage:
@@ -97,6 +105,11 @@ def torch_orders(name: str, ranks: int, microbatches: int, stages_per_rank: int 
     if isinstance(V, bool) or not isinstance(V, int) or V < 1:
         raise ScheduleError(f"--stages-per-rank: expected an integer >= 1, got {V!r}")
     S = ranks * V
+    step = 3 * ranks * V * microbatches  # F, B (or I and W) per stage and micro-batch
+    if step > MAX_TORCH_STEP_ACTIONS:
+        raise ScheduleError(f"--from-torch: ranks={ranks} x stages_per_rank={V} x microbatches={microbatches} "
+                            f"is about {step:,} actions per step, more than this tool imports "
+                            f"({MAX_TORCH_STEP_ACTIONS:,})")
     try:
         if single:
             sched = cls(_StandInStage(0, ranks, ranks, 0), microbatches)
@@ -146,20 +159,24 @@ def read_torch_csv(path: str | os.PathLike[str]) -> RankOrders:
     """Per-rank orders from torch's CSV (one row per rank), parsed by torch's ``_Action.from_str``."""
     from torch.distributed.pipelining.schedules import _Action
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScheduleError(f"--from-torch-csv: cannot read {os.fspath(path)!r} ({exc.strerror})") from None
+    from stalesim.inputs import read_text
+
+    text = read_text(path, "--from-torch-csv", MAX_CSV_BYTES)  # a regular file, bounded, UTF-8
     orders: RankOrders = {}
-    for r, row in enumerate(csv.reader(io.StringIO(text))):
-        acts = []
-        for i, cell in enumerate(row):
-            try:
-                acts.append(_Action.from_str(cell))
-            except RuntimeError:
-                raise ScheduleError(f"--from-torch-csv: rank {r} column {i}: cannot read {cell!r} "
-                                    "(expected e.g. 0F1, 3I0, 1W2)") from None
-        orders[r] = _flatten(acts)
+    rows = csv.reader(io.StringIO(text))
+    r = 0
+    try:
+        for r, row in enumerate(rows):
+            acts = []
+            for i, cell in enumerate(row):
+                try:
+                    acts.append(_Action.from_str(cell))
+                except (RuntimeError, ValueError):
+                    raise ScheduleError(f"--from-torch-csv: rank {r} column {i}: cannot read {cell[:40]!r} "
+                                        "(expected e.g. 0F1, 3I0, 1W2)") from None
+            orders[r] = _flatten(acts)
+    except csv.Error as exc:
+        raise ScheduleError(f"--from-torch-csv: {os.fspath(path)!r} row {r + 1}: not CSV ({exc})") from None
     if not orders:
         raise ScheduleError(f"--from-torch-csv: {os.fspath(path)!r} has no rows")
     return orders
@@ -183,12 +200,17 @@ def schedule_from_orders(orders: RankOrders, *, batches: int = 1, name: str = "t
     if not rank_of:
         raise ScheduleError("the order has no compute actions")
     S = max(rank_of) + 1
-    missing = sorted(set(range(S)) - rank_of.keys())
-    if missing:
-        raise ScheduleError(f"stage {missing[0]} appears on no rank (stages 0..{S - 1})")
+    if len(rank_of) != S:  # without building range(S): a stage index may be huge
+        first = next(k for k, s in enumerate(sorted(rank_of)) if k != s)
+        raise ScheduleError(f"stage {first} appears on no rank (stages 0..{S - 1})")
     M = max(micros) + 1
-    if micros != set(range(M)):
-        raise ScheduleError(f"micro-batch {min(set(range(M)) - micros)} appears in no action")
+    if len(micros) != M:
+        first = next(k for k, m in enumerate(sorted(micros)) if k != m)
+        raise ScheduleError(f"micro-batch {first} appears in no action")
+    n = batches * sum(len(ops) + len({s for _k, s, _m in ops}) for ops in orders.values())
+    if n > MAX_COMPUTE_ACTIONS:
+        raise ScheduleError(f"batches: {batches:,} batches of this order are about {n:,} actions, more than "
+                            f"this tool builds ({MAX_COMPUTE_ACTIONS:,}); use fewer batches")
     if S % R:
         raise ScheduleError(f"{S} stages do not divide evenly over {R} ranks")
     lists: list[list[Action]] = [[] for _ in range(R)]

@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.profile import Profile
 
 METHODS = ("event", "fast")
+# the event simulation replays every action (~30 us each on a small CPU): this many take
+# about 15 s; longer runs are what the closed form (method "fast") is for
+MAX_EVENT_ACTIONS = 500_000
 
 
 @dataclass(frozen=True)
@@ -56,21 +59,17 @@ class SimOptions:
     symmetry: bool = True
 
     def check(self) -> None:
-        import math
+        from stalesim.limits import MAX_BYTES, MAX_FACTOR, MAX_SECONDS, check_int, check_number
 
         if self.method not in METHODS:
             raise StalesimError(f"method: expected one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.batch_size is not None and (isinstance(self.batch_size, bool)
-                                            or not isinstance(self.batch_size, int) or self.batch_size < 1):
-            raise StalesimError(f"batch_size: expected an integer >= 1, got {self.batch_size!r}")
-        for name in ("loss_s", "optimizer_state_factor"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise StalesimError(f"{name}: expected a finite number >= 0, got {v!r}")
-        for name in ("replicas", "bucket_bytes"):
-            v = getattr(self, name)
-            if (v is not None or name == "replicas") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise StalesimError(f"{name}: expected an integer >= 1, got {v!r}")
+        if self.batch_size is not None:
+            check_int("batch_size", self.batch_size, lo=1)
+        check_number("loss_s", self.loss_s, hi=MAX_SECONDS)
+        check_number("optimizer_state_factor", self.optimizer_state_factor, hi=MAX_FACTOR)
+        check_int("replicas", self.replicas, lo=1)
+        if self.bucket_bytes is not None:
+            check_int("bucket_bytes", self.bucket_bytes, lo=1, hi=MAX_BYTES)
         from stalesim.sim.cluster import PLACEMENTS
 
         if self.placement not in PLACEMENTS:
@@ -134,6 +133,10 @@ def simulate(
         if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
             raise StalesimError(f"ppv: {len(opts.ppv)} entries give {len(opts.ppv) + 1} stages, "
                                 f"but stages is {cfg.stages}")
+        if opts.method == "event" and cfg.compute_actions() > MAX_EVENT_ACTIONS:
+            raise StalesimError(
+                f"batches: an event simulation of about {cfg.compute_actions():,} actions takes minutes "
+                f"(at most {MAX_EVENT_ACTIONS:,}); use the closed form (method fast) or fewer batches")
         prog = program_for(cfg) if opts.method == "event" else None
         sched = prog.sched if prog is not None else schedule_for(_short(cfg))
     else:

@@ -155,6 +155,11 @@ def replicate(base: Schedule, workers: int, *, allreduce: bool) -> Schedule:
     return annotate(sched)
 
 
+# gradient buckets of one stage (DDP's 25 MiB buckets over a 25 GB stage are 1,000): each is
+# an event per batch, so a tiny bucket size would never finish
+MAX_BUCKETS = 1024
+
+
 def comm_plan(sched: Schedule, layout: Layout, reps: Sequence[int], costs: StageCosts, hw: SimHardware,
               *, bucket_bytes: int | None, stage_slot: Sequence[int]) -> CommPlan:
     """The engine's :class:`CommPlan` for ``sched`` = the representatives ``reps`` of
@@ -175,6 +180,9 @@ def comm_plan(sched: Schedule, layout: Layout, reps: Sequence[int], costs: Stage
     buckets: list[tuple[int, ...]] = []
     for s, pb in enumerate(costs.param_bytes):
         k = max(1, math.ceil(pb / bucket_bytes)) if bucket_bytes and pb > 0 else 1
+        if k > MAX_BUCKETS:
+            raise StalesimError(f"bucket_bytes: {bucket_bytes} bytes cut stage {s}'s {pb:,} gradient bytes "
+                                f"into {k:,} buckets (at most {MAX_BUCKETS:,}); use larger buckets")
         per = hw.group_allreduce_ns(pb / k, groups[stage_slot[s]]) if layout.replicas > 1 else 0
         buckets.append((per,) * k)
     return CommPlan(node_of=node_of, inter_ser=inter_ser, inter_latency_ns=inter_lat,

@@ -65,6 +65,16 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
     shapes += [(len(p) + 1, tuple(p)) for p in ppv_candidates]
     if not shapes:
         raise StalesimError("stages: give --stages or --ppv-candidates")
+    if not schedules:
+        raise StalesimError("schedules: give at least one schedule name")
+    for name, values in (("microbatches", microbatches), ("workers", workers), ("devices", devices),
+                         ("links", links)):
+        if not values:
+            raise StalesimError(f"{name}: give at least one value")
+    size = len(schedules) * len(shapes) * len(microbatches) * len(workers) * len(devices) * len(links)
+    if size > MAX_POINTS:  # checked before the product is built
+        raise StalesimError(f"grid: {size:,} combinations are more than one sweep simulates "
+                            f"(at most {MAX_POINTS:,}); give fewer values")
     points: list[SweepPoint] = []
     seen: set[SweepPoint] = set()
     for name in schedules:
@@ -77,6 +87,10 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
                 seen.add(pt)
                 points.append(pt)
     return points
+
+
+# a sweep simulates each point in ~10 ms (fast path): 10,000 points are minutes of work
+MAX_POINTS = 10_000
 
 
 # ----------------------------------------------------------------- worker side
@@ -200,7 +214,7 @@ def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str =
         rows = [worker(p) for p in points]
     else:
         chunk = max(1, len(points) // (jobs * 8))
-        with ProcessPoolExecutor(max_workers=jobs) as ex:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as ex:
             rows = list(ex.map(worker, points, chunksize=chunk))
     return rank(rows)
 

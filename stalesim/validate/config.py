@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import (
+    MAX_COUNT,
+    MAX_FACTOR,
+    MAX_REPEATS,
+    MAX_SECONDS,
+    MAX_SEED,
+    MAX_THREADS,
+    check_int,
+    check_number,
+)
 
 DATASETS = ("synthetic", "mnist", "fashion-mnist", "cifar10")
 
@@ -111,24 +121,36 @@ def check_out_dir(path: str) -> Path:
 def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     """Validate every field cheaply (no torch); returns (parsed devices, schedules)."""
     from stalesim.devices import parse_devices
-    from stalesim.workloads.zoo import model_names
+    from stalesim.workloads.zoo_facts import model_facts, model_names
 
     devs = parse_devices(cfg.devices)
     if devs.count < 1:
         raise StalesimError(f"--devices: need at least one device, got {cfg.devices!r}")
-    if cfg.model not in model_names() and not cfg.model.startswith("resnet"):
+    try:
+        facts = model_facts(cfg.model)
+    except StalesimError as exc:
+        raise StalesimError(f"--model: {exc}") from None
+    if facts is None:
         raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())})")
     if cfg.dataset not in DATASETS:
         raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
-    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats", "profile_repeats"):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise StalesimError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {v!r}")
+    limits = {"iterations": MAX_COUNT, "batch_size": MAX_COUNT, "microbatches": MAX_COUNT,
+              "threads": MAX_THREADS, "repeats": MAX_REPEATS, "profile_repeats": MAX_REPEATS,
+              "calibrate_repeats": MAX_REPEATS}
+    for name, hi in limits.items():
+        check_int(f"--{name.replace('_', '-')}", getattr(cfg, name), lo=1, hi=hi)
+    check_int("--emulate-iterations", cfg.emulate_iterations, lo=0)
+    check_int("--seed", cfg.seed, hi=MAX_SEED)
+    check_number("--timeout", cfg.timeout_s, hi=MAX_SECONDS, lo_open=True)
+    check_number("lr", cfg.lr, hi=MAX_FACTOR, lo_open=True)
+    if not facts.blocks >= devs.count:
+        raise StalesimError(f"--devices: {devs.count} pipeline stages but model {cfg.model!r} has only "
+                            f"{facts.blocks} blocks")
     if cfg.iterations < 4:
         raise StalesimError(f"--iterations: need at least 4 for a steady-state window, got {cfg.iterations}")
     scheds = resolve_schedules(cfg.schedules, devs.count)
     n = devs.count
-    from stalesim.schedule import ScheduleConfig, get_spec
+    from stalesim.schedule import ScheduleConfig, get_spec, resolve
 
     for name in scheds:
         spec = get_spec(name)
@@ -136,12 +158,12 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         if cfg.batch_size % split:
             raise StalesimError(f"--batch-size: {cfg.batch_size} is not divisible by {split} "
                                 f"(schedule {name})")
-        # the schedule's own constraints (e.g. 2bw's M >= S - 1), asked of its spec
+        # the schedule's own constraints (e.g. 2bw's M >= S - 1) and its size, asked of the IR
         try:
-            spec.check(ScheduleConfig(name, stages=1 if spec.data_parallel else n * spec.stages_per_device,
-                                      batches=cfg.iterations,
-                                      microbatches=cfg.microbatches if spec.uses_micro else 1,
-                                      workers=n if spec.data_parallel else 1))
+            resolve(ScheduleConfig(name, stages=1 if spec.data_parallel else n * spec.stages_per_device,
+                                   batches=cfg.iterations,
+                                   microbatches=cfg.microbatches if spec.uses_micro else 1,
+                                   workers=n if spec.data_parallel else 1))
         except StalesimError as exc:
             raise StalesimError(f"--{exc}") from None
     if cfg.ppv is not None and len(cfg.ppv) + 1 != n:
@@ -151,5 +173,40 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         path = getattr(cfg, flag)
         if path is not None and not Path(path).is_file():
             raise StalesimError(f"--{flag.replace('_', '-')}: no such file {path!r}")
+    # files to reuse are read and checked now, not after minutes of profiling
+    if cfg.hardware is not None:
+        read_hardware_json(cfg.hardware)
+    if cfg.profile is not None:
+        reused_profile(cfg.profile, cfg, "--profile")
+    if cfg.contended_profile is not None:
+        reused_profile(cfg.contended_profile, cfg, "--contended-profile")
     check_out_dir(cfg.out)
     return devs, scheds
+
+
+def read_hardware_json(path: str) -> dict[str, Any]:
+    """The parsed hardware JSON at ``path``, validated (one-line error naming the field)."""
+    from stalesim.workloads.hardware import hardware_from_dict
+    from stalesim.workloads.jsondoc import read_json
+
+    data = read_json(path, "hardware")
+    try:
+        hardware_from_dict(data)
+    except StalesimError as exc:
+        raise StalesimError(f"hardware {path!r}: {exc}") from None
+    return data  # type: ignore[no-any-return]
+
+
+def reused_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
+    """A profile given to reuse: valid, of ``cfg.model``, measured with the ranks' threads."""
+    from stalesim.workloads.profile import load_profile
+
+    try:
+        prof = load_profile(path)
+    except StalesimError as exc:
+        raise StalesimError(f"{flag}: {exc}") from None
+    if prof.model != cfg.model:
+        raise StalesimError(f"{flag}: profile of {prof.model!r}, but --model is {cfg.model!r}")
+    if prof.threads is not None and prof.device == "cpu" and prof.threads != cfg.threads:
+        raise StalesimError(f"{flag}: measured with {prof.threads} thread(s), the ranks use {cfg.threads}")
+    return prof

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -159,14 +158,9 @@ def profile_step(v: Validation) -> None:
 
 
 def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
-    from stalesim.workloads.profile import load_profile
+    from stalesim.validate.config import reused_profile
 
-    prof = load_profile(path)
-    if prof.model != cfg.model:
-        raise StalesimError(f"{flag}: profile of {prof.model!r}, but --model is {cfg.model!r}")
-    if prof.threads is not None and prof.device == "cpu" and prof.threads != cfg.threads:
-        raise StalesimError(f"{flag}: measured with {prof.threads} thread(s), the ranks use {cfg.threads}")
-    return prof
+    return reused_profile(path, cfg, flag)
 
 
 # ---------------------------------------------------------------------- 2. calibrate
@@ -179,7 +173,9 @@ def calibrate_step(v: Validation) -> None:
     cfg, N = v.cfg, v.n
     if cfg.hardware:
         v.say(f"[validate 2/{STEPS}] hardware from {cfg.hardware} (no calibration)")
-        hw_dict = json.loads(Path(cfg.hardware).read_text())
+        from stalesim.validate.config import read_hardware_json
+
+        hw_dict = read_hardware_json(cfg.hardware)
     elif N > 1:
         from stalesim.workloads.calibrate import calibrate
 

@@ -32,10 +32,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_RANKS, MAX_REPEATS, check_int
 
 __all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "free_port"]
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4 * 4**k for k in range(12))  # 4 B .. 16 MiB
+MAX_MESSAGE_BYTES = 1 << 30  # one message, allocated on every rank
 _AR_SIZES = (4096, 262144, 4194304)
 
 
@@ -236,6 +238,7 @@ def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: i
         raise StalesimError(f"backend: expected gloo or nccl, got {backend!r}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise StalesimError(f"ranks: need an integer >= 2 to measure a link, got {ranks!r}")
+    check_int("ranks", ranks, lo=2, hi=MAX_RANKS)
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise StalesimError("backend: nccl needs CUDA devices, none is visible (use gloo)")
@@ -247,8 +250,12 @@ def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: i
     sz = sorted({int(x) for x in (sizes or DEFAULT_SIZES)})
     if len(sz) < 2 or sz[0] < 4:
         raise StalesimError(f"sizes: need at least two distinct sizes >= 4 bytes, got {sizes!r}")
+    if sz[-1] > MAX_MESSAGE_BYTES:  # each size is allocated on every rank
+        raise StalesimError(f"sizes: {sz[-1]} bytes is more than this tool sends in one message "
+                            f"(at most {MAX_MESSAGE_BYTES:,})")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise StalesimError(f"repeats: expected an integer >= 1, got {repeats!r}")
+    check_int("repeats", repeats, lo=1, hi=MAX_REPEATS)
     return sz
 
 

@@ -43,6 +43,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_RATE, MAX_SECONDS, MIN_RATE
 
 if TYPE_CHECKING:  # annotations only: profile.py re-times roofline layers through this module
     from stalesim.workloads.profile import LayerProfile, Profile
@@ -74,11 +75,24 @@ DEFAULT_LAUNCH_OVERHEAD_S = 5e-6
 _ALGOS = ("ring", "tree")
 
 
-def _finite_pos(value: Any, where: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+def _finite_pos(value: Any, where: str, *, allow_zero: bool = False, lo: float = 0.0,
+                hi: float = MAX_RATE) -> float:
+    """A finite number > 0 (>= 0 with ``allow_zero``) within ``[lo, hi]``: the bounds of
+    :mod:`stalesim.limits` keep every time derived from it finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StalesimError(f"{where}: must be a finite number, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int beyond float range
+        finite = False
+    if not finite:
         raise StalesimError(f"{where}: must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise StalesimError(f"{where}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if value and value < lo:
+        raise StalesimError(f"{where}: {value!r} is smaller than this tool handles (at least {lo:g})")
+    if value > hi:
+        raise StalesimError(f"{where}: {value!r} is larger than this tool handles (at most {hi:g})")
     return float(value)
 
 
@@ -121,7 +135,7 @@ class DeviceSpec:
         pf = d["peak_flops"]
         if not isinstance(pf, dict) or not pf:
             raise StalesimError(f"{where}.peak_flops: must be a non-empty object of dtype -> FLOP/s")
-        peaks = {str(k): _finite_pos(v, f"{where}.peak_flops.{k}") for k, v in pf.items()}
+        peaks = {str(k): _finite_pos(v, f"{where}.peak_flops.{k}", lo=MIN_RATE) for k, v in pf.items()}
         kind = d.get("kind", "gpu")
         if kind not in ("gpu", "cpu"):
             raise StalesimError(f"{where}.kind: expected 'gpu' or 'cpu', got {kind!r}")
@@ -130,8 +144,8 @@ class DeviceSpec:
             raise StalesimError(f"{where}.copy_engines: must be true or false, got {ce!r}")
         return cls(
             name=str(d["name"]), peak_flops=peaks,
-            mem_bandwidth_Bps=_finite_pos(d["mem_bandwidth_Bps"], f"{where}.mem_bandwidth_Bps"),
-            memory_bytes=_finite_pos(d["memory_bytes"], f"{where}.memory_bytes"),
+            mem_bandwidth_Bps=_finite_pos(d["mem_bandwidth_Bps"], f"{where}.mem_bandwidth_Bps", lo=MIN_RATE),
+            memory_bytes=_finite_pos(d["memory_bytes"], f"{where}.memory_bytes", hi=MAX_BYTES),
             kind=kind, copy_engines=ce, source=str(d.get("source", "")), key=str(d.get("key", "")),
         )
 
@@ -172,11 +186,11 @@ class LinkSpec:
         if bw_raw is None or (isinstance(bw_raw, float) and math.isinf(bw_raw) and bw_raw > 0):
             bw = math.inf
         else:
-            bw = _finite_pos(bw_raw, f"{where}.bandwidth_Bps")
+            bw = _finite_pos(bw_raw, f"{where}.bandwidth_Bps", lo=MIN_RATE)
         known = {"name", "latency_s", "bandwidth_Bps", "source", "key"}
         return cls(
             name=str(d["name"]),
-            latency_s=_finite_pos(d["latency_s"], f"{where}.latency_s", allow_zero=True),
+            latency_s=_finite_pos(d["latency_s"], f"{where}.latency_s", allow_zero=True, hi=MAX_SECONDS),
             bandwidth_Bps=bw, source=str(d.get("source", "")), key=str(d.get("key", "")),
             extra={k: v for k, v in d.items() if k not in known},
         )
@@ -185,6 +199,8 @@ class LinkSpec:
 def _int_at_least(value: Any, where: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise StalesimError(f"{where}: expected an integer >= {low}, got {value!r}")
+    if value > MAX_COUNT:
+        raise StalesimError(f"{where}: {value} is larger than this tool handles (at most {MAX_COUNT:,})")
     return value
 
 
@@ -470,15 +486,9 @@ def hardware_from_dict(data: Any) -> Hardware:
 
 def load_hardware(path: str | os.PathLike[str]) -> Hardware:
     """Read and validate a hardware JSON file (StalesimError names the bad field)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise StalesimError(f"hardware {os.fspath(path)!r}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise StalesimError(
-            f"hardware {os.fspath(path)!r}: not valid JSON (line {exc.lineno}: {exc.msg})"
-        ) from None
+    from stalesim.workloads.jsondoc import read_json
+
+    data = read_json(path, "hardware")
     try:
         return hardware_from_dict(data)
     except StalesimError as exc:

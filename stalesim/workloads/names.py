@@ -15,6 +15,11 @@ from stalesim.errors import StalesimError
 BASE_NAME = "gpt-char"
 CNN_FIXED = ("lenet5", "alexnet", "vgg16")
 RESNET_RE = re.compile(r"^resnet(\d+)$")
+# Bounds on the GPT's options (docs/failure.md): far beyond the CPU model, so that a typo
+# such as n_layer=1000000 is refused in milliseconds, not after minutes of building.
+# GPT-3 175B has 96 layers of width 12,288 and 2,048 positions.
+GPT_LIMITS = {"n_layer": 1024, "n_embd": 16384, "n_head": 1024, "block_size": 65536}
+MAX_GPT_PARAMS = 1 << 32  # ~4.3e9 (17 GB of float32 weights before optimizer state)
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,18 @@ class GPTConfig:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise StalesimError(f"model: {BASE_NAME} option {f.name} must be an integer >= 1, got {v!r}")
+        for name, most in GPT_LIMITS.items():
+            if getattr(self, name) > most:
+                raise StalesimError(f"model: {BASE_NAME} option {name}={getattr(self, name)} is larger "
+                                    f"than this tool builds (at most {most:,})")
         if self.n_embd % self.n_head:
             raise StalesimError(
                 f"model: {BASE_NAME} n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
+        params = 12 * self.n_layer * self.n_embd**2 + self.block_size * self.n_embd
+        if params > MAX_GPT_PARAMS:
+            raise StalesimError(f"model: {BASE_NAME} with n_layer={self.n_layer}, n_embd={self.n_embd}, "
+                                f"block_size={self.block_size} has about {params:,} parameters, more than "
+                                f"this tool builds (at most {MAX_GPT_PARAMS:,})")
         return self
 
 

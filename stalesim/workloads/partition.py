@@ -13,7 +13,9 @@ Conventions (the stale-weights paper, Zhang & Abdelrahman):
 
 from __future__ import annotations
 
+import bisect
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -69,7 +71,10 @@ def weights_ppv_to_cuts(weight_layers: Sequence[int], ppv: Sequence[int]) -> lis
                 f"ppv[{i}]: {k} is out of range; the model has {total} weight layers, "
                 f"so an entry must be between 1 and {total - 1}"
             )
-        candidates = [c for c in range(1, len(wl)) if cum[c] == k]
+        # the last boundary c in 1..L-1 with cum[c] == k (cum is nondecreasing: bisect, so a
+        # profile of a million blocks is cut in microseconds)
+        last = bisect.bisect_right(cum, k, 1, len(wl)) - 1
+        candidates = [last] if last >= 1 and cum[last] == k else []
         if not candidates:
             # weight layer k lies strictly inside a block with >= 2 weight layers
             b = next(j for j in range(len(wl)) if cum[j] < k < cum[j + 1])
@@ -291,6 +296,13 @@ def min_max_partition(
     over prefix sums, O(S * L^2). Ties go to the earliest cuts, deterministically.
     ``weight_layers`` (per layer, default 1 each) is used to report the PPV;
     layers with 0 weight layers never end a stage, so the PPV is well defined.
+
+    Large problems (S * L^2 beyond :data:`DP_BUDGET`) without communication costs
+    take :func:`_bisect_partition` instead: bisection on the bottleneck with a
+    greedy feasibility test, O(S * log L) per test, the same answer (value and
+    cuts, ties included; ``tests/test_workloads_partition.py`` compares them).
+    Large problems *with* communication costs are refused (a cut's cost breaks the
+    greedy test's exchange argument, and the DP would not finish).
     """
     n = len(costs)
     if n == 0:
@@ -314,6 +326,19 @@ def min_max_partition(
 
     pre = [0.0, *accumulate(c)]
     pmem = [0.0, *accumulate(mem)] if mem is not None else None
+    if not math.isfinite(pre[-1] + sum(cm)):
+        raise StalesimError("costs: the total is not a finite number (values too large)")
+    if pmem is not None and not math.isfinite(pmem[-1]):
+        raise StalesimError("memory: the total is not a finite number (values too large)")
+    if stages * n * n > DP_BUDGET:
+        if any(cm):
+            raise StalesimError(
+                f"stages: an exact partition of {n:,} layers into {stages} stages with communication "
+                f"costs takes O(S x L^2) = {stages * n * n:.1e} steps (at most {DP_BUDGET:.0e}); "
+                f"partition without communication costs, or fewer layers or stages")
+        allowed = [j == n or weight_layers is None or (cumw[j] > 0 and wl[j] > 0) for j in range(n + 1)]
+        return _result(_bisect_partition(pre, pmem, memory_limit, allowed, stages, max(mem or [0.0])),
+                       n, stages, pre, pmem, cm, cumw)
 
     def allowed_end(j: int) -> bool:
         # cut j is a valid PPV boundary only if a weight layer lies before it and
@@ -367,7 +392,16 @@ def min_max_partition(
         cuts.append(i)
         j = i
     cuts.reverse()
+    return _result(cuts, n, stages, pre, pmem, cm, cumw)
+
+
+def _result(cuts: list[int], n: int, stages: int, pre: list[float], pmem: list[float] | None,
+            cm: list[float], cumw: list[int]) -> Partition:
     bounds = [0, *cuts, n]
+
+    def seg(i: int, j: int) -> float:
+        return pre[j] - pre[i] + (cm[j - 1] if j < n else 0.0)
+
     stage_costs = [seg(bounds[s], bounds[s + 1]) for s in range(stages)]
     stage_comm = [cm[bounds[s + 1] - 1] if bounds[s + 1] < n else 0.0 for s in range(stages)]
     stage_mem = (
@@ -376,3 +410,142 @@ def min_max_partition(
     ppv = [cumw[k] for k in cuts]
     return Partition(cuts=cuts, ppv=ppv, stage_costs=stage_costs, stage_memory=stage_mem,
                      stage_comm=stage_comm)
+
+
+# the DP's work S * L^2 (20e6: about 1.5 s of pure Python); larger problems take the bisection
+DP_BUDGET = 20_000_000
+
+
+def _float_bits(x: float) -> int:
+    """A non-negative float as an integer with the same order (IEEE 754 bit pattern)."""
+    return int(struct.unpack("<q", struct.pack("<d", x))[0])
+
+
+def _bits_float(b: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<q", b))[0])
+
+
+def _bisect_partition(pre: list[float], pmem: list[float] | None, memory_limit: float | None,
+                      allowed: list[bool], stages: int, largest_memory: float = 0.0) -> list[int]:
+    """The DP's cuts without the DP (no communication costs): the same bottleneck, the
+    same tie-breaking, in O(S^2 log L) greedy steps per bisection instead of O(S L^2).
+
+    Why it is exact. With non-negative costs and memory, a stage that is valid
+    (cost <= B, memory fits) stays valid when it loses layers at either end (as long
+    as it still ends at an allowed cut). So for a bound B and a prefix ending at an
+    allowed cut e: the fewest stages (greedy: each stage as long as it can be) is
+    k_min(e, B), the most is 1 + the allowed cuts before e, and every count between
+    is reachable by splitting; prefix e splits into exactly s stages under B iff
+    k_min(e, B) <= s <= kmax(e). k_min is nondecreasing in e. The optimum is a float
+    (a segment sum computed as the DP computes it), and feasibility is monotone in
+    B, so bisecting on the floats' bit patterns finds it exactly (<= 64 tests).
+
+    Ties as in the DP: it reconstructs from the right, taking at each step the
+    *smallest* cut i whose prefix best (for one stage fewer) and last stage both stay
+    within the current optimum, then continues with that prefix's own optimum. The
+    feasible i form an interval (lower end from the segment bound and the count of
+    allowed cuts; the prefix condition is monotone), so the smallest is the first
+    allowed cut at or above the lower end."""
+    n = len(pre) - 1
+    lim = None if memory_limit is None else memory_limit * (1 + 1e-12)  # as the DP's ``fits``
+    prev_allowed = [0] * (n + 1)  # largest allowed internal cut <= x (0: none)
+    cnt = [0] * (n + 2)  # cnt[x]: allowed internal cuts in 1..x-1
+    last = 0
+    for x in range(n + 1):
+        if 0 < x < n and allowed[x]:
+            last = x
+        prev_allowed[x] = last
+        cnt[x + 1] = cnt[x] + (1 if 0 < x < n and allowed[x] else 0)
+    next_allowed = [n] * (n + 2)  # smallest allowed cut >= x (n: none before the end)
+    for x in range(n - 1, 0, -1):
+        next_allowed[x] = x if allowed[x] else next_allowed[x + 1]
+    next_allowed[0] = next_allowed[1] if n > 1 else n
+
+    def reach(i: int, bound: float, e: int) -> int:
+        """Farthest allowed end j in (i, e] with the stage [i, j) valid; i if none."""
+        base = pre[i]
+        j = bisect.bisect_right(pre, base + bound, i + 1, e + 1) - 1
+        while j < e and pre[j + 1] - base <= bound:  # exact predicate (rounding of base + bound)
+            j += 1
+        while j > i and pre[j] - base > bound:
+            j -= 1
+        if lim is not None and pmem is not None and j > i:
+            mb = pmem[i]
+            jm = bisect.bisect_right(pmem, mb + lim, i + 1, j + 1) - 1
+            while jm < j and pmem[jm + 1] - mb <= lim:
+                jm += 1
+            while jm > i and pmem[jm] - mb > lim:
+                jm -= 1
+            j = jm
+        if j >= e:
+            return e
+        j = prev_allowed[j]
+        return j if j > i else i
+
+    def feasible(e: int, s: int, bound: float) -> bool:
+        """Prefix e (an allowed end) splits into exactly s valid stages under ``bound``."""
+        if cnt[e] + 1 < s:
+            return False
+        i, k = 0, 0
+        while i < e:
+            k += 1
+            if k > s:
+                return False
+            j = reach(i, bound, e)
+            if j <= i:
+                return False
+            i = j
+        return True
+
+    def optimum(e: int, s: int, hi: float) -> float:
+        """Smallest float bound under which prefix e splits into s stages (feasible at hi)."""
+        lo_b, hi_b = 0, _float_bits(hi)
+        if feasible(e, s, 0.0):
+            return 0.0
+        while hi_b - lo_b > 1:  # invariant: infeasible at lo_b, feasible at hi_b
+            mid = (lo_b + hi_b) // 2
+            if feasible(e, s, _bits_float(mid)):
+                hi_b = mid
+            else:
+                lo_b = mid
+        return _bits_float(hi_b)
+
+    total = pre[n]
+    if not feasible(n, stages, total):
+        if memory_limit is not None:
+            raise StalesimError(
+                f"memory_limit: no partition into {stages} stages fits {memory_limit:g} bytes per "
+                f"stage (largest single layer needs {largest_memory:g})")
+        raise StalesimError(f"stages: cannot form {stages} stages that each contain a weight layer")
+    value = optimum(n, stages, total)
+    cuts: list[int] = []
+    j = n
+    for s in range(stages - 1, 0, -1):  # s stages remain before the cut
+        # lowest i with the last stage [i, j) valid under ``value``
+        lo = bisect.bisect_left(pre, pre[j] - value, 0, j)
+        while lo > 0 and pre[j] - pre[lo - 1] <= value:
+            lo -= 1
+        while lo < j and pre[j] - pre[lo] > value:
+            lo += 1
+        if lim is not None and pmem is not None:
+            lm = bisect.bisect_left(pmem, pmem[j] - lim, 0, j)
+            while lm > 0 and pmem[j] - pmem[lm - 1] <= lim:
+                lm -= 1
+            while lm < j and pmem[j] - pmem[lm] > lim:
+                lm += 1
+            lo = max(lo, lm)
+        # and at least s - 1 allowed cuts before i (s stages in the prefix), i >= s
+        lo = max(lo, s, bisect.bisect_left(cnt, s - 1, 0, n + 1))
+        i = next_allowed[lo] if lo <= n else n
+        while i < j and not feasible(i, s, value):  # first allowed i is it (monotone); safety net
+            i = next_allowed[i + 1]
+        if i >= j:  # cannot happen when the optimum is feasible
+            raise StalesimError(f"stages: internal error reconstructing the partition at stage {s}")
+        cuts.append(i)
+        # the prefix's own optimum (the DP continues with best[s-1][i], possibly below value)
+        below = math.nextafter(value, 0.0)
+        if value > 0.0 and feasible(i, s, below):
+            value = optimum(i, s, below)
+        j = i
+    cuts.reverse()
+    return cuts

@@ -47,6 +47,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import (
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_FACTOR,
+    MAX_FLOPS,
+    MAX_REPEATS,
+    MAX_SECONDS,
+    MAX_THREADS,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.scaling import CostSource
@@ -67,6 +76,15 @@ _TIME_FIELDS = ("forward_s", "backward_s", "update_s")
 # weight gradient), the zero-bubble paper's T_B = T_W assumption.
 WEIGHT_GRAD_FRACTION = 0.5
 _BYTE_FIELDS = ("param_bytes", "output_bytes", "saved_bytes")
+# element types a profile may be measured (or estimated) in
+DTYPES = ("float32", "float64", "bfloat16", "float16", "tf32")
+# where a profile may come from: the profiler's torch devices, synthetic tests, or a
+# catalog device (a hand-written profile, or "<key> (roofline)" from the roofline model)
+_TORCH_DEVICES = ("cpu", "cuda")
+# blocks of one profile: far beyond any real model (a per-operator profile of a large
+# transformer has thousands), and small enough to read, check and partition in a second
+MAX_LAYERS = 1 << 17
+
 
 @dataclass(frozen=True)
 class LayerProfile:
@@ -323,19 +341,28 @@ def _check_batch(batch_size: Any) -> None:
 
 # ---------------------------------------------------------------- validation
 def _num(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
-         default: float | None = None) -> float | None:
+         default: float | None = None, maximum: float = MAX_SECONDS) -> float | None:
     if key not in obj or obj[key] is None:
         if required:
             raise StalesimError(f"{where}{key}: missing")
         return default
     v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 0:
         raise StalesimError(f"{where}{key}: must be a finite number >= 0, got {v!r}")
+    if v > maximum:  # sums of such times must stay finite (integer ns in the simulator)
+        raise StalesimError(f"{where}{key}: {v!r} is larger than this tool handles (at most {maximum:g})")
     return float(v)
 
 
+def _finite(v: int | float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond float range
+        return False
+
+
 def _int(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
-         default: int | None = None, minimum: int = 0) -> int | None:
+         default: int | None = None, minimum: int = 0, maximum: float = MAX_COUNT) -> int | None:
     if key not in obj or obj[key] is None:
         if required:
             raise StalesimError(f"{where}{key}: missing")
@@ -344,9 +371,39 @@ def _int(obj: Mapping[str, Any], key: str, where: str, *, required: bool = True,
     ok = not isinstance(v, bool) and (
         isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
     )
-    if not ok or int(v) < minimum:
+    if not ok or v < minimum:
         raise StalesimError(f"{where}{key}: must be an integer >= {minimum}, got {v!r}")
+    if v > maximum:
+        raise StalesimError(f"{where}{key}: {v!r} is larger than this tool handles (at most {maximum:g})")
     return int(v)
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise StalesimError(f"dtype: unknown {dtype!r} (known: {', '.join(DTYPES)})")
+    return dtype
+
+
+def _check_device(device: str, meta: Mapping[str, Any]) -> str:
+    """The profiler's torch device, ``synthetic``, or a catalog device (``<key> (roofline)``
+    for a roofline estimate); anything else would be classified (CPU or GPU) by guesswork."""
+    from stalesim.workloads.hardware import device_names, get_device
+
+    name = device.strip()
+    base, _, idx = name.partition(":")
+    if base in _TORCH_DEVICES and (not idx or (base == "cuda" and idx.isdigit())):
+        return device
+    if name == "synthetic":
+        return device
+    if name.endswith(" (roofline)") and "roofline" in meta:
+        name = name[: -len(" (roofline)")]
+    try:
+        get_device(name)
+    except StalesimError:
+        raise StalesimError(
+            f"device: unknown {device!r} (expected cpu, cuda[:N], synthetic or a catalog device: "
+            f"{', '.join(device_names())})") from None
+    return device
 
 
 def _str(obj: Mapping[str, Any], key: str, where: str) -> str:
@@ -369,9 +426,9 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
             if not isinstance(v, Mapping):
                 raise StalesimError(f"{where}spread.{k}: must be an object")
             for kk in v:
-                _num(v, kk, f"{where}spread.{k}.")
+                _num(v, kk, f"{where}spread.{k}.", maximum=MAX_SECONDS)
         spread = {str(k): {str(kk): float(vv) for kk, vv in v.items()} for k, v in spread.items()}
-    param_bytes = _int(d, "param_bytes", where)
+    param_bytes = _int(d, "param_bytes", where, maximum=MAX_BYTES)
     if ("backward_input_s" in d) != ("backward_weight_s" in d):
         have, miss = (("backward_input_s", "backward_weight_s") if "backward_input_s" in d
                       else ("backward_weight_s", "backward_input_s"))
@@ -382,12 +439,12 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
         backward_s=_num(d, "backward_s", where),  # type: ignore[arg-type]
         update_s=_num(d, "update_s", where),  # type: ignore[arg-type]
         param_bytes=param_bytes,  # type: ignore[arg-type]
-        output_bytes=_int(d, "output_bytes", where),  # type: ignore[arg-type]
-        saved_bytes=_int(d, "saved_bytes", where),  # type: ignore[arg-type]
-        flops=_int(d, "flops", where),  # type: ignore[arg-type]
+        output_bytes=_int(d, "output_bytes", where, maximum=MAX_BYTES),  # type: ignore[arg-type]
+        saved_bytes=_int(d, "saved_bytes", where, maximum=MAX_BYTES),  # type: ignore[arg-type]
+        flops=_int(d, "flops", where, maximum=MAX_FLOPS),  # type: ignore[arg-type]
         weight_layers=_int(d, "weight_layers", where, required=False,  # type: ignore[arg-type]
                            default=1 if param_bytes else 0),
-        backward_flops=_int(d, "backward_flops", where, required=False),
+        backward_flops=_int(d, "backward_flops", where, required=False, maximum=MAX_FLOPS),
         spread=spread,
         backward_input_s=_num(d, "backward_input_s", where, required=False),
         backward_weight_s=_num(d, "backward_weight_s", where, required=False),
@@ -400,6 +457,9 @@ def _layers_from(obj: Mapping[str, Any], where: str) -> list[LayerProfile]:
     raw = obj["layers"]
     if not isinstance(raw, list) or not raw:
         raise StalesimError(f"{where}layers: must be a non-empty list")
+    if len(raw) > MAX_LAYERS:  # checked before any layer is (a few microseconds each)
+        raise StalesimError(f"{where}layers: {len(raw):,} layers are more than this tool handles "
+                            f"(at most {MAX_LAYERS:,})")
     return [_layer_from_dict(x, f"{where}layers[{i}].") for i, x in enumerate(raw)]
 
 
@@ -418,6 +478,8 @@ def profile_from_dict(data: Any) -> Profile:
     if by is not None:
         if not isinstance(by, list) or not by:
             raise StalesimError("by_batch_size: must be a non-empty list")
+        if len(by) > 1024:
+            raise StalesimError(f"by_batch_size: {len(by)} batch sizes are more than this tool handles (1024)")
         points = []
         seen: set[int] = set()
         for i, p in enumerate(by):
@@ -438,15 +500,16 @@ def profile_from_dict(data: Any) -> Profile:
         raise StalesimError("meta: must be an object")
     return Profile(
         model=_str(data, "model", ""),
-        device=_str(data, "device", ""),
-        dtype=_str(data, "dtype", ""),
+        device=_check_device(_str(data, "device", ""), meta),
+        dtype=_check_dtype(_str(data, "dtype", "")),
         batch_size=_int(data, "batch_size", "", minimum=1),  # type: ignore[arg-type]
         layers=layers,
-        threads=_int(data, "threads", "", required=False, minimum=1),
-        repeats=_int(data, "repeats", "", required=False, minimum=1),
-        warmup=_int(data, "warmup", "", required=False),
+        threads=_int(data, "threads", "", required=False, minimum=1, maximum=MAX_THREADS),
+        repeats=_int(data, "repeats", "", required=False, minimum=1, maximum=MAX_REPEATS),
+        warmup=_int(data, "warmup", "", required=False, maximum=MAX_REPEATS),
         whole_model_s=_num(data, "whole_model_s", "", required=False),
-        sum_over_whole_ratio=_num(data, "sum_over_whole_ratio", "", required=False),
+        sum_over_whole_ratio=_num(data, "sum_over_whole_ratio", "", required=False,
+                                  maximum=MAX_FACTOR),
         by_batch_size=points,
         meta=dict(meta),
         schema_version=sv,
@@ -455,17 +518,9 @@ def profile_from_dict(data: Any) -> Profile:
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile JSON file (StalesimError names the bad field)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise StalesimError(f"profile {os.fspath(path)!r}: cannot read ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise StalesimError(
-            f"profile {os.fspath(path)!r}: not valid JSON (line {exc.lineno}: {exc.msg})"
-        ) from None
+    from stalesim.workloads.jsondoc import read_json
+
+    data = read_json(path, "profile")
     try:
         return profile_from_dict(data)
     except StalesimError as exc:

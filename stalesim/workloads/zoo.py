@@ -19,7 +19,6 @@ product promises identical losses.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import torch
@@ -162,14 +161,14 @@ _FIXED: dict[str, Callable[[int], LayeredModel]] = {
     "alexnet": _alexnet,
     "vgg16": _vgg16,
 }
-_RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
-_RESNET_RE = re.compile(r"^resnet(\d+)$")
 
 
 def model_names() -> list[str]:
     """Names ``build_model`` accepts (any ``resnet<6n+2>`` and ``gpt-char:<options>`` work
     too; these are listed)."""
-    return list(_FIXED) + [f"resnet{d}" for d in _RESNET_DEPTHS] + ["gpt-char"]
+    from stalesim.workloads.zoo_facts import model_names as names
+
+    return names()
 
 
 def _init_weights(model: nn.Module) -> None:
@@ -184,14 +183,9 @@ def _init_weights(model: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) -> LayeredModel:
-    """Build a zoo model by name; deterministic for a given ``seed``.
-
-    The seed is applied inside ``torch.random.fork_rng`` so the caller's global
-    RNG state is left untouched (the emulator and executor rely on that).
-    """
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise StalesimError(f"num_classes: expected an integer >= 1, got {num_classes!r}")
+def model_factory(name: str) -> Callable[[int], LayeredModel]:
+    """The builder of zoo model ``name`` (num_classes -> model), without building it: an
+    unknown name or a bad ResNet depth is one line, before anything is loaded or built."""
     key = str(name).strip().lower()
     factory: Callable[[int], LayeredModel] | None = _FIXED.get(key)
     from stalesim.workloads.gpt import build_gpt, is_gpt_name, parse_gpt_name
@@ -201,21 +195,33 @@ def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) ->
         def factory(nc):
             return build_gpt(key)  # the vocabulary is fixed (ASCII)
     if factory is None:
-        m = _RESNET_RE.match(key)
-        if m:
-            depth = int(m.group(1))
-            if depth < 8 or (depth - 2) % 6 != 0:
-                raise StalesimError(
-                    f"model {name!r}: CIFAR ResNet depth must be 6n+2 with n >= 1 "
-                    f"(e.g. 20, 32, 44, 56, 110), got {depth}"
-                )
-            def factory(nc):
+        from stalesim.workloads.zoo_facts import model_facts
+
+        facts = model_facts(key)  # checks a resnet's depth (6n+2, not absurdly deep)
+        if facts is not None:
+            depth = facts.weight_layers
+
+            def factory(nc: int) -> LayeredModel:
                 return _resnet(depth, nc)
     if factory is None:
         raise StalesimError(
             f"unknown model {name!r}; known models: {', '.join(model_names())} "
             "(or any resnet<6n+2>, gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T)"
         )
+    return factory
+
+
+def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) -> LayeredModel:
+    """Build a zoo model by name; deterministic for a given ``seed``.
+
+    The seed is applied inside ``torch.random.fork_rng`` so the caller's global
+    RNG state is left untouched (the emulator and executor rely on that).
+    """
+    from stalesim.limits import check_int
+    from stalesim.workloads.zoo_facts import MAX_CLASSES
+
+    check_int("num_classes", num_classes, lo=1, hi=MAX_CLASSES)
+    factory = model_factory(name)
     if seed is None:
         model = factory(num_classes)
         _init_weights(model)
