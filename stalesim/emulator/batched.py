@@ -42,12 +42,12 @@ from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.runtime.batched import (
     BatchedStageRuntime,
-    WideModule,
     check_batch,
     check_fits,
     estimate_batch_bytes,
     mean_runs_in_process,
     saved_bytes_per_sample,
+    wide,
 )
 from stalesim.runtime.build import build_stage_modules, replicate
 from stalesim.runtime.config import TrainConfig
@@ -79,7 +79,9 @@ class BatchedEmulator(Emulator):
 
     def __init__(self, cfgs: Sequence[TrainConfig], *, out: str | os.PathLike[str] | None = None,
                  run_dirs: Sequence[str | os.PathLike[str]] | None = None, checkpoint_every: int = 0,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, generic: bool = False) -> None:
+        """``generic``: build every stage through vmap (:class:`~stalesim.runtime.batched.VmapWide`)
+        even where the folded fast path applies (tests compare the two)."""
         from stalesim.workloads.zoo import build_model
 
         cfgs = [c.check() for c in cfgs]
@@ -107,7 +109,7 @@ class BatchedEmulator(Emulator):
         self.S, self.P = self.sched.stages, self.sched.workers
         self.M = self.sched.microbatches if self.sched.uses_micro else 1
         per_run = [build_stage_modules(cfg, self.sched, model=first, device=self.device)]
-        self.estimate = self._check_memory(per_run[0])
+        self.estimate = memory_estimate(cfgs, self.sched, per_run[0], self.device)
         for c in cfgs[1:]:
             model = build_model(c.model, num_classes=c.num_classes, seed=c.seed)
             per_run.append(build_stage_modules(c, self.sched, model=model, device=self.device))
@@ -129,11 +131,11 @@ class BatchedEmulator(Emulator):
         for w in range(self.P):
             row = []
             for s in range(self.S):
-                wide = WideModule([reps[k][w].stages[s] for k in range(K)], what=what)
+                wmod = wide([reps[k][w].stages[s] for k in range(K)], what=what, generic=generic)
                 head = None
                 if reps[0][w].heads[s] is not None:
-                    head = WideModule([reps[k][w].heads[s] for k in range(K)], what=what)  # type: ignore[misc]
-                row.append(BatchedStageRuntime(wide, cfgs=cfgs, stage=s, num_stages=self.S, schedule=self.sched,
+                    head = wide([reps[k][w].heads[s] for k in range(K)], what=what, generic=generic)  # type: ignore[misc]
+                row.append(BatchedStageRuntime(wmod, cfgs=cfgs, stage=s, num_stages=self.S, schedule=self.sched,
                                                device=self.device, worker=w, head=head, lr_fn=lr_fn))
             self.rts.append(row)  # type: ignore[arg-type]
             self.stage_mods.append([rt.module for rt in row])
@@ -154,21 +156,24 @@ class BatchedEmulator(Emulator):
                        else batch_stream(c, data=first.data, input_shape=input_shape))
         return out
 
-    def _check_memory(self, mods: Any) -> dict[str, int]:
-        """Estimate the K runs' peak memory from run 0's stages; refuse a batch that cannot fit."""
-        example = mods.model.example_input(2).to(self.device)
-        if example.is_floating_point():
-            example = example.to(self.cfg.torch_dtype)
-        acts = saved_bytes_per_sample(mods.stages, example)
-        params = [sum(p.numel() for p in st.parameters()) + (
-            0 if h is None else sum(p.numel() for p in h.parameters())) for st, h in zip(mods.stages, mods.heads)]
-        live = [lv for lv in stage_liveness(self.sched) if lv.worker == 0]
-        micro = self.cfg.batch_size // (self.P * self.M)
-        est = estimate_batch_bytes(runs=self.K * self.P, stage_params=params, act_per_sample=acts,
-                                   micro_batch=micro, liveness=live, cfgs=self.cfgs,
-                                   element_size=torch.empty((), dtype=self.cfg.torch_dtype).element_size())
-        check_fits(est, self.device, self.K)
-        return est
+    @staticmethod
+    def preflight(cfgs: Sequence[TrainConfig]) -> dict[str, int]:
+        """Check that the runs can train as one batch and fit in memory, without building them
+        (one run's model and the schedule only); returns the memory estimate (bytes)."""
+        from stalesim.workloads.zoo import build_model
+
+        cfgs = [c.check() for c in cfgs]
+        check_batch(cfgs)
+        cfg = cfgs[0]
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise StalesimError(f"device: {cfg.device} requested but no CUDA device is visible")
+        first = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+        stream = batch_stream(cfg, input_shape=first.input_shape)
+        total = cfg.total_iterations(stream.batches_per_epoch)
+        sched = build_schedule(cfg.schedule_config(total, stream.batches_per_epoch))
+        mods = build_stage_modules(cfg, sched, model=first, device=device)
+        return memory_estimate(cfgs, sched, mods, device)
 
     # ---------------------------------------------------------------- data
     def _fetch(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -394,6 +399,26 @@ class BatchedEmulator(Emulator):
                 write_lines_atomic(d / "versions.jsonl", (json.dumps(rec) for rec in versions))
                 write_json_atomic(d / "summary.json", summary)
         return out
+
+
+def memory_estimate(cfgs: Sequence[TrainConfig], sched: Any, mods: Any, device: torch.device) -> dict[str, int]:
+    """Peak bytes of the K runs, estimated from run 0's stage modules (``mods``) and the
+    schedule's liveness; a batch that does not fit is a one-line StalesimError."""
+    cfg = cfgs[0]
+    example = mods.model.example_input(2).to(device)
+    if example.is_floating_point():
+        example = example.to(cfg.torch_dtype)
+    acts = saved_bytes_per_sample(mods.stages, example)
+    params = [sum(p.numel() for p in st.parameters()) + (0 if h is None else sum(p.numel() for p in h.parameters()))
+              for st, h in zip(mods.stages, mods.heads)]
+    live = [lv for lv in stage_liveness(sched) if lv.worker == 0]
+    P = sched.workers
+    M = sched.microbatches if sched.uses_micro else 1
+    est = estimate_batch_bytes(runs=len(cfgs) * P, stage_params=params, act_per_sample=acts,
+                               micro_batch=cfg.batch_size // (P * M), liveness=live, cfgs=cfgs,
+                               element_size=torch.empty((), dtype=cfg.torch_dtype).element_size())
+    check_fits(est, device, len(cfgs))
+    return est
 
 
 def emulate_batched(cfgs: Sequence[TrainConfig], **kw: Any) -> list[dict[str, Any]]:
