@@ -16,6 +16,8 @@ table). Workloads:
 * ``lenet5``: LeNet-5 / MNIST, batch 128, ``stale`` S = 4, SGD momentum;
 * ``gpt-small``: the study's char-GPT (``gpt-char:n_layer=6,n_embd=64,n_head=4,block_size=64``)
   on Shakespeare, batch 16, ``2bw`` S = 4, M = 4, AdamW;
+* ``gpt-study``: the char-GPT of the docs/RESULTS.md staleness study
+  (``gpt-char:n_layer=6,n_embd=32,n_head=2,block_size=32``), batch 8, ``2bw`` S = 4, M = 8, AdamW;
 * ``gpt-char``: the zoo's default char-GPT (4 x 128, 128-character windows), batch 32,
   ``2bw`` S = 4, M = 4, AdamW.
 
@@ -37,6 +39,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
                "optimizer": "sgd", "lr": 0.01},
     "gpt-small": {"model": "gpt-char:n_layer=6,n_embd=64,n_head=4,block_size=64", "dataset": "shakespeare",
                   "batch_size": 16, "schedule": "2bw", "stages": 4, "microbatches": 4, "optimizer": "adamw",
+                  "lr": 3e-3},
+    "gpt-study": {"model": "gpt-char:n_layer=6,n_embd=32,n_head=2,block_size=32", "dataset": "shakespeare",
+                  "batch_size": 8, "schedule": "2bw", "stages": 4, "microbatches": 8, "optimizer": "adamw",
                   "lr": 3e-3},
     "gpt-char": {"model": "gpt-char", "dataset": "shakespeare", "batch_size": 32, "schedule": "2bw",
                  "stages": 4, "microbatches": 4, "optimizer": "adamw", "lr": 3e-4},
