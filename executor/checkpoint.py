@@ -116,7 +116,7 @@ class Checkpointer:
         for i, a in enumerate(acts):
             if a.kind is Kind.F:
                 f_at[a.key[1:]] = i
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.W:  # the backward completes (W: split)
                 fi = f_at.pop(a.key[1:])
                 for k, cut in self.cuts.items():
                     if fi < cut[me] <= i:
@@ -250,6 +250,9 @@ class Checkpointer:
                 if rec["has_loss"]:
                     labels = state["loss_labels"][(w, s, t, m)]
                     rt.loss(Action(Kind.LOSS, s, t, m, w), labels)
+                if "seg_grads" in rec:  # its I had run: waiting for W
+                    rt.restore_deferred(Action(Kind.F, s, t, m, w), rec["seg_grads"], rec["v_b"],
+                                       rec.get("grad_out"))
         with torch.no_grad():  # the recomputation ran BatchNorm in training mode
             for key, rt in self.rts.items():
                 sd = saved[key]["state"]

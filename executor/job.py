@@ -124,7 +124,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     setup_s = time.perf_counter() - t_start
     ctx.beacon.set("barrier before the run")
     dist.barrier()
-    rank.rec.start_clock()
+    rank.rec.start_clock(_common_origin(ctx))
     rank.run()
     rows = rank.rec.finish()
     ctx.beacon.set("gathering results")
@@ -137,6 +137,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         "losses": [[w, s, t, v] for (w, s, t), v in sorted(rank.losses.items())],
         "versions_used": {f"{w}:{s}": list(rt.versions_used) for (w, s), rt in runtimes.items()},
         "peak_memory_bytes": int(peak),
+        "peak_memory_parts": None if dev.type == "cuda" else dict(rank.peak_parts or {}),
         "stash_peak_bytes": int(sum(rt.stash_peak_bytes for rt in runtimes.values())),
         "bytes_sent": rank.tr.bytes_sent,
         "setup_s": setup_s,
@@ -150,6 +151,20 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
 
     return summarize_job(job, cfg, sched, N, gathered, model=model, stages=stages, stream=stream,
                          device=dev)
+
+
+def _common_origin(ctx: Any) -> float | None:
+    """Rank 0's ``perf_counter`` right after the barrier, when every rank runs on this host
+    (one monotonic clock): every rank's rows then share one origin exactly. None otherwise."""
+    import socket
+
+    if ctx.world <= 1 or ctx.device.type == "cuda":
+        return None
+    box: list[Any] = [(socket.gethostname(), time.perf_counter())]
+    every: list[Any] = [None] * ctx.world
+    dist.all_gather_object(every, box[0])
+    hosts = {h for h, _ in every}
+    return float(every[0][1]) if len(hosts) == 1 else None
 
 
 def _stage_states(runtimes: dict[tuple[int, int], Any]) -> dict[str, Any]:

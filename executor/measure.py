@@ -34,22 +34,33 @@ def label_of(action: Any) -> str:
 
 @dataclass
 class Recorder:
-    """Collects (label, kind, stage, batch, micro, worker, start, end) per action."""
+    """Collects (label, kind, stage, batch, micro, worker, start, end) per action.
+
+    In the loop it stores only (index into the action list, start, end): the row
+    with the action's fields and trace label is built once, in :meth:`finish`.
+    """
 
     device: Any = None  # torch.device; CUDA -> events
     cuda: bool = False
+    actions: list[Any] = field(default_factory=list)  # the rank's action list
+    texts: list[str] | None = None  # their trace labels (label_of), if already computed
     t0: float = 0.0
     rows: list[list[Any]] = field(default_factory=list)
+    _raw: list[tuple[int, float, float]] = field(default_factory=list)
     _events: list[Any] = field(default_factory=list)
     _ref: Any = None
 
-    def start_clock(self) -> None:
+    def start_clock(self, t0: float | None = None) -> None:
+        """Start the run's clock; ``t0``: a ``perf_counter`` value to measure from instead
+        of now (ranks on one host share ``CLOCK_MONOTONIC``, so a common origin makes their
+        rows comparable to the microsecond, not just to the barrier's skew)."""
         if self.cuda:
             import torch
 
             self._ref = torch.cuda.Event(enable_timing=True)
             self._ref.record()
-        self.t0 = time.perf_counter()
+        now = time.perf_counter()
+        self.t0 = now if t0 is None else min(now, t0)
 
     def begin(self) -> Any:
         if self.cuda:
@@ -60,27 +71,36 @@ class Recorder:
             return ev
         return time.perf_counter()
 
-    def end(self, action: Any, start: Any) -> None:
-        a = action
-        meta = [label_of(a), a.kind.value, a.stage, a.batch, a.micro, a.worker]
+    def end(self, index: int, start: Any) -> None:
+        """Action ``index`` of the list ran from ``start`` (what :meth:`begin` returned) to now."""
         if self.cuda:
             import torch
 
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
-            self._events.append((meta, start, ev))
+            self._events.append((index, start, ev))
         else:
-            self.rows.append(meta + [start - self.t0, time.perf_counter() - self.t0])
+            self._raw.append((index, start, time.perf_counter()))
+
+    def _meta(self, index: int) -> list[Any]:
+        a = self.actions[index]
+        text = self.texts[index] if self.texts is not None else label_of(a)
+        return [text, a.kind.value, a.stage, a.batch, a.micro, a.worker]
 
     def finish(self) -> list[list[Any]]:
-        """Resolve CUDA events (one synchronize) and return all rows."""
+        """Resolve CUDA events (one synchronize) and return all rows, in execution order."""
         if self.cuda and self._events:
             import torch
 
             torch.cuda.synchronize()
-            for meta, s, e in self._events:
-                self.rows.append(meta + [self._ref.elapsed_time(s) / 1e3, self._ref.elapsed_time(e) / 1e3])
+            for i, s, e in self._events:
+                self.rows.append(self._meta(i) + [self._ref.elapsed_time(s) / 1e3,
+                                                  self._ref.elapsed_time(e) / 1e3])
             self._events.clear()
+        t0 = self.t0
+        for i, s, e in self._raw:
+            self.rows.append(self._meta(i) + [s - t0, e - t0])
+        self._raw.clear()
         return self.rows
 
 
@@ -102,14 +122,34 @@ def warmup_batches(batches: int, stages: int) -> int:
 
 
 def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages: int,
-              samples_per_batch: int) -> dict[str, Any]:
+              samples_per_batch: int, window: tuple[int, int] | None = None,
+              whole_run: bool = False) -> dict[str, Any]:
+    """Iteration time, utilization and time per kind from every rank's rows.
+
+    ``window`` = (k0, k1), the schedule's steady window (``Schedule.steady_window()``):
+    the iteration time is (completion of k1 - completion of k0) / (k1 - k0), the
+    definition the simulator uses, so ``run`` and ``simulate`` report the same
+    quantity. ``whole_run`` (a schedule without a steady state, e.g. the hybrid
+    switch): whole run / batches, as the simulator does. Without either (or when
+    the window's batches did not run here, e.g. before a resume) the warm-up rule
+    :func:`warmup_batches` applies.
+    """
     done = completions(rows_by_rank, batches)
     present = [t for t in range(batches) if done[t] is not None]
     skip = warmup_batches(len(present), stages)
     wall = max((r[7] for rows in rows_by_rank.values() for r in rows), default=0.0)
     it = 0.0
     lo, hi = 0.0, wall
-    if len(present) >= 2:
+    rule = "warm-up"
+    if window is not None and window[1] > window[0] and done[window[0]] is not None \
+            and done[window[1]] is not None and done[window[1]] > done[window[0]]:
+        k0, k1 = window
+        lo, hi = done[k0], done[k1]  # type: ignore[assignment]
+        it = (hi - lo) / (k1 - k0)
+        skip, rule = k0, "steady window"
+    elif whole_run and len(present) == batches and batches > 0:
+        it, skip, rule = wall / batches, 0, "whole run"
+    elif len(present) >= 2:
         a, b = present[skip], present[-1]
         lo, hi = done[a], done[b]  # type: ignore[assignment]
         it = (hi - lo) / (b - a) if b > a and hi > lo else 0.0
@@ -139,5 +179,7 @@ def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages:
         "time_by_kind_s": busy_by_kind,
         "wall_s": wall,
         "warmup_batches_skipped": skip,
+        "timing_window": rule,
+        "timing_window_s": [lo, hi],
         "batch_completion_s": done,
     }

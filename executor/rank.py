@@ -3,14 +3,24 @@
 No schedule logic lives here: the order is ``sched.device_actions[rank]``, the
 weight versions and mitigations are :class:`StageRuntime`'s (the same code the
 emulator runs), and this module only moves tensors. The dispatcher calls
-``_F``, ``_LOSS``, ``_B``, ``_U``, ``_SEND_F``, ``_RECV_F``, ``_SEND_B``,
-``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind.
+``_F``, ``_LOSS``, ``_B``, ``_I``, ``_W``, ``_U``, ``_SEND_F``, ``_RECV_F``,
+``_SEND_B``, ``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind (``I``/``W``:
+the two halves of a split backward, :mod:`stalesim.runtime.stage`).
 
-Inputs and labels: only stage 0 reads the data (``batch_stream``, then
-``shard`` by worker and micro-batch, as the emulator does). The labels of
-(worker, batch, micro) travel with the activation (one extra small message per
-``SEND_F``, its own tag), so the last stage (every stage for ``local``) gets
-them from stage 0 and no second data stream exists that could drift.
+Inputs and labels: only stage 0 reads the data: each ``F`` reads just its
+(worker, micro-batch) slice of batch t (``BatchStream.part``, bit-identical to
+``shard`` of the whole batch, in a storage of its own). The labels of the
+worker's slice of batch t travel once per batch and hop, with the first
+activation of that batch (its own tag), so the last stage (every stage for
+``local``) gets them from stage 0 and no second data stream exists that could
+drift; micro-batches slice them.
+
+Per action the loop does only what exactness, failure reports and the trace
+need: the beacon write (a memcpy), two timestamps, the handler; labels are
+precomputed, receives are topped up only after a receive completes, and the
+memory sample (:meth:`Rank._track_memory`, unique storages as
+:mod:`stalesim.runtime.memory` defines them) reads byte counts cached when each
+tensor arrived.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from executor.measure import Recorder, label_of
 from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import pack, unpack_mean
+from stalesim.runtime.data import shard
 from stalesim.schedule import Action, Kind
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
@@ -89,16 +100,17 @@ class _Store:
     grads_in: dict = field(default_factory=dict)  # received gradients (key of the consumer B)
     outputs: dict = field(default_factory=dict)  # F outputs awaiting SEND_F / local F(s+1)
     grads_out: dict = field(default_factory=dict)  # B input-grads awaiting SEND_B / local B(s-1)
-    labels: dict = field(default_factory=dict)  # (worker, batch, micro) -> labels
+    labels: dict = field(default_factory=dict)  # (worker, batch) -> labels of the worker's slice
     label_uses: Counter = field(default_factory=Counter)
 
-    def nbytes(self) -> int:
-        n = 0
-        for d in (self.inputs, self.grads_in, self.outputs, self.grads_out, self.labels):
+    def storages(self, seen: dict[int, int]) -> None:
+        """Add the storages of the tensors waiting here (labels are not counted)."""
+        from stalesim.runtime.memory import add_storage
+
+        for d in (self.inputs, self.grads_in, self.outputs, self.grads_out):
             for t in d.values():
                 if isinstance(t, torch.Tensor):
-                    n += t.numel() * t.element_size()
-        return n
+                    add_storage(seen, t)
 
 
 class Rank:
@@ -122,7 +134,7 @@ class Rank:
         self.dtype = cfg.torch_dtype
         self.device = ctx.device
         self.tr = Transport(ctx.rank, ctx.timeout_s, fwd_group=ctx.fwd_group, bwd_group=ctx.bwd_group)
-        self.rec = Recorder(device=ctx.device, cuda=ctx.device.type == "cuda")
+        self.rec = Recorder(device=ctx.device, cuda=ctx.device.type == "cuda", actions=self.actions)
         self.faults = faults or FaultInjector(ctx.rank)
         self.store = _Store()
         self.posted: dict[tuple, tuple[Pending, Pending | None]] = {}
@@ -133,13 +145,38 @@ class Rank:
         self.index = start_index
         self.peak_bytes = 0
         self.static_bytes = 0
+        self.peak_parts: dict[str, int] | None = {}  # components at the peak (None: not kept)
+        self.texts = [label_of(a) for a in self.actions]  # trace labels, computed once
+        self.rec.texts = self.texts
+        # the first SEND_F / RECV_F of each (worker, batch) carries that batch's labels
+        self.carries_labels: set[int] = set()
+        firsts: set[tuple] = set()
+        for i, a in enumerate(self.actions):
+            if a.kind is Kind.SEND_F or a.kind is Kind.RECV_F:
+                key = (a.kind, a.worker, a.stage, a.batch)
+                if key not in firsts:
+                    firsts.add(key)
+                    self.carries_labels.add(i)
         for i, a in enumerate(self.actions):
             if i < start_index:
                 continue
-            if a.kind is Kind.LOSS or a.kind is Kind.SEND_F:
-                self.store.label_uses[(a.worker, a.batch, a.micro)] += 1
+            if a.kind is Kind.LOSS or (a.kind is Kind.SEND_F and i in self.carries_labels):
+                self.store.label_uses[(a.worker, a.batch)] += 1
         while self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] < start_index:
             self.next_recv += 1
+        self.part = self.cfg.batch_size // self.P  # a worker's slice of the global batch
+        # memory accounting, cached when a tensor arrives: receive buffers by the key of the
+        # action that consumes them -> (storage key, bytes); gradient bytes per runtime
+        self.msg_mem: dict[tuple, tuple[int, int]] = {}
+        self.grad_bytes = {key: [p.numel() * p.element_size() for p in rt.params]
+                           for key, rt in self.rts.items()}
+        # sends are waited on where the IR proves them complete (see transport's module doc)
+        from stalesim.schedule.completion import send_release
+
+        self.release_after: dict[int, list[int]] = {}
+        for i, j in send_release(sched, recv_ahead=RECV_AHEAD)[ctx.rank].items():
+            self.release_after.setdefault(j, []).append(i)
+        self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
         self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
         self.on_action_done = None  # hook (checkpointing): called with the index just finished
         self.loss_labels: dict[tuple, torch.Tensor] = {}  # labels of losses whose B is pending
@@ -158,14 +195,14 @@ class Rank:
         check = self.faults.check if self.faults else None
         self._post_ahead()
         self._resume_comm()
+        texts = self.texts
+        compute = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS)
         for i in range(self.index, len(acts)):
             a = acts[i]
-            label = label_of(a)
+            label = texts[i]
             beacon.set(label)
             if check is not None:
                 check(label)
-            if self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] <= i + RECV_AHEAD * 4:
-                self._post_ahead()
             self.cur = i
             st = rec.begin()
             try:
@@ -176,9 +213,14 @@ class Rank:
                 if getattr(exc, "action", None):
                     raise
                 raise type(exc)(f"rank {self.ctx.rank}: {exc} at action {label}") from exc
-            rec.end(a, st)
+            rec.end(i, st)
             self.index = i + 1
-            if a.kind in (Kind.F, Kind.B, Kind.U):
+            done = self.release_after.get(i)
+            if done is not None:
+                for j in done:
+                    for p in self.sent.pop(j, ()):
+                        self.tr.complete(p)
+            if a.kind in compute:
                 self._track_memory()
             if self.on_action_done is not None:
                 self.on_action_done(i)
@@ -194,8 +236,9 @@ class Rank:
                 dst = self.sched.device_of(s + 1, w)
                 self.tr.send(tensors[0], dst, tag_for(ACT, s, t, m), label, "a re-sent activation",
                              self.ctx.fwd_group)
-                self.tr.send(tensors[1], dst, tag_for(LABELS, s, t, m), label, "re-sent labels",
-                             self.ctx.fwd_group)
+                if len(tensors) > 1:
+                    self.tr.send(tensors[1], dst, tag_for(LABELS, s, t, None), label, "re-sent labels",
+                                 self.ctx.fwd_group, count=False)
             else:
                 self.tr.send(tensors[0], self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
                              "a re-sent gradient", self.ctx.bwd_group)
@@ -212,60 +255,80 @@ class Rank:
     def _post_ahead(self) -> None:
         """Keep up to RECV_AHEAD receives posted, in list order (NCCL needs that order)."""
         while self.next_recv < len(self.recv_idx) and len(self.posted) < RECV_AHEAD:
-            a = self.actions[self.recv_idx[self.next_recv]]
+            i = self.recv_idx[self.next_recv]
             self.next_recv += 1
-            self._post(a)
+            self._post(self.actions[i], i)
 
-    def _post(self, a: Action) -> None:
+    def _post(self, a: Action, index: int) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
-        label = label_of(a)
+        label = self.texts[index]
         if a.kind is Kind.RECV_F:
             src = self.sched.device_of(s - 1, w)
             buf = torch.empty((self.micro_size, *self.out_shapes[s - 1]), dtype=self.dtype, device=self.device)
             p = self.tr.post_recv(buf, src, tag_for(ACT, s - 1, t, m), label,
                                   f"the activation of {s - 1}F{t}", self.ctx.fwd_group)
-            lab = torch.empty((self.micro_size, *self.label_shape), dtype=torch.int64, device=self.device)
-            q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, m), label,
-                                  f"the labels of batch {t}", self.ctx.fwd_group)
+            q = None
+            if index in self.carries_labels:
+                lab = torch.empty((self.part, *self.label_shape), dtype=torch.int64, device=self.device)
+                q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, None), label,
+                                      f"the labels of batch {t}", self.ctx.fwd_group)
             self.posted[a.key] = (p, q)
+            self.msg_mem[("F", w, s, t, m)] = _mem(buf)
         else:
             src = self.sched.device_of(s + 1, w)
             buf = torch.empty((self.micro_size, *self.out_shapes[s]), dtype=self.dtype, device=self.device)
             p = self.tr.post_recv(buf, src, tag_for(GRAD, s + 1, t, m), label,
                                   f"the gradient of {s + 1}B{t}", self.ctx.bwd_group)
             self.posted[a.key] = (p, None)
+            self.msg_mem[("B", w, s, t, m)] = _mem(buf)
 
     def _take_posted(self, a: Action) -> tuple[Pending, Pending | None]:
         if a.key not in self.posted:
             self._post_ahead()
         while a.key not in self.posted and self.next_recv < len(self.recv_idx):
-            self._post(self.actions[self.recv_idx[self.next_recv]])
+            i = self.recv_idx[self.next_recv]
             self.next_recv += 1
+            self._post(self.actions[i], i)
         return self.posted.pop(a.key)
 
     # --------------------------------------------------------------- compute
-    def _input(self, w: int, t: int, m: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-        from stalesim.runtime.data import shard
+    def _input(self, w: int, t: int, m: int | None) -> torch.Tensor:
+        """Stage 0's input of F(w, t, m): that slice of batch t only, as ``shard`` by worker
+        then micro-batch would cut it (the emulator's order), in a storage of its own."""
+        lo = w * self.part + (m or 0) * self.micro_size
+        part = getattr(self.stream, "part", None)
+        if part is not None:
+            x = part(t, lo, lo + self.micro_size)
+        else:  # a plain callable stream
+            x = self.stream(t)[0][lo:lo + self.micro_size].clone()
+        return x.to(self.device, non_blocking=True)
 
-        x, y = self.stream(t)
-        if self.P > 1:
-            x, y = shard(x, self.P, w), shard(y, self.P, w)
-        if self.M > 1 or m is not None:
-            x, y = shard(x, self.M, m or 0), shard(y, self.M, m or 0)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+    def _labels(self, w: int, t: int) -> torch.Tensor:
+        """Labels of the worker's slice of batch t (stage 0 reads them from the stream)."""
+        key = (w, t)
+        y = self.store.labels.get(key)
+        if y is None:
+            lab = getattr(self.stream, "labels", None)
+            y = lab(t) if lab is not None else self.stream(t)[1]
+            if self.P > 1:
+                y = shard(y, self.P, w)
+            y = self.store.labels[key] = y.to(self.device, non_blocking=True)
+        return y
 
     def _F(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         st = self.store
         if s == 0:
-            x, y = self._input(w, t, m)
-            st.labels[(w, t, m)] = y
+            x = self._input(w, t, m)
+            if self.store.label_uses.get((w, t)):
+                self._labels(w, t)
         else:
             prev = (w, s - 1, t, m)
             if prev in st.outputs:  # previous stage on this rank
                 x = st.outputs.pop(prev).detach()
             else:
                 x = st.inputs.pop((w, s, t, m))
+                self.msg_mem.pop(("F", w, s, t, m), None)  # the record holds it from now on
             if not self.sched.local_loss:
                 x.requires_grad_(True)
         y_out = self.rts[(w, s)].forward(a, x)
@@ -273,8 +336,10 @@ class Rank:
             st.outputs[(w, s, t, m)] = y_out
 
     def _LOSS(self, a: Action) -> None:
-        key = (a.worker, a.batch, a.micro)
+        key = (a.worker, a.batch)
         labels = self.store.labels[key]
+        if self.M > 1 or a.micro is not None:
+            labels = shard(labels, self.M, a.micro or 0)
         value = self.rts[(a.worker, a.stage)].loss(a, labels)
         self.losses[(a.worker, a.stage, a.batch)] += value
         self.loss_labels[(a.worker, a.stage, a.batch, a.micro)] = labels
@@ -287,19 +352,40 @@ class Rank:
             del uses[key]
             self.store.labels.pop(key, None)
 
+    def _output_grad(self, a: Action) -> Any:
+        """The gradient of stage ``a.stage``'s output for ``a``'s (micro-)batch: None on the
+        loss stage, else from the next stage on this rank or from the receive."""
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        if self.rts[(w, s)].is_loss_stage:
+            return None
+        st = self.store
+        nxt = (w, s + 1, t, m)
+        if nxt in st.grads_out:
+            return st.grads_out.pop(nxt)
+        self.msg_mem.pop(("B", w, s, t, m), None)  # the backward's record holds it from now on
+        return st.grads_in.pop((w, s, t, m))
+
     def _B(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         rt = self.rts[(w, s)]
         st = self.store
-        if rt.is_loss_stage:
-            gy = None
-        else:
-            nxt = (w, s + 1, t, m)
-            gy = st.grads_out.pop(nxt) if nxt in st.grads_out else st.grads_in.pop((w, s, t, m))
-        gx = rt.backward(a, gy)
+        gx = rt.backward(a, self._output_grad(a))
         self.loss_labels.pop((w, s, t, m), None)
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
+
+    def _I(self, a: Action) -> None:
+        """Input gradient only (split backward); the output gradient arrives as for B."""
+        w, s, t, m = a.worker, a.stage, a.batch, a.micro
+        st = self.store
+        gx = self.rts[(w, s)].backward_input(a, self._output_grad(a))
+        if s > 0 and not self.sched.local_loss and gx is not None:
+            st.grads_out[(w, s, t, m)] = gx
+
+    def _W(self, a: Action) -> None:
+        """The deferred weight gradient; the loss labels are no longer needed after it."""
+        self.rts[(a.worker, a.stage)].backward_weight(a)
+        self.loss_labels.pop((a.worker, a.stage, a.batch, a.micro), None)
 
     def _U(self, a: Action) -> None:
         self.rts[(a.worker, a.stage)].update(a)
@@ -309,29 +395,36 @@ class Rank:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         y = self.store.outputs.pop((w, s, t, m))
         dst = self.sched.device_of(s + 1, w)
-        label = label_of(a)
-        self.tr.send(y, dst, tag_for(ACT, s, t, m), label, f"the activation of {label}", self.ctx.fwd_group)
-        key = (w, t, m)
-        self.tr.send(self.store.labels[key], dst, tag_for(LABELS, s, t, m), label,
-                     f"the labels of batch {t}", self.ctx.fwd_group)
+        label = self.texts[self.cur]
+        sent = [self.tr.send(y, dst, tag_for(ACT, s, t, m), label, f"the activation of {label}",
+                             self.ctx.fwd_group)]
+        self.sent[self.cur] = sent
+        if self.cur not in self.carries_labels:
+            if self.retain_sends:
+                self._keep_sent(a, [y])
+            return
+        key = (w, t)
+        labels = self.store.labels[key]
+        sent.append(self.tr.send(labels, dst, tag_for(LABELS, s, t, None), label, f"the labels of batch {t}",
+                                 self.ctx.fwd_group, count=False))
         if self.retain_sends:
-            self._keep_sent(a, [y, self.store.labels[key]])
+            self._keep_sent(a, [y, labels])
         self._used_labels(key)
 
     def _RECV_F(self, a: Action) -> None:
         p, q = self._take_posted(a)
         x = self.tr.wait(p)
-        y = self.tr.wait(q)  # type: ignore[arg-type]
         self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
-        self.store.labels[(a.worker, a.batch, a.micro)] = y
+        if q is not None:
+            self.store.labels[(a.worker, a.batch)] = self.tr.wait(q)
         self._post_ahead()
 
     def _SEND_B(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         g = self.store.grads_out.pop((w, s, t, m))
-        label = label_of(a)
-        self.tr.send(g, self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
-                     f"the gradient of {label}", self.ctx.bwd_group)
+        label = self.texts[self.cur]
+        self.sent[self.cur] = [self.tr.send(g, self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
+                                            f"the gradient of {label}", self.ctx.bwd_group)]
         if self.retain_sends:
             self._keep_sent(a, [g])
 
@@ -354,39 +447,74 @@ class Rank:
         unpack_mean(flat, gs, self.P)
 
     # ------------------------------------------------------------------ memory
+    def memory_now(self, parts: dict[str, int] | None = None) -> int:
+        """Bytes this rank holds now, by unique storage (:mod:`stalesim.runtime.memory`);
+        ``parts`` (if given) receives them by component (the memory model's)."""
+        seen: dict[int, int] = {}
+        deferred: dict[int, int] = {}  # the gradients a deferred W reads
+        stash = grads = ar = 0
+        for key, rt in self.rts.items():
+            for rec in rt.inflight.values():
+                seen.update(rec.storages)
+            for rec in rt.deferred.values():  # split backward: I ran, W pending
+                seen.update(rec.storages)
+                for g in [*(rec.seg_grads or ()), rec.extra.get("grad_out")]:
+                    if g is not None:
+                        deferred[int(g.untyped_storage().data_ptr())] = int(g.untyped_storage().nbytes())
+            if rt.stash:
+                stash += rt.stash_bytes()
+            gb = self.grad_bytes[key]
+            for buf in rt.buffers.values():  # a gradient has its parameter's size
+                grads += sum(b for g, b in zip(buf, gb) if g is not None)
+        acts = sum(seen.values())
+        dw = sum(v for k, v in deferred.items() if k not in seen)
+        seen.update(deferred)
+        seen.update(self.msg_mem.values())
+        st = self.store
+        if st.grads_out or (st.outputs and self.sched.local_loss):
+            st.storages(seen)  # an input gradient awaiting SEND_B (outputs are records' y)
+        for p in self.tr.sends.values():
+            if p.counted:
+                seen[p.storage] = p.nbytes
+        for _, _, flat in self.ar.values():
+            ar += flat.untyped_storage().nbytes()
+        total = self.static_bytes + stash + grads + ar + sum(seen.values())
+        if parts is not None:
+            parts.update(static=self.static_bytes, stash=stash, gradients=grads, activations=acts,
+                         deferred_w=dw, comm_buffers=total - self.static_bytes - stash - grads - acts - dw)
+        return total
+
     def _track_memory(self) -> None:
         if self.device.type == "cuda":
             return
-        n = self.static_bytes + self.store.nbytes()
-        for rt in self.rts.values():
-            n += rt.stash_bytes()
-            for buf in rt.buffers.values():
-                n += sum(g.numel() * g.element_size() for g in buf if g is not None)
-            for rec in rt.inflight.values():
-                n += rec.x.numel() * rec.x.element_size() + rec.y.numel() * rec.y.element_size()
-        for _, _, flat in self.ar.values():
-            n += flat.numel() * flat.element_size()
-        self.peak_bytes = max(self.peak_bytes, n)
+        n = self.memory_now()
+        if n > self.peak_bytes:
+            self.peak_bytes = n
+            if self.peak_parts is not None:
+                self.memory_now(self.peak_parts)
 
     def init_static_bytes(self) -> None:
-        n = 0
+        """Parameters, buffers and optimizer state (momentum counted from the start)."""
+        from stalesim.runtime.memory import module_static_bytes
+
+        st = module_static_bytes([m for rt in self.rts.values() for m in (rt.module, rt.head)],
+                                 momentum=bool(self.cfg.momentum))
+        opt = 0
         for rt in self.rts.values():
-            n += sum(p.numel() * p.element_size() for p in rt.params)
-            for mod in (rt.module, rt.head):
-                if mod is not None:
-                    n += sum(b.numel() * b.element_size() for b in mod.buffers())
             if rt.optimizer is not None:
                 for state in rt.optimizer.state.values():
-                    n += sum(v.numel() * v.element_size() for v in state.values()
-                             if isinstance(v, torch.Tensor))
+                    opt += sum(v.untyped_storage().nbytes() for v in state.values()
+                               if isinstance(v, torch.Tensor))
         # optimizer state appears at the first update: count it up front (SGD momentum: one
         # copy per parameter; Adam/AdamW: two; error feedback: one more)
         from stalesim.runtime.optim import state_copies
 
-        copies = state_copies(self.cfg)
-        if copies and not any(rt.optimizer and rt.optimizer.state for rt in self.rts.values()):
-            n += copies * sum(p.numel() * p.element_size() for rt in self.rts.values() for p in rt.params)
-        self.static_bytes = n
+        self.static_bytes = st["params"] + st["buffers"] + max(opt, state_copies(self.cfg) * st["params"])
+
+
+def _mem(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return int(st.data_ptr()), int(st.nbytes())
 
 
 def env_flag(name: str) -> bool:

@@ -131,7 +131,9 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         for text, v in entries:
             if text in expect and expect[text] != v:
                 mismatches.append(f"{text}: used v{v}, IR v{expect[text]}")
-    timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size)
+    win = sched.steady_window()  # issue 12: the simulator's window, so run and simulate agree
+    timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size,
+                       window=win, whole_run=win is None)
     states: dict[str, Any] = {}
     for p in gathered:
         states.update(p.get("state") or {})
@@ -166,10 +168,14 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         "val_bpc": metrics.get("val_bpc"),
         "optimizer": cfg.optimizer,
         **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
-                                  "utilization_whole_run", "wall_s", "warmup_batches_skipped")},
+                                  "utilization_whole_run", "wall_s", "warmup_batches_skipped",
+                                  "timing_window")},
         "peak_memory_bytes": {str(p["rank"]): p["peak_memory_bytes"] for p in gathered},
+        "peak_memory_parts": {str(p["rank"]): p.get("peak_memory_parts") for p in gathered},
         "peak_memory_kind": "cuda.max_memory_allocated" if device.type == "cuda"
-        else "tracked: params + buffers + optimizer + stashed versions + grad buffers + in-flight tensors",
+        else ("tracked by unique storage (stalesim.runtime.memory): params + buffers + optimizer + "
+              "stashed versions + grad buffers + in-flight inputs/outputs/saved tensors + receive "
+              "buffers + unfinished sends + all-reduce buckets"),
         "staleness": measured_staleness(sched, versions_used),
         "staleness_ir": sched.versions.staleness(),
         "schedule_fingerprint": sched.fingerprint(),

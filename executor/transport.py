@@ -5,8 +5,12 @@ unit-time dry run proves every device reaches the end of its list when sends
 are *buffered* (never block) and a device blocks only on the data its next
 action needs. This module gives exactly those semantics:
 
-- a send is ``dist.isend`` and is never waited on in the middle of the list
-  (finished sends are reaped lazily; all are waited on at the end);
+- a send is ``dist.isend`` and is waited on only where the IR proves it has
+  completed (:func:`stalesim.schedule.completion.send_release`: after a later
+  message from the same peer that the peer sent after receiving it), or where
+  waiting cannot deadlock; the rest at the end. gloo reports a send complete only
+  when it is waited on, so without this every sent tensor would stay alive until
+  the end of the run;
 - a receive is posted early (``dist.irecv``, the action list says what comes)
   and waited on only at its ``RECV_*`` action, i.e. just before the F/B that uses it;
 - every message between two ranks has its own tag derived from the action key
@@ -66,6 +70,9 @@ class Pending:
     action: str
     peer: int | None
     what: str
+    counted: bool = False  # a send whose storage the rank's memory accounting counts
+    storage: int = 0
+    nbytes: int = 0
 
 
 @dataclass
@@ -77,7 +84,7 @@ class Transport:
     fwd_group: Any = None  # NCCL: a group for activations (+labels), one for gradients
     bwd_group: Any = None
     ar_group: Any = None
-    sends: list[Pending] = field(default_factory=list)
+    sends: dict[int, Pending] = field(default_factory=dict)  # id -> send not yet waited on
     bytes_sent: int = 0
 
     @property
@@ -94,7 +101,9 @@ class Transport:
         return Pending(work, buf, action, src, what)
 
     def send(self, tensor: torch.Tensor, dst: int, tag: int, action: str, what: str,
-             group: Any = None) -> None:
+             group: Any = None, count: bool = True) -> Pending:
+        """``isend``; the transport keeps the tensor until the send completes (``count``: the
+        rank's memory accounting counts it meanwhile; labels are not counted)."""
         tensor = tensor.detach()
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
@@ -103,9 +112,12 @@ class Transport:
         except RuntimeError as exc:
             raise self._error(exc, action, dst, f"sending {what}") from None
         self.bytes_sent += tensor.numel() * tensor.element_size()
-        self.sends.append(Pending(work, tensor, action, dst, what))
-        if len(self.sends) > 64:
-            self.reap()
+        p = Pending(work, tensor, action, dst, what)
+        if count:
+            st = tensor.untyped_storage()
+            p.counted, p.storage, p.nbytes = True, int(st.data_ptr()), int(st.nbytes())
+        self.sends[id(p)] = p
+        return p
 
     def wait(self, p: Pending) -> torch.Tensor:
         """Block until ``p`` completes or its deadline passes."""
@@ -115,13 +127,14 @@ class Transport:
             raise self._error(exc, p.action, p.peer, f"waiting on {p.what}") from None
         return p.tensor
 
-    def reap(self) -> None:
-        """Drop finished sends (never blocks)."""
-        self.sends = [p for p in self.sends if not p.work.is_completed()]
+    def complete(self, p: Pending) -> None:
+        """Wait for a send (the caller knows it has completed) and drop the tensor."""
+        if self.sends.pop(id(p), None) is not None:
+            self.wait(p)
 
     def flush(self) -> None:
         """Wait for every outstanding send (end of the list)."""
-        for p in self.sends:
+        for p in list(self.sends.values()):
             self.wait(p)
         self.sends.clear()
 

@@ -281,7 +281,8 @@ if SHORT:  # skip calibration: catalog CPU core + gloo loopback figures
 cfg = ValidateConfig(model="lenet5", devices="cpu:2",
                      schedules=["1f1b,stale"] if SHORT else ["all"],
                      iterations=8 if SHORT else 40, batch_size=32 if SHORT else 64,
-                     emulate_iterations=2 if SHORT else 10, repeats=1 if SHORT else 5,
+                     emulate_iterations=2 if SHORT else 10, repeats=1 if SHORT else 3,
+                     profile_repeats=1 if SHORT else 5,
                      hardware=str(hw_json) if hw_json else None, contention=not SHORT, overhead=not SHORT,
                      dataset="synthetic", out=str(WORK / "validate"))
 t0 = time.time()
@@ -339,7 +340,8 @@ if SHORT:
                                    "allreduce": {"algorithm": "ring"}}))
 cfg = ValidateConfig(model="lenet5" if SHORT else "resnet20", devices="cpu:2", schedules=["dp,pipe-sgd"],
                      iterations=8 if SHORT else 40, batch_size=32 if SHORT else 64,
-                     emulate_iterations=2 if SHORT else 10, repeats=1 if SHORT else 5,
+                     emulate_iterations=2 if SHORT else 10, repeats=1 if SHORT else 3,
+                     profile_repeats=1 if SHORT else 5,
                      hardware=str(hw_json) if hw_json else None, contention=not SHORT, overhead=not SHORT,
                      dataset="synthetic", out=str(WORK / "validate"))
 summary = validate(cfg, progress=None)

@@ -42,10 +42,13 @@ def replay(name: str, S: int, N: int, M: int = 1, lr: float = 0.1, sched=None, o
                 acts[(s + 1, t, m)] = out
         elif a.kind is Kind.LOSS:
             losses.append(rts[s].loss(a, y))
-        elif a.kind is Kind.B:
-            gx = rts[s].backward(a, grads.pop((s, t, m), None))
+        elif a.kind is Kind.B or a.kind is Kind.I:
+            run = rts[s].backward if a.kind is Kind.B else rts[s].backward_input
+            gx = run(a, grads.pop((s, t, m), None))
             if s > 0:
                 grads[(s - 1, t, m)] = gx
+        elif a.kind is Kind.W:
+            rts[s].backward_weight(a)
         elif a.kind is Kind.U:
             if on_update is not None:
                 on_update(rts[s], a)

@@ -46,3 +46,49 @@ def test_closed_pipe_is_quiet():
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
     assert "Traceback" not in err
+
+
+def test_every_new_schedule_prints_json_and_grid(capsys):
+    for name, extra in [("interleaved-1f1b", ["-V", "2"]), ("looped-bfs", []), ("zb-h1", []),
+                        ("zb-h2", []), ("zb-v", []), ("dualpipev", ["-M", "8"]),
+                        ("interleaved-pipedream", []), ("interleaved-2bw", ["-M", "8"])]:
+        args = ["schedule", name, "-S", "8", "-M", "4", "-N", "3", *extra]
+        assert main([*args, "--json"]) == 0, name
+        d = json.loads(capsys.readouterr().out)
+        assert d["devices"] in (4, 8) and d["stages_per_device"] * d["devices"] == 8
+        assert main(args) == 0
+        assert "dev0" in capsys.readouterr().out
+
+
+def test_from_torch_and_to_torch_csv(capsys, tmp_path):
+    assert main(["schedule", "--from-torch", "ZBVZeroBubble", "--ranks", "2", "-M", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "identical to stalesim's 'zb-v'" in out and "3I0.0" in out
+    path = tmp_path / "i.csv"
+    assert main(["schedule", "interleaved-1f1b", "-S", "8", "-M", "8", "--to-torch-csv", str(path)]) == 0
+    capsys.readouterr()
+    rows = path.read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("0F0,0F1,0F2,0F3,4F0")
+    assert main(["schedule", "--from-torch-csv", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["stages"] == 8 and d["devices"] == 4 and d["placement"] == [[0, 1, 2, 3, 0, 1, 2, 3]]
+
+
+def test_torch_interop_errors_exit_2_one_line(tmp_path):
+    for args, needle in [
+        (["schedule", "--from-torch", "1F1B", "--ranks", "4", "-M", "8"], "reports 3F8 on rank 3"),
+        (["schedule", "--from-torch", "Nope", "--ranks", "2"], "unknown torch schedule"),
+        (["schedule", "--from-torch", "GPipe"], "--ranks"),
+        (["schedule", "--from-torch", "GPipe", "--ranks", "2", "-S", "4"], "--stages: not with"),
+        (["schedule", "pipedream", "-S", "3", "--to-torch-csv", str(tmp_path / "x.csv")],
+         "asynchronous"),
+        (["schedule", "zb-v", "-S", "5"], "stages_per_device: 2 does not divide stages=5"),
+        (["schedule", "dualpipev", "-S", "8", "-M", "4"], "dualpipev needs microbatches >= stages"),
+        (["schedule", "gpipe", "-S", "4", "-V", "2"], "places one stage per device"),
+        (["schedule", "gpipe", "--ranks", "2"], "--ranks/--stages-per-rank: only with --from-torch"),
+    ]:
+        proc = subprocess.run([sys.executable, "-m", "stalesim", *args], capture_output=True, text=True)
+        assert proc.returncode == 2, args
+        assert needle in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -13,11 +13,24 @@ torch = pytest.importorskip("torch")
 from executor import make_job, run_local
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import build_schedule, get_spec, schedule_names
+from stalesim.schedule import ScheduleConfig, build_schedule, get_spec, schedule_names
 from stalesim.sim import SimOptions, simulate
 from stalesim.workloads.profile import uniform_profile
 
 N = 6
+
+
+def micro_for(name: str, stages: int, want: int, batch_size: int = 24) -> int:
+    """The fewest micro-batches >= ``want`` that the schedule accepts and that divide the batch."""
+    spec = get_spec(name)
+    if not spec.uses_micro:
+        return 1
+    m = max(want, spec.min_microbatches(stages))
+    while batch_size % m or (spec.constraint is not None and spec.constraint(
+            ScheduleConfig(name, stages=stages, microbatches=m,
+                           stages_per_device=spec.stages_per_device)) is not None):
+        m += 1
+    return m
 
 
 def _configs() -> list[TrainConfig]:
@@ -30,11 +43,15 @@ def _configs() -> list[TrainConfig]:
         if spec.data_parallel:
             shapes = [dict(stages=1, workers=2), dict(stages=2, workers=2)]
         else:
-            M = 2 if spec.uses_micro else 1
-            # S = 2 on 2 ranks, and S = 3 folded onto 2 ranks
-            shapes = [dict(stages=2, microbatches=M), dict(stages=3, microbatches=M, fold=2)]
+            # S = 2V on 2 ranks, and S = 3V (3 devices) folded onto 2 ranks
+            V = spec.stages_per_device
+            shapes = [dict(stages=2 * V, microbatches=micro_for(name, 2 * V, 2)),
+                      dict(stages=3 * V, microbatches=micro_for(name, 3 * V, 2), fold=2)]
+            if 3 * V > 5:  # more stages than LeNet-5's blocks: an 8-block ResNet
+                shapes[1].update(model="resnet14", batch_size=12, synthetic_size=48)
+                shapes[1]["microbatches"] = micro_for(name, 3 * V, 2, batch_size=12)
         for shape in shapes:
-            out.append(TrainConfig(**base, **shape))
+            out.append(TrainConfig(**{**base, **shape}))
         extra = dict(base, **shapes[0])
         out.append(TrainConfig(**dict(extra, warmup=2)))
         if spec.switches:
@@ -68,7 +85,7 @@ def test_every_flag_combination_is_covered() -> None:
 
 
 def test_simulated_emulated_and_executed_schedules_are_identical(executed) -> None:
-    prof = uniform_profile(5, 1e-3, 2e-3, 24, output_bytes=4096, param_bytes=4096)
+    prof = uniform_profile(8, 1e-3, 2e-3, 24, output_bytes=4096, param_bytes=4096)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     for cfg, res in zip(CONFIGS, executed):

@@ -100,7 +100,7 @@ def test_run_folders_and_resume_are_exact(tmp_path):
     class Interrupt(Exception):
         pass
 
-    first = BatchedEmulator(cfgs, out=tmp_path / "batch", run_dirs=dirs, checkpoint_every=2, progress=False)
+    first = BatchedEmulator(cfgs, out=tmp_path / "batch", run_dirs=dirs, checkpoint_every=1, progress=False)
     orig, calls = first._step, {"n": 0}
     stop = len(first.steps) * 2 // 3
 
@@ -113,7 +113,7 @@ def test_run_folders_and_resume_are_exact(tmp_path):
     first._step = step
     with pytest.raises(Interrupt):
         first.run()
-    res = BatchedEmulator(cfgs, out=tmp_path / "batch", run_dirs=dirs, checkpoint_every=2,
+    res = BatchedEmulator(cfgs, out=tmp_path / "batch", run_dirs=dirs, checkpoint_every=1,
                           progress=False).run(resume=True)
     for k, (r, f) in enumerate(zip(res, ref)):
         assert r["losses"] == f["losses"] and r["final_val_loss"] == f["final_val_loss"]
@@ -164,3 +164,11 @@ def test_cuda_without_gpu_is_refused():
         pytest.skip("a GPU is visible")
     with pytest.raises(StalesimError, match="no CUDA device"):
         BatchedEmulator.preflight([replace(_base("lenet5", "stale"), device="cuda")])
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-1f1b", "zb-h1", "zb-v", "interleaved-2bw"])
+def test_virtual_stages_and_split_backward_equal_separate_runs(schedule):
+    """Schedules with V stages per device and split backward (I then W) run batched too:
+    the replay, version table and I/W hand-offs are the single emulator's."""
+    base = _base("lenet5", schedule, stages=4, microbatches=4, batch_size=16, iterations=3)
+    _compare(_variants(base), 1e-10)

@@ -21,7 +21,7 @@ from torch import nn
 
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import schedule_names
+from stalesim.schedule import get_spec, schedule_names
 from stalesim.workloads.zoo import LayeredModel
 
 S, D_IN, WIDTH, CLASSES = 3, 4, 6, 3
@@ -155,15 +155,27 @@ class Reference:
         return out
 
 
-CASES = [(name, {}) for name in schedule_names()]
-CASES = [
-    (n, {"microbatches": 2} if n in ("gpipe", "1f1b", "2bw") else
-        {"workers": 2} if n in ("dp", "pipe-sgd") else {})
-    for n, _ in CASES
-] + [
+def _case(name: str) -> dict | None:
+    """The flags that put ``name`` on the 3-block MLP (S = 3); None where it cannot be:
+    ZB-V and DualPipeV place exactly 2 stages per device (S even); they train exactly like
+    gpipe (tests/test_emulator_virtual.py), which this reference checks."""
+    spec = get_spec(name)
+    if spec.data_parallel:
+        return {"workers": 2}
+    extra: dict = {"microbatches": 2} if spec.uses_micro else {}
+    if S % spec.stages_per_device:
+        if spec.fixed_stages_per_device:
+            return None
+        extra["stages_per_device"] = S  # one device running the three stages as its chunks
+    return extra
+
+
+CASES = [(n, e) for n in schedule_names() if (e := _case(n)) is not None] + [
     ("pipe-sgd", {"workers": 2, "warmup": 2}),
     ("stale", {"weight_decay": 0.01}),
     ("pipedream", {"warmup": 2}),
+    ("interleaved-1f1b", {"microbatches": 2, "stages_per_device": 1}),  # 3 devices, one chunk each
+    ("interleaved-2bw", {"microbatches": 4, "stages_per_device": 1, "warmup": 2}),
 ]
 
 

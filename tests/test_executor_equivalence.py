@@ -19,18 +19,32 @@ torch = pytest.importorskip("torch")
 from executor import make_job, run_local
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import schedule_names
+from stalesim.schedule import ScheduleConfig, get_spec, schedule_names
 
-MICRO = {"gpipe", "1f1b", "2bw"}
 DP = {"dp", "pipe-sgd"}
 
 
+def micro_for(name: str, stages: int, want: int, batch_size: int = 24) -> int:
+    """The fewest micro-batches >= ``want`` that the schedule accepts and that divide the batch."""
+    spec = get_spec(name)
+    if not spec.uses_micro:
+        return 1
+    m = max(want, spec.min_microbatches(stages))
+    while batch_size % m or (spec.constraint is not None and spec.constraint(
+            ScheduleConfig(name, stages=stages, microbatches=m,
+                           stages_per_device=spec.stages_per_device)) is not None):
+        m += 1
+    return m
+
+
 def _cfg(name: str, devices: int, **over) -> TrainConfig:
+    spec = get_spec(name)
+    stages = devices * spec.stages_per_device  # V chunks per device for virtual stages
     kw = dict(  # noqa: C408
-        model="lenet5", dataset="synthetic", schedule=name, stages=devices, iterations=6,
+        model="lenet5", dataset="synthetic", schedule=name, stages=stages, iterations=6,
               batch_size=24, synthetic_size=192, lr=0.05)
-    if name in MICRO:
-        kw["microbatches"] = devices
+    if spec.uses_micro:
+        kw["microbatches"] = micro_for(name, stages, devices)
     if name in DP:
         kw.update(workers=devices, stages=1 if devices == 2 else 2)
     if name == "pipe-sgd":
@@ -48,12 +62,19 @@ def _two_rank_cases() -> list[TrainConfig]:
         _cfg("stale", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4),
         _cfg("dp", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4),
         _cfg("stale", 2, weight_prediction=True, spike_compensation=True),
+        # split backward through BasicBlocks with BatchNorm, and a mitigation on an
+        # asynchronous interleaved order (its backward weights come from the predictor)
+        _cfg("zb-v", 2, model="resnet8", batch_size=8, synthetic_size=64, iterations=4,
+             microbatches=2),
+        _cfg("interleaved-pipedream", 2, weight_prediction=True),
     ]
     return cases
 
 
 def _three_rank_cases() -> list[TrainConfig]:
-    return [_cfg(n, 3) for n in ("stale", "1f1b", "pipedream", "2bw", "local", "hybrid", "dp")]
+    small = dict(model="resnet14", batch_size=12, synthetic_size=48, iterations=3)  # 8 blocks: S = 6
+    return ([_cfg(n, 3) for n in ("stale", "1f1b", "pipedream", "2bw", "local", "hybrid", "dp", "zb-h1")]
+            + [_cfg(n, 3, **small) for n in ("interleaved-1f1b", "zb-v", "dualpipev")])
 
 
 def _emulate(cfg: TrainConfig) -> tuple[dict, dict]:
@@ -107,10 +128,10 @@ def test_summary_has_the_measurements(two_rank_results):
             assert key in res
         assert res["iteration_time_s"] > 0 and res["throughput_samples_per_s"] > 0
         assert set(res["utilization"]) == {"0", "1"}
-        # a device may finish its share before the window opens: local's first stage never
-        # waits for a gradient and can run all 6 batches ahead of the last stage (u = 0 there)
-        util = list(res["utilization"].values())
-        assert all(0 <= u <= 1.0 + 1e-9 for u in util) and max(util) > 0, (res["schedule"], util)
+        # over the schedule's steady window (a batch or two in these short runs: on a loaded
+        # machine a device may not compute inside it at all)
+        assert all(0 <= u <= 1.0 + 1e-9 for u in res["utilization"].values())
+        assert res["timing_window"] in ("steady window", "whole run")
         assert all(b > 0 for b in res["peak_memory_bytes"].values())
         labels = {row[0] for rows in res["rows"].values() for row in rows}
         assert not any("v" in lab.split(":")[-1] for lab in labels)  # no version in labels
@@ -120,3 +141,38 @@ def test_summary_has_the_measurements(two_rank_results):
 def test_three_ranks_match_the_emulator():
     cases = _three_rank_cases()
     _check(cases, run_local(_jobs(cases), "cpu:3", timeout_s=60))
+
+
+def _predicted_peaks(cfg: TrainConfig) -> list[int]:
+    """The memory model with stage facts measured as the executor counts them."""
+    from dataclasses import replace
+
+    from executor.rank import RECV_AHEAD
+    from stalesim.runtime.memfacts import stage_memory_facts
+    from stalesim.schedule import build_schedule
+    from stalesim.sim.memory import memory_report
+    from stalesim.sim.model import uniform_costs
+    from stalesim.validate.costmodel import with_memory_facts
+
+    sched = build_schedule(cfg.schedule_config(cfg.iterations))
+    facts = stage_memory_facts(cfg, sched)
+    costs = with_memory_facts(uniform_costs(sched.stages, 1, 1), facts)
+    costs = replace(costs, msg_bytes=tuple(f["message"] for f in facts))
+    return memory_report(sched, costs, optimizer_state_factor=1.0 if cfg.momentum else 0.0,
+                         recv_ahead=RECV_AHEAD).peak_bytes
+
+
+def test_memory_model_counts_what_the_ranks_hold(two_rank_results):
+    """Issue 12: predicted and measured peak memory per device count the same bytes. Exact
+    but for a gradient whose send has not completed when a rank samples (a few percent at
+    most); mitigations (predicted weights) and compressed all-reduce buckets are not
+    modelled and are left out here."""
+    cases, results = two_rank_results
+    for cfg, res in zip(cases, results):
+        if cfg.weight_prediction or cfg.compression != "none":
+            continue
+        what = f"{cfg.schedule} ({cfg.model}, {cfg.dtype})"
+        measured = [res["peak_memory_bytes"][k] for k in sorted(res["peak_memory_bytes"], key=int)]
+        predicted = _predicted_peaks(cfg)
+        for d, (p, m) in enumerate(zip(predicted, measured)):
+            assert abs(p - m) <= 0.03 * m, f"{what}: device {d}: predicted {p} B, measured {m} B"

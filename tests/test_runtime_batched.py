@@ -56,7 +56,7 @@ def test_wide_forward_and_gradients_equal_each_run(name, example, generic):
         yk.square().sum().backward()
     # every stacked leaf's slice k is run k's gradient (same count of leaves as one model)
     assert len(stacked) == len(list(seqs[0].parameters()))
-    grads_k = [sorted((p.grad.norm().item() for p in m.parameters())) for m in seqs]
+    grads_k = [sorted(p.grad.norm().item() for p in m.parameters()) for m in seqs]
     for k in range(3):
         got = sorted(p.grad[k].norm().item() for p in stacked.values())
         assert got == pytest.approx(grads_k[k], rel=1e-10)

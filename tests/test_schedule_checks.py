@@ -26,17 +26,26 @@ def configs(draw):
     switch, synchronous warm-up."""
     name = draw(st.sampled_from(schedule_names()))
     spec = get_spec(name)
-    S = draw(st.integers(1, 4 if spec.data_parallel else 16))
+    # virtual stages: V chunks per device (fixed for ZB-V/DualPipeV, any for interleaving)
+    V = spec.stages_per_device
+    if spec.placement != "contiguous" and not spec.fixed_stages_per_device:
+        V = draw(st.integers(1, 3))
+    R = draw(st.integers(1, 4 if spec.data_parallel else max(1, 16 // V)))
+    S = R * V
     M = draw(st.integers(spec.min_microbatches(S), 32)) if spec.uses_micro else 1
+    while spec.constraint is not None and spec.constraint(
+            ScheduleConfig(name, stages=S, microbatches=M, stages_per_device=V)) is not None:
+        M += 1  # the next micro-batch count the order is defined for
     N = draw(st.integers(1, 64))
     P = draw(st.integers(1, 4)) if spec.data_parallel else 1
     # keep each example's action count moderate so CI stays fast
     N = min(N, max(1, 2000 // (S * M)))
-    fold = None if spec.data_parallel else draw(st.none() | st.integers(1, S))
+    fold = None if spec.data_parallel else draw(st.none() | st.integers(1, R))
     switch = draw(st.none() | st.integers(0, N)) if spec.switches else None
     warmup = draw(st.integers(0, N))
     return ScheduleConfig(name, stages=S, batches=N, microbatches=M, workers=P,
-                          fold=fold, switch=switch, warmup=warmup)
+                          fold=fold, switch=switch, warmup=warmup,
+                          stages_per_device=None if spec.stages_per_device == V else V)
 
 
 @pytest.mark.slow

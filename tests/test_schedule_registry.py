@@ -13,7 +13,7 @@ from stalesim.schedule.spec import FAST_PATHS
 @pytest.mark.parametrize("name", schedule_names())
 def test_facts_agree_with_the_derived_schedule(name: str) -> None:
     spec = get_spec(name)
-    sched = build_schedule(spec.config(stages=3, batches=14, microbatches=3, workers=2))
+    sched = build_schedule(spec.config(stages=3 * spec.stages_per_device, batches=14, microbatches=3, workers=2))
     assert sched.policy is spec.policy
     assert sched.uses_micro == spec.uses_micro and sched.data_parallel == spec.data_parallel
     assert sched.local_loss == spec.local_loss and sched.has_steady_state == spec.has_steady_state

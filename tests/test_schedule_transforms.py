@@ -11,7 +11,7 @@ from stalesim.schedule import Kind, ScheduleConfig, build_schedule, get_spec, sc
 def test_warmup_is_synchronous_then_the_schedule_proper(name: str) -> None:
     spec = get_spec(name)
     K, N = 3, 20
-    shape = dict(stages=3, batches=N, microbatches=3, workers=2)
+    shape = dict(stages=3 * spec.stages_per_device, batches=N, microbatches=3, workers=2)
     warm = build_schedule(spec.config(**shape, warmup=K))
     plain = build_schedule(spec.config(**shape))
     v = warm.versions
@@ -45,14 +45,18 @@ def test_hybrid_switch_with_warmup() -> None:
 @pytest.mark.parametrize("name", [n for n in schedule_names() if not get_spec(n).data_parallel])
 def test_fold_keeps_each_stages_order_hence_its_versions(name: str) -> None:
     spec = get_spec(name)
-    shape = dict(stages=4, batches=10, microbatches=3)
+    V = spec.stages_per_device  # V chunks per device: 4 devices' worth of stages folded onto 2
+    S = 4 * V
+    shape = dict(stages=S, batches=10, microbatches=max(3, spec.min_microbatches(S)))
     plain = build_schedule(spec.config(**shape))
     folded = build_schedule(spec.config(**shape, fold=2))
-    assert folded.num_devices == 2 and folded.placement == [[0, 0, 1, 1]]
+    assert plain.num_devices == 4 and folded.num_devices == 2
+    # neighbouring devices share one: device d of the unfolded schedule runs on d // 2
+    assert folded.placement == [[d // 2 for d in plain.placement[0]]]
     assert folded.versions.vf == plain.versions.vf and folded.versions.vb == plain.versions.vb
 
     def per_stage(sched):
         return {s: [a.key for a in sched.actions() if a.stage == s and a.kind in (Kind.F, Kind.B, Kind.U)]
-                for s in range(4)}
+                for s in range(S)}
 
     assert per_stage(folded) == per_stage(plain)

@@ -117,13 +117,13 @@ def test_rows_have_the_documented_fields():
 
 @pytest.mark.parametrize("name", schedule_names())
 def test_actions_carry_their_versions(name):
-    sched = build_schedule(get_spec(name).config(stages=3, microbatches=3, batches=6, workers=2))
+    sched = build_schedule(get_spec(name).config(stages=4, microbatches=4, batches=6, workers=2))
     v = sched.versions
     for acts in sched.device_actions:
         for a in acts:
             if a.kind is Kind.F:
                 assert a.version == v.v_f(a.stage, a.batch, a.micro, a.worker)
-            elif a.kind is Kind.B:
+            elif a.kind in (Kind.B, Kind.I, Kind.W):  # W reads the version its I read
                 assert a.version == v.v_b(a.stage, a.batch, a.micro, a.worker)
             else:
                 assert a.version is None

@@ -24,7 +24,8 @@ def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
     out = tmp_path / "v"
     rc = main(["validate", "--model", "lenet5", "--devices", "cpu:2", "--schedules", "1f1b,pipe-sgd",
                "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "2",
-               "--emulate-iterations", "3", "--hardware", str(_hw(tmp_path)), "--out", str(out),
+               "--profile-repeats", "2", "--emulate-iterations", "3", "--hardware", str(_hw(tmp_path)),
+               "--out", str(out),
                "--quiet"])
     assert rc == 0
     text = capfd.readouterr().out

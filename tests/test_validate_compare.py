@@ -7,7 +7,7 @@ import math
 import pytest
 
 from stalesim.errors import StalesimError
-from stalesim.schedule import ScheduleConfig, build_schedule
+from stalesim.schedule import ScheduleConfig, build_schedule, schedule_names
 from stalesim.validate.compare import aggregate, goals_met, make_row, max_loss_rel_diff, rel_error
 from stalesim.validate.config import check_out_dir, resolve_schedules, runnable_schedules
 from stalesim.validate.measured import completions, measured_timing, rows_to_events
@@ -98,7 +98,7 @@ def test_measured_timing_uses_the_sim_window() -> None:
 
 def test_schedules_resolution_and_errors(tmp_path) -> None:
     assert resolve_schedules("all", 2) == runnable_schedules(2)
-    assert len(runnable_schedules(2)) == 10 and runnable_schedules(1) == ["sequential"]
+    assert runnable_schedules(2) == schedule_names() and runnable_schedules(1) == ["sequential"]
     assert resolve_schedules("dp,1f1b,dp", 2) == ["dp", "1f1b"]
     with pytest.raises(StalesimError, match="unknown schedule 'nope'"):
         resolve_schedules("1f1b,nope", 2)
@@ -170,7 +170,7 @@ def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
                                 "cpu_comm_occupancy": 0.5},
                "files": {"iteration_time_figure": "figures/iteration_time.png"}}
     text = render_report(summary)
-    assert "| 1f1b | 1000.00 | 1100.00 | -9.1% |" in text
+    assert "| 1f1b | 1000.00 | 1100.00 | n/a | -9.1% |" in text
     assert "figures/iteration_time.png" in text and "median abs iteration-time error" in text
     assert write_report(tmp_path, summary).read_text() == text
 
@@ -220,3 +220,35 @@ def test_median_profile_of_rounds() -> None:
     assert [lp.forward_s for lp in m.layers] == [2e-3] * 3
     assert m.layers[0].backward_s == 2e-3 and m.n_layers == 3
     assert median_profile([base]) is base
+
+
+def test_noise_floor_is_iqr_over_median() -> None:
+    from stalesim.validate.compare import noise_floor, pick_median, within_noise
+
+    # sorted 1.0 1.1 1.2 1.3 1.4: inclusive quartiles 1.1 and 1.3, median 1.2
+    assert noise_floor([1.2, 1.0, 1.4, 1.1, 1.3]) == pytest.approx(0.2 / 1.2)
+    assert noise_floor([1.0, 1.0, 1.0]) == 0.0
+    assert noise_floor([1.0, 2.0]) == pytest.approx(0.5 / 1.5)  # half the range over the median
+    assert noise_floor([1.0]) is None and noise_floor([]) is None
+    assert noise_floor([1.0, None, float("nan"), 1.0]) == 0.0
+    assert pick_median([3.0, None, 1.0, 2.0]) == 2.0 and pick_median([None]) is None
+    assert within_noise(0.02, 0.03) is True and within_noise(-0.03, 0.03) is True
+    assert within_noise(0.031, 0.03) is False
+    assert within_noise(0.0, None) is None and within_noise(None, 0.1) is None
+
+
+def test_memory_error_and_aggregates_of_the_protocol() -> None:
+    from stalesim.validate.compare import memory_error
+
+    assert memory_error([110, 95], [100, 100]) == pytest.approx(0.10)
+    assert memory_error([90, 100], [100, 100]) == pytest.approx(-0.10)
+    assert memory_error([1], [1, 2]) is None and memory_error(None, [1]) is None
+    rows = [_row("a", 1.0, 1.0), _row("b", 1.05, 1.0)]
+    rows[0].update(noise_floor=0.01, time_error_within_noise=True, replay_time_error=0.01)
+    rows[1].update(noise_floor=0.03, time_error_within_noise=False, replay_time_error=-0.04)
+    agg = aggregate(rows)
+    assert agg["median_noise_floor"] == pytest.approx(0.02) and agg["max_noise_floor"] == 0.03
+    assert agg["schedules_within_noise"] == 1 and agg["schedules_with_noise_floor"] == 2
+    assert agg["max_abs_replay_error"] == pytest.approx(0.04)
+    assert agg["max_abs_memory_error"] == pytest.approx(1 / 11)  # predicted 10 vs measured 11
+    assert goals_met(agg)["max_abs_memory_error"] is False

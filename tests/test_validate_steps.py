@@ -17,6 +17,7 @@ from stalesim.validate.steps import (
     Validation,
     compare_step,
     profile_sizes,
+    round_order,
     simulate_step,
     train_config,
 )
@@ -78,3 +79,76 @@ def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path) -> N
         assert row["replay_time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
         assert row["speedup_error"] == pytest.approx(0.0, abs=1e-9)
         assert row["max_loss_rel_diff"] == 0.0
+
+
+def test_round_order_rotates_every_schedule_once_per_round() -> None:
+    names = ["a", "b", "c"]
+    rounds = [round_order(names, k) for k in range(4)]
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert all(sorted(r) == names for r in rounds)
+    assert [r[0] for r in rounds[:3]] == names  # no schedule is always first
+    assert round_order([], 2) == []
+
+
+def _scaled(rows: dict[str, list[list]], f: float) -> dict[str, list[list]]:
+    return {d: [r[:6] + [r[6] * f, r[7] * f] for r in rs] for d, rs in rows.items()}
+
+
+def test_repeats_compare_the_prediction_with_the_median(tmp_path: Path) -> None:
+    """Three repeats at 0.9x, 1.0x and 1.3x the simulated timeline: the measured time is
+    the 1.0x one, the noise floor IQR/median = (1.15-0.95)/1.0, the error 0 and within noise;
+    the replay of each repeat is itself exact, and the speed-up uses the median baseline."""
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
+                         out=str(tmp_path), repeats=3)
+    prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["1f1b"], out=tmp_path,
+                   say=lambda _m: None, prof=prof, cm=CostModel(prof), hw=SimHardware.ideal())
+    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
+    simulate_step(v)
+    r = v.sims["1f1b"]
+    rows = _rows_from(r)
+    v.runs["1f1b"] = [{"rows": _scaled(rows, f), "iterations": cfg.iterations, "schedule": "1f1b",
+                       "losses": [1.0] * cfg.iterations, "run_dir": f"r{f}"} for f in (0.9, 1.3, 1.0)]
+    base_rows = _rows_from(v.base_sim)
+    v.base_runs = [{"rows": _scaled(base_rows, f), "iterations": cfg.iterations} for f in (1.0, 2.0, 1.1)]
+    v.base_timing = {"iteration_time_s": None}
+    compare_step(v)
+    (row,) = v.rows
+    assert row["repeats"] == 3 and row["run_dir"] == "r1.0"
+    assert row["measured_iteration_time_s"] == pytest.approx(r.iteration_time_s)
+    assert row["time_error"] == pytest.approx(0.0, abs=1e-9)
+    assert row["noise_floor"] == pytest.approx(0.2, rel=1e-6)
+    assert row["time_error_within_noise"] is True
+    assert len(row["replay_time_errors"]) == 3
+    assert all(abs(e) < 1e-6 for e in row["replay_time_errors"])
+    assert row["measured_speedup"] == pytest.approx(1.1 * v.base_sim.iteration_time_s / r.iteration_time_s)
+    assert v.base_timing["noise_floor"] == pytest.approx((1.55 - 1.05) / 1.1)
+
+
+def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypatch) -> None:
+    """K rounds: each runs the 1-rank baseline (round 0's ran in the baseline step), then
+    every schedule once in one process group, rotated; each repeat has its own folder."""
+    import executor.launch
+    from stalesim.validate.steps import run_step
+
+    calls: list[list[str]] = []
+
+    def fake_run_local(jobs, devs, **_kw):
+        single = isinstance(jobs, dict)
+        js = [jobs] if single else jobs
+        calls.append([f"{j['label']}@{Path(j['out']).name}" for j in js])
+        res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
+        return res[0] if single else res
+
+    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, out=str(tmp_path),
+                         repeats=3)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
+                   say=lambda _m: None, ppv=[2], ppvs={"stale": [2], "dp": []})
+    run_step(v)
+    assert calls == [["stale@stale", "dp@dp"],
+                     ["baseline@baseline-1rank.r1"], ["dp@dp.r1", "stale@stale.r1"],
+                     ["baseline@baseline-1rank.r2"], ["stale@stale.r2", "dp@dp.r2"]]
+    assert [m["run_dir"] for m in v.runs["dp"]] == [str(tmp_path / "runs" / n) for n in ("dp", "dp.r1", "dp.r2")]
+    assert len(v.base_runs) == 2  # rounds 1 and 2 (round 0's is the baseline step's)

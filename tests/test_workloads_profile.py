@@ -147,3 +147,24 @@ def test_weight_layers_may_be_omitted_in_a_hand_written_profile() -> None:
     d["layers"][2]["weight_layers"] = -1
     with pytest.raises(StalesimError, match=r"layers\[2\]\.weight_layers: must be an integer >= 0"):
         profile_from_dict(d)
+
+
+def test_split_backward_fields_round_trip_scale_and_default() -> None:
+    from stalesim.workloads.profile import WEIGHT_GRAD_FRACTION, profile_from_dict
+
+    p = uniform_profile(3, 1e-3, 2e-3, 8)
+    assert not p.layers[0].measured_split
+    assert p.layers[0].backward_split() == pytest.approx((2e-3 * (1 - WEIGHT_GRAD_FRACTION),
+                                                          2e-3 * WEIGHT_GRAD_FRACTION))
+    d = p.to_dict()
+    for lp in d["layers"]:
+        lp.update(backward_input_s=0.5e-3, backward_weight_s=1.7e-3)
+    q = profile_from_dict(d)
+    assert q.layers[1].backward_split() == (0.5e-3, 1.7e-3)
+    assert q.at_batch_size(4).layers[1].backward_split() == pytest.approx((0.25e-3, 0.85e-3))
+    stage = q.stage_layers([2])[0]
+    assert stage.backward_split() == pytest.approx((1e-3, 3.4e-3))
+    assert profile_from_dict(q.to_dict()).layers[2].backward_weight_s == 1.7e-3
+    del d["layers"][0]["backward_weight_s"]
+    with pytest.raises(StalesimError, match=r"layers\[0\]\.backward_weight_s: missing"):
+        profile_from_dict(d)

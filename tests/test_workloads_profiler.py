@@ -87,3 +87,14 @@ def test_profile_bfloat16_halves_bytes(lenet_profile) -> None:
     assert [lp.output_bytes * 2 for lp in p.layers] == [
         lp.output_bytes for lp in lenet_profile.layers
     ]
+
+
+def test_profile_measures_the_split_backward(lenet_profile) -> None:
+    """I (input gradient) and W (weight gradient) per block, as the stage runtime runs them
+    (the first block's I still computes the gradients at its modules' outputs)."""
+    for lp in lenet_profile.layers:
+        assert lp.measured_split
+        assert lp.backward_weight_s > 0 and lp.backward_input_s > 0
+        assert set(lp.spread) >= {"backward_input_s", "backward_weight_s"}
+    back = lenet_profile.from_dict(lenet_profile.to_dict())
+    assert [lp.backward_split() for lp in back.layers] == [lp.backward_split() for lp in lenet_profile.layers]

@@ -30,7 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="resnet20", help="model to profile, predict and validate")
     p.add_argument("--batch-size", type=int, default=32, help="validation mini-batch (prediction: 4x)")
     p.add_argument("--iterations", type=int, default=12, help="iterations per validated schedule")
-    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd",
+    p.add_argument("--repeats", type=int, default=3,
+                   help="measured runs per validated schedule (interleaved; the noise floor)")
+    p.add_argument("--schedules", default="sequential,1f1b,pipedream,stale,dp,pipe-sgd,zb-v",
                    help="schedules to validate on 2 ranks (or all)")
     p.add_argument("--devices", default=None, help="validation ranks (default cuda:0,1 with 2+ GPUs, else cpu:2)")
     p.add_argument("--data-dir", default=None, help="MNIST root for the staleness study ($STALESIM_DATA)")
@@ -48,8 +50,9 @@ def schedule_table(stages: int) -> str:
 
     rows = [("schedule", "policy", "staleness per stage", "v_B != v_F on stages", "what")]
     for name in schedule_names():
-        sched = build_schedule(get_spec(name).config(stages=stages, batches=4 * stages + 4,
-                                                     microbatches=stages, workers=2))
+        spec = get_spec(name)  # virtual stages: `stages` devices of V chunks each
+        sched = build_schedule(spec.config(stages=stages * spec.stages_per_device,
+                                           batches=4 * stages + 4, microbatches=stages, workers=2))
         v = sched.versions
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))
@@ -179,15 +182,17 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.validate.workflow import validate
 
     scheds = "1f1b,dp" if quick else args.schedules
-    step(f"validating on {devices}: {scheds} ({iters} iterations each): predicted vs measured")
+    step(f"validating on {devices}: {scheds} ({iters} iterations each, {2 if quick else max(1, args.repeats)} "
+         "interleaved repeats): predicted vs measured, with each schedule's noise floor")
+    K = 2 if quick else max(1, args.repeats)
     vcfg = ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
-                          batch_size=B, microbatches=4, threads=1, out=str(out / "validate"),
+                          batch_size=B, microbatches=4, threads=1, out=str(out / "validate"), repeats=K,
                           emulate_iterations=3, hardware=str(out / "hardware.json"),
                           profile=str(out / "profile.json"),
                           contended_profile=str(out / "profile_contended.json") if contended else None,
                           command=f"stalesim validate --model {args.model} --devices {devices} "
                                   f"--schedules {scheds} --iterations {iters} --batch-size {B} "
-                                  f"--out {out / 'validate'}")
+                                  f"--repeats {K} --out {out / 'validate'}")
     vsum = validate(vcfg, progress=lambda m: step.note(m.split("] ", 1)[-1]))
     print(summary_table(vsum))
 
@@ -211,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
                "load_average_after": list(os.getloadavg()), "devices": devices, "model": args.model,
                "validate": {k: vsum.get(k) for k in ("median_abs_time_error", "max_abs_time_error",
+                                                     "median_noise_floor", "max_noise_floor",
+                                                     "max_abs_memory_error",
                                                      "max_abs_utilization_error_points",
                                                      "max_abs_speedup_error", "max_loss_rel_diff")},
                "validate_rows": vsum["rows"], "predictions": grid,
@@ -279,13 +286,19 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
             return "n/a" if x is None else format(x, fmt)
 
         pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
+        within = " within noise" if r.get("time_error_within_noise") else ""
         rows.append(("validated", f"{r['schedule']} on {vsum['devices']}",
                      (f"predicted {f(pit and pit * 1e3, '.1f')} ms vs measured {f(mit and mit * 1e3, '.1f')}"
-                      f" ms ({f(r['time_error'], '+.1%')}); speed-up {f(r['predicted_speedup'], '.2f')}"
-                      f"/{f(r['measured_speedup'], '.2f')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
+                      f" ms ({f(r['time_error'], '+.1%')}, noise {f(r.get('noise_floor'), '.1%')}{within}); "
+                      f"speed-up {f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}; "
+                      f"memory {f(r.get('memory_error'), '+.1%')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
+    wn, wt = vsum.get("schedules_within_noise"), vsum.get("schedules_with_noise_floor")
     rows.append(("validation", "all schedules",
                  (f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
-                  f"{_pct(vsum.get('max_abs_time_error'))} (load average {vsum['load_average']['before']})")))
+                  f"{_pct(vsum.get('max_abs_time_error'))}; noise floor median "
+                  f"{_pct(vsum.get('median_noise_floor'))} ({wn if wn is not None else 'n/a'} of "
+                  f"{wt if wt is not None else 'n/a'} within noise); "
+                  f"load average {vsum['load_average']['before']}")))
     for r in study or []:
         acc = r.get("test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",

@@ -26,6 +26,9 @@ def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True)
                    help="hybrid: batches run stale-pipelined before switching (default N/2)")
     p.add_argument("--warmup", type=nonneg_int, default=0,
                    help="synchronous warm-up: the first K batches run without staleness")
+    p.add_argument("--stages-per-device", "-V", type=positive_int, default=None, metavar="V",
+                   help="virtual stages: V model chunks per device, S/V devices (interleaved "
+                        "schedules; default: the schedule's, 2 for interleaving, ZB-V, DualPipeV)")
 
 
 def config_from_args(args: argparse.Namespace, *, stages: int | None = None, batches: int | None = None):
@@ -41,6 +44,7 @@ def config_from_args(args: argparse.Namespace, *, stages: int | None = None, bat
         fold=args.fold,
         switch=args.switch,
         warmup=args.warmup,
+        stages_per_device=args.stages_per_device,
     )
 
 
@@ -54,6 +58,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"one of: {', '.join(schedule_names())} (or --schedule NAME)")
     p.add_argument("--schedule", default=None, metavar="NAME", help=argparse.SUPPRESS)
     add_schedule_args(p)
+    t = p.add_argument_group("torch.distributed.pipelining interop")
+    t.add_argument("--from-torch", default=None, metavar="CLASS",
+                   help="build the IR from torch's own per-rank order of this schedule class "
+                        "(GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+                        "ZBVZeroBubble, DualPipeV); with --ranks and --microbatches")
+    t.add_argument("--from-torch-csv", default=None, metavar="FILE",
+                   help="build the IR from torch's schedule CSV (one row per rank, e.g. 0F0,1I0,...)")
+    t.add_argument("--ranks", type=positive_int, default=None, help="--from-torch: pipeline ranks")
+    t.add_argument("--stages-per-rank", type=positive_int, default=None, metavar="V",
+                   help="--from-torch: stages per rank (default: 2 for the V schedules, else 1)")
+    t.add_argument("--to-torch-csv", default=None, metavar="FILE",
+                   help="write one flushed batch of the schedule as torch's compute-only CSV")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=run)
 
@@ -66,19 +82,87 @@ def run(args: argparse.Namespace) -> int:
     if args.name and args.schedule and args.name != args.schedule:
         raise StalesimError(f"schedule: given twice ({args.name!r} and --schedule {args.schedule!r})")
     args.schedule = args.name or args.schedule
-    if not args.schedule:
-        raise StalesimError("schedule: give a schedule name (stalesim schedule NAME)")
-    spec = get_spec(args.schedule)
-    sched = build_schedule(config_from_args(args, batches=args.batches or 8))
+    imported = args.from_torch is not None or args.from_torch_csv is not None
+    if imported:
+        sched, summary = _imported(args)
+    else:
+        if args.ranks is not None or args.stages_per_rank is not None:
+            raise StalesimError("--ranks/--stages-per-rank: only with --from-torch "
+                                "(our schedules take --stages S and --stages-per-device V)")
+        if not args.schedule:
+            raise StalesimError("schedule: give a schedule name (stalesim schedule NAME), "
+                                "or --from-torch CLASS / --from-torch-csv FILE")
+        spec = get_spec(args.schedule)
+        sched = build_schedule(config_from_args(args, batches=args.batches or 8))
+        summary = spec.summary
+    written = None
+    if args.to_torch_csv:
+        from stalesim.schedule.torch_interop import to_torch_csv
+
+        written = str(to_torch_csv(sched, args.to_torch_csv))
     if args.json:
-        print_json(sched.to_dict())
+        d = sched.to_dict()
+        if written:
+            d["torch_csv"] = written
+        print_json(d)
         return 0
-    print(f"schedule {sched.name}: {spec.summary}")
+    print(f"schedule {sched.name}: {summary}")
     print(f"stages={sched.stages} batches={sched.batches} microbatches={sched.microbatches} "
-          f"workers={sched.workers} devices={sched.num_devices} policy={sched.policy}"
+          f"workers={sched.workers} devices={sched.num_devices} "
+          f"stages_per_device={sched.stages_per_device} policy={sched.policy}"
           + "".join(f" {k}={v}" for k, v in sched.params.items()))
     print()
     print(grid(sched))
     print()
     print(version_table(sched))
+    if written:
+        print(f"\ntorch csv: {written}")
     return 0
+
+
+def _imported(args: argparse.Namespace):
+    """(schedule, one-line summary) of ``--from-torch`` / ``--from-torch-csv``."""
+    from stalesim.errors import StalesimError
+    from stalesim.schedule.torch_interop import from_torch, read_torch_csv, schedule_from_orders
+
+    if args.schedule:
+        raise StalesimError("--from-torch: give a torch class or a schedule NAME, not both")
+    if args.from_torch is not None and args.from_torch_csv is not None:
+        raise StalesimError("--from-torch: give --from-torch or --from-torch-csv, not both")
+    for flag in ("stages", "fold", "switch", "stages_per_device"):
+        if getattr(args, flag) is not None:
+            raise StalesimError(f"--{flag.replace('_', '-')}: not with --from-torch (torch's order "
+                                "fixes the stages; use --ranks and --stages-per-rank)")
+    if args.workers != 1 or args.warmup:
+        raise StalesimError("--workers/--warmup: not with --from-torch")
+    batches = args.batches or 1
+    if args.from_torch_csv is not None:
+        if args.ranks is not None or args.stages_per_rank is not None:
+            raise StalesimError("--ranks/--stages-per-rank: the CSV fixes them (one row per rank)")
+        sched = schedule_from_orders(read_torch_csv(args.from_torch_csv), batches=batches,
+                                     name=f"torch-csv:{args.from_torch_csv}")
+        return sched, "torch CSV order, lowered and validated by the IR"
+    if args.ranks is None:
+        raise StalesimError("--ranks: --from-torch needs the number of pipeline ranks")
+    sched = from_torch(args.from_torch, args.ranks, args.microbatches, args.stages_per_rank,
+                       batches=batches)
+    return sched, same_as_ours(sched)
+
+
+def same_as_ours(sched) -> str:
+    """Whether stalesim's own generator of the same schedule orders it identically."""
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.schedule.torch_interop import compute_orders
+
+    phase = sched.phases[0].schedule if sched.phases else None
+    if phase is None:
+        return "torch's own order (stalesim has no generator of this class)"
+    try:
+        ours = build_schedule(ScheduleConfig(phase, stages=sched.stages, batches=sched.batches,
+                                             microbatches=sched.microbatches,
+                                             stages_per_device=sched.stages_per_device))
+    except Exception as exc:  # noqa: BLE001 - a config ours refuses: say so, do not fail
+        return f"torch's own order (stalesim's {phase!r} refuses this shape: {exc})"
+    same = compute_orders(ours) == compute_orders(sched)
+    return (f"torch's own order; identical to stalesim's {phase!r}" if same
+            else f"torch's own order; differs from stalesim's {phase!r}")

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", "-M", type=_positive_list, default=[1], metavar="1,4")
     p.add_argument("--workers", "-P", "--replicas", type=_positive_list, default=[1], metavar="1,2,4",
                    help="data-parallel degree: workers of dp/pipe-sgd, replicas of a pipeline schedule")
+    p.add_argument("--stages-per-device", "-V", type=_positive_list, default=None, metavar="1,2,4",
+                   help="virtual stages per device for the interleaved schedules (S/V devices); "
+                        "default: each schedule's own (2 for interleaving, ZB-V, DualPipeV)")
     p.add_argument("--targets", type=_names, default=None, metavar="KIND,KIND",
                    help="catalog devices to predict for (roofline from the profile); "
                         "default: the profile's own")
@@ -91,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
             get_link(lk)
     points = grid(args.schedules, args.stages, microbatches=args.microbatches,
                   workers=args.workers, ppv_candidates=args.ppv_candidates,
-                  devices=devices, links=links)
+                  devices=devices, links=links,
+                  stages_per_device=args.stages_per_device or [None])
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
                  batches=args.batches, extrapolate=args.extrapolate, cluster=cluster)
     if args.csv:

@@ -116,6 +116,7 @@ def train_config_from_args(args: argparse.Namespace):
         momentum=args.momentum, weight_decay=args.weight_decay, lr_schedule=args.lr_schedule,
         seed=args.seed, device=args.device, dtype=args.dtype, data_dir=args.data_dir,
         switch=args.switch, switch_epoch=args.switch_epoch, warmup=args.warmup,
+        stages_per_device=args.stages_per_device,
         compression=args.compression, weight_prediction=args.weight_prediction,
         spike_compensation=args.spike_compensation, pipemare_lr=args.pipemare_lr,
         pipemare_warmup=args.pipemare_warmup, pipemare_correction=args.pipemare_correction,

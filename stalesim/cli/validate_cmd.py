@@ -33,7 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ppv", type=int_list, default=None, help="partition (default: min-max over the profile)")
     p.add_argument("--emulate-iterations", type=int, default=10,
                    help="iterations the emulator runs per schedule for the loss check (0: skip)")
-    p.add_argument("--repeats", type=positive_int, default=5, help="profile repeats")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="measured runs per schedule, interleaved round-robin with the 1-rank baseline; "
+                        "the prediction is compared with their median and the report gives each "
+                        "schedule's noise floor (IQR / median) (default 3)")
+    p.add_argument("--profile-repeats", type=positive_int, default=5,
+                   help="timed rounds of the per-layer profile (default 5)")
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="reuse a calibration (stalesim calibrate -o HW.json) instead of measuring")
     p.add_argument("--profile", default=None, metavar="P.json",
@@ -62,6 +67,7 @@ def config_from_args(args: argparse.Namespace):
         batch_size=args.batch_size, microbatches=args.microbatches, threads=args.threads,
         dataset=args.dataset, data_dir=args.data_dir, ppv=args.ppv, out=args.out,
         emulate_iterations=args.emulate_iterations, seed=args.seed, repeats=args.repeats,
+        profile_repeats=args.profile_repeats,
         hardware=args.hardware, profile=args.profile, contended_profile=args.contended_profile,
         contention=not args.no_contention, overhead=not args.no_overhead,
         timeout_s=args.timeout,
@@ -90,21 +96,25 @@ def summary_table(summary: dict) -> str:
     def f(x, fmt):
         return "n/a" if x is None else format(x, fmt)
 
-    head = ("schedule", "pred ms", "meas ms", "error", "replay", "util p/m", "speed-up p/m", "loss diff")
+    head = ("schedule", "pred ms", "meas ms", "noise", "error", "replay", "util p/m", "speed-up p/m",
+            "mem err", "loss diff")
     lines = [head]
     for r in summary["rows"]:
         pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
         lines.append((
             r["schedule"], f(None if pit is None else pit * 1e3, ".2f"),
-            f(None if mit is None else mit * 1e3, ".2f"), f(r["time_error"], "+.1%"),
+            f(None if mit is None else mit * 1e3, ".2f"), f(r.get("noise_floor"), ".1%"),
+            f(r["time_error"], "+.1%") + (" ≈" if r.get("time_error_within_noise") else ""),
             f(r.get("replay_time_error"), "+.1%"),
             f"{f(r['predicted_utilization_mean'], '.2f')}/{f(r['measured_utilization_mean'], '.2f')}",
             f"{f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}",
-            f(r["max_loss_rel_diff"], ".1e")))
+            f(r.get("memory_error"), "+.1%"), f(r["max_loss_rel_diff"], ".1e")))
     w = [max(len(row[i]) for row in lines) for i in range(len(head))]
     text = "\n".join("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(row))
                      for row in lines)
     tail = (f"median |time error| {f(summary.get('median_abs_time_error'), '.1%')}, "
-            f"max {f(summary.get('max_abs_time_error'), '.1%')}; "
+            f"max {f(summary.get('max_abs_time_error'), '.1%')}; noise floor median "
+            f"{f(summary.get('median_noise_floor'), '.1%')} over {summary.get('config', {}).get('repeats')} "
+            f"repeat(s) (≈: error within noise); "
             f"load average {summary.get('load_average', {}).get('before')}")
     return text + "\n" + tail

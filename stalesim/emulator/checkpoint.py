@@ -101,6 +101,9 @@ def _apply(emu: Emulator, state: dict[str, Any]) -> None:
                 if rec["has_loss"]:
                     labels = emu._slice(emu._labels(t), r, m)
                     rt.loss(Action(Kind.LOSS, s, t, m, r), labels)
+                if "seg_grads" in rec:  # its I had run: waiting for W
+                    rt.restore_deferred(a, rec["seg_grads"], rec["v_b"],
+                                       rec.get("grad_out"))
     # the recomputation ran BatchNorm in training mode: put its buffers back
     with torch.no_grad():
         for rt, sv in saved_modules:

@@ -103,6 +103,7 @@ class Emulator:
         # (the all-reduce completes at the last worker's AR)
         self._handlers: dict[Kind, Callable[[Action], None]] = {
             Kind.F: self._forward, Kind.LOSS: self._loss, Kind.B: self._backward,
+            Kind.I: self._backward_input, Kind.W: self._backward_weight,
             Kind.U: self._update, Kind.AR: self._allreduce_start,
             Kind.SEND_F: _nothing, Kind.RECV_F: _nothing, Kind.SEND_B: _nothing,
             Kind.RECV_B: _nothing, Kind.ARW: _nothing,
@@ -155,7 +156,7 @@ class Emulator:
         for i, a in enumerate(self.steps):
             if a.kind is Kind.F:
                 f_at[(a.worker, a.stage, a.batch, a.micro)] = i
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.W:  # the backward completes (W: split)
                 key = (a.worker, a.stage, a.batch, a.micro)
                 spans.append((f_at.pop(key), i, key))
         import bisect
@@ -247,6 +248,18 @@ class Emulator:
         gx = self.rts[r][s].backward(a, gy)
         if s > 0 and not self.sched.local_loss:
             self._grads[(r, s - 1, t, m)] = gx
+
+    def _backward_input(self, a: Action) -> None:
+        """I: the input gradient only (split backward); hands it to the previous stage."""
+        r, s, t, m = a.worker, a.stage, a.batch, a.micro
+        gy = None if s == self.S - 1 else self._grads.pop((r, s, t, m))
+        gx = self.rts[r][s].backward_input(a, gy)
+        if s > 0:
+            self._grads[(r, s - 1, t, m)] = gx
+
+    def _backward_weight(self, a: Action) -> None:
+        """W: the deferred weight gradient of a backward whose I ran."""
+        self.rts[a.worker][a.stage].backward_weight(a)
 
     def _step(self, a: Action) -> None:
         """Dispatch one action to its kind's method (the executor's Rank does the same)."""
@@ -393,7 +406,7 @@ class Emulator:
     def _track_memory(self) -> None:
         b = sum(r.stash_bytes() for row in self.rts for r in row)
         b += sum(rec.x.numel() * rec.x.element_size() for row in self.rts for r in row
-                 for rec in r.inflight.values())
+                 for rec in [*r.inflight.values(), *r.deferred.values()])
         self.peak_inflight_bytes = max(self.peak_inflight_bytes, b)
 
     # ------------------------------------------------------------ results
@@ -412,7 +425,7 @@ class Emulator:
             a = Action.parse(rec["action"])
             if a.kind is Kind.F:
                 ok = table.v_f(a.stage, a.batch, a.micro, a.worker) == rec["version"]
-            elif a.kind is Kind.B:
+            elif a.kind in (Kind.B, Kind.I, Kind.W):  # W reads the version its I read
                 ok = table.v_b(a.stage, a.batch, a.micro, a.worker) == rec["version"]
             else:
                 ok = table.u(a.stage, a.batch, a.worker) == rec["version"]

@@ -69,7 +69,7 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     for r in rows:
         if r["stage"] < stages:
             grid[names.index(r["schedule"]), r["stage"]] = r["staleness"]
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    fig, ax = plt.subplots(figsize=(5.2, max(4.2, 0.28 * len(names) + 1.0)))  # a row per schedule
     im = ax.imshow(grid, cmap="Oranges", aspect="auto", vmin=0)
     for i in range(len(names)):
         for j in range(stages):

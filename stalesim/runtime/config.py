@@ -63,6 +63,7 @@ class TrainConfig:
     switch: int | None = None
     switch_epoch: int | None = None
     warmup: int = 0
+    stages_per_device: int | None = None  # V model chunks per device (None: the schedule's)
     compression: str = "none"
     # mitigations (see stalesim.runtime.mitigations and docs/emulator.md)
     weight_prediction: bool = False
@@ -180,10 +181,10 @@ class TrainConfig:
             if self.fold > self.num_stages:
                 raise StalesimError(f"fold: {self.fold} devices for {self.num_stages} stage(s); "
                                     "a stage runs on one device")
-        low = spec.min_microbatches(self.num_stages)
-        if self.microbatches < low:
-            raise StalesimError(f"microbatches: {self.schedule} needs microbatches >= stages - 1 = {low} "
-                                f"(got microbatches={self.microbatches}, stages={self.num_stages})")
+        if self.stages_per_device is not None:
+            _positive_int("stages_per_device", self.stages_per_device)
+        # every schedule constraint (min micro-batches, stages per device, ...) is the spec's
+        spec.check(self.schedule_config(1))
         self._check_optimizer()
         return self
 
@@ -201,6 +202,7 @@ class TrainConfig:
             schedule=self.schedule, stages=self.num_stages, batches=batches,
             microbatches=self.microbatches, workers=self.workers, fold=self.fold,
             switch=switch, warmup=min(self.warmup, batches),
+            stages_per_device=self.stages_per_device,
         )
 
     def _check_optimizer(self) -> None:

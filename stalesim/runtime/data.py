@@ -241,6 +241,22 @@ class BatchStream:
             x = augment_batch(x, g)
         return self.data.prepare(x, self.cfg.torch_dtype), y
 
+    def labels(self, t: int) -> torch.Tensor:
+        """The labels of mini-batch ``t`` (the ``y`` of ``self(t)``, without touching the images)."""
+        epoch, k = divmod(int(t), self.batches_per_epoch)
+        return self.data.train_y[self.permutation(epoch)[k * self.batch_size:(k + 1) * self.batch_size]]
+
+    def part(self, t: int, lo: int, hi: int) -> torch.Tensor:
+        """Samples ``lo:hi`` of mini-batch ``t``'s images, bit-identical to ``self(t)[0][lo:hi]``
+        but in a storage of their own: without augmentation only those samples are read and
+        prepared (preparation is per sample); augmentation draws for the whole batch, so it is
+        applied to the batch and the slice copied."""
+        if self.data.augment:
+            return self(t)[0][lo:hi].clone()
+        epoch, k = divmod(int(t), self.batches_per_epoch)
+        idx = self.permutation(epoch)[k * self.batch_size:(k + 1) * self.batch_size][lo:hi]
+        return self.data.prepare(self.data.train_x[idx], self.cfg.torch_dtype)
+
     def test_batches(self, batch_size: int = 1000):
         """Test set in order, normalized, no augmentation."""
         test_x, test_y = self.data.test_x, self.data.test_y

@@ -22,6 +22,21 @@ Weight versions, without model copies or parameter swapping:
 * Gradients come from ``torch.autograd.grad(outputs, [input] + params, grad_out)``
   into a buffer per batch (never ``.grad``), because schedules such as 2BW
   interleave the backwards of two batches between updates.
+
+Split backward (``I`` then a deferrable ``W``, the zero-bubble schedules), on
+the (worker, stage)s whose schedule splits any backward: during the forward a
+hook on every module that owns parameters (conv, linear, norm, ...) keeps that
+module's output. ``I`` asks autograd for the gradient w.r.t. the stage input
+*and* those outputs only (``torch.autograd.grad(y, [x, out_1, ...], g,
+retain_graph=True)``): the backward runs down to the input, no weight gradient
+is computed, and each parameter-owning module's output gradient g_j is kept.
+``W`` then asks each such module for its weight gradients from its own output
+(``torch.autograd.grad(out_j, params_j, g_j)``), which runs just that module's
+weight-gradient kernel: nothing is computed twice. W unpacks the weight
+version its I read (the IR's v_W = v_B). Parameters used outside their own
+module's forward (none in the zoo) get theirs from the stage output in W, a
+second walk. A full ``B`` on such a stage is the ordinary backward. The
+arithmetic is the unsplit backward's kernel by kernel.
 """
 
 from __future__ import annotations
@@ -39,7 +54,7 @@ from stalesim.runtime.mitigations import Mitigations
 from stalesim.runtime.optim import StageOptimizer
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.schedule import Action, Schedule
-from stalesim.schedule.liveness import backward_reads
+from stalesim.schedule.liveness import backward_reads, updates_during_backward_wait
 
 _TOKEN = "stalesim-param"
 
@@ -55,6 +70,17 @@ class _Inflight:
     predicted: bool = False
     loss: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # memory accounting (stalesim.runtime.memory): storage key -> bytes of the input, the
+    # output and every non-parameter tensor autograd saved (negative keys: counted bytes
+    # of a hook-free forward, from the first forward of that shape)
+    storages: dict[int, int] = field(default_factory=dict)
+    hooked: bool = True  # ran under the version hooks (a backward may read another version)
+    # split backward: the outputs of the stage's parameter-owning modules (module index,
+    # output) kept by the forward hooks; after I, the gradient at each of them
+    segments: list[tuple[int, torch.Tensor]] | None = None
+    seg_grads: list[torch.Tensor | None] | None = None
+    v_b: int | None = None
+    w_base: list[torch.Tensor] | None = None  # backward weights a mitigation made at I
 
 
 class StageRuntime:
@@ -106,9 +132,24 @@ class StageRuntime:
         self.buffers: dict[int, list[torch.Tensor | None]] = {}
         self.versions_used: list[tuple[str, int]] = []
         self.stash_peak_bytes = 0
+        # split backward (I / W): see the module doc
+        self.split = (worker, stage) in schedule.split_stages()
+        self.deferred: dict[tuple[int, int | None], _Inflight] = {}
+        self._captured: list[tuple[int, torch.Tensor]] | None = None  # set during a split forward
+        if self.split:
+            self._init_split()
         # set while a forward / backward runs, read by the hooks
         self._pack_ptr: dict[int, int] = self._ptr
         self._unpack_weights: Sequence[torch.Tensor] | None = None
+        # issue 12: the version hooks only where an update can fall between a forward and its
+        # backward (or a mitigation changes the weights read); elsewhere autograd's own saved
+        # parameters are the version the backward reads, bit for bit
+        self.hooks_needed = self._hooks_needed()
+        self._seen: dict[int, int] | None = None  # saved storages counted by _pack
+        self._saved_cache: dict[tuple, int] = {}  # input shape -> saved bytes (hook-free forwards)
+        # counted-not-seen keys (< 0), disjoint between the runtimes of one rank (several
+        # stages share a device with virtual stages or fold: the accounting merges their dicts)
+        self._uid = -((worker * num_stages + stage) << 40)
 
     def _make_optimizer(self) -> Any:
         """The stage's optimizer (a batched runtime stacks K runs' optimizers)."""
@@ -136,10 +177,20 @@ class StageRuntime:
                 out[ptr] = i
         return out
 
+    def _hooks_needed(self) -> bool:
+        """True when some update of this stage runs while one of its forwards awaits its
+        backward (a schedule fact, :func:`updates_during_backward_wait`), or a mitigation
+        changes the weights a forward or backward reads."""
+        if self.mit.changes_forward or self.mit.changes_backward:
+            return True
+        return updates_during_backward_wait(self.schedule, self.stage, self.worker)
+
     def _pack(self, t: torch.Tensor) -> Any:
         ptr = self._storage_ptr(t)
         i = self._pack_ptr.get(ptr) if ptr is not None else None
         if i is None:
+            if self._seen is not None and ptr is not None:
+                self._seen[ptr] = t.untyped_storage().nbytes()
             return t
         base = self.params[i] if self._pack_ptr is self._ptr else self._cur_leaves[i]
         return (_TOKEN, i, tuple(t.size()), tuple(t.stride()), t.storage_offset() - base.storage_offset())
@@ -199,25 +250,76 @@ class StageRuntime:
         if weights is not None:
             leaves = [w.detach().requires_grad_(True) for w in weights]
             predicted = True
-        else:
+        elif self.mit.changes_forward:
             pw = self.mit.forward_weights([p.detach() for p in self.params], self._bufs(),
                                           self.lr_fn(action.batch), action.batch, action.micro)
             if pw is not None:
                 leaves = [w.requires_grad_(True) for w in pw]
                 predicted = True
+        hooked = leaves is not None or self.hooks_needed or self.head is not None
+        # split backward: the forward hooks keep the parameter-owning modules' outputs
+        segments: list[tuple[int, torch.Tensor]] | None = [] if self.split else None
+        self._captured = segments
+        try:
+            if hooked:
+                y, storages = self._hooked_forward(x, leaves)
+            else:
+                y, storages = self._plain_forward(x)
+        finally:
+            self._captured = None
+        self.inflight[self._key(action)] = _Inflight(
+            x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
+            predicted=predicted, storages=storages, hooked=hooked, segments=segments,
+        )
+        self.versions_used.append((str(action.with_version(None)), v_f))
+        return y
+
+    def _hooked_forward(self, x: torch.Tensor, leaves: list[torch.Tensor] | None
+                        ) -> tuple[torch.Tensor, dict[int, int]]:
+        """The forward under the version hooks; counts the saved storages as it packs them."""
         self._cur_leaves = leaves if leaves is not None else self.params
         self._pack_ptr = self._ptr if leaves is None else self._ptr_map(leaves)
+        seen: dict[int, int] = {}
+        self._seen = seen
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 y = self._call(x, leaves)
         finally:
             self._pack_ptr = self._ptr
-        self.inflight[self._key(action)] = _Inflight(
-            x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
-            predicted=predicted,
-        )
-        self.versions_used.append((str(action.with_version(None)), v_f))
-        return y
+            self._seen = None
+        _io_storages(seen, x, y)
+        _segment_storages(seen, self._captured)
+        return y, seen
+
+    def _plain_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[int, int]]:
+        """A forward with no hooks. The bytes autograd saves depend only on the input's
+        shape and dtype: counted (with a counting hook) on the first forward of each."""
+        from stalesim.runtime.memory import saved_counter
+
+        key = (tuple(x.shape), x.dtype, x.requires_grad)
+        extra = self._saved_cache.get(key)
+        if extra is None:
+            seen: dict[int, int] = {}
+            pack, unpack = saved_counter(set(self._ptr), seen)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                y = self._call(x, None)
+            io: dict[int, int] = {}
+            _io_storages(io, x, y)
+            # a split stage's record also keeps its modules' outputs (those autograd did not save)
+            _segment_storages(seen, self._captured)
+            extra = self._saved_cache[key] = sum(v for k, v in seen.items() if k not in io)
+            io[self._next_uid()] = extra
+            return y, io
+        y = self._call(x, None)
+        io = {}
+        _io_storages(io, x, y)
+        io[self._next_uid()] = extra
+        return y, io
+
+    def _next_uid(self) -> int:
+        """A key no storage has (data pointers are >= 0): one per counted-not-seen entry."""
+        self._uid -= 1
+        return self._uid
 
     def loss(self, action: Action, labels: torch.Tensor) -> float:
         """LOSS(s, t, m): micro-batch mean loss of the task divided by M; returns its value."""
@@ -228,6 +330,8 @@ class StageRuntime:
             self._cur_leaves = rec.leaves
             if rec.predicted:
                 self._pack_ptr = self._ptr_map(rec.leaves)
+            head_seen: dict[int, int] = {}
+            self._seen = head_seen
             try:
                 with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                     if rec.predicted:
@@ -237,8 +341,24 @@ class StageRuntime:
                         out = self.head(out)
             finally:
                 self._pack_ptr = self._ptr
+                self._seen = None
+            for k, v in head_seen.items():
+                rec.storages.setdefault(k, v)
         M = self.schedule.microbatches if self.schedule.uses_micro else 1
-        loss = self.loss_fn(out, labels) / M
+        key = ("loss", tuple(out.shape), out.dtype)
+        extra = self._saved_cache.get(key)
+        if extra is None:  # the bytes the loss saves: counted once per shape
+            from stalesim.runtime.memory import saved_counter
+
+            seen: dict[int, int] = {}
+            skip = set(self._ptr) | set(rec.storages) | {int(labels.untyped_storage().data_ptr())}
+            pack, unpack = saved_counter(skip, seen)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                loss = self.loss_fn(out, labels) / M
+            extra = self._saved_cache[key] = sum(seen.values())
+        else:
+            loss = self.loss_fn(out, labels) / M
+        rec.storages[self._next_uid()] = extra
         return self._keep_loss(rec, loss)
 
     def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> Any:
@@ -260,9 +380,16 @@ class StageRuntime:
         if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
                 and v_b != self.version):
             raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
-        base = self.weights_of(v_b)
-        if self.mit.changes_backward:
-            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+        if rec.hooked:
+            base = self.weights_of(v_b)
+            if self.mit.changes_backward:
+                base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch,
+                                                 action.micro)
+        elif v_b != self.version:  # _hooks_needed said no update falls between F and B
+            raise RuntimeError(f"stalesim: {action} reads version {v_b}, stage is at {self.version} "
+                               "(a hook-free forward cannot read an older version)")
+        else:
+            base = None
         if grad_y is None:
             if rec.loss is None:
                 raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before B)")
@@ -271,24 +398,29 @@ class StageRuntime:
             outputs, grad_out = rec.y, grad_y
         want_x = rec.x.requires_grad
         inputs = ([rec.x] if want_x else []) + rec.leaves
-        self._unpack_weights = base
+        self._unpack_weights = base  # None for hook-free records: nothing to unpack
         try:
             grads = torch.autograd.grad(outputs, inputs, grad_out, allow_unused=True)
         finally:
             self._unpack_weights = None
         gx = grads[0] if want_x else None
         wgrads = grads[1:] if want_x else grads
-        buf = self.buffers.get(action.batch)
-        if buf is None:
-            self.buffers[action.batch] = [None if g is None else g.detach() for g in wgrads]
-        else:
-            for i, g in enumerate(wgrads):
-                if g is not None:
-                    prev = buf[i]
-                    buf[i] = g.detach() if prev is None else prev + g
+        self._accumulate(action.batch, wgrads)
         self.versions_used.append((str(action.with_version(None)), v_b))
         self._release(v_b)
         return gx
+
+    def _accumulate(self, batch: int, wgrads: Any) -> None:
+        """Add weight gradients to batch ``batch``'s buffer (micro-batches, or a split
+        backward's W, accumulate into one gradient per batch; ``U`` applies it)."""
+        buf = self.buffers.get(batch)
+        if buf is None:
+            self.buffers[batch] = [None if g is None else g.detach() for g in wgrads]
+            return
+        for i, g in enumerate(wgrads):
+            if g is not None:
+                prev = buf[i]
+                buf[i] = g.detach() if prev is None else prev + g
 
     def _release(self, version: int) -> None:
         self.need[version] -= 1
@@ -302,6 +434,114 @@ class StageRuntime:
 
     def release(self, version: int) -> None:
         self._release(version)
+
+    # ---------------------------------------------- split backward (I / W)
+    def _init_split(self) -> None:
+        if self.head is not None:
+            raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
+        self._captured = None
+        index = {id(p): i for i, p in enumerate(self.params)}
+        self._owner_params: list[list[int]] = []  # per owning module: indices into self.params
+        covered: set[int] = set()
+        for mod in self.module.modules():
+            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
+            if not own:
+                continue
+            k = len(self._owner_params)
+            self._owner_params.append(own)
+            covered.update(own)
+            mod.register_forward_hook(self._capture_hook(k))
+        # parameters no module's own forward uses (W takes them from the stage output)
+        self._rest_params = [i for i in range(len(self.params)) if i not in covered]
+
+    def _capture_hook(self, k: int) -> Callable[..., None]:
+        def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
+            if self._captured is not None:
+                if not isinstance(out, torch.Tensor):
+                    raise RuntimeError("stalesim: a split backward needs modules with tensor outputs")
+                self._captured.append((k, out))
+        return hook
+
+    def backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
+        """I(s, t, m): the input gradient only, reading v_B = ``action.version``; the
+        gradients at the parameter-owning modules' outputs are kept for
+        :meth:`backward_weight`."""
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        if rec.segments is None:
+            raise RuntimeError(f"stalesim: {action} on a stage whose forward kept no outputs")
+        v_b = self.version if action.version is None else action.version
+        if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
+                and v_b != self.version):
+            raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
+        base = self.weights_of(v_b)
+        if self.mit.changes_backward:
+            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+            rec.w_base = base
+        if grad_y is None:
+            if rec.loss is None:
+                raise RuntimeError(f"stalesim: {action} has no loss (LOSS must run before I)")
+            outputs, grad_out = rec.loss, None
+        else:
+            outputs, grad_out = rec.y, grad_y
+        want_x = rec.x.requires_grad
+        inputs = ([rec.x] if want_x else []) + [o for _, o in rec.segments]
+        self._unpack_weights = base
+        try:
+            grads = torch.autograd.grad(outputs, inputs, grad_out, retain_graph=True, allow_unused=True)
+        finally:
+            self._unpack_weights = None
+        gx = grads[0] if want_x else None
+        rec.seg_grads = list(grads[1:] if want_x else grads)
+        rec.v_b = v_b
+        rec.extra["grad_out"] = grad_out
+        self.deferred[key] = rec
+        self.versions_used.append((str(action.with_version(None)), v_b))
+        return gx
+
+    def backward_weight(self, action: Action) -> None:
+        """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
+        buffer; reads the version that I read."""
+        key = self._key(action)
+        rec = self.deferred.pop(key)
+        assert rec.segments is not None and rec.seg_grads is not None and rec.v_b is not None
+        base = rec.w_base if rec.w_base is not None else self.weights_of(rec.v_b)
+        wgrads: list[torch.Tensor | None] = [None] * len(rec.leaves)
+        self._unpack_weights = base
+        try:
+            if self._rest_params:  # first, while the whole graph is still there
+                outputs = rec.loss if rec.extra.get("grad_out") is None else rec.y
+                assert outputs is not None
+                got = torch.autograd.grad(outputs, [rec.leaves[i] for i in self._rest_params],
+                                          rec.extra.get("grad_out"), retain_graph=True, allow_unused=True)
+                for i, gw in zip(self._rest_params, got):
+                    wgrads[i] = gw
+            for (k, out), g in zip(rec.segments, rec.seg_grads):
+                if g is None:
+                    continue
+                idx = self._owner_params[k]
+                got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], g, allow_unused=True)
+                for i, gw in zip(idx, got):
+                    if gw is not None:
+                        wgrads[i] = gw if wgrads[i] is None else wgrads[i] + gw  # type: ignore[operator]
+        finally:
+            self._unpack_weights = None
+        rec.extra.pop("grad_out", None)
+        self._accumulate(action.batch, wgrads)
+        self.versions_used.append((str(action.with_version(None)), rec.v_b))
+        self._release(rec.v_b)
+
+    def restore_deferred(self, action: Action, seg_grads: list[torch.Tensor | None], v_b: int,
+                         grad_out: torch.Tensor | None = None) -> None:
+        """On resume: the forward of ``action`` was just rebuilt (:meth:`restore_forward`,
+        and its loss); its I had run before the checkpoint: keep it waiting for W."""
+        key = self._key(action)
+        rec = self.inflight.pop(key)
+        assert rec.segments is not None and len(rec.segments) == len(seg_grads)
+        rec.seg_grads = list(seg_grads)
+        rec.v_b = v_b
+        rec.extra["grad_out"] = grad_out
+        self.deferred[key] = rec
 
     # ------------------------------------------------------------------ update
     def grads(self, batch: int) -> list[torch.Tensor]:
@@ -378,7 +618,7 @@ class StageRuntime:
         which forwards are in flight at a checkpoint). ``torch.save`` stores tensors
         sharing a storage once."""
         out = {}
-        for key, rec in self.inflight.items():
+        for key, rec in [*self.inflight.items(), *self.deferred.items()]:
             out[key] = {
                 "x": rec.x.detach(),
                 "x_requires_grad": rec.x.requires_grad,
@@ -387,6 +627,11 @@ class StageRuntime:
                 else self.weights_of(rec.v_f),
                 "has_loss": rec.loss is not None,
             }
+            if rec.seg_grads is not None:  # I ran, W pending (split backward)
+                out[key]["seg_grads"] = [None if g is None else g.detach() for g in rec.seg_grads]
+                out[key]["v_b"] = rec.v_b
+                go = rec.extra.get("grad_out")
+                out[key]["grad_out"] = None if go is None else go.detach()
         return out
 
     def restore_forward(self, action: Action, x: torch.Tensor, weights: list[torch.Tensor],
@@ -399,3 +644,19 @@ class StageRuntime:
         rec.predicted = True
         return y
 
+
+def _segment_storages(seen: dict[int, int], segments: list[tuple[int, torch.Tensor]] | None) -> None:
+    """Add the storages of the module outputs a split stage's record keeps for W."""
+    for _, o in segments or ():
+        st = o.untyped_storage()
+        if st.nbytes():
+            seen.setdefault(int(st.data_ptr()), int(st.nbytes()))
+
+
+def _io_storages(seen: dict[int, int], x: torch.Tensor, y: torch.Tensor) -> None:
+    """Add the storages of a forward's input and output (the record keeps both alive)."""
+    for t in (x, y):
+        st = t.untyped_storage()
+        n = st.nbytes()
+        if n:
+            seen[int(st.data_ptr())] = int(n)

@@ -1,8 +1,11 @@
 """Actions: the instructions of the schedule IR, and their compact text form.
 
 An action is one thing one device does: a forward ``F`` or backward ``B`` of a
-stage on a (micro-)batch, a ``LOSS``, an optimizer update ``U``, a point-to-point
-``SEND_*``/``RECV_*``, or the start/wait of a gradient all-reduce ``AR``/``ARW``.
+stage on a (micro-)batch, or the backward split in two (``I``: the input
+gradient, sent to the previous stage; ``W``: the weight gradient, deferrable),
+a ``LOSS``, an optimizer update ``U``, a point-to-point ``SEND_*``/``RECV_*``,
+or the start/wait of a gradient all-reduce ``AR``/``ARW``. A (stage, batch,
+micro) runs either ``B`` or ``I`` then ``W``, never both.
 
 Text form (round-trips through :meth:`Action.parse`)::
 
@@ -29,6 +32,8 @@ class Kind(str, Enum):
 
     F = "F"
     B = "B"
+    I = "I"  # noqa: E741 - the input-gradient half of a split backward (torch's name)
+    W = "W"
     U = "U"
     LOSS = "LOSS"
     SEND_F = "SEND_F"
@@ -42,7 +47,11 @@ class Kind(str, Enum):
         return self.value
 
 
-COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.U, Kind.LOSS})
+COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS})
+# kinds that produce the input gradient (what SEND_B carries) and kinds that complete
+# the weight gradient (what U and AR wait for)
+INPUT_GRAD_KINDS = frozenset({Kind.B, Kind.I})
+WEIGHT_GRAD_KINDS = frozenset({Kind.B, Kind.W})
 COMM_KINDS = frozenset({Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B})
 COLLECTIVE_KINDS = frozenset({Kind.AR, Kind.ARW})
 
@@ -90,7 +99,7 @@ class Action:
         """Inverse of ``str()``; raises ScheduleError naming the text it cannot read."""
         match = _TEXT_RE.match(text.strip())
         if match is None:
-            raise ScheduleError(f"cannot parse action {text!r} (expected e.g. '1F3', '0B3.2v1', 'w1:0AR5')")
+            raise ScheduleError(f"cannot parse action {text!r} (expected e.g. '1F3', '0B3.2v1', '1I0.3', 'w1:0AR5')")
         g = match.groupdict()
         return cls(
             kind=Kind(g["kind"]),

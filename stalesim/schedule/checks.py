@@ -1,6 +1,9 @@
 """Structural validation of a schedule: every action exactly once, on the right
 device, sends paired with receives, and deadlock-free (via the dry run).
 
+Every (worker, stage, batch, micro) runs F (plus LOSS on a loss stage) and
+either one B or an I and a W (never both: a split backward is I + W).
+
 Errors point at the offending device and step.
 """
 
@@ -23,7 +26,11 @@ def expected_compute(sched: Schedule) -> set[tuple]:
                 keys.add((Kind.U, r, s, t, None))
                 for m in micros:
                     keys.add((Kind.F, r, s, t, m))
-                    keys.add((Kind.B, r, s, t, m))
+                    if sched.splits(s, t, m, r):
+                        keys.add((Kind.I, r, s, t, m))
+                        keys.add((Kind.W, r, s, t, m))
+                    else:
+                        keys.add((Kind.B, r, s, t, m))
                     if sched.has_loss(s):
                         keys.add((Kind.LOSS, r, s, t, m))
     return keys
@@ -53,7 +60,14 @@ def validate(sched: Schedule) -> list[Step]:
                 raise ScheduleError(f"device {d} step {i} ({a}): micro-batch index mismatch")
             if (a.kind in (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)) and not sched.lowered:
                 raise ScheduleError(f"device {d} step {i} ({a}): send/receive in an unlowered schedule")
-    missing = expected_compute(sched) - seen.keys()
+    expected = expected_compute(sched)
+    for key, (d, i) in seen.items():
+        if key[0] is Kind.B and (Kind.I, *key[1:]) in seen:
+            raise ScheduleError(f"device {d} step {i} ({sched.device_actions[d][i]}): a backward "
+                                f"runs as B or as I + W, not both")
+        if key[0] is Kind.W and (Kind.I, *key[1:]) not in seen:
+            raise ScheduleError(f"device {d} step {i} ({sched.device_actions[d][i]}): W without its I")
+    missing = expected - seen.keys()
     if missing:
         example = min(missing, key=lambda k: (k[3], k[2], k[0].value))
         kind, worker, stage, batch, micro = example

@@ -22,7 +22,15 @@ def ardone(stage: int, batch: int) -> DepKey:
 
 
 def dependencies(sched: Schedule, a: Action) -> Iterator[DepKey]:
-    """Keys that must be done before ``a`` starts (own-device order comes on top)."""
+    """Keys that must be done before ``a`` starts (own-device order comes on top).
+
+    Split backward: ``I`` (input gradient) needs what ``B`` needs (its forward and
+    the output gradient: the ``LOSS``, the received gradient, or the next stage's
+    ``I``/``B`` on the same device); ``W`` (weight gradient) needs only its ``I``
+    (which keeps the intermediate gradients W reads). ``U`` and ``AR`` wait for the
+    weight gradient of every micro-batch (``W`` where split, else ``B``); ``SEND_B``
+    sends what ``I``/``B`` produced.
+    """
     k, s, t, m, r = a.kind, a.stage, a.batch, a.micro, a.worker
     same = sched.device_of
     if k is Kind.F:
@@ -33,30 +41,29 @@ def dependencies(sched: Schedule, a: Action) -> Iterator[DepKey]:
                 yield (Kind.F, r, s - 1, t, m)
     elif k is Kind.LOSS:
         yield (Kind.F, r, s, t, m)
-    elif k is Kind.B:
+    elif k is Kind.B or k is Kind.I:
         yield (Kind.F, r, s, t, m)
         if sched.has_loss(s):
             yield (Kind.LOSS, r, s, t, m)
         elif sched.lowered and same(s + 1, r) != same(s, r):
             yield (Kind.RECV_B, r, s, t, m)
         else:
-            yield (Kind.B, r, s + 1, t, m)
-    elif k is Kind.U:
+            yield (sched.input_grad_kind(s + 1, t, m, r), r, s + 1, t, m)
+    elif k is Kind.W:
+        yield (Kind.I, r, s, t, m)
+    elif k is Kind.U or k is Kind.AR:
         for mm in sched.micro_indices():
-            yield (Kind.B, r, s, t, mm)
-        if sched.workers > 1:
+            yield (sched.weight_grad_kind(s, t, mm, r), r, s, t, mm)
+        if k is Kind.U and sched.workers > 1:
             yield (Kind.ARW, r, s, t, None)
     elif k is Kind.SEND_F:
         yield (Kind.F, r, s, t, m)
     elif k is Kind.RECV_F:
         yield (Kind.SEND_F, r, s - 1, t, m)
     elif k is Kind.SEND_B:
-        yield (Kind.B, r, s, t, m)
+        yield (sched.input_grad_kind(s, t, m, r), r, s, t, m)
     elif k is Kind.RECV_B:
         yield (Kind.SEND_B, r, s + 1, t, m)
-    elif k is Kind.AR:
-        for mm in sched.micro_indices():
-            yield (Kind.B, r, s, t, mm)
     elif k is Kind.ARW:
         yield (Kind.AR, r, s, t, None)
         yield ardone(s, t)

@@ -3,7 +3,9 @@
 It proves the schedule deadlock-free (every device reaches the end of its list)
 and yields a global order that respects every dependency: the emulator replays
 exactly this order on one device, and renderers draw it as a step x device grid.
-Durations: F and B take one step; LOSS, U, sends, receives and all-reduce
+Durations: F, B, I and W take one step each (the zero-bubble papers' unit
+F = B = W picture), except that a full B takes two steps in a schedule that
+also splits backwards (it is I + W there); LOSS, U, sends, receives and all-reduce
 start/wait take none (sends are buffered, an all-reduce completes when its last
 worker starts it).
 """
@@ -18,7 +20,7 @@ from stalesim.schedule.actions import Action, Kind
 from stalesim.schedule.deps import ardone, dependencies
 from stalesim.schedule.ir import Schedule
 
-UNIT_COST = {Kind.F: 1, Kind.B: 1}
+UNIT_COST = {Kind.F: 1, Kind.B: 1, Kind.I: 1, Kind.W: 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ def dry_run(sched: Schedule) -> list[Step]:
     heapq.heapify(heap)
     steps: list[tuple[int, int, Step]] = []
     seq = 0
+    full_b = 2 if sched.split_keys else 1  # next to I and W, a full B is I + W
     while heap:
         _, d = heapq.heappop(heap)
         acts = lists[d]
@@ -66,7 +69,7 @@ def dry_run(sched: Schedule) -> list[Step]:
             if missing is not None:
                 waiting.setdefault(missing, []).append(d)
                 break
-            end = start + UNIT_COST.get(a.kind, 0)
+            end = start + (full_b if a.kind is Kind.B else UNIT_COST.get(a.kind, 0))
             done[a.key] = end
             steps.append((start, seq, Step(start, end, d, pointer[d], a)))
             seq += 1

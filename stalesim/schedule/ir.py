@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import ScheduleError
-from stalesim.schedule.actions import Action
+from stalesim.schedule.actions import Action, Kind
 
 if TYPE_CHECKING:
     from stalesim.schedule.versions import VersionTable
@@ -71,6 +71,10 @@ class ScheduleConfig:
     ``warmup``: the first ``warmup`` batches run synchronously (each schedule's
     staleness-free counterpart, see :class:`~stalesim.schedule.spec.ScheduleSpec`),
     then the schedule proper continues; a no-op for schedules without staleness.
+    ``stages_per_device``: V model chunks (virtual stages) per device, so the S
+    stages run on S / V devices, placed by the schedule's placement (Megatron's
+    loop, s -> s mod R, or the V shape of ZB-V/DualPipeV); None = the schedule's
+    default (1 for every schedule without virtual stages).
     """
 
     schedule: str
@@ -81,6 +85,7 @@ class ScheduleConfig:
     fold: int | None = None
     switch: int | None = None
     warmup: int = 0
+    stages_per_device: int | None = None
 
     def check(self) -> None:
         """Field ranges that hold for every schedule (the spec checks the rest)."""
@@ -96,11 +101,17 @@ class ScheduleConfig:
                 raise ScheduleError(
                     f"fold: {self.fold} devices for {self.stages} stage(s); a stage runs on one device")
         _int_field("warmup", self.warmup, 0)
+        if self.stages_per_device is not None:
+            _int_field("stages_per_device", self.stages_per_device, 1)
+            if self.stages % self.stages_per_device:
+                raise ScheduleError(
+                    f"stages_per_device: {self.stages_per_device} does not divide stages={self.stages} "
+                    f"(S stages run as S / V devices with V chunks each)")
         if self.switch is not None:
             _int_field("switch", self.switch, 0)
             if self.batches is not None and self.switch > self.batches:
                 raise ScheduleError(f"switch: must be in [0, batches={self.batches}], got {self.switch}")
-        n = (self.batches or 1) * self.workers * self.stages * (3 * self.microbatches + 1)
+        n = (self.batches or 1) * self.workers * self.stages * (4 * self.microbatches + 1)
         if n > MAX_COMPUTE_ACTIONS:
             raise ScheduleError(
                 f"batches x workers x stages x microbatches: about {n:,} actions, more than this tool "
@@ -149,6 +160,9 @@ class Schedule:
     config: ScheduleConfig | None = None  # the (resolved) config that built it
     lowered: bool = False
     versions: VersionTable | None = None
+    stages_per_device: int = 1  # V chunks (virtual stages) per device before folding
+    # (worker, stage, batch, micro) whose backward is split into I and W (the rest run B)
+    split_keys: frozenset[tuple[int, int, int, int | None]] = field(default_factory=frozenset)
 
     @property
     def num_devices(self) -> int:
@@ -166,6 +180,26 @@ class Schedule:
             return self.placement[worker][stage]
         except IndexError:
             raise ScheduleError(f"no placement for stage {stage} of worker {worker}") from None
+
+    def splits(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> bool:
+        """Whether this (micro-)batch's backward on ``stage`` runs as ``I`` + ``W`` (else ``B``)."""
+        return (worker, stage, batch, micro) in self.split_keys
+
+    def input_grad_kind(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> Kind:
+        """The action that computes this backward's input gradient: ``I`` or ``B``."""
+        return Kind.I if (worker, stage, batch, micro) in self.split_keys else Kind.B
+
+    def weight_grad_kind(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> Kind:
+        """The action that completes this backward's weight gradient: ``W`` or ``B``."""
+        return Kind.W if (worker, stage, batch, micro) in self.split_keys else Kind.B
+
+    @property
+    def splits_backward(self) -> bool:
+        return bool(self.split_keys)
+
+    def split_stages(self) -> set[tuple[int, int]]:
+        """(worker, stage) pairs that run at least one split backward."""
+        return {(w, s) for w, s, _t, _m in self.split_keys}
 
     def micro_indices(self) -> list[int | None]:
         return list(range(self.microbatches)) if self.uses_micro else [None]
@@ -232,6 +266,7 @@ class Schedule:
             "params": dict(self.params),
             "phases": [asdict(p) for p in self.phases],
             "placement": [list(row) for row in self.placement],
+            "stages_per_device": self.stages_per_device,
             "actions": {str(d): [str(a) for a in acts] for d, acts in enumerate(self.device_actions)},
         }
         if self.versions is not None:

@@ -9,8 +9,13 @@ Walking each device's list in order, per stage:
   PipeDream gives S - s, 2BW gives 2, every other schedule 1.
 * **gradient buffers**: batches whose first ``B`` has run and whose ``U`` has
   not (per-batch buffers). 2BW and Pipe-SGD hold 2.
-* **activations in flight**: (micro-)batches with ``F`` done and ``B`` not.
-  GPipe: M; 1F1B: min(S - s, M); stale: 2(S - 1 - s) + 1; PipeDream: S - s.
+* **activations in flight**: (micro-)batches with ``F`` done and the backward
+  not complete (``B``, or the ``W`` of a split backward: W still reads the
+  saved activations). GPipe: M; 1F1B: min(S - s, M); stale: 2(S - 1 - s) + 1;
+  PipeDream: S - s; ZB-H1: S on every stage (the zero-bubble paper's "same
+  in-flight count as 1F1B's first stage").
+* **deferred weight gradients**: (micro-)batches with ``I`` done and ``W`` not:
+  each keeps the intermediate gradients its ``W`` will read.
 * **point-to-point message kinds** the stage sends or receives, and **all-reduce
   buckets in flight** (``AR`` issued, ``ARW`` not yet).
 
@@ -43,6 +48,7 @@ class StageLiveness:
     max_in_flight: int  # (micro-)batches with F done and B not yet
     comm_messages: int  # distinct point-to-point message kinds (one buffer each)
     allreduce_in_flight: int
+    deferred_w: int = 0  # (micro-)batches with I done and W not yet
     # (device step index, versions alive, activations in flight, gradient buffers)
     series: tuple[tuple[int, int, int, int], ...] = field(default=(), repr=False, compare=False)
 
@@ -51,6 +57,7 @@ class StageLiveness:
 class _State:
     version: int = 0
     pending: dict = field(default_factory=dict)  # (batch, micro) -> version its backward reads
+    deferred: dict = field(default_factory=dict)  # (batch, micro) -> version its I read (W pending)
     grads: set = field(default_factory=set)
     msgs: set = field(default_factory=set)
     ar: int = 0
@@ -58,6 +65,7 @@ class _State:
     gmax: int = 0
     fmax: int = 0
     armax: int = 0
+    dmax: int = 0
     series: list = field(default_factory=list)
 
 
@@ -74,11 +82,20 @@ def stage_liveness(sched: Schedule, *, keep_series: bool = False) -> list[StageL
             k = a.kind
             if k is Kind.F:
                 st.pending[(a.batch, a.micro)] = a.version if a.version is not None else st.version
-                st.fmax = max(st.fmax, len(st.pending))
+                st.fmax = max(st.fmax, len(st.pending) + len(st.deferred))
             elif k is Kind.B:
                 st.grads.add(a.batch)
                 st.gmax = max(st.gmax, len(st.grads))
                 st.pending.pop((a.batch, a.micro), None)
+            elif k is Kind.I:
+                v = st.pending.pop((a.batch, a.micro), None)
+                st.deferred[(a.batch, a.micro)] = (a.version if a.version is not None
+                                                   else st.version if v is None else v)
+                st.dmax = max(st.dmax, len(st.deferred))
+            elif k is Kind.W:
+                st.grads.add(a.batch)
+                st.gmax = max(st.gmax, len(st.grads))
+                st.deferred.pop((a.batch, a.micro), None)
             elif k is Kind.U:
                 st.version += 1
                 st.grads.discard(a.batch)
@@ -90,14 +107,18 @@ def stage_liveness(sched: Schedule, *, keep_series: bool = False) -> list[StageL
             elif k is Kind.ARW:
                 st.ar -= 1
             alive = 1
-            if stash and k in (Kind.F, Kind.U):
-                alive = len({st.version} | set(st.pending.values()))
+            if k in (Kind.F, Kind.U, Kind.I):
+                # a deferred W reads the version its I read, whatever the policy
+                need = set(st.deferred.values())
+                if stash:
+                    need |= set(st.pending.values())
+                alive = len({st.version} | need)
                 st.vmax = max(st.vmax, alive)
-            if keep_series and k in (Kind.F, Kind.B, Kind.U):
-                st.series.append((i, alive, len(st.pending), len(st.grads)))
+            if keep_series and k in (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U):
+                st.series.append((i, alive, len(st.pending) + len(st.deferred), len(st.grads)))
         for (w, s), st in sorted(state.items()):
             out.append(StageLiveness(s, w, st.vmax, st.gmax, st.fmax, len(st.msgs), st.armax,
-                                     tuple(st.series)))
+                                     st.dmax, tuple(st.series)))
     return out
 
 
@@ -112,9 +133,156 @@ def in_flight_per_stage(sched: Schedule) -> list[int]:
 
 def backward_reads(table: VersionTable, stage: int, worker: int = 0) -> Counter[int]:
     """How many backwards of (worker, stage) read each weight version: a runtime keeps
-    a version only while some of them are still to come."""
+    a version only while some of them are still to come (a split backward counts
+    once and releases its version at its W)."""
     need: Counter[int] = Counter()
     for (w, s, _t, _m), vb in table.vb.items():
         if w == worker and s == stage:
             need[vb] += 1
     return need
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """What one device holds right after one of its compute actions (issue 12: the memory
+    model and the executor's accounting sample the same points).
+
+    ``stages``: per (worker, stage) on the device, (worker, stage, weight versions alive,
+    activations in flight, gradient buffers, all-reduce buckets in flight, deferred
+    weight gradients: split backwards whose ``I`` ran and ``W`` not yet);
+    ``messages``: message-sized buffers held beside them, as (kind, stage whose output
+    the tensor has the size of): receive buffers posted or received and not yet
+    consumed (``RECV_F`` of stage s holds stage s-1's output, ``RECV_B`` of stage s the
+    gradient of stage s's output), input gradients awaiting or in a send (``SEND_B``)
+    and sent activations whose forward record is gone but whose send is not yet
+    released (``SEND_F``); ``shared``: one entry s per (micro-)batch whose records on
+    stage s and on stage s + 1 are both alive on this device (virtual stages, fold): the
+    second one's input *is* the first one's output, one storage counted once.
+    """
+
+    step: int
+    stages: tuple[tuple[int, int, int, int, int, int, int], ...]
+    messages: tuple[tuple[str, int], ...]
+    shared: tuple[int, ...] = ()
+
+
+def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySample]]:
+    """Per device, a :class:`MemorySample` after every F, B, I, W, U and LOSS, in list order.
+
+    A split backward's ``I`` consumes the received gradient and produces the input
+    gradient as ``B`` does; its activations stay in flight until its ``W`` (which also
+    opens the batch's gradient buffer), and a deferred ``W`` keeps the version its ``I``
+    read alive whatever the policy.
+
+    Receives: a runtime keeps the next ``recv_ahead`` receives of its list posted (each
+    a buffer), tops them up after every receive, and a received buffer is consumed by
+    the F/B that needs it (from then on it is that action's input, counted with the
+    activation). Sends are held until the point
+    :func:`stalesim.schedule.completion.send_release` gives. The executor does exactly
+    this (``executor.rank.RECV_AHEAD``).
+    """
+    from stalesim.schedule.completion import send_release
+
+    stash = sched.policy.backward_reads_forward_version
+    local = sched.local_loss
+    release = send_release(sched, recv_ahead=recv_ahead)
+    out: list[list[MemorySample]] = []
+    for d, acts in enumerate(sched.device_actions):
+        recvs = [i for i, a in enumerate(acts) if a.kind in (Kind.RECV_F, Kind.RECV_B)]
+        state: dict[tuple[int, int], _State] = {}
+        for a in acts:
+            if (a.worker, a.stage) not in state:
+                state[(a.worker, a.stage)] = _State()
+        done_recv = 0  # receives executed so far
+        received: dict[tuple, tuple[str, int]] = {}  # consumer key -> message, until consumed
+        grads_out: dict[tuple, int] = {}  # input gradients awaiting SEND_B / a local B
+        sent: dict[int, tuple[str, int, tuple, int]] = {}  # send index -> (kind, stage, key, release)
+        samples: list[MemorySample] = []
+        for i, a in enumerate(acts):
+            st = state[(a.worker, a.stage)]
+            k = a.kind
+            key = (a.worker, a.stage, a.batch, a.micro)
+            if k is Kind.F:
+                st.pending[(a.batch, a.micro)] = a.version if a.version is not None else st.version
+                received.pop(("F",) + key, None)
+            elif k is Kind.B:
+                st.grads.add(a.batch)
+                st.pending.pop((a.batch, a.micro), None)
+                received.pop(("B",) + key, None)
+                grads_out.pop((a.worker, a.stage + 1, a.batch, a.micro), None)  # consumed here
+                if a.stage > 0 and not local:
+                    grads_out[key] = a.stage - 1
+            elif k is Kind.I:
+                v = st.pending.pop((a.batch, a.micro), None)
+                st.deferred[(a.batch, a.micro)] = (a.version if a.version is not None
+                                                   else st.version if v is None else v)
+                received.pop(("B",) + key, None)
+                grads_out.pop((a.worker, a.stage + 1, a.batch, a.micro), None)
+                if a.stage > 0 and not local:
+                    grads_out[key] = a.stage - 1
+            elif k is Kind.W:
+                st.grads.add(a.batch)
+                st.deferred.pop((a.batch, a.micro), None)
+            elif k is Kind.U:
+                st.version += 1
+                st.grads.discard(a.batch)
+            elif k is Kind.AR:
+                st.ar += 1
+            elif k is Kind.ARW:
+                st.ar -= 1
+            elif k is Kind.RECV_F or k is Kind.RECV_B:
+                done_recv += 1
+                fwd = k is Kind.RECV_F
+                received[("F" if fwd else "B",) + key] = (k.value, a.stage - 1 if fwd else a.stage)
+            elif k is Kind.SEND_F:
+                sent[i] = ("SEND_F", a.stage, key, release[d].get(i, len(acts)))
+            elif k is Kind.SEND_B:
+                grads_out.pop(key, None)
+                sent[i] = ("SEND_B", a.stage - 1, key, release[d].get(i, len(acts)))
+            for j in [j for j, v in sent.items() if v[3] <= i]:  # released after this action
+                del sent[j]
+            if k not in (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS):
+                continue
+            rows = []
+            for (w, s), ss in sorted(state.items()):
+                need = {ss.version} | set(ss.deferred.values())
+                if stash:
+                    need |= set(ss.pending.values())
+                rows.append((w, s, len(need), len(ss.pending) + len(ss.deferred), len(ss.grads), ss.ar,
+                             len(ss.deferred)))
+            posted = [acts[j] for j in recvs[done_recv:done_recv + max(0, recv_ahead)]]
+            msgs = list(received.values()) + [
+                (p.kind.value, p.stage - 1 if p.kind is Kind.RECV_F else p.stage) for p in posted]
+            msgs += [("SEND_B", s) for s in grads_out.values()]
+            for kind, s, (w, ss, t, m), _rel in sent.values():
+                sw = state[(w, ss)]
+                if kind == "SEND_B" or ((t, m) not in sw.pending and (t, m) not in sw.deferred):
+                    msgs.append((kind, s))  # a sent activation is extra once its record is gone
+            shared: list[int] = []
+            if not local:
+                for (w, s), ss in state.items():
+                    nxt = state.get((w, s + 1))
+                    if nxt is not None:
+                        alive = ss.pending.keys() | ss.deferred.keys()
+                        shared += [s] * len(alive & (nxt.pending.keys() | nxt.deferred.keys()))
+            samples.append(MemorySample(i, tuple(rows), tuple(msgs), tuple(shared)))
+        out.append(samples)
+    return out
+
+
+def updates_during_backward_wait(sched: Schedule, stage: int, worker: int = 0) -> bool:
+    """True when an update of (worker, stage) runs while one of its forwards awaits its
+    backward, in its device's order (which every consumer keeps): then the backward must
+    read the weights a forward saved through version tokens (StageRuntime's hooks);
+    otherwise autograd's own saved parameters are the version the backward reads."""
+    pending = 0
+    for a in sched.device_actions[sched.device_of(stage, worker)]:
+        if a.stage != stage or a.worker != worker:
+            continue
+        if a.kind is Kind.F:
+            pending += 1
+        elif a.kind is Kind.B or a.kind is Kind.W:  # a split backward reads weights until its W
+            pending -= 1
+        elif a.kind is Kind.U and pending > 0:
+            return True
+    return False

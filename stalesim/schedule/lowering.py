@@ -3,7 +3,10 @@
 Where consecutive stages live on different devices, the producer gets a
 ``SEND_F`` right after its forward (``SEND_B`` after its backward) and the
 consumer a ``RECV_F`` right before its forward (``RECV_B`` before its
-backward). Receives are placed late (just in time); an executor may post them
+backward). A split backward receives and sends around its ``I`` (the input
+gradient); its ``W`` needs nothing from another device. Stages of one device
+(virtual stages placed on the same device, the turn of a V shape, folding)
+hand over in memory, without a send. Receives are placed late (just in time); an executor may post them
 earlier, since it knows the whole list. Local-update schedules send no
 gradients: no gradient crosses a stage.
 """
@@ -33,7 +36,7 @@ def lower(sched: Schedule) -> Schedule:
                 out.append(a)
                 if s < S - 1 and dev(s + 1, r) != dev(s, r):
                     out.append(act(Kind.SEND_F, s, t, m, r))
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.I:  # W sends and receives nothing
                 needs_grad = not sched.has_loss(s)
                 if needs_grad and dev(s + 1, r) != dev(s, r):
                     out.append(act(Kind.RECV_B, s, t, m, r))

@@ -78,3 +78,96 @@ def register_pipeline(
                 acts.append(act(Kind.B, s, b_batch))
                 acts.append(act(Kind.U, s, b_batch))
     return per_stage
+
+
+def rounds_group(n_items: int, devices: int) -> int:
+    """Micro-batches per round of an interleaved order: Megatron's ``devices`` when they
+    divide the items, generalized as torch.distributed.pipelining does (rounds =
+    max(1, n // R), group = n // rounds)."""
+    rounds = max(1, n_items // devices)
+    return n_items // rounds
+
+
+def interleaved(n_items: int, chunks: int, devices: int, rank: int, *, group: int,
+                warmup_factor: int = 2) -> list[tuple[Kind, int, int]]:
+    """Megatron's interleaved 1F1B order on device ``rank``: ``(kind, chunk, item)``.
+
+    The k-th forward runs chunk ``(k // group) % V`` on the next item of that
+    chunk, so items go through the device's V chunks in rounds of ``group``
+    micro-batches (depth first); backwards visit the chunks in reverse. Warm-up:
+    ``(V - 1) group + warmup_factor (R - 1 - rank)`` forwards (Megatron: factor 2;
+    the zero-bubble variant's B chain moves one step per hop: factor 1), then one
+    forward and one backward alternate, then the remaining backwards.
+
+    Items that do not fill a last round (Megatron requires M % R == 0, torch
+    M % rounds == 0; where they do, this is exactly their order) are handled by
+    ordering whole rounds and dropping the padding items: the same items removed
+    from every device leave a deadlock-free order.
+    """
+    V = chunks
+    n = -(-n_items // group) * group if n_items else 0
+    total = V * n
+    warm = min((V - 1) * group + warmup_factor * (devices - 1 - rank), total)
+
+    def fwd(k: int) -> tuple[int, int]:
+        return (k // group) % V, (k // (group * V)) * group + k % group
+
+    def bwd(k: int) -> tuple[int, int]:
+        c, item = fwd(k)
+        return V - 1 - c, item
+
+    out: list[tuple[Kind, int, int]] = [(Kind.F, *fwd(k)) for k in range(warm)]
+    for i in range(total - warm):
+        out.append((Kind.F, *fwd(warm + i)))
+        out.append((Kind.B, *bwd(i)))
+    out.extend((Kind.B, *bwd(i)) for i in range(total - warm, total))
+    return [op for op in out if op[2] < n_items] if n != n_items else out
+
+
+def unit_time_zero_bubble(stages: int, n_items: int, limit: int) -> list[list[tuple[Kind, int]]]:
+    """Per-stage ``(kind, item)`` order from unit-time list scheduling of split backwards.
+
+    Every stage, at every unit step (F = I = W = 1, as the zero-bubble paper
+    assumes), runs the first of: the next ``I`` (input gradient) whose output
+    gradient has arrived; the next ``F`` whose input has arrived, if fewer than
+    ``limit`` items hold activations (F done, W not yet); the oldest pending
+    ``W``. Items go through each kind in order. With ``limit = 2 S - 1`` this is
+    the zero-bubble paper's ZB-H2: B passes as early as possible, extra warm-up
+    forwards up to a memory of 2S - 1 micro-batches, weight gradients filling
+    every remaining slot and the tail, every stage busy for exactly 3 n_items
+    steps (a parallelogram, so consecutive flushes tile with no bubble).
+    """
+    S, n = stages, n_items
+    done_f = [[-1] * n for _ in range(S)]
+    done_i = [[-1] * n for _ in range(S)]
+    nf, ni, nw = [0] * S, [0] * S, [0] * S
+    out: list[list[tuple[Kind, int]]] = [[] for _ in range(S)]
+    t = 0
+    while any(nw[s] < n for s in range(S)):
+        picks: list[tuple[Kind, int] | None] = []
+        for s in range(S):
+            k = ni[s]
+            if (k < n and 0 <= done_f[s][k] < t
+                    and (s == S - 1 or 0 <= done_i[s + 1][k] < t)):
+                picks.append((Kind.I, k))
+                continue
+            k = nf[s]
+            if k < n and (s == 0 or 0 <= done_f[s - 1][k] < t) and nf[s] - nw[s] < limit:
+                picks.append((Kind.F, k))
+                continue
+            picks.append((Kind.W, nw[s]) if nw[s] < ni[s] else None)
+        for s, pick in enumerate(picks):
+            if pick is None:
+                continue
+            kind, k = pick
+            if kind is Kind.F:
+                done_f[s][k] = t
+                nf[s] += 1
+            elif kind is Kind.I:
+                done_i[s][k] = t
+                ni[s] += 1
+            else:
+                nw[s] += 1
+            out[s].append(pick)
+        t += 1
+    return out

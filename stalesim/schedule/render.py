@@ -6,11 +6,11 @@ from stalesim.schedule.actions import Kind
 from stalesim.schedule.dryrun import dry_run
 from stalesim.schedule.ir import Schedule
 
-_SHOWN = (Kind.F, Kind.B, Kind.U, Kind.AR, Kind.ARW)
+_SHOWN = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.AR, Kind.ARW)
 
 
 def grid(sched: Schedule, *, max_steps: int = 200) -> str:
-    """Unit-time grid: one row per step, one column per device (F/B take a step;
+    """Unit-time grid: one row per step, one column per device (F/B/I/W take a step;
     the zero-time actions U/AR/ARW are shown in the step where they happen)."""
     cells: dict[tuple[int, int], list[str]] = {}
     last = 0

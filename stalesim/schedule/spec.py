@@ -11,7 +11,7 @@ extra constraints its configuration must meet.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stalesim.errors import ScheduleError
 from stalesim.schedule.actions import Action
@@ -19,9 +19,12 @@ from stalesim.schedule.ir import Policy, ScheduleConfig
 
 Generator = Callable[[ScheduleConfig], list[list[Action]]]
 
-# Closed-form families of the simulator's fast path (stalesim.sim.fastpath).
+# Closed-form families of the simulator's fast path (stalesim.sim.fastpath). ``flush``:
+# one flushed batch evaluated exactly (max-plus walk of the device lists, no events),
+# the answer for the virtual-stage and split-backward schedules, which have no
+# closed form of their own beyond the uniform-cost bubbles tested in the suite.
 FAST_PATHS = ("periodic", "fill-drain", "one-f-one-b", "critical-path", "bucketed-allreduce",
-              "overlapped-allreduce")
+              "overlapped-allreduce", "flush")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,17 @@ class ScheduleSpec:
     ``fast_path``: which closed form of :mod:`stalesim.sim.fastpath` times it.
     ``sim_batches(S, M)``: batches a simulation runs by default (enough for a
     steady state between fill and drain). ``min_microbatches(S)``: the fewest
-    micro-batches the order is valid for.
+    micro-batches the order is valid for (``min_micro_rule`` says why, for the
+    error message).
+
+    Virtual stages and split backward: ``placement`` is the stage -> device map
+    (:mod:`stalesim.schedule.placement`: ``contiguous``, ``loop``, ``v``);
+    ``stages_per_device`` the default V, ``fixed_stages_per_device`` whether V
+    may differ from it; ``splits_backward`` whether the order runs backwards as
+    ``I`` (input gradient) + deferrable ``W`` (weight gradient);
+    ``constraint(cfg)`` returns a one-line error for a configuration the order
+    is not defined for (None when valid); ``torch_name`` is the
+    ``torch.distributed.pipelining`` class that orders the same schedule.
     """
 
     name: str
@@ -51,6 +64,13 @@ class ScheduleSpec:
     fast_path: str = "periodic"
     sim_batches: Callable[[int, int], int] = lambda S, M: max(16, 8 * S + 16)
     min_microbatches: Callable[[int], int] = lambda S: 1
+    min_micro_rule: str = "stages - 1"
+    placement: str = "contiguous"
+    stages_per_device: int = 1
+    fixed_stages_per_device: bool = True
+    splits_backward: bool = False
+    constraint: Callable[[ScheduleConfig], str | None] | None = None
+    torch_name: str | None = None
 
     @property
     def has_steady_state(self) -> bool:
@@ -81,11 +101,27 @@ class ScheduleSpec:
         if cfg.switch is not None and not self.switches:
             raise ScheduleError(f"switch: only a switching schedule (hybrid) takes a switch point, "
                                 f"not {self.name!r}")
+        V = self.stages_per_device if cfg.stages_per_device is None else cfg.stages_per_device
+        if self.stages_per_device != V and (self.fixed_stages_per_device or self.placement == "contiguous"):
+            what = ("places one stage per device" if self.stages_per_device == 1
+                    else f"places exactly {self.stages_per_device} stages per device")
+            raise ScheduleError(f"stages_per_device: schedule {self.name!r} {what} (got {V})")
+        if cfg.stages % V:
+            raise ScheduleError(
+                f"stages_per_device: {V} does not divide stages={cfg.stages} "
+                f"(schedule {self.name!r} runs S stages on S / V devices)")
+        if cfg.fold is not None and V > 1 and cfg.fold > cfg.stages // V:
+            raise ScheduleError(
+                f"fold: {cfg.fold} devices for {cfg.stages // V} device(s) of {V} stages each")
         low = self.min_microbatches(cfg.stages)
         if cfg.microbatches < low:
             raise ScheduleError(
-                f"microbatches: {self.name} needs microbatches >= stages - 1 = {low} "
+                f"microbatches: {self.name} needs microbatches >= {self.min_micro_rule} = {low} "
                 f"(got microbatches={cfg.microbatches}, stages={cfg.stages})")
+        if self.constraint is not None:
+            msg = self.constraint(replace(cfg, stages_per_device=V))
+            if msg is not None:
+                raise ScheduleError(msg)
 
     def config(self, *, stages: int = 1, batches: int | None = None, microbatches: int = 1,
                workers: int = 1, **rest: int | None) -> ScheduleConfig:
@@ -94,8 +130,23 @@ class ScheduleSpec:
         data-parallel (at least the fewest micro-batches it accepts). For tables and
         sweeps over many schedules; a user's own flags are checked, never dropped."""
         M = max(microbatches, self.min_microbatches(stages)) if self.uses_micro else 1
-        return ScheduleConfig(self.name, stages=stages, batches=batches, microbatches=M,
-                              workers=workers if self.data_parallel else 1, **rest)  # type: ignore[arg-type]
+        if "stages_per_device" not in rest and stages % self.stages_per_device and not self.fixed_stages_per_device:
+            rest["stages_per_device"] = 1  # e.g. 3 stages interleave as 3 devices of one chunk
+        cfg = ScheduleConfig(self.name, stages=stages, batches=batches, microbatches=M,
+                             workers=workers if self.data_parallel else 1, **rest)  # type: ignore[arg-type]
+        if self.constraint is not None and self.uses_micro:
+            V = cfg.stages_per_device or self.stages_per_device
+            for m in range(M, M + 4 * stages + 1):  # the fewest micro-batches the order accepts
+                if self.constraint(replace(cfg, microbatches=m, stages_per_device=V)) is None:
+                    return replace(cfg, microbatches=m)
+        return cfg
+
+    def devices(self, cfg: ScheduleConfig) -> int:
+        """Devices before folding: S / V for a pipeline, P workers for data parallelism."""
+        if self.data_parallel:
+            return cfg.workers
+        V = self.stages_per_device if cfg.stages_per_device is None else cfg.stages_per_device
+        return cfg.stages // V
 
     def default_batches(self, cfg: ScheduleConfig) -> int:
         """Simulation length when none is given: the warm-up plus a run long enough

@@ -9,7 +9,8 @@
   of a phase comes after every action of the previous phase on the same device,
   so the pipeline drains at each boundary, as a real run that changes its
   schedule would.
-* **Folding** (:func:`fold`): S stages placed contiguously on fewer devices.
+* **Folding** (:func:`fold`): the devices (one stage each, or V virtual stages
+  each) merged contiguously onto fewer devices.
 
 Being IR passes, the warm-up, the switch and folding mean the same thing to the
 simulator, the emulator and the executor.
@@ -48,7 +49,8 @@ def plan_phases(spec: ScheduleSpec, cfg: ScheduleConfig, get_spec: SpecLookup) -
         phases.append(Phase(spec.name, K, N))
     for p in phases:
         other = get_spec(p.schedule)
-        if other.data_parallel != spec.data_parallel or other.local_loss != spec.local_loss:
+        if (other.data_parallel != spec.data_parallel or other.local_loss != spec.local_loss
+                or other.placement != spec.placement or other.uses_micro != spec.uses_micro):
             raise AssertionError(f"phase {p.schedule} cannot join {spec.name}")  # registry bug
     return phases
 
@@ -70,16 +72,19 @@ def join_phases(phases: list[Phase], cfg: ScheduleConfig, n_lists: int,
 
 
 def fold(sched: Schedule, devices: int) -> Schedule:
-    """Place S stages contiguously on fewer devices.
+    """Merge the schedule's devices contiguously onto ``devices`` devices.
 
-    The stages of one device are merged in the order of the one-stage-per-device
-    dry run, which is a topological order of their dependencies, so the folded
-    schedule cannot deadlock. Each stage keeps its own relative order, hence its
-    version table. ``devices=1`` gives the single-device baseline.
+    Device d goes to d * devices // n (n = the devices before folding: S for
+    one stage per device, S / V with virtual stages). The actions of one new
+    device are merged in the order of the unfolded dry run, which is a
+    topological order of their dependencies, so the folded schedule cannot
+    deadlock. Each stage keeps its own relative order, hence its version table.
+    ``devices=1`` gives the single-device baseline.
     """
-    S = sched.stages
-    stage_dev = [s * devices // S for s in range(S)]
+    n = sched.num_devices
+    new_dev = [d * devices // n for d in range(n)]
     merged: list[list[Action]] = [[] for _ in range(devices)]
     for step in dry_run(sched):
-        merged[stage_dev[step.action.stage]].append(step.action)
-    return replace(sched, device_actions=merged, placement=[stage_dev], lowered=False, versions=None)
+        merged[new_dev[step.device]].append(step.action)
+    placement = [[new_dev[d] for d in row] for row in sched.placement]
+    return replace(sched, device_actions=merged, placement=placement, lowered=False, versions=None)

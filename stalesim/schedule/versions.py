@@ -7,6 +7,18 @@ in: stage s's version counter n_s starts at 0 and every ``U(s, t)`` increments i
 - v_B(s, t): v_F(s, t) under ``stash``/``double-buffer``, else n_s when ``B(s, t)`` runs;
 - u(s, t): the value of n_s after ``U(s, t)``, i.e. the update batch t's gradient feeds.
 
+A split backward reads weights twice in a naive reading, so its versions are
+defined precisely: ``I`` (the input gradient) reads the weights exactly as
+``B`` would (v_B above: the forward's version under ``stash``/``double-buffer``,
+else n_s when ``I`` runs); ``W`` (the weight gradient) reads *no* weights of its
+own: it combines the activations its forward saved with the intermediate
+gradients its ``I`` computed, so it is annotated with, and its runtime unpacks,
+the version its ``I`` read: v_W = v_B, even if an update of another batch ran
+between the two. The weight gradient therefore is exactly the gradient of the
+weights the backward read, as for an unsplit ``B``. Every synchronous
+schedule, split or not, updates only after all of a batch's backwards, so the
+derived table shows staleness 0 and v_B = v_F for it.
+
 Staleness = u - 1 - v_F (0 for plain SGD); weight inconsistency is v_B != v_F.
 The per-action delays the mitigations need (forward delay D_F = u - 1 - v_F,
 backward delay D_B = u - 1 - v_B) are answered here too, so no consumer redoes
@@ -107,7 +119,7 @@ class VersionTable:
             key = (a.worker, a.stage, a.batch, a.micro)
             if a.kind is Kind.F:
                 table.vf[key] = v
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.I:
                 table.vb[key] = v
             elif a.kind is Kind.U:
                 table.upd[(a.worker, a.stage, a.batch)] = v
@@ -133,7 +145,7 @@ def derive_versions(sched: Schedule) -> VersionTable:
             n = counter.get(ws, 0)
             if a.kind is Kind.F:
                 table.vf[(a.worker, a.stage, a.batch, a.micro)] = n
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.I:
                 key = (a.worker, a.stage, a.batch, a.micro)
                 table.vb[key] = table.vf[key] if stash else n
             elif a.kind is Kind.U:
@@ -151,7 +163,7 @@ def annotate(sched: Schedule) -> Schedule:
         for a in acts:
             if a.kind is Kind.F:
                 a = a.with_version(table.vf[(a.worker, a.stage, a.batch, a.micro)])
-            elif a.kind is Kind.B:
+            elif a.kind is Kind.B or a.kind is Kind.I or a.kind is Kind.W:
                 a = a.with_version(table.vb[(a.worker, a.stage, a.batch, a.micro)])
             out.append(a)
         lists.append(out)

@@ -47,6 +47,7 @@ class SimOptions:
     loss_s: float = 0.0
     optimizer_state_factor: float = 1.0
     keep_timeline: bool = True
+    recv_ahead: int = 1  # receive buffers a runtime keeps posted (memory; the executor: 8)
     # data x pipeline clusters (stalesim.sim.scale): P replicas of a pipeline schedule,
     # their placement on nodes, DDP-style gradient buckets, and whether to exploit symmetry
     replicas: int = 1
@@ -177,7 +178,8 @@ def simulate(
         makespan = fast.makespan_ns
         window = []
         phase_end = []
-    mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor)
+    mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
+                        recv_ahead=opts.recv_ahead)
     vt = sched.versions
     staleness = vt.staleness() if vt is not None else [0] * S
     versions = {

@@ -5,7 +5,8 @@ lowered action list in order; an action starts when the device has finished
 the previous one and its dependencies (``stalesim.schedule.deps.dependencies``,
 the single definition of the IR's semantics) are met, and holds its resources:
 
-* **compute** (one per device): F, B, U and LOSS hold it for their duration;
+* **compute** (one per device): F, B, I, W, U and LOSS hold it for their duration
+  (I and W: the split backward's halves, :meth:`StageCosts.split_ns`);
   on hardware without copy engines a transfer also takes ``occupancy x T`` of
   the core on both ends, queued FIFO on the core when the transfer starts;
 * **channels** (links, see :class:`~stalesim.sim.model.SimHardware` for the
@@ -48,7 +49,7 @@ from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes
 COMPUTE, SEND, RECV, AR, ARW = 0, 1, 2, 3, 4
-_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3}
+_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3, Kind.I: 4, Kind.W: 5}
 _COMM_TRACK = frozenset({Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B, Kind.AR, Kind.ARW})
 
 
@@ -108,12 +109,13 @@ def compile_schedule(sched: Schedule) -> Program:
                     u_by_batch[a.batch].append(gid)
             elif k is Kind.SEND_F or k is Kind.SEND_B:
                 peer_stage = a.stage + 1 if k is Kind.SEND_F else a.stage - 1
-                dev_ops.append((SEND, gid, 0, a.stage, sched.device_of(peer_stage, a.worker)))
+                dev_ops.append((SEND, gid, 0 if k is Kind.SEND_F else 1, a.stage,
+                                sched.device_of(peer_stage, a.worker)))
             elif k is Kind.RECV_F or k is Kind.RECV_B:
                 (dep,) = tuple(dependencies(sched, a))
                 sg = gid_of[dep]
                 send_to_recv[sg] = gid
-                dev_ops.append((RECV, gid, 0, a.stage, sg))
+                dev_ops.append((RECV, gid, 0 if k is Kind.RECV_F else 1, a.stage, sg))
             elif k is Kind.AR or k is Kind.ARW:
                 c = colls.get((a.stage, a.batch))
                 if c is None:
@@ -214,7 +216,13 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     coll_done = [-1] * prog.n_colls
     coll_start = [-1] * prog.n_colls
     coll_ev: list[simpy.Event | None] = [None] * prog.n_colls
-    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S]
+    bi, bw = costs.split_ns()
+    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
+                 list(bi), list(bw)]
+    # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
+    gaps, cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
+    has_gap = any(v for op in gaps for row in op for v in row)
+    wake = hw.wake_ns
     msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
     lat = hw.latency_ns
     if comm is None:
@@ -257,15 +265,17 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
         for op, gid, kc, s, ref in ops:
             if op == 0:  # COMPUTE: no other device observes it, no event needed
                 dur = durs[kc][s]
+                g = gaps[0][kc][s] if has_gap else 0
                 if shares_core:
                     if clock > now:
                         yield timeout(clock - now)
                         now = clock
                     clock = max(clock, core_free[d])
-                    core_free[d] = clock + dur
+                    core_free[d] = clock + dur + g
                 start[gid] = clock
                 clock += dur
                 end[gid] = clock
+                clock += g
                 work += dur
                 last = dur
                 continue
@@ -274,7 +284,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 now = clock
             if op == 2:  # RECV
                 arr = arrive[ref]
-                start[gid] = now
+                t0 = start[gid] = now
                 if arr < 0:
                     ev = waiters.get(ref)
                     if ev is None:
@@ -284,19 +294,25 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 if arr > now:
                     yield timeout(arr - now)
                     now = arr
-                clock = end[gid] = now
+                # blocked: resumes ``wake`` after the arrival; then completes (CPU)
+                t = now + wake if arr > t0 else now
+                end[gid] = t + cpu[2][kc][s]
+                clock = end[gid] + gaps[2][kc][s]
             elif op == 1:  # SEND
                 if node_of is not None and node_of[d] != node_of[ref]:
                     ser, arr = inter_ser[s], inter_lat  # between nodes: the network link
                 else:
                     ser, arr = msg_ser[s], lat
                 ch = _channel_index(topo, n_dev, d, ref)
-                xs = max(now, chan_free[ch])
+                posted = now + cpu[1][kc][s]  # the message leaves once posted
+                xs = max(posted, chan_free[ch])
                 chan_free[ch] = xs + ser
                 arr += xs + ser
                 arrive[gid] = arr
                 xfer[gid] = (xs, arr)
-                start[gid] = end[gid] = now
+                start[gid] = now
+                end[gid] = posted
+                clock = posted + gaps[1][kc][s]
                 ev = waiters.pop(gid, None)
                 if ev is not None:
                     ev.succeed(now)
@@ -305,11 +321,13 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                     if ns:
                         (queue_cpu if xs == now else later_cpu)((d, ref), xs, ns, gid)
             elif op == 3:  # AR: non-blocking start of a collective
-                start[gid] = end[gid] = now
+                start[gid] = now
+                issued = end[gid] = now + cpu[3][0][s]  # packing and starting take the core
+                clock = issued + gaps[3][0][s]
                 coll_count[ref] += 1
                 buckets = ar_buckets[s]
                 K = len(buckets)
-                ready = [now - ((K - 1 - j) * last) // K for j in range(K)] if K > 1 else [now]
+                ready = [issued - ((K - 1 - j) * last) // K for j in range(K)] if K > 1 else [issued]
                 seen = coll_ready[ref]
                 if seen is not None:
                     ready = [a if a > b else b for a, b in zip(ready, seen)]
@@ -336,7 +354,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                             t0 = cs if cs > now else now
                             (queue_cpu if t0 == now else later_cpu)(devs, t0, ns, gid)
             else:  # ARW: wait for the collective
-                start[gid] = now
+                t0 = start[gid] = now
                 done = coll_done[ref]
                 if done < 0:
                     ev = coll_ev[ref]
@@ -347,7 +365,9 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 if done > now:
                     yield timeout(done - now)
                     now = done
-                clock = end[gid] = now
+                t = now + wake if done > t0 else now
+                end[gid] = t + cpu[4][0][s]
+                clock = end[gid] + gaps[4][0][s]
         if clock > now:
             yield timeout(clock - now)
         busy[d] += work
@@ -366,6 +386,14 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     batch_done = [max(end[g] for g in gids) if gids else 0 for gids in prog.u_gids_by_batch]
     coll_span = list(zip(coll_start, coll_done))
     return Timeline(prog, start, end, xfer, coll_span, cpu_jobs, makespan, batch_done, busy)
+
+
+_OP_KINDS = ((("F", "B", "U", "LOSS", "I", "W")), ("SEND_F", "SEND_B"), ("RECV_F", "RECV_B"), ("AR",), ("ARW",))
+
+
+def _op_tables(table: dict[str, tuple[int, ...]], S: int) -> list[list[list[int]]]:
+    """{kind: per-stage ns} -> [op][kind code][stage] (zeros where a kind is not given)."""
+    return [[list(table.get(k, (0,) * S)) for k in kinds] for kinds in _OP_KINDS]
 
 
 def busy_in_window(tl: Timeline, lo: int, hi: int) -> list[int]:

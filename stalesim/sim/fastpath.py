@@ -29,6 +29,15 @@ costs occupancy x T of the core at both ends (folded into F_s/B_s here).
   all-reduce on hardware without copy engines).
 * **hybrid**: (switch + S - 1) stale periods + (N - switch) sequential batches,
   averaged over the N batches.
+* **flush** (virtual stages, split backward: interleaved 1F1B, looped BFS,
+  ZB-H1/H2, ZB-V, DualPipeV): one flushed batch of the schedule's own device
+  lists evaluated exactly, without events (each action starts when its device
+  is free and its input has arrived; FIFO channels; I and W at their own costs);
+  the iteration is the largest device span (first start to last end), since
+  every device repeats its batch with the same relative timing. Their
+  uniform-cost bubbles ((R-1)/(V M) of the work for interleaving, a third of
+  1F1B's for ZB-H1, none for ZB-H2/ZB-V with F = I = W) are tested against
+  this and the event path.
 
 What the fast path ignores (where it and the event path can differ) is listed
 in docs/simulator.md: transients (non-uniform stages take a few batches to
@@ -98,6 +107,22 @@ def _pipe(sched: Schedule, costs: StageCosts, hw: SimHardware) -> _Pipe:
     else:
         B = [costs.b_ns[s] + cpu[s] + (cpu[s - 1] if s > 0 else 0) for s in range(S)]
     U = list(costs.u_ns)
+    # per-action runtime costs (StageCosts.gap_ns / comm_ns) folded into the action they
+    # accompany: a forward's send/receive into F, a backward's into B (the event engine
+    # places them exactly; here they only lengthen the stage)
+    gap, com = costs.gap_table(), costs.comm_table()
+    if gap or com:
+        def oh(kind: str, s: int) -> int:
+            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s]
+
+        for s in range(S):
+            F[s] += oh("F", s) + (oh("SEND_F", s) if crosses[s] else 0) \
+                + (oh("RECV_F", s) if s > 0 and crosses[s - 1] else 0)
+            B[s] += oh("B", s)
+            if not local:
+                B[s] += (oh("SEND_B", s) if s > 0 and crosses[s - 1] else 0) \
+                    + (oh("RECV_B", s) if crosses[s] else 0)
+            U[s] += oh("U", s)
     busy = [0.0] * D
     for s in range(S):
         busy[dev[s]] += M * (F[s] + B[s] + loss[s]) + U[s]
@@ -137,7 +162,15 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
                           main.terms)
     pipe = _pipe(sched, costs, hw)
     inflight = in_flight_per_stage(sched)
-    timed = [(p, *_phase_time(get_spec(p.schedule), pipe, inflight)) for p in phases]
+    timed = []
+    for p in phases:
+        spec = get_spec(p.schedule)
+        if spec.fast_path == "flush":
+            it, busy, terms = flush_replay(sched, costs, hw, batch=p.first)
+            pipe.busy = busy
+            timed.append((p, it, "flush", terms))
+        else:
+            timed.append((p, *_phase_time(spec, pipe, inflight)))
     if not sched.has_steady_state:
         total = 0.0
         terms: dict[str, float] = {}
@@ -154,7 +187,8 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
         return FastResult(it, before + last.batches * it + fill, list(pipe.busy),
                           "max-plus period: bottleneck device/channel work per batch "
                           "(and round trip / in-flight)", terms)
-    formula = {"fill-drain": "GPipe flow shop: sum p + (M-1) max p, fwd then bwd",
+    formula = {"flush": "one flushed batch replayed exactly: largest device span",
+               "fill-drain": "GPipe flow shop: sum p + (M-1) max p, fwd then bwd",
                "one-f-one-b": "1F1B: max-plus recurrence over one flush (uniform: (M+S-1)(F+B))",
                "critical-path": "sequential: critical path of one batch"}[kind]
     return FastResult(it, before + last.batches * it, list(pipe.busy), formula, terms)
@@ -283,6 +317,74 @@ def _one_f_one_b(S, M, F, B, U, loss, ser, lat, crosses, dev):
     return max(per_dev.values()), {"flush_ns": max(end_u)}
 
 
+def flush_replay(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
+                 batch: int = 0) -> tuple[float, list[float], dict[str, float]]:
+    """One batch of ``sched`` evaluated exactly (see the module doc, ``flush``).
+
+    Returns (largest device span, per-device busy time, terms). Only the actions of
+    ``batch`` run, each device in its list order; a receive waits for its send's
+    arrival (latency + bytes / bandwidth on a FIFO channel of the link topology);
+    a transfer's core share (hardware without copy engines) is added on both ends.
+    """
+    from stalesim.schedule.actions import Kind
+    from stalesim.schedule.deps import dependencies
+    from stalesim.sim.events import _channel_index
+
+    n_dev = sched.num_devices
+    lists = [[a for a in acts if a.batch == batch] for acts in sched.device_actions]
+    bi, bw = costs.split_ns()
+    dur = {Kind.F: costs.f_ns, Kind.B: costs.b_ns, Kind.I: bi, Kind.W: bw, Kind.U: costs.u_ns}
+    ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
+    lat = hw.latency_ns
+    arrive: dict[tuple, float] = {}
+    chan: dict[int, float] = {}
+    clock = [0.0] * n_dev
+    first = [-1.0] * n_dev
+    busy = [0.0] * n_dev
+    ptr = [0] * n_dev
+    progress = True
+    while progress:
+        progress = False
+        for d in range(n_dev):
+            acts = lists[d]
+            while ptr[d] < len(acts):
+                a = acts[ptr[d]]
+                k = a.kind
+                start = clock[d]
+                if k is Kind.RECV_F or k is Kind.RECV_B:
+                    (dep,) = tuple(dependencies(sched, a))
+                    arr = arrive.get(dep)
+                    if arr is None:
+                        break
+                    seg = ser[dep[2]]
+                    end = max(start, arr) + hw.cpu_ns(lat + seg)
+                    busy[d] += hw.cpu_ns(lat + seg)
+                elif k is Kind.SEND_F or k is Kind.SEND_B:
+                    peer_stage = a.stage + 1 if k is Kind.SEND_F else a.stage - 1
+                    dst = sched.device_of(peer_stage, a.worker)
+                    ch = _channel_index(hw.topology, n_dev, d, dst)
+                    xs = max(start, chan.get(ch, 0.0))
+                    chan[ch] = xs + ser[a.stage]
+                    arrive[a.key] = xs + ser[a.stage] + lat
+                    occ = hw.cpu_ns(lat + ser[a.stage])
+                    end = start + occ
+                    busy[d] += occ
+                else:
+                    t = costs.loss_ns if k is Kind.LOSS else dur.get(k, (0,) * costs.stages)[a.stage]
+                    if first[d] < 0 and t:
+                        first[d] = start
+                    end = start + t
+                    busy[d] += t
+                clock[d] = end
+                ptr[d] += 1
+                progress = True
+    if any(p < len(acts) for p, acts in zip(ptr, lists)):  # pragma: no cover - validated IR
+        raise StalesimError("flush fast path: the batch's order is stuck")
+    spans = [clock[d] - first[d] if first[d] >= 0 else 0.0 for d in range(n_dev)]
+    it = max(spans, default=0.0)
+    return it, busy, {"largest_span_ns": it, "flush_makespan_ns": max(clock, default=0.0)}
+
+
 def _flow(ps: list[float], delays: float, M: int) -> float:
     return sum(ps) + delays + (M - 1) * max(ps, default=0.0)
 
@@ -314,7 +416,17 @@ def _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses):
 
 def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batches: int) -> FastResult:
     S = costs.stages
-    F, B, U, L = costs.f_ns, costs.b_ns, costs.u_ns, costs.loss_ns
+    F, B, U, L = list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), costs.loss_ns
+    gap, com = costs.gap_table(), costs.comm_table()
+    if gap or com:  # per-action runtime costs, folded in (see _pipe)
+        def oh(kind: str, s: int) -> int:
+            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s]
+
+        for s in range(S):
+            F[s] += oh("F", s)
+            B[s] += oh("B", s) + oh("AR", s)
+            U[s] += oh("U", s) + oh("ARW", s)
+        L += oh("LOSS", S - 1)
     ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.param_bytes]
     cpu_ar = [hw.cpu_ns(a) for a in ar]
     t_comp = sum(F) + L + sum(B)

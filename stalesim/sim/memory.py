@@ -1,19 +1,28 @@
-"""Memory model: bytes per device from the IR's liveness counts and the stage costs.
+"""Memory model: bytes per device from the IR's liveness and the stage costs.
 
 Nothing here is typed in per schedule, and nothing re-walks the action lists:
-the counts (weight versions kept, gradient buffers, activations in flight,
-message kinds, all-reduce buckets in flight) come from the schedule's liveness
-pass (:mod:`stalesim.schedule.liveness`); this module turns them into bytes:
+what each device holds after each of its compute actions comes from the
+schedule's liveness pass (:func:`stalesim.schedule.liveness.memory_series`);
+this module turns it into bytes, counting what the executor's accounting counts
+(:mod:`stalesim.runtime.memory`, by unique storage):
 
-* weights: params x versions kept; gradients: params x gradient buffers;
-* optimizer state: ``optimizer_state_factor`` x params (momentum SGD: 1);
-* activations: the stage's ``saved_bytes`` at the action's batch size x in flight;
-* communication buffers: one buffer per point-to-point message kind, plus one
+* static: parameters, buffers (``StageCosts.buffer_bytes``) and optimizer state
+  (``optimizer_state_factor`` x params; momentum SGD: 1);
+* weight versions: params x (versions alive - 1) stashed beside the live ones;
+* gradients: params x gradient buffers alive;
+* activations: the stage's ``saved_bytes`` (one in-flight action batch: its input,
+  output and the tensors saved for its backward) x in flight (from F until the
+  backward completes: B, or W for a split backward);
+* deferred weight gradients: per (micro-)batch whose ``I`` ran and ``W`` not yet,
+  the gradients W reads (:meth:`StageCosts.deferred_w_bytes`);
+* communication buffers: every receive buffer posted or received and not yet
+  consumed (``recv_ahead`` kept posted), input gradients awaiting their send and
+  sent messages not yet released (:mod:`stalesim.schedule.completion`), plus one
   gradient bucket (= the stage's params) per all-reduce in flight.
 
-A device's peak is the sum of each component's maximum over the action order
-(an upper bound; for these schedules the maxima coincide at the end of the
-warm-up, when every in-flight batch holds its activations and versions).
+A device's peak is the largest *simultaneous* total over those samples (not the
+sum of each component's maximum, which can exceed anything the device ever
+holds); ``breakdown`` gives the components at that peak.
 """
 
 from __future__ import annotations
@@ -22,15 +31,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from stalesim.schedule.ir import Schedule
-from stalesim.schedule.liveness import StageLiveness, stage_liveness
+from stalesim.schedule.liveness import StageLiveness, memory_series, stage_liveness
 from stalesim.sim.model import StageCosts
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers")
+COMPONENTS = ("weights", "gradients", "optimizer", "activations", "deferred_w", "comm_buffers")
+
 
 @dataclass(frozen=True)
 class MemoryReport:
     peak_bytes: list[int]  # per device
-    breakdown: list[dict[str, int]]  # per device, COMPONENTS -> bytes
+    breakdown: list[dict[str, int]]  # per device, COMPONENTS -> bytes at the peak
     stages: list[StageLiveness]
 
     def to_dict(self) -> dict[str, Any]:
@@ -42,25 +52,41 @@ class MemoryReport:
 
 
 def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
-                  counts: list[StageLiveness] | None = None) -> MemoryReport:
-    """Bytes per device from the counts (derived here unless given) and the stage costs."""
+                  counts: list[StageLiveness] | None = None, recv_ahead: int = 1) -> MemoryReport:
+    """Peak bytes per device: the largest simultaneous total after any compute action."""
     if counts is None:
         counts = stage_liveness(sched)
-    n_dev = sched.num_devices
-    breakdown = [dict.fromkeys(COMPONENTS, 0) for _ in range(n_dev)]
-    for c in counts:
-        d = sched.device_of(c.stage, c.worker)
-        pb = costs.param_bytes[c.stage]
-        b = breakdown[d]
-        b["weights"] += pb * c.versions_kept
-        b["gradients"] += pb * c.grad_buffers
-        b["optimizer"] += round(pb * optimizer_state_factor)
-        b["activations"] += costs.saved_bytes[c.stage] * c.max_in_flight
-        b["comm_buffers"] += costs.msg_bytes[c.stage] * c.comm_messages + pb * c.allreduce_in_flight
-    peaks = [sum(b.values()) for b in breakdown]
+    bb = costs.buffer_bytes or (0,) * costs.stages
+    msg = costs.msg_bytes
+    dw = costs.deferred_w_bytes()
+    peaks: list[int] = []
+    breakdown: list[dict[str, int]] = []
+    for samples in memory_series(sched, recv_ahead=recv_ahead):
+        best: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
+        best_total = -1
+        for smp in samples:
+            b = dict.fromkeys(COMPONENTS, 0)
+            for _w, s, alive, in_flight, grads, ar, deferred in smp.stages:
+                pb = costs.param_bytes[s]
+                b["weights"] += pb * alive + bb[s]
+                b["gradients"] += pb * grads
+                b["optimizer"] += round(pb * optimizer_state_factor)
+                b["activations"] += costs.saved_bytes[s] * in_flight
+                b["deferred_w"] += dw[s] * deferred
+                b["comm_buffers"] += pb * ar
+            for _kind, s in smp.messages:
+                b["comm_buffers"] += msg[s]
+            for s in smp.shared:  # one storage: stage s's output is stage s+1's input
+                b["activations"] -= msg[s]
+            total = sum(b.values())
+            if total > best_total:
+                best, best_total = b, total
+        peaks.append(max(0, best_total))
+        breakdown.append(best)
     return MemoryReport(peaks, breakdown, counts)
 
 
 def _counts(c: StageLiveness) -> dict[str, int]:
     return {k: getattr(c, k) for k in ("stage", "worker", "versions_kept", "grad_buffers",
-                                       "max_in_flight", "comm_messages", "allreduce_in_flight")}
+                                       "max_in_flight", "comm_messages", "allreduce_in_flight",
+                                       "deferred_w")}

@@ -98,6 +98,13 @@ class SimHardware:
     topology: str = "p2p"
     memory_bytes: float | None = None
     notes: tuple[str, ...] = ()
+    # a device blocked on a receive or an all-reduce resumes this long after the data is
+    # there (thread wake-up); 0 when ``latency`` was measured to a blocked receiver already
+    wake_ns: int = 0
+    # a measured all-reduce (this worker count): alpha + bytes / bandwidth replaces the ring
+    # formula when set (a CPU transport's collective is not the link's alpha-beta)
+    allreduce_alpha_ns: int | None = None
+    allreduce_bandwidth_Bps: float | None = None
     cluster: SimCluster | None = None  # nodes + network; None: every device on one node
 
     def __post_init__(self) -> None:
@@ -110,6 +117,8 @@ class SimHardware:
         occ = self.cpu_comm_occupancy
         if not 0 <= occ <= 1:
             raise StalesimError(f"cpu_comm_occupancy: must be in [0, 1], got {occ!r}")
+        if self.wake_ns < 0:
+            raise StalesimError(f"wake_s: must be >= 0, got {self.wake_ns / NS!r}")
         if self.allreduce_algorithm not in ("ring", "tree"):
             raise StalesimError(f"allreduce.algorithm: expected ring or tree, got {self.allreduce_algorithm!r}")
 
@@ -175,6 +184,9 @@ class SimHardware:
         p = int(workers)
         if p <= 1:
             return 0
+        if self.allreduce_alpha_ns is not None:
+            bw = self.allreduce_bandwidth_Bps
+            return self.allreduce_alpha_ns + (0 if bw is None or math.isinf(bw) else to_ns(nbytes / bw))
         nb = 0.0 if math.isinf(self.bandwidth_Bps) else nbytes / self.bandwidth_Bps
         a = self.latency_ns
         if self.allreduce_algorithm == "ring":
@@ -245,7 +257,9 @@ class SimHardware:
             "comm_overlaps_compute": self.comm_overlaps_compute,
             "cpu_comm_occupancy": self.cpu_comm_occupancy,
             "allreduce_algorithm": self.allreduce_algorithm, "topology": self.topology,
-            "notes": list(self.notes),
+            "wake_s": self.wake_ns / NS,
+            "allreduce_alpha_s": None if self.allreduce_alpha_ns is None else self.allreduce_alpha_ns / NS,
+            "allreduce_bandwidth_Bps": self.allreduce_bandwidth_Bps, "notes": list(self.notes),
             **({} if self.cluster is None else {"cluster": self.cluster.to_dict()}),
         }
 
@@ -256,10 +270,29 @@ class StageCosts:
 
     ``f_ns``/``b_ns``: forward/backward of one action (a micro-batch for
     micro-batched schedules, a worker's slice for data-parallel ones);
+    ``bi_ns``/``bw_ns``: the two halves of a split backward (``I``: input
+    gradient, ``W``: weight gradient), measured by the profiler or, when the
+    profile has no split, ``b_ns`` cut by ``WEIGHT_GRAD_FRACTION`` (empty tuples
+    mean that estimate too); ``wgrad_bytes``: what a deferred ``W`` keeps
+    between its I and W (the output gradient of each block of the stage);
     ``u_ns``: the stage's optimizer update; ``loss_ns``: one LOSS action;
     ``msg_bytes[s]``: stage s's output per action (sent forward, and the same
     size comes back as the gradient); ``param_bytes``/``saved_bytes`` for
     memory; ``seq_ns``: one whole mini-batch on one device (the baseline).
+
+    What a runtime spends per action besides the arithmetic, per action kind
+    (``Kind`` value) and stage, as ``((kind, (ns per stage, ...)), ...)``
+    (empty: nothing; see :meth:`gap_table`):
+
+    * ``gap_ns``: the runtime's own time *after* each action of that kind before
+      the next one starts (dispatch loop, bookkeeping); the device is busy but no
+      action runs (utilization does not count it);
+    * ``comm_ns``: the CPU time of a communication action itself (SEND_*: posting,
+      before the message leaves; RECV_* and ARW: completing, after the data is
+      there; AR: packing and starting the collective).
+
+    ``buffer_bytes``: per stage, non-trainable state (BatchNorm statistics) for
+    memory (empty: none).
     """
 
     f_ns: tuple[int, ...]
@@ -275,13 +308,59 @@ class StageCosts:
     cuts: tuple[int, ...] = ()
     ppv: tuple[int, ...] = ()
     layer_ranges: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    gap_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    comm_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    buffer_bytes: tuple[int, ...] = ()
     # where the times come from, per batch size used: {"action_batch": CostSource dict,
     # "batch_size": CostSource dict} (stalesim.workloads.scaling); empty = given by hand
     cost_source: dict[str, Any] = field(default_factory=dict)
+    bi_ns: tuple[int, ...] = ()
+    bw_ns: tuple[int, ...] = ()
+    wgrad_bytes: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        S = len(self.f_ns)
+        for name in ("gap_ns", "comm_ns"):
+            for kind, per in getattr(self, name):
+                if len(per) != S or any(int(v) < 0 for v in per):
+                    raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
+        if self.buffer_bytes and len(self.buffer_bytes) != S:
+            raise StalesimError(f"buffer_bytes: expected {S} values, got {len(self.buffer_bytes)}")
 
     @property
     def stages(self) -> int:
         return len(self.f_ns)
+
+    def gap_table(self) -> dict[str, tuple[int, ...]]:
+        """``gap_ns`` as {kind: per-stage ns}."""
+        return {k: tuple(int(x) for x in v) for k, v in self.gap_ns}
+
+    def comm_table(self) -> dict[str, tuple[int, ...]]:
+        """``comm_ns`` as {kind: per-stage ns}."""
+        return {k: tuple(int(x) for x in v) for k, v in self.comm_ns}
+
+    def with_overheads(self, gap: dict[str, Sequence[int]] | None = None,
+                       comm: dict[str, Sequence[int]] | None = None) -> StageCosts:
+        """A copy with these per-kind tables (kinds not given keep their values)."""
+        from dataclasses import replace
+
+        g = self.gap_table()
+        g.update({k: tuple(int(x) for x in v) for k, v in (gap or {}).items()})
+        c = self.comm_table()
+        c.update({k: tuple(int(x) for x in v) for k, v in (comm or {}).items()})
+        return replace(self, gap_ns=tuple(sorted(g.items())), comm_ns=tuple(sorted(c.items())))
+
+    def split_ns(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(I, W) per stage: the given halves, else B split by WEIGHT_GRAD_FRACTION."""
+        if self.bi_ns and self.bw_ns:
+            return self.bi_ns, self.bw_ns
+        from stalesim.workloads.profile import WEIGHT_GRAD_FRACTION
+
+        w = tuple(round(b * WEIGHT_GRAD_FRACTION) for b in self.b_ns)
+        return tuple(b - x for b, x in zip(self.b_ns, w)), w
+
+    def deferred_w_bytes(self) -> tuple[int, ...]:
+        return self.wgrad_bytes or self.msg_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -291,21 +370,31 @@ class StageCosts:
             "update_s": [x / NS for x in self.u_ns], "loss_s": self.loss_ns / NS,
             "message_bytes": list(self.msg_bytes), "param_bytes": list(self.param_bytes),
             "saved_bytes": list(self.saved_bytes), "action_batch": self.action_batch,
+            "gap_s": {k: [x / NS for x in v] for k, v in self.gap_ns},
+            "comm_cpu_s": {k: [x / NS for x in v] for k, v in self.comm_ns},
+            "buffer_bytes": list(self.buffer_bytes),
             "cost_source": {k: dict(v) for k, v in self.cost_source.items()},
+            "backward_input_s": [x / NS for x in self.split_ns()[0]],
+            "backward_weight_s": [x / NS for x in self.split_ns()[1]],
         }
 
 
 def uniform_costs(stages: int, f_ns: int, b_ns: int, u_ns: int = 0, *, loss_ns: int = 0,
                   msg_bytes: int = 0, param_bytes: int = 0, saved_bytes: int = 0,
                   batch_size: int = 1, action_batch: int = 1,
-                  seq_ns: int | None = None) -> StageCosts:
-    """Identical stages (tests and benchmarks)."""
+                  seq_ns: int | None = None, bi_ns: int | None = None,
+                  bw_ns: int | None = None) -> StageCosts:
+    """Identical stages (tests and benchmarks). ``bi_ns``/``bw_ns``: the split backward
+    (default: ``b_ns`` split by WEIGHT_GRAD_FRACTION)."""
     S = stages
     if seq_ns is None:
         scale = batch_size // max(1, action_batch)
         seq_ns = S * (scale * (f_ns + b_ns) + u_ns) + loss_ns * scale
+    split = bi_ns is not None and bw_ns is not None
     return StageCosts((f_ns,) * S, (b_ns,) * S, (u_ns,) * S, loss_ns, (msg_bytes,) * S,
-                      (param_bytes,) * S, (saved_bytes,) * S, seq_ns, batch_size, action_batch)
+                      (param_bytes,) * S, (saved_bytes,) * S, seq_ns, batch_size, action_batch,
+                      bi_ns=(bi_ns,) * S if split else (),  # type: ignore[arg-type]
+                      bw_ns=(bw_ns,) * S if split else ())  # type: ignore[arg-type]
 
 
 def resolve_cuts(profile: Profile, stages: int | None, ppv: Sequence[int] | None,
@@ -347,7 +436,9 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
     """Sum the profile's layers per stage at ``action_batch`` (and at ``batch_size`` for the baseline)."""
     from stalesim.workloads.partition import stage_ranges
 
-    small = profile.at_batch_size(action_batch).stage_layers(list(cuts))
+    at = profile.at_batch_size(action_batch)
+    small = at.stage_layers(list(cuts))
+    ranges = stage_ranges(list(cuts), profile.n_layers)
     full = profile.at_batch_size(batch_size).stage_layers(list(cuts))
     loss_ns = to_ns(loss_s * action_batch / batch_size) if loss_s else 0
     seq = sum(to_ns(st.forward_s) + to_ns(st.backward_s) + to_ns(st.update_s) for st in full)
@@ -364,7 +455,10 @@ def stage_costs(profile: Profile, cuts: Sequence[int], *, batch_size: int, actio
         batch_size=batch_size,
         action_batch=action_batch,
         cuts=tuple(cuts), ppv=tuple(ppv),
-        layer_ranges=tuple(stage_ranges(list(cuts), profile.n_layers)),
+        layer_ranges=tuple(ranges),
         cost_source={"action_batch": profile.cost_source(action_batch).to_dict(),
                      "batch_size": profile.cost_source(batch_size).to_dict()},
+        bi_ns=tuple(to_ns(st.backward_split()[0]) for st in small),
+        bw_ns=tuple(to_ns(st.backward_split()[1]) for st in small),
+        wgrad_bytes=tuple(sum(int(lp.output_bytes) for lp in at.layers[a:b]) for a, b in ranges),
     )

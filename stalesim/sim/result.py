@@ -18,7 +18,7 @@ from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_c
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.events import Timeline
 
-_COMPUTE = {"F", "B", "U", "LOSS"}
+_COMPUTE = {"F", "B", "I", "W", "U", "LOSS"}
 
 
 @dataclass

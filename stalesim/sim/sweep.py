@@ -27,13 +27,13 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
 
-COLUMNS = ("rank", "schedule", "stages", "microbatches", "workers", "devices", "ppv", "device", "link",
+COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "microbatches", "workers", "devices",
+           "ppv", "device", "link",
            "iteration_time_s", "throughput_samples_per_s", "speedup", "bubble_fraction",
            "max_peak_memory_bytes", "max_staleness", "max_allreduce_exposed_s", "cost_source", "batch_size",
            "batch_source", "action_batch", "action_batch_source", "warnings", "error")
@@ -48,13 +48,16 @@ class SweepPoint:
     ppv: tuple[int, ...] | None = None
     device: str | None = None
     link: str | None = None
+    stages_per_device: int | None = None  # V chunks per device (None: the schedule's own)
 
 
 def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: Sequence[int] = (1,),
          workers: Sequence[int] = (1,), ppv_candidates: Sequence[Sequence[int]] = (),
-         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,)) -> list[SweepPoint]:
-    """All combinations; micro-batches only vary for schedules that use them
-    (no duplicate points). Workers (the data-parallel degree) apply to every
+         devices: Sequence[str | None] = (None,), links: Sequence[str | None] = (None,),
+         stages_per_device: Sequence[int | None] = (None,)) -> list[SweepPoint]:
+    """All combinations; micro-batches only vary for schedules that use them,
+    stages per device only for schedules whose V is free (interleaving; no
+    duplicate points). Workers (the data-parallel degree) apply to every
     schedule: P workers of a data-parallel one, P replicas of a pipeline."""
     from stalesim.schedule import get_spec
 
@@ -67,8 +70,9 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
     for name in schedules:
         spec = get_spec(name)
         ms = microbatches if spec.uses_micro else (1,)
-        for (S, ppv), M, P, dev, link in itertools.product(shapes, ms, workers, devices, links):
-            pt = SweepPoint(name, S, M, P, ppv, dev, link)
+        vs = stages_per_device if not spec.fixed_stages_per_device else (None,)
+        for (S, ppv), M, P, dev, link, V in itertools.product(shapes, ms, workers, devices, links, vs):
+            pt = SweepPoint(name, S, M, P, ppv, dev, link, V)
             if pt not in seen:
                 seen.add(pt)
                 points.append(pt)
@@ -76,86 +80,99 @@ def grid(schedules: Sequence[str], stages: Sequence[int] = (), *, microbatches: 
 
 
 # ----------------------------------------------------------------- worker side
-_STATE: dict[str, Any] = {}
-
-
-def _init(profile_dict: dict, method: str, batch_size: int | None, batches: int | None,
-          extrapolate: str = "conservative", cluster: dict[str, Any] | None = None) -> None:
-    from stalesim.workloads.profile import profile_from_dict
-
-    prof = profile_from_dict(profile_dict).with_extrapolation(extrapolate)
-    _STATE.update(profile=prof, method=method, batch_size=batch_size, batches=batches,
-                  cluster=dict(cluster or {}))
-    _hardware.cache_clear()
-
-
 CLUSTER_KEYS = ("node", "node_size", "inter_link", "inter_algorithm")  # hardware side of ``cluster``
 OPTION_KEYS = ("placement", "bucket_bytes", "symmetry")  # SimOptions side of ``cluster``
 
 
-@lru_cache(maxsize=64)
-def _hardware(device: str | None, link: str | None):
-    from stalesim.sim.cluster import with_cluster
+class _Worker:
+    """Simulates points of one sweep. Picklable (the profile travels as its JSON dict), so
+    each pool process gets it with its chunk of points; the parsed profile and the
+    per-(device, link) hardware are cached on the instance, not in module state."""
 
-    prof, hw = _plain_hardware(device, link)
-    c = _STATE.get("cluster", {})
-    return prof, with_cluster(hw, **{k: c[k] for k in CLUSTER_KEYS if c.get(k) is not None})
+    def __init__(self, profile_dict: dict[str, Any], method: str, batch_size: int | None,
+                 batches: int | None, rule: str, cluster: dict[str, Any] | None) -> None:
+        self.profile_dict, self.method, self.batch_size, self.batches = profile_dict, method, batch_size, batches
+        self.rule, self.cluster = rule, dict(cluster or {})
+        self._profile: Any = None
+        self._hw: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_profile"], state["_hw"] = None, {}
+        return state
 
-def _plain_hardware(device: str | None, link: str | None):
-    from stalesim.sim.model import SimHardware
-    from stalesim.workloads.hardware import get_link, hardware_from_catalog, roofline_profile
+    def profile(self) -> Any:
+        if self._profile is None:
+            from stalesim.workloads.profile import profile_from_dict
 
-    prof = _STATE["profile"]
-    if device:
-        hwc = hardware_from_catalog(device, link or "ideal")
-        return roofline_profile(prof, hwc.device), SimHardware.from_hardware(hwc)
-    if link:
-        lnk = get_link(link)
-        cpu = "cpu" in prof.device.lower()
-        return prof, SimHardware.from_link(prof.device, lnk, overlaps=not cpu,
-                                           occupancy=1.0 if cpu else 0.0)
-    return prof, SimHardware.ideal(prof.device)
+            self._profile = profile_from_dict(self.profile_dict).with_extrapolation(self.rule)
+        return self._profile
 
+    def hardware(self, device: str | None, link: str | None) -> tuple[Any, Any]:
+        key = (device, link)
+        if key not in self._hw:
+            from stalesim.sim.cluster import with_cluster
 
-def run_point(pt: SweepPoint) -> dict[str, Any]:
-    """Simulate one point in this process (after :func:`_init`)."""
-    from stalesim.schedule import ScheduleConfig, get_spec
-    from stalesim.sim.api import SimOptions, simulate
+            prof, hw = self._plain_hardware(device, link)
+            c = self.cluster
+            self._hw[key] = prof, with_cluster(hw, **{k: c[k] for k in CLUSTER_KEYS if c.get(k) is not None})
+        return self._hw[key]
 
-    row: dict[str, Any] = {k: None for k in COLUMNS}
-    row.update(asdict(pt))
-    row["ppv"] = None if pt.ppv is None else ",".join(map(str, pt.ppv))
-    try:
-        prof, hw = _hardware(pt.device, pt.link)
-        dp = get_spec(pt.schedule).data_parallel
-        cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=_STATE["batches"],
-                             microbatches=pt.microbatches, workers=pt.workers if dp else 1)
-        c = _STATE.get("cluster", {})
-        opts = SimOptions(ppv=pt.ppv, batch_size=_STATE["batch_size"], method=_STATE["method"],
-                          keep_timeline=False, replicas=1 if dp else pt.workers,
-                          **{k: c[k] for k in OPTION_KEYS if k in c})
-        r = simulate(prof, cfg, hw, opts)
-    except StalesimError as exc:
-        row["error"] = str(exc)
+    def _plain_hardware(self, device: str | None, link: str | None) -> tuple[Any, Any]:
+        from stalesim.sim.model import SimHardware
+        from stalesim.workloads.hardware import get_link, hardware_from_catalog, roofline_profile
+
+        prof = self.profile()
+        if device:
+            hwc = hardware_from_catalog(device, link or "ideal")
+            return roofline_profile(prof, hwc.device), SimHardware.from_hardware(hwc)
+        if link:
+            lnk = get_link(link)
+            cpu = "cpu" in prof.device.lower()
+            return prof, SimHardware.from_link(prof.device, lnk, overlaps=not cpu,
+                                               occupancy=1.0 if cpu else 0.0)
+        return prof, SimHardware.ideal(prof.device)
+
+    def __call__(self, pt: SweepPoint) -> dict[str, Any]:
+        """Simulate one point; an invalid point becomes a row with an ``error``."""
+        from stalesim.schedule import ScheduleConfig, get_spec
+        from stalesim.sim.api import SimOptions, simulate
+
+        row: dict[str, Any] = {k: None for k in COLUMNS}
+        row.update(asdict(pt))
+        row["ppv"] = None if pt.ppv is None else ",".join(map(str, pt.ppv))
+        try:
+            prof, hw = self.hardware(pt.device, pt.link)
+            dp = get_spec(pt.schedule).data_parallel
+            cfg = ScheduleConfig(pt.schedule, stages=pt.stages, batches=self.batches,
+                                 microbatches=pt.microbatches, workers=pt.workers if dp else 1,
+                                 stages_per_device=pt.stages_per_device)
+            c = self.cluster
+            opts = SimOptions(ppv=pt.ppv, batch_size=self.batch_size, method=self.method,
+                              keep_timeline=False, replicas=1 if dp else pt.workers,
+                              **{k: c[k] for k in OPTION_KEYS if k in c})
+            r = simulate(prof, cfg, hw, opts)
+        except StalesimError as exc:
+            row["error"] = str(exc)
+            return row
+        full = r.cost_detail.get("batch_size", {})
+        act = r.cost_detail.get("action_batch", {})
+        row.update(
+            ppv=",".join(map(str, r.partition["ppv"])) if r.partition["ppv"] else "",
+            devices=r.devices,
+            stages_per_device=pt.stages_per_device or get_spec(pt.schedule).stages_per_device,
+            cost_source=r.cost_source,
+            batch_size=r.batch_size, batch_source=full.get("source", r.cost_source),
+            action_batch=act.get("batch_size"), action_batch_source=act.get("source", r.cost_source),
+            warnings=" | ".join(r.warnings),
+            iteration_time_s=r.iteration_time_s,
+            throughput_samples_per_s=r.throughput_samples_per_s,
+            speedup=r.speedup, bubble_fraction=r.bubble_fraction,
+            max_peak_memory_bytes=max(r.peak_memory_bytes), max_staleness=max(r.staleness),
+            max_allreduce_exposed_s=max(r.allreduce_exposed_s, default=0.0),
+            error="",
+        )
         return row
-    full = r.cost_detail.get("batch_size", {})
-    act = r.cost_detail.get("action_batch", {})
-    row.update(
-        ppv=",".join(map(str, r.partition["ppv"])) if r.partition["ppv"] else "",
-        devices=r.devices,
-        cost_source=r.cost_source,
-        batch_size=r.batch_size, batch_source=full.get("source", r.cost_source),
-        action_batch=act.get("batch_size"), action_batch_source=act.get("source", r.cost_source),
-        warnings=" | ".join(r.warnings),
-        iteration_time_s=r.iteration_time_s,
-        throughput_samples_per_s=r.throughput_samples_per_s,
-        speedup=r.speedup, bubble_fraction=r.bubble_fraction,
-        max_peak_memory_bytes=max(r.peak_memory_bytes), max_staleness=max(r.staleness),
-        max_allreduce_exposed_s=max(r.allreduce_exposed_s, default=0.0),
-        error="",
-    )
-    return row
 
 
 def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
@@ -178,14 +195,13 @@ def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str =
     if unknown:
         raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
-    init = (profile.to_dict(), method, batch_size, batches, rule, cluster)
+    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster)
     if jobs == 1 or len(points) < 2:
-        _init(*init)
-        rows = [run_point(p) for p in points]
+        rows = [worker(p) for p in points]
     else:
         chunk = max(1, len(points) // (jobs * 8))
-        with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=init) as ex:
-            rows = list(ex.map(run_point, points, chunksize=chunk))
+        with ProcessPoolExecutor(max_workers=jobs) as ex:
+            rows = list(ex.map(worker, points, chunksize=chunk))
     return rank(rows)
 
 
@@ -217,14 +233,16 @@ def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> P
 
 def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
     """The ranked table as text (errors listed after the ranking)."""
-    head = f"{'rank':>4}  {'schedule':<10} {'S':>2} {'M':>3} {'P':>4} {'devices':>7}  {'ppv':<14} {'device':<14} " \
+    head = f"{'rank':>4}  {'schedule':<21} {'S':>2} {'V':>2} {'M':>3} {'P':>4} {'devices':>7}  " \
+           f"{'ppv':<14} {'device':<14} " \
            f"{'link':<12} {'ms/batch':>10} {'samples/s':>11} {'speedup':>7} {'bubble':>6} " \
            f"{'peak mem':>9} {'stale':>5}  costs"
     lines = [head]
     ok = [r for r in rows if not r["error"]]
     for r in ok[:limit] if limit else ok:
         lines.append(
-            f"{r['rank']:>4}  {r['schedule']:<10} {r['stages']:>2} {r['microbatches']:>3} "
+            f"{r['rank']:>4}  {r['schedule']:<21} {r['stages']:>2} "
+            f"{r['stages_per_device'] or 1:>2} {r['microbatches']:>3} "
             f"{r['workers']:>4} {r['devices']:>7}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
             f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f}{mark(r):<2} "

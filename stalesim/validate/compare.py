@@ -38,6 +38,44 @@ def max_loss_rel_diff(emulated: Sequence[float | None] | None,
     return worst
 
 
+def pick_median(values: Sequence[float | None]) -> float | None:
+    """Median of the finite values (None when there are none)."""
+    xs = [float(x) for x in values if _finite(x)]
+    return statistics.median(xs) if xs else None
+
+
+def noise_floor(values: Sequence[float | None]) -> float | None:
+    """Run-to-run noise of repeated measurements: interquartile range / median.
+
+    Quartiles by linear interpolation between the sorted values (``inclusive``),
+    so 2 repeats give half their range; None for fewer than 2 repeats (one run says
+    nothing about its own spread).
+    """
+    xs = sorted(float(x) for x in values if _finite(x))
+    if len(xs) < 2:
+        return None
+    med = statistics.median(xs)
+    q1, _q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return (q3 - q1) / med if med > 0 else None
+
+
+def within_noise(error: float | None, noise: float | None) -> bool | None:
+    """True when a relative error is no larger than the noise floor: a measurement repeated
+    under the same protocol could have landed on the prediction. None when either is unknown."""
+    if not _finite(error) or not _finite(noise):
+        return None
+    return abs(error) <= noise  # type: ignore[arg-type]
+
+
+def memory_error(predicted: Sequence[float] | None, measured: Sequence[float] | None) -> float | None:
+    """Largest signed relative error of peak memory over devices (by absolute value)."""
+    if not predicted or not measured or len(predicted) != len(measured):
+        return None
+    errs = [rel_error(p, m) for p, m in zip(predicted, measured)]
+    errs = [e for e in errs if e is not None]
+    return max(errs, key=abs) if errs else None
+
+
 def mean(xs: Sequence[float] | None) -> float | None:
     xs = [x for x in (xs or []) if _finite(x)]
     return sum(xs) / len(xs) if xs else None
@@ -76,6 +114,7 @@ def make_row(schedule: str, *, predicted: dict[str, Any], measured: dict[str, An
         "speedup_error": rel_error(p_sp, m_sp),
         "predicted_peak_memory_bytes": predicted.get("peak_memory_bytes"),
         "measured_peak_memory_bytes": measured.get("peak_memory_bytes"),
+        "memory_error": memory_error(predicted.get("peak_memory_bytes"), measured.get("peak_memory_bytes")),
         "max_loss_rel_diff": max_loss_rel_diff(emulated_losses, executed_losses),
     }
     if extra:
@@ -89,17 +128,30 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ue = [abs(r["utilization_error_points"]) for r in rows if _finite(r.get("utilization_error_points"))]
     se = [abs(r["speedup_error"]) for r in rows if _finite(r.get("speedup_error"))]
     le = [r["max_loss_rel_diff"] for r in rows if _finite(r.get("max_loss_rel_diff"))]
+    me = [abs(r["memory_error"]) for r in rows if _finite(r.get("memory_error"))]
+    re_ = [abs(r["replay_time_error"]) for r in rows if _finite(r.get("replay_time_error"))]
+    nf = [r["noise_floor"] for r in rows if _finite(r.get("noise_floor"))]
+    wn = [r.get("time_error_within_noise") for r in rows if r.get("time_error_within_noise") is not None]
     return {
         "median_abs_time_error": statistics.median(te) if te else None,
         "max_abs_time_error": max(te) if te else None,
         "max_abs_utilization_error_points": max(ue) if ue else None,
         "max_abs_speedup_error": max(se) if se else None,
         "max_loss_rel_diff": max(le) if le else None,
+        "max_abs_memory_error": max(me) if me else None,
+        "median_abs_replay_error": statistics.median(re_) if re_ else None,
+        "max_abs_replay_error": max(re_) if re_ else None,
+        "median_noise_floor": statistics.median(nf) if nf else None,
+        "max_noise_floor": max(nf) if nf else None,
+        "schedules_within_noise": sum(1 for w in wn if w) if wn else None,
+        "schedules_with_noise_floor": len(wn) if wn else None,
     }
 
 
+# The fidelity goals of issue 12 (docs/validate.md), next to which every aggregate is printed.
 GOALS = {"median_abs_time_error": 0.03, "max_abs_time_error": 0.08,
-         "max_abs_utilization_error_points": 3.0, "max_abs_speedup_error": 0.05}
+         "max_abs_utilization_error_points": 3.0, "max_abs_speedup_error": 0.05,
+         "max_abs_memory_error": 0.05, "median_abs_replay_error": 0.02, "max_abs_replay_error": 0.05}
 
 
 def goals_met(agg: dict[str, Any]) -> dict[str, bool | None]:

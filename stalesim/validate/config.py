@@ -24,7 +24,8 @@ DATASETS = ("synthetic", "mnist", "fashion-mnist", "cifar10")
 class ValidateConfig:
     """One validation: ``schedules`` on ``devices`` (``cpu:N`` or ``cuda:0,1``).
 
-    Pipeline schedules use S = number of devices stages; data-parallel ones
+    Pipeline schedules use S = number of devices stages (S = devices x V for the
+    schedules with V virtual stages per device); data-parallel ones
     (dp, pipe-sgd) use P = number of devices workers with S = 1.
     """
 
@@ -42,7 +43,10 @@ class ValidateConfig:
     emulate_iterations: int = 10
     seed: int = 0
     lr: float = 0.01
-    repeats: int = 5
+    # measured runs per schedule, interleaved round-robin (median + noise floor); see
+    # docs/validate.md "Measurement protocol". Not the profile's repeats (profile_repeats).
+    repeats: int = 3
+    profile_repeats: int = 5  # timed rounds of the per-layer profile
     hardware: str | None = None  # reuse a calibration (HW.json) instead of measuring
     profile: str | None = None  # reuse a profile (same device and thread count) instead of measuring
     contended_profile: str | None = None  # and its contended twin
@@ -116,7 +120,7 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())})")
     if cfg.dataset not in DATASETS:
         raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
-    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats"):
+    for name in ("iterations", "batch_size", "microbatches", "threads", "repeats", "profile_repeats"):
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise StalesimError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {v!r}")
@@ -134,7 +138,8 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
                                 f"(schedule {name})")
         # the schedule's own constraints (e.g. 2bw's M >= S - 1), asked of its spec
         try:
-            spec.check(ScheduleConfig(name, stages=1 if spec.data_parallel else n, batches=cfg.iterations,
+            spec.check(ScheduleConfig(name, stages=1 if spec.data_parallel else n * spec.stages_per_device,
+                                      batches=cfg.iterations,
                                       microbatches=cfg.microbatches if spec.uses_micro else 1,
                                       workers=n if spec.data_parallel else 1))
         except StalesimError as exc:

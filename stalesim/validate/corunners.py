@@ -15,7 +15,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
-from stalesim.validate.costmodel import KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.profile import Profile
@@ -53,7 +52,8 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         x = torch.randn(2, 8, device=dev)
         y = torch.randint(0, 8, (2,), device=dev)
         sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        rt_t: dict[str, list[float]] = {k: [] for k in KINDS}
+        measured = ("F", "B", "U", "LOSS")
+        rt_t: dict[str, list[float]] = {k: [] for k in measured}
         for t in range(n + 2):
             acts = [a for a in sched.device_actions[0] if a.batch == t]
             for a in acts:
@@ -72,7 +72,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         # bare calls, as the profiler times them
         mod2 = nn.Sequential(nn.Linear(8, 8)).to(dev)
         opt = torch.optim.SGD(mod2.parameters(), lr=1e-6, momentum=0.9)
-        raw: dict[str, list[float]] = {k: [] for k in KINDS}
+        raw: dict[str, list[float]] = {k: [] for k in measured}
         import torch.nn.functional as F
 
         for t in range(n + 2):
@@ -95,7 +95,9 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
                 raw["LOSS"].append(t2 - t1)
                 raw["B"].append(t3 - t2)
                 raw["U"].append(t4 - t3)
-        return {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in KINDS}
+        out = {k: max(0.0, statistics.median(rt_t[k]) - statistics.median(raw[k])) for k in measured}
+        out["I"] = out["W"] = out["B"]  # each half of a split backward is one more dispatch
+        return out
     finally:
         torch.set_num_threads(old)
 
@@ -260,3 +262,100 @@ def median_profile(profs: list[Profile]) -> Profile:
     ratio = sum(lp.compute_s for lp in top) / w if w else None
     return replace(first, layers=top, whole_model_s=w, sum_over_whole_ratio=ratio, by_batch_size=points,
                    repeats=sum(p.repeats or 0 for p in profs) or first.repeats)
+
+
+def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, repeats: int = 8,
+                  dtype: str = "float32", dataset: str = "synthetic", data_dir: str | None = None,
+                  full_batch: int | None = None) -> list[dict[str, float]]:
+    """Per stage of ``model`` cut at ``ppv``: the extra forward and backward seconds when the
+    stage runs under the version hooks (``{"F": s, "B": s}``, >= 0) and, on a loss stage,
+    what a LOSS action costs through the runtime (``"LOSS"``: cross-entropy, the value read
+    back, bookkeeping; the per-layer profile has no such action) and, on stage 0, what
+    reading one action batch of the data costs (``"DATA"``: ``BatchStream.part`` out of a
+    mini-batch of ``full_batch``, as the executor's first stage does in every F).
+
+    A stage needs the hooks only where an update can fall between a forward and its
+    backward (:func:`stalesim.schedule.liveness.updates_during_backward_wait`); their cost
+    grows with the number of tensors the stage saves, so it is measured on the real stages
+    at the action batch, alternating hooked and plain rounds (medians), in this process,
+    with no schedule run.
+    """
+    import torch
+
+    from stalesim.runtime.build import build_stage_modules, stage_runtimes
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.schedule import Action, Kind, build_schedule
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n = 2 * repeats + 2
+        cfg = TrainConfig(model=model, dataset="synthetic", schedule="gpipe", ppv=list(ppv) or None,
+                          stages=None if ppv else 1, microbatches=1, iterations=n, batch_size=batch,
+                          dtype=dtype).check()
+        sched = build_schedule(cfg.schedule_config(n))
+        mods = build_stage_modules(cfg, sched)
+        rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu", total=n)
+        from stalesim.runtime.memfacts import sample_batch
+
+        x, y = sample_batch(mods.model, batch, cfg.torch_dtype)
+        out: list[dict[str, float]] = []
+        for s in range(sched.stages):
+            rt = rts[s]
+            times: dict[tuple[bool, str], list[float]] = {}
+            for t in range(n):
+                hooked = t % 2 == 1
+                rt.hooks_needed = hooked
+                xin = x.detach()
+                if s > 0:
+                    xin.requires_grad_(True)
+                t0 = time.perf_counter()
+                yout = rt.forward(Action(Kind.F, s, t, None, 0), xin)
+                t1 = time.perf_counter()
+                if rt.is_loss_stage:
+                    rt.loss(Action(Kind.LOSS, s, t, None, 0), y)
+                    grad = None
+                else:
+                    grad = torch.ones_like(yout)
+                t2 = time.perf_counter()
+                if rt.is_loss_stage and t >= 2:
+                    times.setdefault((hooked, "LOSS"), []).append(t2 - t1)
+                rt.backward(Action(Kind.B, s, t, None, 0), grad)
+                t3 = time.perf_counter()
+                rt.buffers.clear()
+                if t >= 2:
+                    times.setdefault((hooked, "F"), []).append(t1 - t0)
+                    times.setdefault((hooked, "B"), []).append(t3 - t2)
+            row = {k: max(0.0, statistics.median(times[(True, k)]) - statistics.median(times[(False, k)]))
+                   for k in ("F", "B")}
+            if (False, "LOSS") in times:
+                row["LOSS"] = statistics.median(times[(False, "LOSS")] + times[(True, "LOSS")])
+            out.append(row)
+            x = yout.detach().clone()
+        out[0]["DATA"] = _data_cost(model, dataset, data_dir, full_batch or batch, batch, repeats, dtype)
+        return out
+    finally:
+        torch.set_num_threads(old)
+
+
+def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: int, repeats: int,
+               dtype: str) -> float:
+    """Median seconds of reading ``part`` samples of a mini-batch of ``batch`` (stage 0's F)."""
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.data import batch_stream
+    from stalesim.workloads.zoo import build_model
+
+    cfg = TrainConfig(model=model, dataset=dataset, data_dir=data_dir, schedule="sequential", stages=1,
+                      iterations=repeats + 2, batch_size=batch, dtype=dtype,
+                      synthetic_size=max(4 * batch, 256)).check()
+    stream = batch_stream(cfg, input_shape=build_model(model, seed=0).input_shape)
+    read = getattr(stream, "part", None)  # as the executor's stage 0 reads (executor.rank._input)
+    times = []
+    for t in range(repeats + 2):
+        t0 = time.perf_counter()
+        if read is not None:
+            read(t, 0, part)
+        else:
+            stream(t)[0][:part].clone()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[2:])

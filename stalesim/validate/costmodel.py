@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
-KINDS = ("F", "B", "U", "LOSS")
+KINDS = ("F", "B", "U", "LOSS", "I", "W")  # I, W: the halves of a split backward
 
 
 @dataclass
@@ -55,6 +55,14 @@ class CostModel:
     overhead_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
     notes: list[str] = field(default_factory=list)
     dispatch_s: float = 0.0  # executor loop time between two consecutive actions of a rank
+    # issue 12: the runtime's time after each action kind (dispatch loop, memory sample),
+    # from the 1-rank run's gaps ("comm": after a send or receive), and the per-message
+    # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
+    gaps_s: dict[str, float] = field(default_factory=dict)
+    comm: dict[str, Any] | None = None
+    # extra F/B seconds per stage when it runs under the version hooks, and the LOSS action's
+    # cost, keyed by (PPV, action batch) (:func:`stalesim.validate.corunners.hook_overhead`)
+    hook_s: dict[tuple, list[dict[str, float]]] = field(default_factory=dict)
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -67,6 +75,11 @@ class CostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
+                "gaps_s": dict(self.gaps_s),
+                "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
+                "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
+                                                        if k in ("sizes", "repeats", "device")
+                                                        or isinstance(v, dict)},
                 "contention_ratio": self.contention_ratio(),
                 "has_contended_profile": self.contended is not None,
                 "notes": list(self.notes)}
@@ -124,20 +137,134 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
             return tuple(round((1 - phi[s]) * a[s] + phi[s] * max(a[s], b[s])) for s in range(S))
 
         f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
+        bi = mix(alone.split_ns()[0], busy.split_ns()[0])
+        bw = mix(alone.split_ns()[1], busy.split_ns()[1])
     else:
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-    o = {k: cm.overhead_s.get(k, 0.0) for k in KINDS}
+        bi, bw = alone.split_ns()
+    # a split backward's halves are dispatched like a backward: B's overhead each unless measured
+    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in ("I", "W") else 0.0)
+         for k in KINDS}
     dc = dispatch or {}
 
+    disp = 0.0 if cm.gaps_s else cm.dispatch_s  # per-kind gaps (runtime_overheads) replace it
+
     def extra(kind: str, s: int) -> int:
-        return to_ns(o[kind] + cm.dispatch_s * dc.get((kind, s), 1.0))
+        return to_ns(o[kind] + disp * dc.get((kind, s), 1.0))
 
     # the profile's last block includes the loss arithmetic; the LOSS action adds its overhead
     loss_extra = max((extra("LOSS", s) for s in range(S) if ("LOSS", s) in dc), default=extra("LOSS", S - 1))
     return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
                    b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
                    u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
+                   bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
+                   bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
                    loss_ns=alone.loss_ns + loss_extra)
+
+
+COMM_KINDS = ("SEND_F", "SEND_B", "RECV_F", "RECV_B", "AR", "ARW")
+
+
+def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahead: int = 8,
+                      label_bytes: int = 0) -> StageCosts:
+    """``costs`` with the calibrated per-action runtime costs (never measured on the run
+    being predicted):
+
+    * ``gap_ns``: after F/B/U/LOSS the 1-rank run's median gap of that kind (after I and
+      W: B's, the baseline splits no backward); after a send
+      or a receive the loop alone (``gaps_s["comm"]``), plus, after a receive, waiting on
+      the sends it releases (:func:`stalesim.schedule.completion.send_release`: how many per
+      receive, from the IR) at the calibrated cost of one;
+    * ``comm_ns``: posting a send of stage s's message (``post``), completing a receive and
+      posting the next (``complete``), the all-reduce start and wait (``ar_post``,
+      ``ar_complete`` at the stage's gradient bytes), plus the labels message the first
+      send of each batch carries (averaged over the stage's sends).
+
+    The bytes are the stage's (``msg_bytes``, ``param_bytes``); the fits are
+    :mod:`stalesim.validate.commcal`'s. Without calibration the costs come back unchanged.
+    """
+    from collections import Counter
+
+    from stalesim.schedule.completion import send_release
+    from stalesim.sim.model import to_ns
+    from stalesim.validate.commcal import cost
+
+    S = costs.stages
+    gap: dict[str, list[int]] = {}
+    if cm.gaps_s:
+        loop = cm.gaps_s.get("comm", min(cm.gaps_s.values()))
+        for k in KINDS:  # the halves of a split backward: B's gap unless measured (the
+            # 1-rank baseline splits no backward)
+            dflt = cm.gaps_s.get("B", loop) if k in ("I", "W") else loop
+            gap[k] = [to_ns(cm.gaps_s.get(k, dflt))] * S
+        for k in COMM_KINDS:
+            gap[k] = [to_ns(loop)] * S
+    com: dict[str, list[int]] = {}
+    c = cm.comm
+    if c:
+        msg = costs.msg_bytes
+        sends, carry, recvs, carry_r = Counter(), Counter(), Counter(), Counter()
+        firsts: set = set()
+        for acts in sched.device_actions:
+            for a in acts:
+                k = a.kind.value
+                if k in ("SEND_F", "RECV_F"):
+                    (sends if k == "SEND_F" else recvs)[a.stage] += 1
+                    key = (k, a.worker, a.stage, a.batch)
+                    if key not in firsts:
+                        firsts.add(key)
+                        (carry if k == "SEND_F" else carry_r)[a.stage] += 1
+        lab_post = cost(c["post"], label_bytes) if label_bytes else 0.0
+        lab_done = cost(c["complete"], label_bytes) if label_bytes else 0.0
+        com["SEND_F"] = [to_ns(cost(c["post"], msg[s]) + lab_post * carry[s] / max(1, sends[s]))
+                         for s in range(S)]
+        com["SEND_B"] = [to_ns(cost(c["post"], msg[s - 1])) if s > 0 else 0 for s in range(S)]
+        com["RECV_F"] = [to_ns(cost(c["complete"], msg[s - 1]) + lab_done * carry_r[s] / max(1, recvs[s]))
+                         if s > 0 else 0 for s in range(S)]
+        com["RECV_B"] = [to_ns(cost(c["complete"], msg[s])) for s in range(S)]
+        com["AR"] = [to_ns(cost(c["ar_post"], costs.param_bytes[s])) for s in range(S)]
+        com["ARW"] = [to_ns(cost(c["ar_complete"], costs.param_bytes[s])) for s in range(S)]
+        rel_cost = c.get("release", {}).get("alpha_s", 0.0)
+        if gap and rel_cost:  # a receive releases the sends it proves complete: one wait each
+            per_recv: Counter = Counter()
+            n_recv: Counter = Counter()
+            for d, rel in enumerate(send_release(sched, recv_ahead=recv_ahead)):
+                acts = sched.device_actions[d]
+                released = Counter(j for j in rel.values() if j < len(acts))
+                for j, a in enumerate(acts):
+                    if a.kind.value in ("RECV_F", "RECV_B"):
+                        n_recv[(a.kind.value, a.stage)] += 1
+                        per_recv[(a.kind.value, a.stage)] += released.get(j, 0)
+            for (k, st), n in n_recv.items():
+                gap[k][st] += to_ns(rel_cost * per_recv[(k, st)] / n)
+    if not gap and not com:
+        return costs
+    return costs.with_overheads(gap={k: tuple(v) for k, v in gap.items()},
+                                comm={k: tuple(v) for k, v in com.items()})
+
+
+def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
+                   allreduce_measured: list[dict[str, Any]] | None = None, workers: int = 2) -> SimHardware:
+    """The link the prediction uses: one-way delay to a blocked receiver beyond posting
+    (``arrive`` - ``post``: alpha = latency, wake-up included; 1/beta = bandwidth), and the
+    all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit) when given."""
+    from stalesim.sim.model import to_ns
+    from stalesim.validate.commcal import fit_linear
+
+    out = hw
+    if comm and "arrive" in comm:
+        a, post = comm["arrive"], comm.get("post", {"alpha_s": 0.0, "beta_s_per_byte": 0.0})
+        # arrive is timed from the start of the post; the simulated message leaves at its end
+        beta = max(0.0, a["beta_s_per_byte"] - post["beta_s_per_byte"])
+        bw = 1.0 / beta if beta > 0 else math.inf
+        out = replace(out, latency_ns=to_ns(max(0.0, a["alpha_s"] - post["alpha_s"])), bandwidth_Bps=bw,
+                      wake_ns=0)
+    pts = [m for m in (allreduce_measured or []) if int(m.get("workers", 0)) == workers]
+    if len(pts) >= 2:
+        alpha, beta = fit_linear([float(m["bytes"]) for m in pts], [float(m["seconds"]) for m in pts])
+        out = replace(out, allreduce_alpha_ns=to_ns(alpha),
+                      allreduce_bandwidth_Bps=(1.0 / beta) if beta > 0 else math.inf)
+    return out
 
 
 def busy_overlap(result: SimResult) -> list[float]:
@@ -205,21 +332,74 @@ def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
     stages = sched.stages
     if not overlap:
         return [0.0] * stages
-    if sched.data_parallel or len(overlap) != stages:
+    if sched.data_parallel or len(overlap) != sched.num_devices:
         m = sum(overlap) / len(overlap)
         return [m] * stages
-    return list(overlap)
+    return [overlap[sched.device_of(s, 0)] for s in range(stages)]  # virtual stages: their device
+
+
+def hooked_stages(sched: Any) -> list[bool]:
+    """Per stage: does it run under the version hooks (an update of it can fall between one
+    of its forwards and that forward's backward, on any worker)?"""
+    from stalesim.schedule.liveness import updates_during_backward_wait
+
+    return [any(updates_during_backward_wait(sched, s, w) for w in range(sched.workers))
+            for s in range(sched.stages)]
+
+
+def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
+                       ) -> StageCosts:
+    """Add the measured cost of the version hooks to the F and B (I and W) of the stages that need them
+    and of reading the data to stage 0's F, and take the LOSS action's cost as measured
+    through the runtime (when they were measured)."""
+    extra = cm.hook_s.get((tuple(ppv), action_batch))
+    if not extra or len(extra) != costs.stages:
+        return costs
+    from stalesim.sim.model import to_ns
+
+    hooked = hooked_stages(sched)
+    losses = [e["LOSS"] for e in extra if "LOSS" in e]
+    data = to_ns(extra[0].get("DATA", 0.0))  # stage 0's F reads its slice of the data
+    # a split backward unpacks the same saved tensors: B's hook cost, shared by I and W in
+    # proportion to their times
+    bi, bw = costs.split_ns()
+    hb = [to_ns(extra[s]["B"]) if hooked[s] else 0 for s in range(costs.stages)]
+    share = [i / (i + w) if i + w > 0 else 0.5 for i, w in zip(bi, bw)]
+    return replace(costs,
+                   bi_ns=tuple(i + round(h * f) for i, h, f in zip(bi, hb, share)),
+                   bw_ns=tuple(w + h - round(h * f) for w, h, f in zip(bw, hb, share)),
+                   f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) + (data if s == 0 else 0)
+                              for s, f in enumerate(costs.f_ns)),
+                   b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)),
+                   loss_ns=to_ns(max(losses)) if losses else costs.loss_ns)
+
+
+def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> StageCosts:
+    """The stage costs with the bytes the memory model reads replaced by ones measured as
+    the executor counts them (:func:`stalesim.runtime.memory.stage_memory_facts`)."""
+    if not facts:
+        return costs
+    if len(facts) != costs.stages:
+        raise ValueError(f"memory facts for {len(facts)} stages, costs have {costs.stages}")
+    wg = tuple(f.get("deferred_w", 0) for f in facts)
+    return replace(costs, param_bytes=tuple(f["params"] for f in facts),
+                   saved_bytes=tuple(f["activation"] for f in facts),
+                   buffer_bytes=tuple(f["buffers"] for f in facts),
+                   wgrad_bytes=wg if any(wg) else costs.wgrad_bytes)
 
 
 def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[int] | None,
-                        batch_size: int, rounds: int = 4, tol: float = 0.002) -> tuple[SimResult, dict]:
+                        batch_size: int, rounds: int = 4, tol: float = 0.002,
+                        memory_facts: list[dict[str, int]] | None = None,
+                        recv_ahead: int = 1) -> tuple[SimResult, dict]:
     """Event-simulate the schedule of ``cfg`` (a ScheduleConfig, built once through the IR)
-    with the cost model; contention by fixed-point iteration.
+    with the cost model; contention by fixed-point iteration. ``memory_facts`` (per stage,
+    measured) and ``recv_ahead`` (receives the runtime keeps posted) feed the memory model.
 
     Returns the result and ``{"phi": per-stage weights, "rounds": n, "history": [...]}``.
     """
     from stalesim.schedule import build_schedule
-    from stalesim.sim import simulate
+    from stalesim.sim import SimOptions, simulate
     from stalesim.sim.model import resolve_cuts
 
     sched = build_schedule(cfg)
@@ -229,11 +409,16 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     phi = [0.0] * S
     history: list[float] = []
     result = None
-    dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 else None
+    # the per-kind gaps (cm.gaps_s) replace the older single dispatch gap charged to compute
+    dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 and not cm.gaps_s else None
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
                                 dispatch=dispatch)
-        result = simulate(costs, sched, hw)
+        costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
+                                  label_bytes=8 * (batch_size // max(1, sched.workers)))
+        costs = with_hook_overhead(cm, sched, costs, ppv_used, ab)
+        costs = with_memory_facts(costs, memory_facts)
+        result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)
         if cm.contended is None or result.devices <= 1:
             break
@@ -248,12 +433,19 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
 
 
 def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
-                 window_s: tuple[float, float] | None = None) -> StageCosts:
-    """The same stage costs with F/B/U/LOSS replaced by the *measured* median durations.
+                 window_s: tuple[float, float] | None = None, *, overheads: bool = True) -> StageCosts:
+    """The same stage costs with every per-action cost replaced by the *measured* one.
+
+    Compute actions (F/B/U/LOSS): the median span per kind and stage. With
+    ``overheads`` also what the runtime spends besides them (see
+    :mod:`stalesim.validate.breakdown`): the median gap after each action kind per
+    stage (``gap_ns``), the median span of sends and all-reduce starts (posting) and
+    the 10th-percentile span of receives and all-reduce waits (completing a message
+    that is already there: the spans above it are waiting) (``comm_ns``).
 
     Simulating a schedule with these isolates the simulator's schedule and
-    communication model from the compute-cost model: if the replay matches the
-    measured iteration time, a prediction error comes from the costs (profile,
+    communication model from the cost model: if the replay matches the measured
+    iteration time, a prediction error comes from the predicted costs (profile,
     overhead, contention, machine load), not from how the schedule is played.
     Only actions inside ``window_s`` (the steady state) are used when given.
     """
@@ -261,24 +453,173 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
 
     S = costs.stages
     durs: dict[tuple[str, int], list[float]] = {}
+    gaps: dict[tuple[str, int], list[float]] = {}
     for rows in rows_by_rank.values():
-        for _label, kind, stage, _b, _m, _w, t0, t1 in rows:
-            if kind not in KINDS:
-                continue
+        rs = sorted(rows, key=lambda r: r[6])
+        for i, (_label, kind, stage, _b, _m, _w, t0, t1) in enumerate(rs):
             if window_s is not None and (t1 < window_s[0] or t0 > window_s[1]):
                 continue
             durs.setdefault((kind, int(stage)), []).append(t1 - t0)
+            if i + 1 < len(rs):
+                gaps.setdefault((kind, int(stage)), []).append(max(0.0, rs[i + 1][6] - t1))
 
     def med(kind: str, s: int, fallback: int) -> int:
         v = durs.get((kind, s))
         return to_ns(statistics.median(v)) if v else fallback
 
     losses = [x for (k, _s), v in durs.items() if k == "LOSS" for x in v]
-    return replace(costs,
-                   f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
-                   b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
-                   u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
-                   loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
+    bi, bw = costs.split_ns()
+    out = replace(costs,
+                  f_ns=tuple(med("F", s, costs.f_ns[s]) for s in range(S)),
+                  b_ns=tuple(med("B", s, costs.b_ns[s]) for s in range(S)),
+                  bi_ns=tuple(med("I", s, bi[s]) for s in range(S)),
+                  bw_ns=tuple(med("W", s, bw[s]) for s in range(S)),
+                  u_ns=tuple(med("U", s, costs.u_ns[s]) for s in range(S)),
+                  loss_ns=to_ns(statistics.median(losses)) if losses else costs.loss_ns)
+    if not overheads:
+        return out
+
+    gap = {k: tuple(to_ns(statistics.median(gaps[(k, s)])) if gaps.get((k, s)) else 0 for s in range(S))
+           for k in {k for k, _s in gaps}}
+    comm = {}
+    for k in ("SEND_F", "SEND_B", "AR"):
+        if any((k, s) in durs for s in range(S)):
+            comm[k] = tuple(to_ns(statistics.median(durs[(k, s)])) if durs.get((k, s)) else 0
+                            for s in range(S))
+    if any(("ARW", s) in durs for s in range(S)):
+        c = to_ns(allreduce_times(rows_by_rank, window_s)["complete_s"])
+        comm["ARW"] = tuple(c if ("ARW", s) in durs else 0 for s in range(S))
+    recv: dict[str, list[int]] = {}
+    for o in message_delays(rows_by_rank, window_s).values():
+        recv.setdefault(o["kind"], [0] * S)[o["stage"]] = to_ns(o["complete_s"])
+    comm.update({k: tuple(v) for k, v in recv.items()})
+    return out.with_overheads(gap=gap, comm=comm)
+
+
+def message_delays(rows_by_rank: dict[str, list[list[Any]]],
+                   window_s: tuple[float, float] | None = None) -> dict[str, Any]:
+    """Per receive kind and stage (``"RECV_F:1"``), from matched send/receive rows (one
+    clock for all ranks):
+
+    * ``delays_s``: for receives that blocked (started before the send was posted), the
+      time E from the end of the send's post to the end of the receive: the delay L to the
+      receiver plus the completion cost c;
+    * ``latency_s`` and ``complete_s``: L and c solved together: a receive that started at
+      x after its send was posted spans max(0, L - x) + c, so L is the value for which the
+      median residual c of those receives and the median E agree (L + c = median E);
+    * ``blocked`` / ``ready``: how many of each.
+    """
+    from stalesim.schedule import Action
+    from stalesim.schedule.deps import peer
+
+    by: dict[str, list[Any]] = {}
+    for rows in rows_by_rank.values():
+        for r in rows:
+            by[r[0]] = r
+    out: dict[str, Any] = {}
+    for label, r in by.items():
+        kind = r[1]
+        if kind not in ("RECV_F", "RECV_B"):
+            continue
+        if window_s is not None and (r[7] < window_s[0] or r[6] > window_s[1]):
+            continue
+        pk = peer(Action.parse(label))
+        if pk is None:
+            continue
+        snd = by.get(str(Action(pk[0], pk[2], pk[3], pk[4], pk[1])))
+        if snd is None:
+            continue
+        o = out.setdefault(f"{kind}:{int(r[2])}", {"kind": kind, "stage": int(r[2]), "ready_spans": [],
+                                                    "delays_s": []})
+        if r[6] >= snd[7]:
+            o["ready_spans"].append((r[6] - snd[7], r[7] - r[6]))
+        else:
+            o["delays_s"].append(r[7] - snd[7])
+    for o in out.values():
+        rs, ds = o.pop("ready_spans"), o["delays_s"]
+        o["ready"], o["blocked"] = len(rs), len(ds)
+        o["latency_s"], o["complete_s"] = _solve_delay(rs, ds)
+    return out
+
+
+def _solve_delay(ready: list[tuple[float, float]], delays: list[float]) -> tuple[float, float]:
+    """(L, c) with c = median(span - max(0, L - x)) over ready receives and L + c = median(E)
+    (bisection: the left side grows with L; when every ready receive still waited, several L
+    explain the data and the smallest is taken). Without ready receives c = 0; without
+    blocked ones L = 0 and c the median span."""
+    if not ready:
+        return (statistics.median(delays) if delays else 0.0), 0.0
+
+    def c_of(L: float) -> float:
+        return statistics.median(span - max(0.0, L - x) for x, span in ready)
+
+    if not delays:
+        return 0.0, c_of(0.0)
+    e = statistics.median(delays)
+    lo, hi = 0.0, max(0.0, e)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if mid + c_of(mid) < e - 1e-9:  # the smallest L that explains the delays
+            lo = mid
+        else:
+            hi = mid
+    L = (lo + hi) / 2
+    return L, max(0.0, c_of(L))
+
+
+def _low(xs: list[float], q: float = 0.1) -> float:
+    v = sorted(xs)
+    return v[int(q * (len(v) - 1))]
+
+
+def replay_link(hw: SimHardware, costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
+                window_s: tuple[float, float] | None = None) -> SimHardware:
+    """The link the replay uses: latency such that latency + transfer + completion equals the
+    measured mean delay of blocked receives (send posted -> receive done), wake-up included;
+    the hardware unchanged when nothing blocked (or the rows have no messages)."""
+    from stalesim.sim.model import to_ns
+
+    d = message_delays(rows_by_rank, window_s)
+    excess: list[float] = []
+    for o in d.values():
+        s = o["stage"] if o["kind"] == "RECV_B" else o["stage"] - 1
+        ser = hw.serialize_ns(costs.msg_bytes[s]) / 1e9 if 0 <= s < costs.stages else 0.0
+        # the mean delay, not the median L: rare long stalls cost the run their full length
+        excess += [x - ser - o["complete_s"] for x in o["delays_s"]]
+    out = hw
+    if excess:
+        out = replace(out, latency_ns=max(0, to_ns(statistics.fmean(excess))), wake_ns=0)
+    ar = allreduce_times(rows_by_rank, window_s)
+    if ar["collective_s"]:
+        # one bucket size per stage: a constant per collective (the replay's own bytes)
+        out = replace(out, allreduce_alpha_ns=to_ns(statistics.fmean(ar["collective_s"])),
+                      allreduce_bandwidth_Bps=math.inf)
+    return out
+
+
+def allreduce_times(rows_by_rank: dict[str, list[list[Any]]],
+                    window_s: tuple[float, float] | None = None) -> dict[str, Any]:
+    """From AR/ARW rows. With E = ARW end - the last worker's AR end: waits that started
+    later than the median E after that AR found the collective done (``ready``), their 10th
+    percentile span is ``complete_s``; for the others (``blocked``) ``collective_s`` is
+    E - ``complete_s`` (the collective, wake-up included)."""
+    ars: dict[tuple[int, int], list[float]] = {}
+    arws: list[list[Any]] = []
+    for rows in rows_by_rank.values():
+        for r in rows:
+            if r[1] == "AR":
+                ars.setdefault((int(r[2]), int(r[3])), []).append(r[7])
+            elif r[1] == "ARW" and (window_s is None or window_s[0] <= r[6] <= window_s[1]):
+                arws.append(r)
+    pairs = [(r, max(ars[(int(r[2]), int(r[3]))])) for r in arws if ars.get((int(r[2]), int(r[3])))]
+    if not pairs:
+        return {"collective_s": [], "complete_s": 0.0, "blocked": 0, "ready": 0}
+    e_med = statistics.median(r[7] - last for r, last in pairs)
+    blocked = [(r, last) for r, last in pairs if r[6] - last <= e_med]
+    ready = [(r, last) for r, last in pairs if r[6] - last > e_med]
+    complete = _low([r[7] - r[6] for r, _ in ready]) if ready else 0.0
+    coll = [max(0.0, r[7] - last - complete) for r, last in blocked]
+    return {"collective_s": coll, "complete_s": complete, "blocked": len(blocked), "ready": len(ready)}
 
 
 def finite(x: Any) -> bool:

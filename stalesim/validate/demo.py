@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-PREDICT_SCHEDULES = ("gpipe", "1f1b", "pipedream", "stale", "dp", "pipe-sgd")
+PREDICT_SCHEDULES = ("gpipe", "1f1b", "pipedream", "stale", "dp", "pipe-sgd", "interleaved-1f1b", "zb-h1",
+                     "zb-h2", "zb-v", "dualpipev")
 
 
 def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
@@ -31,7 +32,9 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
     CPU rows use the validated cost model (profile + per-action overhead +
     contention) over the calibrated link; GPU rows the roofline estimate of the
     same profile over catalog links. Speed-up is over one device of the same kind
-    running ``sequential``. Pipelines use S = devices and M = 2 x devices micro-batches.
+    running ``sequential``. Pipelines use S = devices (x V chunks per device for the
+    virtual-stage schedules) and M = 2 x devices micro-batches (or the fewest the
+    schedule accepts above that).
     ``cost_source`` is the least trustworthy origin of the costs of the row and
     of its baseline (measured / interpolated / roofline / extrapolated, see
     :mod:`stalesim.workloads.scaling`); ``cost_batches`` maps each batch size
@@ -58,13 +61,14 @@ def predict_grid(cm: Any, cpu_hw: Any, *, devices: Sequence[int] = (2, 4, 8),
         for n in devices:
             for name in schedules:
                 spec = get_spec(name)
-                if not spec.data_parallel and n > n_layers:
+                S = n * spec.stages_per_device  # V chunks per device: S = devices x V
+                if not spec.data_parallel and n_layers < S:
                     continue
                 M = 2 * n if spec.uses_micro else 1
-                if batch_size % (n if spec.data_parallel else M):
-                    continue
-                sc = spec.config(stages=1 if spec.data_parallel else n, batches=batches,
+                sc = spec.config(stages=1 if spec.data_parallel else S, batches=batches,
                                  microbatches=M, workers=n)
+                if batch_size % (n if spec.data_parallel else sc.microbatches):
+                    continue
                 r, _ = simulate_with_costs(model, hw, sc, ppv=None, batch_size=batch_size, rounds=3)
                 # the row's speed-up is over `base` (same cost model), so its limit is checked
                 # against `base`, not simulate()'s own baseline

@@ -96,3 +96,27 @@ def dispatch_gap(rows_by_rank: dict[str, list[list[Any]]], window_s: tuple[float
             if g >= 0:
                 gaps.append(g)
     return statistics.median(gaps) if gaps else 0.0
+
+
+def gaps_after(rows_by_rank: dict[str, list[list[Any]]], window_s: tuple[float, float] | None = None
+               ) -> dict[str, float]:
+    """Median time from the end of an action of each kind to the start of the next one on
+    its rank (the runtime's own work after it: the loop, the memory sample), plus
+    ``"comm"``: the smallest of them (the loop alone, what follows a send or receive).
+
+    Calibrated on the 1-rank run, whose actions are all compute: it runs no schedule
+    being predicted.
+    """
+    import statistics
+
+    gaps: dict[str, list[float]] = {}
+    for rows in rows_by_rank.values():
+        rs = sorted(rows, key=lambda r: r[6])
+        for a, b in zip(rs, rs[1:]):
+            if window_s is not None and (a[7] < window_s[0] or b[6] > window_s[1]):
+                continue
+            gaps.setdefault(a[1], []).append(max(0.0, b[6] - a[7]))
+    out = {k: statistics.median(v) for k, v in gaps.items() if v}
+    if out:
+        out["comm"] = min(out.values())
+    return out

@@ -82,6 +82,10 @@ def _ms(x: Any) -> str:
     return _f(None if x is None else x * 1e3, ".2f")
 
 
+def _mark(within: Any) -> str:
+    return " ≈" if within else ""
+
+
 def _mib(xs: Any) -> str:
     if not xs:
         return "n/a"
@@ -149,23 +153,32 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("")
     L.append("## Results")
     L.append("")
-    L.append("| schedule | predicted ms | measured ms | error | replay error | util pred | util meas | "
-             "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | loss diff |")
-    L.append("| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: |")
+    K = cfg.get("repeats") or 1
+    L.append(f"Measured = median of {K} run(s) per schedule, interleaved round-robin (each round runs the "
+             "1-rank baseline, then every schedule once, in rotated order). *noise* = interquartile "
+             "range / median of those runs; an error is marked *within noise* (≈) only when "
+             "|error| <= noise, i.e. a repeat of the measurement could have landed on the prediction.")
+    L.append("")
+    L.append("| schedule | predicted ms | measured ms | noise | error | replay error | util pred | util meas | "
+             "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | memory error | loss diff |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: |")
     for r in summary["rows"]:
         pu = " ".join(f"{u:.2f}" for u in r.get("predicted_utilization") or [])
         mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
         L.append(f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
-                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r['time_error'], '+.1%')} | "
-                 f"{_f(r.get('replay_time_error'), '+.1%')} | {pu} | {mu} | "
+                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r.get('noise_floor'), '.1%')} | "
+                 f"{_f(r['time_error'], '+.1%')}{_mark(r.get('time_error_within_noise'))} | "
+                 f"{_f(r.get('replay_time_error'), '+.1%')}{_mark(r.get('replay_error_within_noise'))} | "
+                 f"{pu} | {mu} | "
                  f"{_f(r['predicted_speedup'], '.2f')} | {_f(r['measured_speedup'], '.2f')} | "
                  f"{_mib(r.get('predicted_peak_memory_bytes'))} | {_mib(r.get('measured_peak_memory_bytes'))} | "
-                 f"{_f(r.get('max_loss_rel_diff'), '.1e')} |")
+                 f"{_f(r.get('memory_error'), '+.1%')} | {_f(r.get('max_loss_rel_diff'), '.1e')} |")
     L.append("")
-    L.append("*replay error*: the simulator run with the **measured** median F/B/U/LOSS durations of "
-             "each stage (steady window) instead of the predicted ones. Small replay error with a large "
-             "error means the costs were off (profile vs. the ranks' real speed: machine load, "
-             "contention, overhead); a large replay error points at the schedule/communication model.")
+    L.append("*replay error*: the simulator run with the **measured** costs of each action kind and "
+             "stage (steady window, median per repeat) instead of the predicted ones. Small replay error "
+             "with a large error means the costs were off (profile vs. the ranks' real speed: machine "
+             "load, contention, overhead); a large replay error points at the schedule/communication "
+             "model. ≈ marks an error within the noise floor.")
     errs = [r for r in summary["rows"] if r.get("error")]
     for r in errs:
         L.append(f"\n**{r['schedule']} failed**: {r['error']}")
@@ -187,6 +200,15 @@ def render_report(summary: dict[str, Any]) -> str:
              f"{g('max_abs_utilization_error_points')} |")
     L.append(f"| max speed-up error | {_f(summary.get('max_abs_speedup_error'), '.1%')} | 5% | "
              f"{g('max_abs_speedup_error')} |")
+    L.append(f"| max peak-memory error | {_f(summary.get('max_abs_memory_error'), '.1%')} | 5% | "
+             f"{g('max_abs_memory_error')} |")
+    L.append(f"| median / max abs replay error | {_f(summary.get('median_abs_replay_error'), '.1%')} / "
+             f"{_f(summary.get('max_abs_replay_error'), '.1%')} | 2% / 5% | "
+             f"{g('median_abs_replay_error')} / {g('max_abs_replay_error')} |")
+    L.append(f"| noise floor (median / max over schedules) | {_f(summary.get('median_noise_floor'), '.1%')} / "
+             f"{_f(summary.get('max_noise_floor'), '.1%')} | | |")
+    wn, wt = summary.get("schedules_within_noise"), summary.get("schedules_with_noise_floor")
+    L.append(f"| schedules whose time error is within noise | {'n/a' if wt is None else f'{wn} of {wt}'} | | |")
     L.append(f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |")
     L.append("")
     L.append("## Figures and traces")

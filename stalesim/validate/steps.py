@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from stalesim.validate.config import ValidateConfig
 
 Progress = Callable[[str], None]
 STEPS = 6  # numbered steps shown in the progress lines
+# message sizes the per-message costs are fitted over (bytes): labels to large activations
+COMM_SIZES = (64, 4096, 65536, 262144, 1048576)
 
 
 @dataclass
@@ -45,15 +48,19 @@ class Validation:
     cm: Any = None  # CostModel
     hw_dict: dict[str, Any] = field(default_factory=dict)
     hw: Any = None  # SimHardware
-    ppv: list[int] = field(default_factory=list)
+    ppv: list[int] = field(default_factory=list)  # the shared PPV (S = devices)
+    ppvs: dict[str, list[int]] = field(default_factory=dict)  # each schedule's (S = devices x V)
     base_sched: Any = None
     base_measured: dict[str, Any] = field(default_factory=dict)
     base_timing: dict[str, Any] = field(default_factory=dict)
     base_sim: Any = None
     sims: dict[str, Any] = field(default_factory=dict)
     sim_info: dict[str, dict[str, Any]] = field(default_factory=dict)
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # the median run of each
     mtimes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # every repeat, round order
+    base_runs: list[dict[str, Any]] = field(default_factory=list)
+    mem_facts: dict[tuple, Any] = field(default_factory=dict)  # stage layout -> memory facts
     emulated: dict[str, list | None] = field(default_factory=dict)
     emulated_iterations: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -126,21 +133,21 @@ def profile_step(v: Validation) -> None:
         say(f"[validate 1/{STEPS}] profile from {cfg.profile}")
     elif want_contention and not cfg.contended_profile:
         say(f"[validate 1/{STEPS}] profiling {cfg.model} at batch {sizes} on {dev0} "
-            f"({cfg.threads} thread(s), {cfg.repeats} repeats), alternating with {N - 1} co-runner(s) busy")
+            f"({cfg.threads} thread(s), {cfg.profile_repeats} repeats), alternating with {N - 1} co-runner(s) busy")
         prof, contended = paired_profiles(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
-                                          device=dev0, repeats=cfg.repeats, co_batch=co_batch,
+                                          device=dev0, repeats=cfg.profile_repeats, co_batch=co_batch,
                                           timeout_s=cfg.timeout_s)
     else:
         say(f"[validate 1/{STEPS}] profiling {cfg.model} at batch {sizes} on {dev0} "
-            f"({cfg.threads} thread(s), {cfg.repeats} repeats)")
-        prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.repeats,
+            f"({cfg.threads} thread(s), {cfg.profile_repeats} repeats)")
+        prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.profile_repeats,
                              warmup=2, seed=cfg.seed)
     if contended is None and cfg.contended_profile and cfg.contention:
         contended = _reuse_profile(cfg.contended_profile, cfg, "--contended-profile")
     elif contended is None and want_contention:
         say(f"[validate 1/{STEPS}] profiling again with {N - 1} co-runner(s) busy (contention)")
         contended = contended_profile(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
-                                      device=dev0, repeats=cfg.repeats, co_batch=co_batch,
+                                      device=dev0, repeats=cfg.profile_repeats, co_batch=co_batch,
                                       timeout_s=cfg.timeout_s)
     overhead = (measure_overhead(threads=cfg.threads, device=dev0) if cfg.overhead
                 else {"F": 0.0, "B": 0.0, "U": 0.0, "LOSS": 0.0})
@@ -166,6 +173,7 @@ def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
 def calibrate_step(v: Validation) -> None:
     from stalesim.atomic import write_json_atomic
     from stalesim.sim.model import SimHardware
+    from stalesim.validate.costmodel import link_from_comm
     from stalesim.workloads.hardware import hardware_from_dict
 
     cfg, N = v.cfg, v.n
@@ -183,30 +191,64 @@ def calibrate_step(v: Validation) -> None:
         hw_dict = {"schema_version": 1, "device": "cpu-core" if v.devs.kind == "cpu" else "h100-sxm",
                    "link": "ideal", "comm_overlaps_compute": v.devs.kind != "cpu",
                    "cpu_comm_occupancy": 0.0}
-    v.hw_dict = hw_dict
     v.hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    if N > 1 and cfg.overhead:
+        comm = hw_dict.get("executor_comm")
+        if comm is None:
+            from stalesim.validate.commcal import measure_comm
+
+            v.say(f"[validate 2/{STEPS}] calibrating the executor's per-message costs (2 ranks)")
+            dev = "cuda:0" if v.devs.kind == "cuda" else "cpu"
+            comm = measure_comm(COMM_SIZES, repeats=cfg.calibrate_repeats * 5, device=dev,
+                                timeout_s=cfg.timeout_s)
+            hw_dict = dict(hw_dict, executor_comm=comm)
+        v.cm.comm = comm
+        v.hw = link_from_comm(v.hw, comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+    v.hw_dict = hw_dict
     write_json_atomic(v.out / "hardware.json", clean(hw_dict))
 
 
 # ----------------------------------------------------------------------- 3. baseline
 def baseline_step(v: Validation) -> None:
-    from executor.job import make_job
-    from executor.launch import run_local
-    from stalesim.devices import Devices
+    """Round 0 of the 1-rank baseline (the others run interleaved in :func:`run_step`);
+    its gaps between actions calibrate the dispatch cost before anything is predicted."""
     from stalesim.schedule import build_schedule
-    from stalesim.validate.measured import dispatch_gap, measured_timing
+    from stalesim.validate.measured import dispatch_gap, gaps_after, measured_timing
 
     cfg = v.cfg
     v.say(f"[validate 3/{STEPS}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
-    base_devs = Devices(v.devs.kind, v.devs.ids[:1])
     base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
-    job = make_job(base_tc, out=str(v.out / "runs" / "baseline-1rank"), evaluate=False,
-                   label="baseline", keep_rows=True)
-    v.base_measured = run_local(job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
     v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
+    _run_baseline(v, 0)
+    v.base_measured = v.base_runs[0]
+    if "error" in v.base_measured:
+        raise StalesimError(f"validate: the 1-rank baseline failed: {v.base_measured['error']}")
     v.base_timing = measured_timing(v.base_measured, v.base_sched)
     if cfg.overhead:
-        v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], tuple(v.base_timing["window_s"]))
+        w = tuple(v.base_timing["window_s"])
+        v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], w)
+        v.cm.gaps_s = gaps_after(v.base_measured["rows"], w)
+
+
+def run_dir(out: Path, name: str, k: int) -> Path:
+    """Run folder of repeat ``k`` of ``name``: ``runs/<name>`` for the first, ``runs/<name>.r<k>`` after."""
+    return out / "runs" / (name if k == 0 else f"{name}.r{k}")
+
+
+def _run_baseline(v: Validation, k: int) -> None:
+    from executor.job import make_job
+    from executor.launch import run_local
+    from stalesim.devices import Devices
+
+    cfg = v.cfg
+    base_devs = Devices(v.devs.kind, v.devs.ids[:1])
+    job = make_job(train_config(cfg, "sequential", 1, [], cfg.iterations),
+                   out=str(run_dir(v.out, "baseline-1rank", k)), evaluate=False, label="baseline",
+                   keep_rows=True)
+    try:
+        v.base_runs.append(run_local(job, base_devs, timeout_s=cfg.timeout_s, threads=cfg.threads))
+    except StalesimError as exc:
+        v.base_runs.append({"error": str(exc)})
 
 
 # ----------------------------------------------------------------------- 4. simulate
@@ -219,31 +261,110 @@ def simulate_step(v: Validation) -> None:
         v.ppv = list(cfg.ppv)
     elif N > 1:
         _cuts, v.ppv = resolve_cuts(v.prof, N, None, cfg.batch_size)
+    # virtual stages: V chunks per device, S = N x V stages, their own balanced partition
+    v.ppvs = {name: _ppv_for(name, N, v.ppv, cfg, v.prof) for name in v.schedules}
     v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     (v.out / "traces").mkdir(parents=True, exist_ok=True)
+    from executor.rank import RECV_AHEAD
+
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
-        tc = train_config(cfg, name, N, v.ppv, cfg.iterations)
-        r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppv or None,
-                                      batch_size=cfg.batch_size)
+        tc = train_config(cfg, name, N, v.ppvs[name], cfg.iterations)
+        if cfg.overhead:
+            _hook_overhead(v, tc)
+        r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppvs[name] or None,
+                                      batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
+                                      recv_ahead=RECV_AHEAD)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
+    if cfg.overhead:
+        _hook_overhead(v, train_config(cfg, "sequential", 1, [], cfg.iterations))
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
 
 
+def _hook_overhead(v: Validation, tc: Any) -> None:
+    """Measure (once per stage layout and action batch) what the version hooks cost each stage
+    and what a LOSS action costs (in this process, on the real stages, no schedule run)."""
+    from stalesim.schedule import build_schedule
+    from stalesim.validate.corunners import hook_overhead
+
+    sched = build_schedule(tc.schedule_config(tc.iterations))
+    ppv = list(tc.ppv or [])
+    key = (tuple(ppv), sched.action_batch_size(tc.batch_size))
+    if key not in v.cm.hook_s:
+        v.cm.hook_s[key] = hook_overhead(tc.model, ppv, key[1], threads=v.cfg.threads, dataset=tc.dataset,
+                                         data_dir=tc.data_dir, full_batch=tc.batch_size)
+
+
+def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
+    """Per-stage bytes measured as the executor counts them (one forward per stage, cached
+    per stage layout, action batch and auxiliary heads); None if it cannot be measured."""
+    from stalesim.runtime.memfacts import stage_memory_facts
+    from stalesim.schedule import build_schedule
+
+    sched = build_schedule(tc.schedule_config(min(tc.iterations or 4, 8)))
+    key = (sched.stages, tuple(tc.ppv or ()), sched.action_batch_size(tc.batch_size), sched.local_loss,
+           tuple(sorted(sched.split_stages())))  # split stages also measure what a deferred W holds
+    cache = v.mem_facts
+    if key not in cache:
+        try:
+            cache[key] = stage_memory_facts(tc, sched)
+        except Exception as exc:  # noqa: BLE001 - memory is reported, not required
+            v.say(f"[validate] memory facts unavailable ({type(exc).__name__}: {exc})")
+            cache[key] = None
+    return cache[key]
+
+
+def _ppv_for(name: str, N: int, ppv: list[int], cfg: ValidateConfig, prof: Any) -> list[int]:
+    """The run's PPV for ``name``: the shared one (S = N), or for a schedule with V chunks per
+    device (S = N x V) the given PPV if it has S - 1 entries, else the balanced partition."""
+    from stalesim.schedule import get_spec
+    from stalesim.sim.model import resolve_cuts
+
+    spec = get_spec(name)
+    S = N * spec.stages_per_device
+    if spec.data_parallel or S == N:
+        return ppv
+    if cfg.ppv is not None and len(cfg.ppv) + 1 == S:
+        return list(cfg.ppv)
+    return list(resolve_cuts(prof, S, None, cfg.batch_size)[1])
+
+
 # ---------------------------------------------------------------------------- 5. run
+def round_order(names: list[str], k: int) -> list[str]:
+    """Schedules of round ``k``, rotated by ``k``: every schedule runs once per round
+    (round-robin, so slow drift of the machine hits all alike) and no schedule is
+    always the first job after the process group starts."""
+    if not names:
+        return []
+    r = k % len(names)
+    return names[r:] + names[:r]
+
+
 def run_step(v: Validation) -> None:
+    """``cfg.repeats`` rounds; each round runs the 1-rank baseline (round 0 ran in
+    :func:`baseline_step`), then every schedule once, in one process group."""
     from executor.job import make_job
 
     cfg = v.cfg
+    K = cfg.repeats
     v.say(f"[validate 5/{STEPS}] running {len(v.schedules)} schedule(s) on {v.devs} "
-          f"({cfg.iterations} iterations each)")
-    jobs = [make_job(train_config(cfg, name, v.n, v.ppv, cfg.iterations, device="cpu"),
-                     out=str(v.out / "runs" / name), evaluate=False, label=name, keep_rows=True)
-            for name in v.schedules]
-    v.measured = _run_jobs(jobs, v.devs, cfg, v.say)
+          f"({cfg.iterations} iterations each, {K} interleaved repeat(s))")
+    v.runs = {name: [] for name in v.schedules}
+    for k in range(K):
+        if k > 0:
+            _run_baseline(v, k)
+        names = round_order(v.schedules, k)
+        jobs = [make_job(train_config(cfg, name, v.n, v.ppvs[name], cfg.iterations, device="cpu"),
+                         out=str(run_dir(v.out, name, k)), evaluate=False, label=name, keep_rows=True)
+                for name in names]
+        got = _run_jobs(jobs, v.devs, cfg, v.say)
+        for name in names:
+            v.runs[name].append(got[name])
+        if K > 1:
+            v.say(f"[validate 5/{STEPS}] round {k + 1}/{K} done")
 
 
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
@@ -283,7 +404,7 @@ def emulate_step(v: Validation) -> None:
         torch.set_num_threads(cfg.threads)
     try:
         for name in v.schedules:
-            tc = train_config(cfg, name, v.n, v.ppv, E, device=v.device0)  # the run's switch point
+            tc = train_config(cfg, name, v.n, v.ppvs[name], E, device=v.device0)  # the run's switch point
             v.emulated[name] = Emulator(tc, progress=False).run().get("losses")
     finally:
         torch.set_num_threads(old)
@@ -291,45 +412,77 @@ def emulate_step(v: Validation) -> None:
 
 # ------------------------------------------------------------------------ 7. compare
 def compare_step(v: Validation) -> None:
-    """One row per schedule: predicted vs measured (and replayed), emulated vs executed."""
-    from stalesim.sim import SimOptions, simulate
-    from stalesim.validate.compare import make_row
-    from stalesim.validate.costmodel import replay_costs
+    """One row per schedule: predicted vs the median of the measured repeats (and the
+    replay of each repeat), the noise floor of the repeats, emulated vs executed."""
+    from stalesim.validate.compare import make_row, noise_floor, pick_median, within_noise
     from stalesim.validate.measured import measured_timing, peak_memory
 
+    base_ok = [m for m in (v.base_runs or [v.base_measured]) if m and "error" not in m and m.get("rows")]
+    base_times = [measured_timing(m, v.base_sched)["iteration_time_s"] for m in base_ok] if base_ok \
+        else [v.base_timing.get("iteration_time_s")]
+    base_med = pick_median([t for t in base_times if t is not None])
+    v.base_timing = dict(v.base_timing, iteration_time_s=base_med, repeats_s=base_times,
+                         noise_floor=noise_floor(base_times))
     for name in v.schedules:
         r, info = v.sims[name], v.sim_info[name]
-        m = v.measured.get(name)
-        if m is None or "error" in m:
-            mt = {"iteration_time_s": None, "utilization": [], "window": [], "window_s": [0, 0]}
-        else:
-            mt = measured_timing(m, info["schedule"])
+        runs = v.runs.get(name) or ([v.measured[name]] if name in v.measured else [])
+        ok = [m for m in runs if m is not None and "error" not in m]
+        timings = [measured_timing(m, info["schedule"]) for m in ok]
+        times = [t["iteration_time_s"] for t in timings]
+        med = pick_median(times)
+        rep = min(range(len(ok)), key=lambda i: abs(times[i] - med)) if ok else None
+        m = ok[rep] if rep is not None else (runs[0] if runs else None)
+        mt = timings[rep] if rep is not None else {"iteration_time_s": None, "utilization": [],
+                                                   "window": [], "window_s": [0, 0]}
+        if m is not None:
+            v.measured[name] = m
         v.mtimes[name] = mt
-        replay_it = None
-        if m is not None and m.get("rows"):
-            rc = replay_costs(info["costs"], m["rows"], tuple(mt["window_s"]))
-            replay_it = simulate(rc, info["schedule"], v.hw, SimOptions(keep_timeline=False)).iteration_time_s
+        util = [statistics.median(u) for u in zip(*(t["utilization"] for t in timings))] if timings else []
+        replays = [_replay(v, info, mm, tt) for mm, tt in zip(ok, timings)]
+        rerrs = [(p - t) / t for p, t in zip(replays, times) if p is not None and t]
+        noise = noise_floor(times)
+        replay_med = pick_median([p for p in replays if p is not None])
         extra = {
             "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
             "ppv": info["ppv"], "action_batch": info["action_batch"],
             "contention_phi": info["phi"], "fixed_point_rounds": info["rounds"],
             "steady_window": r.steady_window,
+            "repeats": len(ok),
+            "measured_iteration_times_s": times,
+            "noise_floor": noise,
             "executor_iteration_time_s": None if m is None else m.get("iteration_time_s"),
             "versions_match_ir": None if m is None else m.get("versions_match_ir"),
             "emulated_iterations": v.emulated_iterations,
-            "replay_iteration_time_s": replay_it,
-            "replay_time_error": (None if replay_it is None or not mt["iteration_time_s"]
-                                  else (replay_it - mt["iteration_time_s"]) / mt["iteration_time_s"]),
-            "error": None if m is None else m.get("error"),
+            "replay_iteration_time_s": replay_med,
+            "replay_time_errors": rerrs,
+            "replay_time_error": pick_median(rerrs),
+            "run_dir": None if m is None else m.get("run_dir"),
+            "error": next((x.get("error") for x in runs if x and x.get("error")), None),
         }
-        v.rows.append(make_row(
+        row = make_row(
             name,
             predicted={"iteration_time_s": r.iteration_time_s, "utilization": r.utilization,
                        "peak_memory_bytes": r.peak_memory_bytes},
-            measured={"iteration_time_s": mt["iteration_time_s"], "utilization": mt["utilization"],
+            measured={"iteration_time_s": med, "utilization": util,
                       "peak_memory_bytes": None if m is None else peak_memory(m)},
             predicted_baseline_s=v.base_sim.iteration_time_s,
-            measured_baseline_s=v.base_timing["iteration_time_s"],
+            measured_baseline_s=base_med,
             emulated_losses=v.emulated.get(name),
             executed_losses=None if m is None else m.get("losses"),
-            extra=extra))
+            extra=extra)
+        row["time_error_within_noise"] = within_noise(row["time_error"], noise)
+        row["replay_error_within_noise"] = within_noise(row["replay_time_error"], noise)
+        v.rows.append(row)
+
+
+def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str, Any]) -> float | None:
+    """The simulated iteration time of this schedule with one run's measured action costs."""
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.validate.costmodel import replay_costs, replay_link
+
+    if not m.get("rows"):
+        return None
+    w = tuple(mt["window_s"])
+    rc = replay_costs(info["costs"], m["rows"], w)
+    hw = replay_link(v.hw, rc, m["rows"], w)
+    return simulate(rc, info["schedule"], hw, SimOptions(keep_timeline=False)).iteration_time_s

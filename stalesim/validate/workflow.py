@@ -88,8 +88,14 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         "rows": v.rows,
         **agg,
         "goals_met": goals_met(agg),
+        "repeats": v.cfg.repeats,
+        "protocol": (f"each schedule measured {v.cfg.repeats} time(s), interleaved round-robin with the "
+                     "1-rank baseline (rotated order per round); measured = median, noise floor = "
+                     "IQR / median; error within noise when |error| <= noise floor"),
         "baseline": {"predicted_iteration_time_s": v.base_sim.iteration_time_s,
                      "measured_iteration_time_s": v.base_timing["iteration_time_s"],
+                     "measured_iteration_times_s": v.base_timing.get("repeats_s"),
+                     "noise_floor": v.base_timing.get("noise_floor"),
                      "what": "sequential, S=1, on one rank of the same device kind and thread count"},
         "cost_model": v.cm.to_dict(),
         "profile": v.prof.to_dict(),

@@ -509,7 +509,13 @@ def roofline_profile(
       (2 x params) + saved activations read + input gradient written
       (~ 2 x saved) + output gradient read;
     * update (SGD momentum): FLOPs ~ 4 per parameter, bytes = 5 x params
-      (read w, g, m; write w, m).
+      (read w, g, m; write w, m);
+    * split backward (the ``I`` and ``W`` of zero-bubble schedules): each half
+      half the backward FLOPs (input and weight gradient are one GEMM each) and
+      half its bytes (I reads the weights, saved activations and output
+      gradient and writes the input gradient; W reads the saved activations and
+      output gradient and writes the weight gradient): params + saved
+      activations + half the output gradient each, plus a launch overhead each.
 
     Bytes scale with the element size when ``dtype`` differs from the profile's
     (float32 <-> bfloat16). Everything else (names, weight layers, byte counts
@@ -575,6 +581,9 @@ def roofline_layer(lp: LayerProfile, peak_flops_per_s: float, mem_bandwidth_Bps:
         backward_s=t(bflops, 2 * pb + 2 * sb + ob),
         update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
         backward_flops=bflops,
+        # the split backward's halves (I, W): half the FLOPs and half the output gradient each
+        backward_input_s=t(bflops / 2, pb + sb + ob / 2),
+        backward_weight_s=t(bflops / 2, pb + sb + ob / 2),
         spread=None,
     )
 

@@ -15,7 +15,8 @@ JSON schema (``schema_version`` 1)::
      "whole_model_s": float|null, "sum_over_whole_ratio": float|null,
      "layers": [{"name", "forward_s", "backward_s", "update_s", "param_bytes",
                  "output_bytes", "saved_bytes", "flops", "weight_layers"?,
-                 "backward_flops"?, "spread"?}, ...],
+                 "backward_flops"?, "backward_input_s"?, "backward_weight_s"?,
+                 "spread"?}, ...],
      "by_batch_size"?: [{"batch_size": int, "layers": [...], "whole_model_s"?}, ...],
      "meta"?: {...}}
 
@@ -24,6 +25,16 @@ forward FLOPs of one mini-batch. ``spread`` (optional) holds, per time field,
 ``{"min", "max", "iqr"}`` over the repeats. ``weight_layers`` (the layer's count in
 PPV numbering: conv/linear layers) may be omitted in a hand-written profile: it
 defaults to 1 for a layer with parameters and 0 for one without.
+``{"min", "max", "iqr"}`` over the repeats.
+
+Split backward (optional, both or neither): ``backward_input_s`` is the block's
+input-gradient half (``torch.autograd.grad`` of the output w.r.t. the block's
+input only) and ``backward_weight_s`` its weight-gradient half (w.r.t. the
+parameters only), what the ``I`` and ``W`` actions of the zero-bubble schedules
+cost. They need not add up to ``backward_s``: the weight half re-walks the
+block's internal chain. A profile without them (older files, estimates)
+splits ``backward_s`` by :data:`WEIGHT_GRAD_FRACTION` (see
+:meth:`LayerProfile.backward_split`).
 """
 
 from __future__ import annotations
@@ -51,6 +62,10 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 _TIME_FIELDS = ("forward_s", "backward_s", "update_s")
+# Share of a backward that is the weight gradient when the profile has no measured split:
+# a conv or linear layer's backward is two GEMMs of equal FLOPs (input gradient,
+# weight gradient), the zero-bubble paper's T_B = T_W assumption.
+WEIGHT_GRAD_FRACTION = 0.5
 _BYTE_FIELDS = ("param_bytes", "output_bytes", "saved_bytes")
 
 @dataclass(frozen=True)
@@ -68,11 +83,25 @@ class LayerProfile:
     weight_layers: int = 1
     backward_flops: int | None = None
     spread: dict[str, dict[str, float]] | None = None
+    backward_input_s: float | None = None
+    backward_weight_s: float | None = None
 
     @property
     def compute_s(self) -> float:
         """Forward + backward + update seconds (what a stage spends per batch)."""
         return self.forward_s + self.backward_s + self.update_s
+
+    @property
+    def measured_split(self) -> bool:
+        return self.backward_input_s is not None and self.backward_weight_s is not None
+
+    def backward_split(self) -> tuple[float, float]:
+        """(input-gradient s, weight-gradient s): measured, else ``backward_s`` split by
+        :data:`WEIGHT_GRAD_FRACTION`."""
+        if self.backward_input_s is not None and self.backward_weight_s is not None:
+            return self.backward_input_s, self.backward_weight_s
+        w = self.backward_s * WEIGHT_GRAD_FRACTION
+        return self.backward_s - w, w
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -88,6 +117,9 @@ class LayerProfile:
         }
         if self.backward_flops is not None:
             d["backward_flops"] = self.backward_flops
+        if self.measured_split:
+            d["backward_input_s"] = self.backward_input_s
+            d["backward_weight_s"] = self.backward_weight_s
         if self.spread is not None:
             d["spread"] = {k: dict(v) for k, v in self.spread.items()}
         return d
@@ -159,6 +191,7 @@ class Profile:
         for s, (a, b) in enumerate(stage_ranges(list(cuts), self.n_layers)):
             ls = self.layers[a:b]
             bf = [lp.backward_flops for lp in ls]
+            split = all(lp.measured_split for lp in ls)
             out.append(LayerProfile(
                 name=f"stage{s}",
                 forward_s=sum(lp.forward_s for lp in ls),
@@ -170,6 +203,8 @@ class Profile:
                 flops=sum(lp.flops for lp in ls),
                 weight_layers=sum(lp.weight_layers for lp in ls),
                 backward_flops=None if any(x is None for x in bf) else sum(bf),  # type: ignore[misc]
+                backward_input_s=sum(lp.backward_split()[0] for lp in ls) if split else None,
+                backward_weight_s=sum(lp.backward_split()[1] for lp in ls) if split else None,
             ))
         return out
 
@@ -337,6 +372,10 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
                 _num(v, kk, f"{where}spread.{k}.")
         spread = {str(k): {str(kk): float(vv) for kk, vv in v.items()} for k, v in spread.items()}
     param_bytes = _int(d, "param_bytes", where)
+    if ("backward_input_s" in d) != ("backward_weight_s" in d):
+        have, miss = (("backward_input_s", "backward_weight_s") if "backward_input_s" in d
+                      else ("backward_weight_s", "backward_input_s"))
+        raise StalesimError(f"{where}{miss}: missing (a split backward gives both, {have} is given)")
     return LayerProfile(
         name=_str(d, "name", where),
         forward_s=_num(d, "forward_s", where),  # type: ignore[arg-type]
@@ -350,6 +389,8 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
                            default=1 if param_bytes else 0),
         backward_flops=_int(d, "backward_flops", where, required=False),
         spread=spread,
+        backward_input_s=_num(d, "backward_input_s", where, required=False),
+        backward_weight_s=_num(d, "backward_weight_s", where, required=False),
     )
 
 

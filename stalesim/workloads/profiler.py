@@ -9,6 +9,15 @@ the input gradient the next block produced; then each block's SGD-momentum
 update is timed on its own. The first ``warmup`` rounds are discarded; the
 profile stores the median of the other ``repeats`` plus min/max/IQR.
 
+The split backward of the zero-bubble schedules is measured in the same round,
+on a second (untimed) forward of each block, exactly as a stage runtime runs
+``I`` and ``W`` (:mod:`stalesim.runtime.stage`): the input-gradient half asks
+autograd for the gradient w.r.t. the block's input and the outputs of its
+parameter-owning modules (the graph kept), the weight-gradient half asks each
+such module for its parameters' gradients from its own output. The first
+block's input needs no gradient; its ``I`` still yields the module output
+gradients its ``W`` needs.
+
 Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
 CPU and CUDA events on a GPU. Bytes saved for backward are the unique
 storages packed by ``torch.autograd.graph.saved_tensors_hooks`` during the
@@ -207,6 +216,8 @@ def _measure_batch(
     fw: list[list[float]] = [[] for _ in range(n)]
     bw: list[list[float]] = [[] for _ in range(n)]
     up: list[list[float]] = [[] for _ in range(n)]
+    bi: list[list[float]] = [[] for _ in range(n)]
+    bwt: list[list[float]] = [[] for _ in range(n)]
     whole: list[float] = []
     # the whole model in one piece, for sum_over_whole_ratio
     whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
@@ -246,7 +257,9 @@ def _measure_batch(
             else:
                 u_s[i].append(0.0)
         timer.flush()
+        grads = [None if xs[i + 1].grad is None else xs[i + 1].grad.detach() for i in range(n)]
         del outs, xs
+        i_s, w_s_ = _split_backward_round(model, x0, target, grads, timer)
         model.zero_grad(set_to_none=True)
         w_s: list[float] = []
         timer.time(w_s, whole_step)
@@ -257,6 +270,8 @@ def _measure_batch(
                 fw[i] += f_s[i]
                 bw[i] += b_s[i]
                 up[i] += u_s[i]
+                bi[i] += i_s[i]
+                bwt[i] += w_s_[i]
     model.zero_grad(set_to_none=True)
 
     layers = []
@@ -264,6 +279,8 @@ def _measure_batch(
         f_med, f_sp = _stats(fw[i])
         b_med, b_sp = _stats(bw[i])
         u_med, u_sp = _stats(up[i])
+        i_med, i_sp = _stats(bi[i])
+        w_med_, w_sp_ = _stats(bwt[i])
         layers.append(LayerProfile(
             name=model.block_names[i],
             forward_s=f_med,
@@ -275,10 +292,68 @@ def _measure_batch(
             flops=fflops[i],
             weight_layers=model.weight_layers[i],
             backward_flops=bflops[i],
-            spread={"forward_s": f_sp, "backward_s": b_sp, "update_s": u_sp},
+            spread={"forward_s": f_sp, "backward_s": b_sp, "update_s": u_sp,
+                    "backward_input_s": i_sp, "backward_weight_s": w_sp_},
+            backward_input_s=i_med,
+            backward_weight_s=w_med_,
         ))
     w_med, w_sp = _stats(whole)
     return layers, w_med, w_sp
+
+
+def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.Tensor,
+                          grads: list[torch.Tensor | None], timer: _Timer
+                          ) -> tuple[list[list[float]], list[list[float]]]:
+    """One round of split-backward timings: per block, the input-gradient half and the
+    weight-gradient half, each fed the output gradient of the block-by-block step
+    (``grads[i]``: d loss / d output of block i; None for the last block, whose output
+    is the loss)."""
+    blocks = model.blocks
+    n = len(blocks)
+    i_s: list[list[float]] = [[] for _ in range(n)]
+    w_s: list[list[float]] = [[] for _ in range(n)]
+    with torch.no_grad():
+        inputs = [x0]
+        for block in blocks[:-1]:
+            inputs.append(block(inputs[-1]))
+    for i, block in enumerate(blocks):
+        x = inputs[i].detach().requires_grad_(i > 0)
+        owners = [(m, [p for p in m.parameters(recurse=False) if p.requires_grad])
+                  for m in block.modules()]
+        owners = [(m, ps) for m, ps in owners if ps]
+        outs: list[torch.Tensor] = []
+        handles = [m.register_forward_hook(lambda _m, _i, o, outs=outs: outs.append(o))
+                   for m, _ in owners]
+        try:
+            y = block(x)
+        finally:
+            for h in handles:
+                h.remove()
+        g = None
+        if i == n - 1:
+            y = _loss(y, target)
+        else:
+            g = grads[i]
+            if g is None:
+                g = torch.ones_like(y)
+        wanted = ([x] if x.requires_grad else []) + outs
+        got: list[Any] = []
+        timer.time(i_s[i], lambda y=y, w=wanted, g=g, got=got: got.extend(
+            torch.autograd.grad(y, w, g, retain_graph=True, allow_unused=True)))
+        timer.flush()
+        out_grads = got[1:] if x.requires_grad else got
+        pairs = [(o, ps, og) for o, (_m, ps), og in zip(outs, owners, out_grads) if og is not None]
+
+        def weights(pairs: list = pairs) -> None:
+            for o, ps, og in pairs:
+                torch.autograd.grad(o, ps, og, retain_graph=True)
+
+        if pairs:
+            timer.time(w_s[i], weights)
+        else:
+            w_s[i].append(0.0)
+        timer.flush()
+    return i_s, w_s
 
 
 def _loadavg() -> float | None:

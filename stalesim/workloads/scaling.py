@@ -79,6 +79,8 @@ DEFAULT_RULE = "conservative"
 # cost sources, from most to least trustworthy (a result reports the worst it used)
 SOURCES = ("measured", "interpolated", "roofline", "extrapolated")
 _TIMES = ("forward_s", "backward_s")
+# the halves of a split backward: optional (None in a profile that did not measure them)
+_SPLIT_TIMES = ("backward_input_s", "backward_weight_s")
 _COUNTS = ("output_bytes", "saved_bytes", "flops", "backward_flops")
 
 
@@ -190,7 +192,9 @@ def scale_points(points: Sequence[BatchPoint], batch_size: int,
     layers = []
     for i, lp in enumerate(end.layers):
         kw: dict[str, Any] = {}
-        for name in _TIMES:
+        for name in _TIMES + _SPLIT_TIMES:
+            if getattr(lp, name) is None:
+                continue
             kw[name] = time_at(getattr(lp, name),
                                None if nxt is None else getattr(nxt.layers[i], name),
                                getattr(ref.layers[i], name))
@@ -233,13 +237,13 @@ def _extrapolate(rule: str, below: bool, b: int, b_end: int, t_end: float, b_nxt
 
 def _lerp(a: LayerProfile, b: LayerProfile, w: float) -> LayerProfile:
     kw: dict[str, Any] = {}
-    for name in _TIMES + _COUNTS:
+    for name in _TIMES + _SPLIT_TIMES + _COUNTS:
         va, vb = getattr(a, name), getattr(b, name)
         if va is None or vb is None:
             kw[name] = None
             continue
         v = va + w * (vb - va)
-        kw[name] = v if name in _TIMES else round(v)
+        kw[name] = round(v) if name in _COUNTS else v
     return replace(a, spread=None, **kw)
 
 

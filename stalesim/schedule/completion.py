@@ -1,0 +1,104 @@
+"""When a runtime may stop holding a sent message: a fact of the IR, not of timing.
+
+A non-blocking send keeps its tensor alive until the transport reports it done,
+and gloo reports a send done only when it is waited on. Waiting too early
+blocks the sender; never waiting keeps every sent tensor until the end of the
+run. This pass gives, for every send, the point of its own device's list after
+which waiting on it returns at once:
+
+* **confirmed**: the first later receive from the same peer whose send comes,
+  in the peer's list, after the peer's receive of this message. The peer waited
+  on our message before sending that one, so once it has arrived our send is
+  complete (at most a few microseconds of completion bookkeeping remain).
+* otherwise (the peer never answers, as with local-update stages, or only much
+  later): ``lag`` actions after the send, but never before the point where the
+  peer posts the matching receive without needing anything this device does
+  later (a dependency closure over the dry-run order), so the wait cannot
+  deadlock; at worst it waits for the transfer itself.
+
+The executor waits exactly there (``executor.rank``), and the memory model
+(:func:`stalesim.schedule.liveness.memory_series`) counts a sent message until
+exactly there, so both hold the same bytes at every sample.
+"""
+
+from __future__ import annotations
+
+from stalesim.schedule.actions import Kind
+from stalesim.schedule.deps import dependencies, peer
+from stalesim.schedule.dryrun import dry_run
+from stalesim.schedule.ir import Schedule
+
+_RECV = (Kind.RECV_F, Kind.RECV_B)
+_SEND = (Kind.SEND_F, Kind.SEND_B)
+
+
+def send_release(sched: Schedule, *, recv_ahead: int, lag: int | None = None) -> list[dict[int, int]]:
+    """Per device: {index of a SEND: index of the own action after which to wait on it}.
+
+    ``recv_ahead``: receives a runtime keeps posted (the peer's posting point);
+    ``lag``: actions after an unconfirmed send before it is waited on (default
+    ``2 * recv_ahead``). An index past the end of the list means "at the end".
+    """
+    lag = 2 * max(1, recv_ahead) if lag is None else lag
+    lists = sched.device_actions
+    n_dev = len(lists)
+    pos = {a.key: (d, i) for d, acts in enumerate(lists) for i, a in enumerate(acts)}
+    recv_seq = [[i for i, a in enumerate(acts) if a.kind in _RECV] for acts in lists]
+    ordinal = {(d, i): q for d, seq in enumerate(recv_seq) for q, i in enumerate(seq)}
+    closure = _dependency_closure(sched, n_dev)
+    out: list[dict[int, int]] = []
+    for d, acts in enumerate(lists):
+        rel: dict[int, int] = {}
+        # own receives from each peer, in list order, with the index of their send there
+        answers: dict[int, list[tuple[int, int]]] = {}
+        for j, a in enumerate(acts):
+            if a.kind in _RECV:
+                pk = peer(a)
+                if pk is not None and pk in pos:
+                    p, s_j = pos[pk]
+                    answers.setdefault(p, []).append((j, s_j))
+        for i, a in enumerate(acts):
+            if a.kind not in _SEND:
+                continue
+            pk = peer(a)
+            if pk is None or pk not in pos:
+                rel[i] = len(acts)
+                continue
+            p, r = pos[pk]
+            confirm = next((j for j, s_j in answers.get(p, []) if j > i and s_j > r), None)
+            if confirm is not None:
+                rel[i] = confirm
+                continue
+            q = ordinal[(p, r)] - recv_ahead  # the peer posts it after its receive number q
+            post = recv_seq[p][q] if q >= 0 else None
+            safe = -1 if post is None else closure[(p, post)][d]
+            rel[i] = min(len(acts), max(safe, i + lag))
+        out.append(rel)
+    return out
+
+
+def _dependency_closure(sched: Schedule, n_dev: int) -> dict[tuple[int, int], tuple[int, ...]]:
+    """(device, index) -> per device, the last index of that device's list the action
+    transitively depends on (-1: none), through data dependencies and list order."""
+    lists = sched.device_actions
+    pos = {a.key: (d, i) for d, acts in enumerate(lists) for i, a in enumerate(acts)}
+    ars: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for d, acts in enumerate(lists):
+        for i, a in enumerate(acts):
+            if a.kind is Kind.AR:
+                ars.setdefault((a.stage, a.batch), []).append((d, i))
+    vec: dict[tuple[int, int], tuple[int, ...]] = {}
+    for step in dry_run(sched):
+        d, i, a = step.device, step.index, step.action
+        v = list(vec[(d, i - 1)]) if i > 0 else [-1] * n_dev
+        for dep in dependencies(sched, a):
+            if dep and dep[0] == "ARDONE":
+                srcs = ars.get((dep[1], dep[2]), [])
+            else:
+                srcs = [pos[dep]] if dep in pos else []
+            for src in srcs:
+                w = vec[src]
+                v = [max(x, y) for x, y in zip(v, w)]
+        v[d] = max(v[d], i)
+        vec[(d, i)] = tuple(v)
+    return vec

@@ -1,0 +1,199 @@
+"""Calibration of what a rank spends on each message, through the executor's own transport.
+
+The simulator charges every communication action its CPU time
+(``StageCosts.comm_ns``) and every message a one-way delay to the receiver
+(``SimHardware.latency``/``bandwidth``). ``stalesim calibrate``'s ping-pong
+measures round trips with both ranks idle; a pipeline rank instead posts a send
+and goes on computing, and completes a receive (and posts the next) when it gets
+there. This microbenchmark measures those quantities with
+:class:`executor.transport.Transport` (the executor's code path) between two
+local processes, for several message sizes, and fits ``alpha + n * beta`` to each:
+
+* ``post``: posting a send of n bytes (``Transport.send``) while the receiver computes;
+* ``complete``: a receive whose message came while the receiver computed: waiting
+  on it and posting the next receive of the same size (what a ``RECV_*`` action does);
+* ``release``: waiting on a send that has completed (the executor does it where the
+  IR proves completion, :mod:`stalesim.schedule.completion`);
+* ``arrive``: from the start of the sender's post to the return of the
+  receiver's wait, the receiver blocked in it and the sender computing after
+  posting (as a pipeline stage does); the simulator's link latency is what it
+  adds to ``post`` (:func:`stalesim.validate.costmodel.link_from_comm`), wake-up
+  included. One host's monotonic clock times both processes.
+* ``ar_post`` / ``ar_complete``: packing a gradient bucket of n bytes and
+  starting the all-reduce / waiting on it once it has finished and unpacking (2
+  ranks; the collective itself is ``calibrate``'s measured all-reduce).
+
+It runs no schedule and no model: its numbers are properties of this machine,
+the transport and the message sizes, usable for any schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
+
+
+def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``t = alpha + beta * n`` (alpha, beta clamped at >= 0)."""
+    n = len(sizes)
+    if n != len(times) or n < 2:
+        raise StalesimError("sizes: need at least two message sizes to fit")
+    mx, my = sum(sizes) / n, sum(times) / n
+    sxx = sum((x - mx) ** 2 for x in sizes)
+    if sxx <= 0:
+        raise StalesimError("sizes: need at least two distinct message sizes")
+    beta = sum((x - mx) * (y - my) for x, y in zip(sizes, times)) / sxx
+    beta = max(0.0, beta)
+    alpha = max(0.0, my - beta * mx)
+    return alpha, beta
+
+
+def cost(fit: dict[str, float], nbytes: float) -> float:
+    """Seconds of one quantity for a message of ``nbytes`` (``{"alpha_s", "beta_s_per_byte"}``)."""
+    return fit["alpha_s"] + fit["beta_s_per_byte"] * nbytes
+
+
+def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, timeout_s: float,
+            device: str) -> None:  # pragma: no cover - runs in a child process
+    import torch
+    import torch.distributed as dist
+
+    from executor.transport import Transport
+    from stalesim.runtime.allreduce import pack, unpack_mean
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group(backend, rank=rank, world_size=2)
+    tr = Transport(rank, timeout_s)
+    a = torch.randn(128, 128)
+    res: dict[str, dict[int, list[float]]] = {q: {} for q in QUANTITIES}
+    stamp = torch.zeros(1, dtype=torch.float64)
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            a @ a
+
+    tag = 0
+    for n in sizes:  # warm-up: every size once each way (first messages set up buffers)
+        tag += 2
+        if rank == 0:
+            tr.flush()
+            tr.send(torch.zeros(max(1, n // 4), device=dev), 1, tag, "calibrate", "warm-up")
+            tr.flush()
+        else:
+            tr.wait(tr.post_recv(torch.empty(max(1, n // 4), device=dev), 0, tag, "calibrate", "warm-up"))
+    for n in sizes:
+        numel = max(1, n // 4)
+        x = torch.randn(numel, device=dev)
+        for name in QUANTITIES:
+            res[name][n] = []
+        for _ in range(repeats):
+            # post + complete: the receiver's message is there before it waits
+            tag += 2
+            dist.barrier()
+            if rank == 0:
+                t0 = time.perf_counter()
+                p = tr.send(x, 1, tag, "calibrate", "a message")
+                res["post"][n].append(time.perf_counter() - t0)
+            else:
+                buf = torch.empty(numel, device=dev)
+                p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
+                spin(0.003 + n / 2e8)  # computing while the message comes, as a stage does
+                t0 = time.perf_counter()
+                tr.wait(p)
+                nxt = tr.post_recv(torch.empty(numel, device=dev), 0, tag + 1, "calibrate", "next")
+                res["complete"][n].append(time.perf_counter() - t0)
+            dist.barrier()
+            if rank == 0:  # the receiver has the message: the send is complete
+                t0 = time.perf_counter()
+                tr.complete(p)
+                res["release"][n].append(time.perf_counter() - t0)
+                tr.send(torch.zeros(numel, device=dev), 1, tag + 1, "calibrate", "drain")
+                tr.flush()
+            else:
+                tr.wait(nxt)
+            # arrive: the receiver blocks in its wait, the sender computes after posting
+            tag += 2
+            dist.barrier()
+            if rank == 0:
+                time.sleep(0.002)
+                stamp[0] = time.perf_counter()
+                p = tr.send(x, 1, tag, "calibrate", "a message")
+                spin(0.004)
+                tr.complete(p)
+                dist.send(stamp, 1, tag=tag + 1)
+            else:
+                buf = torch.empty(numel, device=dev)
+                p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
+                tr.wait(p)
+                t1 = time.perf_counter()
+                dist.recv(stamp, 0, tag=tag + 1)
+                res["arrive"][n].append(t1 - float(stamp[0]))
+            # all-reduce start (pack) and wait (unpack), both ranks
+            dist.barrier()
+            grads = [x.view(-1)]
+            t0 = time.perf_counter()
+            flat = pack(grads, "none", dtype=x.dtype, device=dev)
+            w = dist.all_reduce(flat, async_op=True)
+            res["ar_post"][n].append(time.perf_counter() - t0)
+            time.sleep(0.005 + n / 2e8)  # the collective finishes: what remains is completing it
+            t0 = time.perf_counter()
+            w.wait()
+            unpack_mean(flat, grads, 2)
+            res["ar_complete"][n].append(time.perf_counter() - t0)
+    box: list[Any] = [None, None]
+    dist.all_gather_object(box, res)
+    if rank == 0:
+        merged: dict[str, dict[str, float]] = {}
+        for q in QUANTITIES:
+            merged[q] = {}
+            for n in sizes:
+                vals = [v for r in box for v in r[q].get(n, [])]
+                merged[q][str(n)] = statistics.median(vals) if vals else 0.0
+        with open(out, "w") as fh:
+            json.dump(merged, fh)
+    dist.destroy_process_group()
+
+
+def measure_comm(sizes: Sequence[int], *, repeats: int = 20, device: str = "cpu",
+                 timeout_s: float = 60.0) -> dict[str, Any]:
+    """Run the microbenchmark on 2 local ranks; returns per quantity the median seconds per
+    size and the fit (``{"alpha_s", "beta_s_per_byte"}``), plus the sizes and repeats."""
+    import torch.multiprocessing as mp
+
+    from stalesim.workloads.calibrate import free_port
+
+    sizes = sorted({max(4, int(n)) for n in sizes})
+    if len(sizes) < 2:
+        raise StalesimError("sizes: need at least two distinct message sizes")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "comm.json")
+        try:
+            mp.start_processes(_worker, args=(free_port(), sizes, repeats, out, timeout_s, device),
+                               nprocs=2, start_method="spawn")
+        except Exception as exc:  # noqa: BLE001 - a child failed: one line
+            raise StalesimError(f"communication calibration failed: {exc}") from None
+        with open(out) as fh:
+            med = json.load(fh)
+    fits = {}
+    for q in QUANTITIES:
+        xs = [float(n) for n in sizes]
+        ys = [med[q][str(n)] for n in sizes]
+        alpha, beta = fit_linear(xs, ys)
+        fits[q] = {"alpha_s": alpha, "beta_s_per_byte": beta,
+                   "median_s": {str(n): med[q][str(n)] for n in sizes}}
+    return {"sizes": sizes, "repeats": repeats, "device": device, **fits}

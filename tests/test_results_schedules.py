@@ -1,0 +1,33 @@
+"""docs/RESULTS.md's predicted schedule tables equal the ones rebuilt from their stored sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.predict_schedules import best_configs, rows_on, table
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [("schedules_resnet56_h100", (16, 256)), ("schedules_gptchar_h100", (4, 64))]
+
+
+@pytest.mark.parametrize(("folder", "micros"), CASES)
+def test_results_table_equals_the_stored_sweeps(folder: str, micros: tuple[int, ...]) -> None:
+    d = ROOT / "docs" / "results" / folder
+    per_micro = {m: rows_on(d / f"mb{m}.csv", 2) for m in micros}
+    rebuilt = table(per_micro, 8)
+    assert rebuilt == (d / "table.md").read_text()
+    assert rebuilt in (ROOT / "docs" / "RESULTS.md").read_text()
+    # every schedule of the sweep has a two-device row, and the rows are fastest first
+    keys = best_configs(per_micro[micros[0]])
+    assert len({k[0] for k in keys}) == 15
+    times = [float(per_micro[micros[0]][k]["iteration_time_s"]) for k in keys]
+    assert times == sorted(times)
+
+
+def test_commands_are_recorded() -> None:
+    for folder, micros in CASES:
+        cmds = (ROOT / "docs" / "results" / folder / "commands.txt").read_text().splitlines()
+        assert len(cmds) == 2 * len(micros)
+        assert all(c.startswith("stalesim ") for c in cmds)

@@ -1,0 +1,172 @@
+"""Per-action runtime costs: calibration fitting and the replay on synthetic data.
+
+A "measurement" here is the simulated timeline itself, produced with known per-action
+costs (gaps, communication CPU, link latency, all-reduce time): the fitting must
+recover those costs and the replay must reproduce the simulated iteration time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from stalesim.schedule import ScheduleConfig, build_schedule
+from stalesim.sim import SimOptions, simulate
+from stalesim.sim.model import SimHardware, uniform_costs
+from stalesim.validate.commcal import cost, fit_linear
+from stalesim.validate.costmodel import (
+    CostModel,
+    allreduce_times,
+    link_from_comm,
+    message_delays,
+    replay_costs,
+    replay_link,
+    runtime_overheads,
+)
+from stalesim.validate.measured import gaps_after
+from stalesim.workloads.profile import uniform_profile
+
+US = 1000  # ns
+
+
+def _rows(result) -> dict[str, list[list]]:
+    tl = result.timeline
+    rows: dict[str, list[list]] = {}
+    for gid, a in enumerate(tl.program.actions):
+        d = tl.program.device_of_gid[gid]
+        rows.setdefault(str(d), []).append([str(a.with_version(None)), a.kind.value, a.stage, a.batch,
+                                            a.micro, a.worker, tl.start[gid] / 1e9, tl.end[gid] / 1e9])
+    for r in rows.values():
+        r.sort(key=lambda x: x[6])
+    return rows
+
+
+def test_fit_linear_and_cost() -> None:
+    a, b = fit_linear([0, 100, 200], [1.0, 2.0, 3.0])
+    assert a == pytest.approx(1.0) and b == pytest.approx(0.01)
+    assert fit_linear([10, 20], [5.0, 4.0]) == (pytest.approx(4.5), 0.0)  # slope clamped at 0
+    assert cost({"alpha_s": 1e-5, "beta_s_per_byte": 1e-9}, 1000) == pytest.approx(1.1e-5)
+    from stalesim.errors import StalesimError
+
+    with pytest.raises(StalesimError):
+        fit_linear([1], [1.0])
+
+
+def test_gaps_after_from_rows() -> None:
+    rows = {"0": [["0F0", "F", 0, 0, None, 0, 0.0, 1.0], ["0LOSS0", "LOSS", 0, 0, None, 0, 1.2, 1.3],
+                  ["0B0", "B", 0, 0, None, 0, 1.35, 2.0], ["0U0", "U", 0, 0, None, 0, 2.4, 2.5],
+                  ["0F1", "F", 0, 1, None, 0, 2.6, 3.0]]}
+    g = gaps_after(rows)
+    assert g == {"F": pytest.approx(0.2), "LOSS": pytest.approx(0.05), "B": pytest.approx(0.4),
+                 "U": pytest.approx(0.1), "comm": pytest.approx(0.05)}
+
+
+def _cm() -> CostModel:
+    prof = uniform_profile(4, 1e-3, 2e-3, 32, param_bytes=4000, output_bytes=10_000, saved_bytes=100)
+    cm = CostModel(prof)
+    cm.gaps_s = {"F": 20e-6, "B": 30e-6, "U": 10e-6, "LOSS": 5e-6, "comm": 3e-6}
+    lin = {"alpha_s": 50e-6, "beta_s_per_byte": 1e-9}
+    cm.comm = {"post": lin, "complete": {"alpha_s": 40e-6, "beta_s_per_byte": 0.0},
+               "release": {"alpha_s": 10e-6, "beta_s_per_byte": 0.0},
+               "arrive": {"alpha_s": 80e-6, "beta_s_per_byte": 2e-9},
+               "ar_post": {"alpha_s": 60e-6, "beta_s_per_byte": 0.0},
+               "ar_complete": {"alpha_s": 70e-6, "beta_s_per_byte": 0.0}}
+    return cm
+
+
+def test_runtime_overheads_come_from_the_calibration_and_the_ir() -> None:
+    cm = _cm()
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=4))
+    base = uniform_costs(2, 100 * US, 200 * US, msg_bytes=10_000, param_bytes=4000, batch_size=32,
+                         action_batch=8)
+    c = runtime_overheads(cm, sched, base, recv_ahead=8, label_bytes=256)
+    gap, com = c.gap_table(), c.comm_table()
+    assert gap["F"] == (20 * US, 20 * US) and gap["SEND_F"] == (3 * US, 3 * US)
+    # one labels message per batch rides with the first of its 4 sends: a quarter each
+    assert com["SEND_F"][0] == round((50e-6 + 1e-9 * 10_000 + (50e-6 + 1e-9 * 256) / 4) * 1e9)
+    assert com["SEND_B"] == (0, round((50e-6 + 1e-9 * 10_000) * 1e9))
+    assert com["RECV_B"][0] == 40 * US and com["RECV_F"][0] == 0
+    # a receive also waits on the sends it proves complete (10 us each, counted from the IR)
+    assert gap["RECV_B"][0] > 3 * US and gap["RECV_F"][1] > 3 * US
+    assert runtime_overheads(CostModel(cm.profile), sched, base) is base  # nothing calibrated
+
+
+def test_link_from_comm_and_the_measured_allreduce() -> None:
+    cm = _cm()
+    hw = link_from_comm(SimHardware.ideal(), cm.comm,
+                        [{"bytes": 1000, "workers": 2, "seconds": 2e-4}, {"bytes": 3000, "workers": 2,
+                                                                           "seconds": 4e-4},
+                         {"bytes": 1000, "workers": 4, "seconds": 9.0}], workers=2)
+    assert hw.latency_ns == 30 * US  # arrive 80 us from the post's start - the 50 us post
+    assert hw.bandwidth_Bps == pytest.approx(1e9)  # (2 - 1) ns per byte beyond the post
+    assert hw.allreduce_ns(2000, 2) == pytest.approx(300 * US, abs=2)
+
+
+@pytest.mark.parametrize("name", ["1f1b", "gpipe", "stale", "pipedream", "dp", "pipe-sgd"])
+def test_replay_recovers_the_simulated_costs(name: str) -> None:
+    """Simulate with known gaps, communication CPU, latency and all-reduce time; read the
+    timeline as a measurement; the replay's fitted costs reproduce the iteration time."""
+    from stalesim.schedule import get_spec
+
+    spec = get_spec(name)
+    sched = build_schedule(ScheduleConfig(name, stages=1 if spec.data_parallel else 2, batches=24,
+                                          microbatches=4 if spec.uses_micro else 1,
+                                          workers=2 if spec.data_parallel else 1))
+    S = sched.stages
+    true = uniform_costs(S, 300 * US, 500 * US, 50 * US, loss_ns=20 * US, msg_bytes=10_000,
+                         param_bytes=40_000, batch_size=32, action_batch=sched.action_batch_size(32))
+    true = true.with_overheads(
+        gap={"F": (20 * US,) * S, "B": (25 * US,) * S, "U": (7 * US,) * S, "LOSS": (5 * US,) * S,
+             "SEND_F": (3 * US,) * S, "SEND_B": (3 * US,) * S, "RECV_F": (12 * US,) * S,
+             "RECV_B": (14 * US,) * S, "AR": (4 * US,) * S, "ARW": (6 * US,) * S},
+        comm={"SEND_F": (60 * US,) * S, "SEND_B": (70 * US,) * S, "RECV_F": (40 * US,) * S,
+              "RECV_B": (45 * US,) * S, "AR": (30 * US,) * S, "ARW": (35 * US,) * S})
+    hw = replace(SimHardware.ideal(), latency_ns=90 * US, allreduce_alpha_ns=400 * US,
+                 allreduce_bandwidth_Bps=float("inf"))
+    r = simulate(true, sched, hw)
+    rows = _rows(r)
+    guess = uniform_costs(S, 1, 1, msg_bytes=10_000, param_bytes=40_000, batch_size=32,
+                          action_batch=true.action_batch)
+    rc = replay_costs(guess, rows)
+    hw2 = replay_link(SimHardware.ideal(), rc, rows)
+    replay = simulate(rc, sched, hw2, SimOptions(keep_timeline=False)).iteration_time_s
+    assert replay == pytest.approx(r.iteration_time_s, rel=0.02), name
+    if not spec.data_parallel:
+        d = message_delays(rows)
+        assert any(o["blocked"] for o in d.values())
+        for o in d.values():  # delay + completion = what a blocked receive measured (90 + c)
+            c_true = 40e-6 if o["kind"] == "RECV_F" else 45e-6
+            if o["blocked"]:
+                assert o["latency_s"] + o["complete_s"] == pytest.approx(90e-6 + c_true, rel=1e-3)
+            if o["ready"] and o["latency_s"] < 89e-6:  # ready receives that all still waited a
+                assert o["complete_s"] > c_true  # little: the split is not identifiable
+    else:
+        ar = allreduce_times(rows)
+        assert ar["blocked"] > 0
+
+
+def test_hooks_cost_only_where_an_update_falls_between_forward_and_backward() -> None:
+    from stalesim.validate.costmodel import hooked_stages, with_hook_overhead
+
+    assert hooked_stages(build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=2))) \
+        == [False, False]
+    # the register pipeline: stage 0 updates while younger forwards wait; the last stage never
+    stale = build_schedule(ScheduleConfig("stale", stages=2, batches=8))
+    assert hooked_stages(stale) == [True, False]
+    cm = _cm()
+    cm.hook_s[((2,), 32)] = [{"F": 1e-4, "B": 2e-4}, {"F": 3e-4, "B": 4e-4}]
+    base = uniform_costs(2, 1000 * US, 2000 * US, batch_size=32, action_batch=32)
+    c = with_hook_overhead(cm, stale, base, [2], 32)
+    assert c.f_ns == (1100 * US, 1000 * US) and c.b_ns == (2200 * US, 2000 * US)
+    cm.hook_s[((2,), 32)][1]["LOSS"] = 7e-5
+    assert with_hook_overhead(cm, stale, base, [2], 32).loss_ns == 70 * US
+    assert with_hook_overhead(cm, stale, base, [3], 32) is base  # not measured for that layout
+
+
+def test_hook_overhead_is_measured_per_stage() -> None:
+    from stalesim.validate.corunners import hook_overhead
+
+    out = hook_overhead("lenet5", [2], 4, repeats=2)
+    assert len(out) == 2 and all(v["F"] >= 0 and v["B"] >= 0 for v in out)
+    assert "LOSS" not in out[0] and out[1]["LOSS"] > 0  # the loss stage's LOSS action, measured
