@@ -318,7 +318,7 @@ class _FakeEmulator:
 
 
 def _fake_run_study(points: list, out: Path, jobs: int = 2, progress: Any = None,
-                    mitigation_of: dict | None = None) -> list[dict]:
+                    mitigation_of: dict | None = None, **_options: Any) -> list[dict]:
     return [{"schedule": c.schedule, "ppv": c.ppv, "stages": c.num_stages, "staleness": [0] * c.num_stages,
              "diverged": False, "final_test_accuracy": 0.5, "final_loss": 0.5, "wall_time_s": 0.0,
              "mitigation": (mitigation_of or {}).get(rid, "none"), "run_id": rid} for rid, c in points]

@@ -6,7 +6,7 @@ import argparse
 
 from stalesim.cli.common import int_type, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
-from stalesim.limits import MAX_JOBS
+from stalesim.limits import MAX_COUNT, MAX_JOBS
 
 
 def _csv(text: str) -> list[str]:
@@ -38,7 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
                         "error-feedback")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
-    p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2, help="parallel processes")
+    p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2,
+                   help="parallel processes (with --batched: batches at a time)")
+    p.add_argument("--batched", action="store_true",
+                   help="train the grid points that share model shape, schedule and partition together, "
+                        "as one batched emulation (runs differ in seeds and mitigations)")
+    p.add_argument("--batch-runs", type=int_type(1, MAX_COUNT), default=None,
+                   help="with --batched: at most this many runs per batch (default: all that can)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue unfinished runs (or batches) of --out from their checkpoints "
+                        "(finished runs with the same config are always kept)")
+    p.add_argument("--checkpoint-every", type=int_type(1, MAX_COUNT), default=None,
+                   help="checkpoint each run (or batch) every K steps (and at every epoch end)")
     p.add_argument("--out", required=True, help="study folder")
     p.add_argument("--json", action="store_true", help="print the aggregated table as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -46,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
     from pathlib import Path
 
     from stalesim.cli.common import write_json_atomic
@@ -63,7 +75,13 @@ def run(args: argparse.Namespace) -> int:
         from stalesim.errors import StalesimError
 
         raise StalesimError("placements: use --placements for a study, not --ppv/--stages")
-    base = train_config_from_args(args)
+    if args.batch_runs is not None and not args.batched:
+        from stalesim.errors import StalesimError
+
+        raise StalesimError("batch_runs: --batch-runs sets the size of batches; it needs --batched")
+    # -M is for the grid's micro-batch schedules (expand() gives the others whole batches)
+    micro, args.microbatches = args.microbatches, 1
+    base = replace(train_config_from_args(args), microbatches=micro)
     out = Path(args.out)
     places = parse_placements(args.placements)
     points, mit_of = [], {}
@@ -75,15 +93,17 @@ def run(args: argparse.Namespace) -> int:
     write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
                                            "placements": args.placements,
                                            "mitigations": args.mitigations, "seeds": args.seeds,
+                                           "batched": args.batched, "batch_runs": args.batch_runs,
                                            "runs": [rid for rid, _ in points]})
     results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
-                        mitigation_of=mit_of)
+                        mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
+                        continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0)
     rows = aggregate(results)
     write_table(rows, out)
-    plot(rows, out)
+    fig = plot(rows, out)
     if args.json:
         print_json(rows)
     else:
         print((out / "table.md").read_text(), end="")
-        print(f"wrote {out}/table.csv, table.md, accuracy_vs_staleness.png, results.jsonl")
+        print(f"wrote {out}/table.csv, table.md, {fig.name}, results.jsonl")
     return 0

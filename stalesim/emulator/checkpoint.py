@@ -25,7 +25,6 @@ import torch
 
 from stalesim.atomic import torch_save_atomic
 from stalesim.checkpoint_io import load_checkpoint, mismatch, require_keys
-from stalesim.emulator.state import RunState
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -43,7 +42,7 @@ def save(emu: Emulator, path: Path) -> None:
     run["elapsed"] = emu._now()
     state: dict[str, Any] = {
         "format": FORMAT,
-        "config": emu.cfg.to_dict(),
+        "config": emu.checkpoint_config(),
         "checkpoint_every": emu.checkpoint_every,
         "run": run,
         "runtimes": [[{"state": rt.state_dict(), "inflight": rt.inflight_state(),
@@ -64,7 +63,7 @@ def load(emu: Emulator, path: Path) -> None:
     require_keys(state, KEYS, path, "resume")
     if not isinstance(state["config"], dict):
         raise StalesimError(f"resume: {path} is not a stalesim checkpoint (config is not a dict)")
-    mine = emu.cfg.to_dict()
+    mine = emu.checkpoint_config()
     for k, v in state["config"].items():
         if mine.get(k) != v:
             raise StalesimError(f"resume: {k} is {mine.get(k)!r} but the checkpoint was made with {v!r}")
@@ -82,7 +81,7 @@ def load(emu: Emulator, path: Path) -> None:
 
 def _apply(emu: Emulator, state: dict[str, Any]) -> None:
     run = state["run"]
-    emu.state = RunState(**run)
+    emu.state = type(emu.state)(**run)
     saved_modules = []
     for row, srow in zip(emu.rts, state["runtimes"]):
         for rt, sv in zip(row, srow):
@@ -100,7 +99,7 @@ def _apply(emu: Emulator, state: dict[str, Any]) -> None:
                 a = Action(Kind.F, s, t, m, r)
                 rt.restore_forward(a, x, rec["weights"], rec["v_f"])
                 if rec["has_loss"]:
-                    labels = emu._slice(emu.stream(t)[1].to(emu.device), r, m)
+                    labels = emu._slice(emu._labels(t), r, m)
                     rt.loss(Action(Kind.LOSS, s, t, m, r), labels)
                 if "seg_grads" in rec:  # its I had run: waiting for W
                     rt.restore_deferred(a, rec["seg_grads"], rec["v_b"],

@@ -84,6 +84,10 @@ class Emulator:
             rts = stage_runtimes(cfg, self.sched, mods, worker=w, stages=range(self.S),
                                  device=self.device, total=self.total)
             self.rts.append([rts[s] for s in range(self.S)])
+        self._init_replay()
+
+    def _init_replay(self) -> None:
+        """The replay order, the events and the hand-off state (after the runtimes exist)."""
         self.steps = [st.action for st in dry_run(self.sched)]
         self.state = RunState()
         self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
@@ -172,12 +176,24 @@ class Emulator:
     def _data(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = self._batch.get(t)
         if b is None:
-            x, y = self.stream(t)
+            x, y = self._fetch(t)
             b = (x.to(self.device), y.to(self.device))
             self._batch[t] = b
             self._batch_left.setdefault(
                 t, self.loss_actions_per_batch * (self.S if self.sched.local_loss else 1))
         return b
+
+    def _fetch(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global batch t from the stream (a batched emulation stacks its runs' batches)."""
+        return self.stream(t)
+
+    def _labels(self, t: int) -> torch.Tensor:
+        """Batch t's labels on the device (checkpoint resume recomputes losses with them)."""
+        return self._fetch(t)[1].to(self.device)
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        """What a checkpoint must have been made with to resume this emulation."""
+        return self.cfg.to_dict()
 
     def _slice(self, z: torch.Tensor, worker: int, micro: int | None) -> torch.Tensor:
         if self.P > 1:

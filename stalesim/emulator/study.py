@@ -4,6 +4,18 @@ Each grid point is one :func:`~stalesim.emulator.replay.emulate` run in its own
 process (``jobs`` at a time, torch threads split between them) with its own run
 folder; the table aggregates over seeds (mean and sample std) and is written as
 CSV and markdown, with a plot of test accuracy against staleness depth.
+
+**Batched** (``batched=True``, ``stalesim study --batched``): the grid points that can
+train as one batch (same model, data, schedule, partition, length, optimizer kind:
+:func:`stalesim.runtime.batched.check_batch`; they differ in seeds and mitigations)
+are grouped, at most ``batch_runs`` per batch, and each batch is one
+:class:`~stalesim.emulator.batched.BatchedEmulator` (one process per batch, ``jobs``
+at a time). Every batch is checked (shape, memory) before any starts. The run folders
+are the same as without batching; ``batches/<id>/`` holds each batch's checkpoint.
+
+**Resume** (``resume=True``): runs whose ``summary.json`` exists (made with the same
+configuration) are taken as they are; a run or batch with a checkpoint continues from
+it (``checkpoint_every`` steps, and every epoch end).
 """
 
 from __future__ import annotations
@@ -69,7 +81,11 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
     """Grid points as (run id, config); placement-free schedules run once per seed."""
     from stalesim.schedule import get_spec
 
-    size = len(schedules) * len(placements) * len(mitigations) * len(seeds)
+    for name in schedules:
+        get_spec(name)  # an unknown schedule is named before the size is counted
+    # a placement-free schedule (the baseline) runs once per seed, whatever the placements
+    size = sum(1 if get_spec(n).placement_free else len(placements) * len(mitigations)
+               for n in schedules) * len(seeds)
     if size > MAX_RUNS:  # checked before any config is built
         raise StalesimError(f"study: {size:,} runs (schedules x placements x mitigations x seeds) are "
                             f"more than one study runs (at most {MAX_RUNS:,}); give fewer values")
@@ -86,6 +102,8 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
                 raise StalesimError(f"mitigations: unknown {mit!r} (known: {', '.join(MITIGATIONS)})")
         # a placement-free schedule is the baseline: it always runs, unmitigated
         mits = ["none"] if placement_free else mitigations
+        # -M applies to the grid's micro-batch schedules; the others take whole batches
+        micro = {} if get_spec(name).uses_micro else {"microbatches": 1}
         for place in places:
             for mit in mits:
                 for seed in seeds:
@@ -95,23 +113,43 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
                     else:
                         kw = {"ppv": list(place) if place else None, "stages": None if place else 1}
                         ptxt = "ppv" + "-".join(map(str, place)) if place else "S1"
-                    cfg = replace(base, schedule=name, seed=seed, **kw, **MITIGATIONS[mit])
+                    cfg = replace(base, schedule=name, seed=seed, **kw, **micro, **MITIGATIONS[mit])
                     cfg.check()
                     points.append((f"{name}_{ptxt}_{mit}_seed{seed}", cfg))
     return points
 
 
-def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int) -> dict[str, Any]:
+def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int, checkpoint_every: int = 0,
+             resume: bool = False) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
-    from stalesim.emulator.replay import emulate
+    from stalesim.emulator.replay import CKPT_NAME, emulate
 
     cfg = TrainConfig.from_dict(cfg_dict)
-    summary = emulate(cfg, out=out, progress=False)
+    resume = resume and (Path(out) / CKPT_NAME).is_file()
+    summary = emulate(cfg, out=out, progress=False, checkpoint_every=checkpoint_every, resume=resume)
     summary["run_id"] = run_id
     summary["config"] = cfg_dict
     return summary
+
+
+def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_dirs: list[str], threads: int,
+               checkpoint_every: int = 0, resume: bool = False) -> list[dict[str, Any]]:
+    import torch
+
+    torch.set_num_threads(threads)
+    from stalesim.emulator.batched import BatchedEmulator
+    from stalesim.emulator.replay import CKPT_NAME
+
+    cfgs = [TrainConfig.from_dict(d) for d in cfg_dicts]
+    resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
+    emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every, progress=False)
+    summaries = emu.run(resume=resume)
+    for rid, sm, d in zip(run_ids, summaries, cfg_dicts):
+        sm["run_id"] = rid
+        sm["config"] = d
+    return summaries
 
 
 def finished_runs(out: Path, points: dict[str, dict]) -> list[dict]:
@@ -137,42 +175,91 @@ def finished_runs(out: Path, points: dict[str, dict]) -> list[dict]:
     return list(done.values())
 
 
-def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
-              progress: bool | None = None, mitigation_of: dict[str, str] | None = None,
-              resume: bool = True) -> list[dict]:
-    """Run every point (``jobs`` processes), return the summaries (also results.jsonl).
+def group_batches(points: list[tuple[str, TrainConfig]], batch_runs: int | None = None
+                  ) -> list[tuple[str, list[tuple[str, TrainConfig]]]]:
+    """The grid's batches, in grid order: points that may train together (every field but
+    :data:`~stalesim.runtime.batched.PER_RUN_FIELDS` equal, the same partition), at most
+    ``batch_runs`` per batch; ids ``b<NN>_<schedule>_S<stages>``."""
+    from stalesim.runtime.batched import PER_RUN_FIELDS
 
-    With ``resume`` (the default) the runs whose summary is already in ``results.jsonl`` are
-    kept and not run again, so an interrupted study continues where it stopped.
+    groups: dict[str, list[tuple[str, TrainConfig]]] = {}
+    for rid, cfg in points:
+        d = cfg.to_dict()
+        key = json.dumps({k: v for k, v in d.items() if k not in PER_RUN_FIELDS and k not in ("stages", "ppv")}
+                         | {"S": cfg.num_stages, "ppv": d["ppv"]}, sort_keys=True)
+        groups.setdefault(key, []).append((rid, cfg))
+    out = []
+    for members in groups.values():
+        size = batch_runs or len(members)
+        for a in range(0, len(members), size):
+            chunk = members[a:a + size]
+            c = chunk[0][1]
+            out.append((f"b{len(out):02d}_{c.schedule}_S{c.num_stages}", chunk))
+    return out
+
+
+def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
+              progress: bool | None = None, mitigation_of: dict[str, str] | None = None, *,
+              resume: bool = True, batched: bool = False, batch_runs: int | None = None,
+              continue_runs: bool = False, checkpoint_every: int = 0) -> list[dict]:
+    """Run every point (``jobs`` processes, or ``jobs`` batches at a time when ``batched``),
+    return the summaries (also results.jsonl); see the module doc for batching.
+
+    With ``resume`` (the default) the runs whose summary is already in ``results.jsonl``
+    with the same config are kept and not run again, so an interrupted study continues
+    where it stopped; ``continue_runs`` also continues each unfinished run (or batch) from
+    its last checkpoint (written every ``checkpoint_every`` steps) instead of restarting it.
     """
     check_writable_dir(out)
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
-    results: list[dict] = finished_runs(out, {rid: json.loads(json.dumps(cfg.to_dict())) for rid, cfg in points}) \
-        if resume else []
-    done_ids = {r["run_id"] for r in results}
-    todo = [(rid, cfg) for rid, cfg in points if rid not in done_ids]
+    results: list[dict] = []
+    done: dict[str, dict] = {}
+    if resume:
+        cfgs = {rid: json.loads(json.dumps(cfg.to_dict())) for rid, cfg in points}
+        done = {r["run_id"]: r for r in finished_runs(out, cfgs)}
+    todo = [(rid, cfg) for rid, cfg in points if rid not in done]
+    batches = group_batches(todo, batch_runs) if batched else []
+    if batched:
+        from stalesim.emulator.batched import BatchedEmulator
+
+        for _, members in batches:  # every batch fits before any starts
+            BatchedEmulator.preflight([cfg for _, cfg in members])
     show = progress if progress is not None else sys.stderr.isatty()
     bar = None
     if show:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo), unit="run", file=sys.stderr, desc="study")
+        bar = tqdm(total=len(points), initial=len(done), unit="run", file=sys.stderr, desc="study")
     t0 = time.perf_counter()
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
+
+    def keep(res: dict, log: AppendLog) -> None:
+        res["mitigation"] = (mitigation_of or {}).get(res["run_id"], "none")
+        results.append(res)
+        log.write_line(json.dumps(res))
+        if bar is not None:
+            bar.update(1)
+
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
-            AppendLog(out / "results.jsonl", initial=[json.dumps(r) for r in results]) as log:
-        futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads): rid
-                for rid, cfg in todo}
-        for fut in as_completed(futs):
-            rid = futs[fut]
-            res = fut.result()
-            res["mitigation"] = (mitigation_of or {}).get(rid, "none")
-            results.append(res)
-            log.write_line(json.dumps(res))
-            if bar is not None:
-                bar.update(1)
+            AppendLog(out / "results.jsonl", (json.dumps(r) for r in done.values())) as log:
+        for r in done.values():
+            r["mitigation"] = (mitigation_of or {}).get(r["run_id"], "none")
+            results.append(r)
+        if batched:
+            futs = {pool.submit(_run_batch, str(out / "batches" / bid), [rid for rid, _ in members],
+                                [cfg.to_dict() for _, cfg in members],
+                                [str(out / "runs" / rid) for rid, _ in members], threads,
+                                checkpoint_every, continue_runs): bid for bid, members in batches}
+            for fut in as_completed(futs):
+                for res in fut.result():
+                    keep(res, log)
+        else:
+            futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads,
+                                checkpoint_every, continue_runs): rid for rid, cfg in todo}
+            for fut in as_completed(futs):
+                keep(fut.result(), log)
     if bar is not None:
         bar.close()
     order = {rid: i for i, (rid, _) in enumerate(points)}
@@ -198,12 +285,13 @@ def aggregate(results: list[dict]) -> list[dict[str, Any]]:
     for (sched, ppv, mit), rs in groups.items():
         acc_m, acc_s = _mean_std([r["final_test_accuracy"] for r in rs])
         loss_m, loss_s = _mean_std([r["final_loss"] for r in rs])
+        val_m, val_s = _mean_std([r.get("final_val_loss") for r in rs])
         rows.append({
             "schedule": sched, "ppv": json.loads(ppv), "stages": rs[0]["stages"], "mitigation": mit,
             "staleness": rs[0]["staleness"], "depth": max(rs[0]["staleness"]),
             "seeds": len(rs), "diverged": sum(bool(r["diverged"]) for r in rs),
             "test_acc_mean": acc_m, "test_acc_std": acc_s, "final_loss_mean": loss_m,
-            "final_loss_std": loss_s,
+            "final_loss_std": loss_s, "val_loss_mean": val_m, "val_loss_std": val_s,
             "wall_time_s_mean": statistics.fmean(r["wall_time_s"] for r in rs),
         })
     return rows
@@ -211,14 +299,21 @@ def aggregate(results: list[dict]) -> list[dict[str, Any]]:
 
 def write_table(rows: list[dict], out: Path) -> None:
     cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
-            "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "wall_time_s_mean"]
+            "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "val_loss_mean",
+            "val_loss_std", "wall_time_s_mean"]
     write_csv_atomic(out / "table.csv",
                      [{k: json.dumps(r[k]) if isinstance(r[k], list) else r[k] for k in cols} for r in rows],
                      header=cols)
-    lines = ["| schedule | PPV | S | mitigation | staleness | seeds | test accuracy (%) | final loss | diverged |",
+    lm = any(r.get("val_loss_mean") is not None for r in rows)
+    metric = "validation loss (nats/char)" if lm else "test accuracy (%)"
+    lines = [f"| schedule | PPV | S | mitigation | staleness | seeds | {metric} | final loss | diverged |",
              "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        acc = "n/a" if r["test_acc_mean"] is None else f"{100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f}"
+        if lm:
+            acc = "n/a" if r["val_loss_mean"] is None else f"{r['val_loss_mean']:.4f} ± {r['val_loss_std']:.4f}"
+        else:
+            acc = ("n/a" if r["test_acc_mean"] is None
+                   else f"{100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f}")
         loss = "n/a" if r["final_loss_mean"] is None else f"{r['final_loss_mean']:.4f} ± {r['final_loss_std']:.4f}"
         ppv = "-" if not r["ppv"] else "(" + ", ".join(map(str, r["ppv"])) + ")"
         lines.append(f"| {r['schedule']} | {ppv} | {r['stages']} | {r['mitigation']} | "
@@ -227,27 +322,31 @@ def write_table(rows: list[dict], out: Path) -> None:
 
 
 def plot(rows: list[dict], out: Path) -> Path:
+    """Test accuracy (classifiers) or validation loss (language models) against staleness depth."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    lm = any(r.get("val_loss_mean") is not None for r in rows)
+    key, scale = ("val_loss", 1.0) if lm else ("test_acc", 100.0)
     fig, ax = plt.subplots(figsize=(6, 4))
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        if r["test_acc_mean"] is not None:
+        if r.get(f"{key}_mean") is not None:
             series.setdefault((r["schedule"], r["mitigation"]), []).append(r)
     for (sched, mit), rs in sorted(series.items()):
         rs.sort(key=lambda r: r["depth"])
         label = sched if mit == "none" else f"{sched} + {mit}"
-        ax.errorbar([r["depth"] for r in rs], [100 * r["test_acc_mean"] for r in rs],
-                    yerr=[100 * r["test_acc_std"] for r in rs], marker="o", capsize=3, label=label)
+        ax.errorbar([r["depth"] for r in rs], [scale * r[f"{key}_mean"] for r in rs],
+                    yerr=[scale * r[f"{key}_std"] for r in rs], marker="o", capsize=3, label=label)
     ax.set_xlabel("staleness depth (max over stages of u - 1 - v_F)")
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel("validation loss (nats/char)" if lm else "test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        return savefig_atomic(fig, out / "accuracy_vs_staleness.png", dpi=120)
+        return savefig_atomic(fig, out / ("val_loss_vs_staleness.png" if lm else "accuracy_vs_staleness.png"),
+                              dpi=120)
     finally:
         plt.close(fig)

@@ -121,10 +121,10 @@ class StageRuntime:
             self.params += [p for p in head.parameters() if p.requires_grad]
             self.names += [f"head.{n}" for n, p in head.named_parameters() if p.requires_grad]
         self._ptr: dict[int, int] = self._ptr_map(self.params)
-        self.opt = StageOptimizer(self.params, cfg)  # SGD/Adam/AdamW + optimizer-aware mitigations
+        self.opt = self._make_optimizer()  # SGD/Adam/AdamW + optimizer-aware mitigations
         self.optimizer = self.opt.torch
         self.loss_fn = loss_fn(task_of(cfg))  # classification or next-token cross-entropy
-        self.mit = Mitigations(cfg, schedule, stage, worker)
+        self.mit = self._make_mitigations()
         self.version = 0
         self.stash: dict[int, list[torch.Tensor]] = {}
         self.need: Counter[int] = backward_reads(schedule.table, stage, worker)
@@ -150,6 +150,13 @@ class StageRuntime:
         # counted-not-seen keys (< 0), disjoint between the runtimes of one rank (several
         # stages share a device with virtual stages or fold: the accounting merges their dicts)
         self._uid = -((worker * num_stages + stage) << 40)
+
+    def _make_optimizer(self) -> Any:
+        """The stage's optimizer (a batched runtime stacks K runs' optimizers)."""
+        return StageOptimizer(self.params, self.cfg)
+
+    def _make_mitigations(self) -> Any:
+        return Mitigations(self.cfg, self.schedule, self.stage, self.worker)
 
     # ------------------------------------------------------------------ hooks
     @staticmethod
@@ -352,6 +359,10 @@ class StageRuntime:
         else:
             loss = self.loss_fn(out, labels) / M
         rec.storages[self._next_uid()] = extra
+        return self._keep_loss(rec, loss)
+
+    def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> Any:
+        """Store the loss the backward starts from; return its value."""
         rec.loss = loss
         return float(loss.detach())
 
@@ -555,7 +566,7 @@ class StageRuntime:
             self.stash_peak_bytes = max(self.stash_peak_bytes, self.stash_bytes())
         old = [p.detach().clone() for p in self.params] if self.mit.needs_old_weights else None
         if self.optimizer is not None:
-            delayed = self.cfg.error_feedback and self.mit.batch_delay(t) >= 1
+            delayed = self._error_feedback_applies(t)
             self.opt.step(grads, self.lr_for(t), spike=self.mit.spike_coefficients(t), delayed=delayed)
         self.version = n + 1
         self.mit.record_step(old, [p.detach() for p in self.params])
@@ -563,6 +574,10 @@ class StageRuntime:
         if expected is not None and expected != self.version:
             raise RuntimeError(f"stalesim: {action} produced version {self.version}, table says {expected}")
         self.versions_used.append((str(action), self.version))
+
+    def _error_feedback_applies(self, batch: int) -> bool:
+        """Whether the update fed by ``batch`` is delayed and error feedback is on."""
+        return self.cfg.error_feedback and self.mit.batch_delay(batch) >= 1
 
     # ------------------------------------------------------------ bookkeeping
     def stash_bytes(self) -> int:

@@ -83,3 +83,33 @@ def evaluate(forward: Callable[[torch.Tensor], torch.Tensor],
         good += c
         seen += k
     return {"test_accuracy": good / seen if seen else None}
+
+
+@torch.no_grad()
+def evaluate_runs(forward: Callable[[torch.Tensor], torch.Tensor],
+                  batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device,
+                  task: str, runs: int) -> list[dict[str, float | None]]:
+    """:func:`evaluate` for K runs at once: ``forward`` maps ``[K, B, ...]`` inputs to
+    ``[K, B, ...]`` outputs and ``batches`` yields run-stacked batches; the metric of run k
+    is computed from its slice exactly as :func:`evaluate` computes a single run's."""
+    if task == "lm":
+        totals = [torch.zeros((), dtype=torch.float64) for _ in range(runs)]
+        n = 0
+        for x, y in batches:
+            out = forward(x.to(device))
+            y = y.to(device)
+            for k in range(runs):
+                totals[k] += F.cross_entropy(out[k].reshape(-1, out.shape[-1]), y[k].reshape(-1),
+                                             reduction="sum").double().cpu()
+            n += int(y[0].numel())
+        if not n:
+            return [{"val_loss": None, "val_bpc": None} for _ in range(runs)]
+        return [{"val_loss": float(tk) / n, "val_bpc": float(tk) / n / math.log(2)} for tk in totals]
+    good = [0] * runs
+    seen = 0
+    for x, y in batches:
+        out = forward(x.to(device)).cpu()
+        for k in range(runs):
+            good[k] += correct(out[k], y[k])[0]
+        seen += int(y[0].numel())
+    return [{"test_accuracy": g / seen if seen else None} for g in good]
