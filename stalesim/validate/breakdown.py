@@ -27,7 +27,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-COMPUTE = ("F", "B", "U", "LOSS")
+from stalesim.schedule.actions import COMPUTE_KINDS
+
+# the schedule IR's compute kinds (F, B, the split backward's I and W, U, LOSS), by name
+COMPUTE = tuple(sorted(k.value for k in COMPUTE_KINDS))
 Rows = dict[str, list[list[Any]]]
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-COMPUTE = ("F", "B", "U", "LOSS")
+from stalesim.schedule.actions import COMPUTE_KINDS
+
+# the schedule IR's compute kinds (F, B, the split backward's I and W, U, LOSS), by name
+COMPUTE = tuple(sorted(k.value for k in COMPUTE_KINDS))
 
 
 def completions(rows_by_rank: dict[str, list[list[Any]]], batches: int) -> list[float | None]:
