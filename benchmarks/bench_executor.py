@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from stalesim.atomic import write_json_atomic
 
@@ -104,14 +105,7 @@ def _pippy_worker(args: argparse.Namespace) -> None:
                       synthetic_size=max(args.batch * 4, 512))
     stream = batch_stream(cfg, input_shape=model.input_shape)
     mb = args.batch // args.micro
-    with torch.no_grad():  # example shapes for the stage (no shape inference round trip)
-        x0 = torch.zeros((mb, *model.input_shape))
-        model.eval()
-        ins = []
-        for st in stages:
-            ins.append(x0)
-            x0 = st(x0)
-        model.train()
+    ins = stage_example_inputs(model, stages, mb)
     stage = PipelineStage(mod, rank, world, torch.device("cpu"), input_args=(ins[rank],))
     cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
     sched = cls(stage, args.micro, loss_fn=torch.nn.functional.cross_entropy)
@@ -136,6 +130,22 @@ def _pippy_worker(args: argparse.Namespace) -> None:
         steady = times[args.skip:]
         write_json_atomic(args.out, {"iteration_time_s": sum(steady) / len(steady)})
     dist.destroy_process_group()
+
+
+def stage_example_inputs(model: Any, stages: list[Any], micro_batch: int) -> list[Any]:
+    """Each stage's example input for torch's ``PipelineStage`` (one no-grad forward in eval
+    mode, so no shape-inference round trip between ranks)."""
+    import torch
+
+    with torch.no_grad():
+        x = torch.zeros((micro_batch, *model.input_shape))
+        model.eval()
+        ins = []
+        for st in stages:
+            ins.append(x)
+            x = st(x)
+        model.train()
+    return ins
 
 
 def _pippy(model: str, schedule: str, iterations: int, batch: int, micro: int,

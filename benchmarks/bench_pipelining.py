@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bench_executor import measured_ppv
+from benchmarks.bench_executor import measured_ppv, stage_example_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 # ours -> (torch class, placement)
@@ -81,14 +81,7 @@ def _torch_worker(args: argparse.Namespace) -> None:
                       synthetic_size=max(args.batch * 4, 256))
     stream = batch_stream(cfg, input_shape=model.input_shape)
     mb = args.batch // args.micro
-    with torch.no_grad():  # example inputs of every stage (no shape inference round trip)
-        x0 = torch.zeros((mb, *model.input_shape))
-        model.eval()
-        ins = []
-        for st in mods:
-            ins.append(x0)
-            x0 = st(x0)
-        model.train()
+    ins = stage_example_inputs(model, mods, mb)
     mine = chunks_of(args.placement, n_stages, n_stages // world)[rank]
     stages = [PipelineStage(mods[s], s, n_stages, torch.device("cpu"), input_args=(ins[s],))
               for s in mine]

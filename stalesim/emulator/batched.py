@@ -262,23 +262,11 @@ class BatchedEmulator(Emulator):
         """Per run: ``{"test_accuracy"}`` or ``{"val_loss", "val_bpc"}``."""
         if self.task != "lm" and self.stream.data.test_x is None:
             return [{"test_accuracy": None} for _ in range(self.K)]
-        mods = self.stage_mods[worker]
-        for mod in mods:
-            mod.eval()
-
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            for mod in mods:
-                x = mod(x)
-            return x
-
-        bs = 64 if self.task == "lm" else 1000
+        bs = self._eval_batch_size()
         batches = ((torch.stack(xs), torch.stack(ys)) for xs, ys in
                    (tuple(zip(*bb)) for bb in zip(*(st.test_batches(bs) for st in self.streams))))
-        try:
+        with self._eval_model(worker) as forward:
             return evaluate_runs(forward, batches, self.device, self.task, self.K)
-        finally:
-            for mod in mods:
-                mod.train()
 
     def evaluate(self, worker: int = 0) -> list[float | None]:  # type: ignore[override]
         key = "val_loss" if self.task == "lm" else "test_accuracy"

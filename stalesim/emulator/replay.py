@@ -22,7 +22,8 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,16 @@ class Emulator:
         """``{"test_accuracy"}`` or ``{"val_loss", "val_bpc"}`` (:func:`stalesim.runtime.tasks.evaluate`)."""
         if self.task != "lm" and self.stream.data.test_x is None:
             return {"test_accuracy": None}
+        with self._eval_model(worker) as forward:
+            return task_evaluate(forward, self.stream.test_batches(self._eval_batch_size()),
+                                 self.device, self.task)
+
+    def _eval_batch_size(self) -> int:
+        return 64 if self.task == "lm" else 1000
+
+    @contextmanager
+    def _eval_model(self, worker: int) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
+        """Worker ``worker``'s stages as one forward in eval mode (train mode again after)."""
         mods = self.stage_mods[worker]
         for m in mods:
             m.eval()
@@ -310,8 +321,7 @@ class Emulator:
             return x
 
         try:
-            return task_evaluate(forward, self.stream.test_batches(64 if self.task == "lm" else 1000),
-                                 self.device, self.task)
+            yield forward
         finally:
             for m in mods:
                 m.train()

@@ -150,13 +150,7 @@ def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, th
     for p in procs:
         p.start()
     try:
-        deadline = time.monotonic() + timeout_s
-        for p, ev in zip(procs, readies):
-            while not ev.wait(0.1):
-                if not p.is_alive():
-                    raise StalesimError("contention: a co-runner process died before it started")
-                if time.monotonic() > deadline:
-                    raise StalesimError("contention: co-runner processes did not start in time")
+        _wait_ready(procs, readies, timeout_s)
         prof = profile_model(model, batch_sizes, device=device, threads=threads, repeats=repeats,
                              warmup=warmup)
     finally:
@@ -200,13 +194,7 @@ def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, thre
     alone: list[Profile] = []
     busy: list[Profile] = []
     try:
-        deadline = time.monotonic() + timeout_s
-        for p, ev in zip(procs, readies):
-            while not ev.wait(0.1):
-                if not p.is_alive():
-                    raise StalesimError("contention: a co-runner process died before it started")
-                if time.monotonic() > deadline:
-                    raise StalesimError("contention: co-runner processes did not start in time")
+        _wait_ready(procs, readies, timeout_s)
         for _ in range(max(1, rounds)):
             go.clear()
             time.sleep(0.2)  # the co-runners finish their step and wait
@@ -359,3 +347,14 @@ def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part:
             stream(t)[0][:part].clone()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[2:])
+
+
+def _wait_ready(procs: list[Any], readies: list[Any], timeout_s: float) -> None:
+    """Wait until every co-runner has signalled ready; one that died or a timeout is an error."""
+    deadline = time.monotonic() + timeout_s
+    for p, ev in zip(procs, readies):
+        while not ev.wait(0.1):
+            if not p.is_alive():
+                raise StalesimError("contention: a co-runner process died before it started")
+            if time.monotonic() > deadline:
+                raise StalesimError("contention: co-runner processes did not start in time")
