@@ -10,27 +10,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _equivalence import micro_for
+
 from executor import make_job, run_local
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import ScheduleConfig, build_schedule, get_spec, schedule_names
+from stalesim.schedule import build_schedule, get_spec, schedule_names
 from stalesim.sim import SimOptions, simulate
 from stalesim.workloads.profile import uniform_profile
 
 N = 6
-
-
-def micro_for(name: str, stages: int, want: int, batch_size: int = 24) -> int:
-    """The fewest micro-batches >= ``want`` that the schedule accepts and that divide the batch."""
-    spec = get_spec(name)
-    if not spec.uses_micro:
-        return 1
-    m = max(want, spec.min_microbatches(stages))
-    while batch_size % m or (spec.constraint is not None and spec.constraint(
-            ScheduleConfig(name, stages=stages, microbatches=m,
-                           stages_per_device=spec.stages_per_device)) is not None):
-        m += 1
-    return m
 
 
 def _configs() -> list[TrainConfig]:

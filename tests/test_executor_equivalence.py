@@ -16,25 +16,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _equivalence import check_equal, micro_for
+
 from executor import make_job, run_local
-from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
-from stalesim.schedule import ScheduleConfig, get_spec, schedule_names
+from stalesim.schedule import get_spec, schedule_names
 
 DP = {"dp", "pipe-sgd"}
-
-
-def micro_for(name: str, stages: int, want: int, batch_size: int = 24) -> int:
-    """The fewest micro-batches >= ``want`` that the schedule accepts and that divide the batch."""
-    spec = get_spec(name)
-    if not spec.uses_micro:
-        return 1
-    m = max(want, spec.min_microbatches(stages))
-    while batch_size % m or (spec.constraint is not None and spec.constraint(
-            ScheduleConfig(name, stages=stages, microbatches=m,
-                           stages_per_device=spec.stages_per_device)) is not None):
-        m += 1
-    return m
 
 
 def _cfg(name: str, devices: int, **over) -> TrainConfig:
@@ -77,30 +65,11 @@ def _three_rank_cases() -> list[TrainConfig]:
             + [_cfg(n, 3, **small) for n in ("interleaved-1f1b", "zb-v", "dualpipev")])
 
 
-def _emulate(cfg: TrainConfig) -> tuple[dict, dict]:
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    emu = Emulator(cfg)
-    summary = emu.run()
-    versions = {f"{w}:{s}": [list(x) for x in rt.versions_used]
-                for w, row in enumerate(emu.rts) for s, rt in enumerate(row)}
-    return summary, versions
-
-
 def _check(cases: list[TrainConfig], results: list[dict]) -> None:
     assert len(results) == len(cases)
     for cfg, res in zip(cases, results):
         what = f"{cfg.schedule} ({cfg.model}, {cfg.dtype}, P={cfg.workers}, S={cfg.num_stages})"
-        emu, emu_versions = _emulate(cfg)
-        assert res["versions_match_ir"], what
-        assert res["staleness"] == res["staleness_ir"] == emu["staleness"], what
-        got, want = res["losses"], emu["losses"]
-        assert len(got) == len(want) == cfg.iterations, what
-        tol = 0.0 if cfg.dtype == "float64" else 1e-6
-        for t, (a, b) in enumerate(zip(got, want)):
-            assert abs(a - b) <= tol * abs(b), f"{what}: step {t}: executor {a!r} emulator {b!r}"
-        ran = {k: [list(x) for x in v] for k, v in res["versions_used"].items()}
-        assert ran == emu_versions, what
+        emu = check_equal(cfg, res, what)
         assert res["test_accuracy"] == emu["final_test_accuracy"], what
 
 

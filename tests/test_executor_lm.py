@@ -15,8 +15,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from _equivalence import check_equal
+
 from executor import make_job, run_local
-from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
 
 TINY = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
@@ -32,30 +33,12 @@ def _cfg(schedule: str, stages: int, **over) -> TrainConfig:
     return TrainConfig(**kw).check()
 
 
-def _emulate(cfg: TrainConfig) -> tuple[dict, dict]:
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    emu = Emulator(cfg, progress=False)
-    summary = emu.run()
-    versions = {f"{w}:{s}": [list(x) for x in rt.versions_used]
-                for w, row in enumerate(emu.rts) for s, rt in enumerate(row)}
-    return summary, versions
-
-
 def _check(cases: list[TrainConfig], results: list[dict]) -> None:
     assert len(results) == len(cases)
     for cfg, res in zip(cases, results):
         what = f"{cfg.schedule} S={cfg.num_stages} {cfg.optimizer} {cfg.dtype} {cfg.dataset}"
-        emu, emu_versions = _emulate(cfg)
-        assert res["versions_match_ir"], what
-        assert res["staleness"] == res["staleness_ir"] == emu["staleness"], what
-        got, want = res["losses"], emu["losses"]
-        assert len(got) == len(want) == cfg.iterations, what
+        emu = check_equal(cfg, res, what)
         tol = 0.0 if cfg.dtype == "float64" else 1e-6
-        for t, (a, b) in enumerate(zip(got, want)):
-            assert abs(a - b) <= tol * abs(b), f"{what}: step {t}: executor {a!r} emulator {b!r}"
-        ran = {k: [list(x) for x in v] for k, v in res["versions_used"].items()}
-        assert ran == emu_versions, what
         assert res["task"] == emu["task"] == "lm"
         assert res["val_loss"] is not None
         assert abs(res["val_loss"] - emu["final_val_loss"]) <= tol * emu["final_val_loss"], what
