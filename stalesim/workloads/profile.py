@@ -338,9 +338,8 @@ class Profile:
         _check_batch(batch_size)
         rf = roofline_params(self.meta)
         if rf is not None:
-            peak, bw, ovh, el = rf
             f = batch_size / self.batch_size
-            layers = [roofline_layer(scale_counts(lp, f), peak, bw, ovh, el) for lp in self.layers]
+            layers = [roofline_layer(scale_counts(lp, f), rf) for lp in self.layers]
             return replace(self, batch_size=batch_size, layers=layers, whole_model_s=None,
                            sum_over_whole_ratio=None)
         points = self.by_batch_size or [
