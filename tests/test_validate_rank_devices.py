@@ -108,3 +108,47 @@ def test_the_stamp_lives_on_the_given_gpu() -> None:
     last = torch.cuda.device_count() - 1
     s = stamp_tensor(torch.device("cuda", last))
     assert s.is_cuda and s.device.index == last
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["--devices", "cuda:2,3"], ("nccl", ["cuda:2", "cuda:3"])),
+    (["--devices", "cuda:0,1,2"], ("nccl", ["cuda:0", "cuda:1", "cuda:2"])),
+    (["--devices", "cpu:3"], ("gloo", ["cpu", "cpu", "cpu"])),
+    (["--backend", "nccl", "--ranks", "2"], ("nccl", ["cuda:0", "cuda:1"])),  # no --devices: GPUs 0..1
+])
+def test_calibrate_cli_calibrates_the_listed_devices(argv: list[str], want: tuple[str, list[str]],
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stalesim calibrate --devices cuda:2,3`` starts its NCCL ranks on GPUs 2 and 3 (four GPUs
+    pretended visible; the spawning ``calibrate`` replaced by a recorder)."""
+    import stalesim.workloads.calibrate as calibrate
+    from stalesim.cli import main
+
+    seen: dict[str, Any] = {}
+
+    def fake(backend: str, ranks: int, **kw: Any) -> dict[str, Any]:
+        seen["got"] = (backend, rank_devices(backend, ranks, kw.get("devices")))
+        raise StalesimError("stop here")  # nothing to write
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    assert main(["calibrate", *argv, "-o", str(tmp_path / "hw.json")]) == 2
+    assert seen["got"] == want
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["--devices", "cuda:2,3", "--backend", "gloo"], "--devices: cuda:2,3 means 2 nccl"),
+    (["--devices", "cpu:2", "--ranks", "3"], "--devices: cpu:2 means 2 gloo"),
+    (["--devices", "cuda:3,4"], "ranks: 2 NCCL ranks need GPUs 3, 4, 4 visible"),
+    (["--devices", "cpu:1"], "ranks: need an integer >= 2"),
+])
+def test_calibrate_cli_device_errors_are_one_line(argv: list[str], pattern: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from stalesim.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert main(["calibrate", *argv, "-o", str(tmp_path / "hw.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and pattern in err[0], err
