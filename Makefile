@@ -49,9 +49,10 @@ tables: install
 reproduce-gpu: install
 	$(PY) -m stalesim.reproduce gpu $(REPRODUCE_ARGS)
 
-# the plan and the time estimate only, e.g. make reproduce-gpu-plan REPRODUCE_ARGS="--gpu a100-40gb-sxm"
+# the plan and the time estimate only; no GPU needed for a named class:
+# make reproduce-gpu-plan GPU=a100-40gb-sxm (or REPRODUCE_ARGS="--gpu a100-40gb-sxm --jobs 4")
 reproduce-gpu-plan: install
-	$(PY) -m stalesim.reproduce gpu --dry-run $(REPRODUCE_ARGS)
+	$(PY) -m stalesim.reproduce gpu --dry-run $(if $(GPU),--gpu $(GPU)) $(REPRODUCE_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

@@ -2,6 +2,11 @@
 
 Parsed in one neutral place, because the CLI, ``validate``, the demo and the
 executor's launcher all need it and none of them should import another for it.
+:meth:`Devices.device_for` is the one rank -> device mapping of every local
+launch that is not the executor's (``validate``'s steps, the per-message
+calibration, ``calibrate``): rank ``r`` of ``cuda:2,3`` is ``cuda:3``, never a
+GPU the user did not list, and no two NCCL ranks share a GPU (NCCL refuses a
+communicator with two ranks on one device).
 """
 
 from __future__ import annotations
@@ -28,7 +33,21 @@ class Devices:
         return "nccl" if self.kind == "cuda" else "gloo"
 
     def device_for(self, local_rank: int) -> str:
+        """The torch device of rank ``local_rank``: ``cpu`` for every CPU rank, else
+        ``cuda:<i>`` with ``i`` the rank's entry of the list (``cuda:2,3``: rank 1 -> ``cuda:3``)."""
+        if isinstance(local_rank, bool) or not isinstance(local_rank, int) or not 0 <= local_rank < self.count:
+            raise StalesimError(f"--devices: {self} has no rank {local_rank!r} ({self.count} rank(s))")
         return "cpu" if self.kind == "cpu" else f"cuda:{self.ids[local_rank]}"
+
+    def rank_devices(self) -> list[str]:
+        """:meth:`device_for` of every rank, in rank order."""
+        return [self.device_for(r) for r in range(self.count)]
+
+    def first(self, n: int) -> Devices:
+        """The first ``n`` ranks (a 2-rank calibration or the 1-rank baseline of a larger run)."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.count:
+            raise StalesimError(f"--devices: {self} has {self.count} rank(s), {n!r} needed")
+        return Devices(self.kind, self.ids[:n])
 
     def __str__(self) -> str:
         if self.kind == "cpu":

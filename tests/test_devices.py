@@ -21,3 +21,22 @@ def test_forms() -> None:
 def test_bad_rank_lists(text: str, needle: str) -> None:
     with pytest.raises(StalesimError, match=needle):
         parse_devices(text)
+
+
+@pytest.mark.parametrize("text,want", [
+    ("cuda:0,1", ["cuda:0", "cuda:1"]), ("cuda:2,3", ["cuda:2", "cuda:3"]),
+    ("cuda:0,1,2", ["cuda:0", "cuda:1", "cuda:2"]), ("cpu:2", ["cpu", "cpu"]),
+])
+def test_every_rank_gets_its_listed_device(text: str, want: list[str]) -> None:
+    devs = parse_devices(text)
+    assert devs.rank_devices() == want == [devs.device_for(r) for r in range(devs.count)]
+    assert devs.first(1).rank_devices() == want[:1]
+
+
+def test_a_rank_outside_the_list_is_an_error() -> None:
+    devs = parse_devices("cuda:2,3")
+    for bad in (2, -1, True):
+        with pytest.raises(StalesimError, match="no rank"):
+            devs.device_for(bad)  # type: ignore[arg-type]
+    with pytest.raises(StalesimError, match="2 rank"):
+        devs.first(3)

@@ -70,3 +70,62 @@ def test_smoke_pipeline_end_to_end_and_resumes(tmp_path):
     assert stamps == {j.name: (out / j.name / "done.json").stat().st_mtime_ns for j in jobs}
     job_lines = lines[0].splitlines()[1:-1]
     assert len(job_lines) == len(jobs) and all(" 0/" in x for x in job_lines)  # no runs left
+
+
+def test_default_jobs_by_free_memory_and_cores():
+    from stalesim.reproduce.gpu import JOB_GPU_BYTES, default_jobs
+
+    assert default_jobs(141e9, 16) == 16  # an H200 is limited by the cores, not the memory
+    assert default_jobs(141e9, 64) == int(141e9 // JOB_GPU_BYTES)
+    assert default_jobs(12e9, 16) == 1 and default_jobs(0, 16) == 1 and default_jobs(80e9, None) == 1
+
+
+def test_plan_runs_each_study_jobs_at_a_time():
+    jobs = plan(PAPER, two_gpus=True, jobs=10)
+    studies = {j.name: j for j in jobs if j.kind == "study"}
+    stale, hybrid = studies["vgg16_cifar10_stale"], studies["vgg16_cifar10_hybrid"]
+    assert stale.argv[stale.argv.index("--jobs") + 1] == "10"
+    assert hybrid.argv[hybrid.argv.index("--jobs") + 1] == "9"  # never more than its runs
+    assert all("--jobs" not in j.argv for j in jobs if j.kind == "run")
+
+
+def test_estimate_runs_in_parallel_but_shares_the_gpu():
+    from stalesim.reproduce.gpu import job_parallelism
+
+    one = {r["job"]: r for r in estimate(plan(PAPER, jobs=1), "h100-sxm", PROFILES, PAPER)}
+    many = {r["job"]: r for r in estimate(plan(PAPER, jobs=12), "h100-sxm", PROFILES, PAPER)}
+    for name, r in many.items():
+        assert r["roofline_s"] == one[name]["roofline_s"]
+        assert r["wall_s"] == max(r["roofline_s"] / r["parallel"], r["device_s"])
+        assert 0 < r["device_s"] <= r["roofline_s"] and r["wall_s"] < one[name]["wall_s"]
+    assert job_parallelism(plan(PAPER, jobs=12)[0]) == 12
+
+
+def test_plan_without_a_gpu_for_a_named_class(monkeypatch, tmp_path):
+    import stalesim.reproduce.gpu as gpu
+
+    monkeypatch.setattr(gpu, "detect_gpu", lambda: (None, None))
+    lines: list[str] = []
+    jobs = reproduce(tmp_path / "out", tmp_path / "res", device_class="H100 PCIe", dry_run=True,
+                     profiles=PROFILES, jobs=3, log=lines.append)
+    assert "time on h100-pcie" in lines[0] and "total left" in lines[0]
+    assert len([j for j in jobs if j.kind == "run"]) == 12  # both parts planned
+    assert any("no GPU visible" in x for x in lines)
+    assert not (tmp_path / "out").exists()  # a plan runs nothing
+
+
+def test_plan_without_a_gpu_needs_a_class_and_running_needs_a_gpu(monkeypatch, tmp_path, capsys):
+    import pytest
+
+    import stalesim.reproduce.gpu as gpu
+    from stalesim.errors import StalesimError
+    from stalesim.reproduce.__main__ import main
+
+    monkeypatch.setattr(gpu, "detect_gpu", lambda: (None, None))
+    with pytest.raises(StalesimError, match="--gpu: no CUDA device visible"):
+        reproduce(tmp_path, tmp_path, dry_run=True, profiles=PROFILES, log=lambda _m: None)
+    with pytest.raises(StalesimError, match="no CUDA device visible"):
+        reproduce(tmp_path, tmp_path, device_class="h100-sxm", profiles=PROFILES, log=lambda _m: None)
+    assert main(["gpu", "--dry-run", "--gpu", "tpu9", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stalesim: error: --gpu: ")

@@ -232,3 +232,100 @@ def test_truncated_or_binary_hardware_is_one_line(tmp_path: Path) -> None:
         p.write_bytes(content)
         with pytest.raises(StalesimError, match=needle):
             load_hardware(p)
+
+
+@pytest.mark.parametrize("name,mem_gb,key", [
+    ("NVIDIA H100 80GB HBM3", 85.0, "h100-sxm"),
+    ("NVIDIA H100 PCIe", 85.5, "h100-pcie"),
+    ("NVIDIA H100 NVL", 100.5, "h100-nvl"),
+    ("NVIDIA H100", 100.5, "h100-nvl"),  # 94 GB: the NVL part even when the name does not say
+    ("NVIDIA H200", 150.1, "h200"),
+    ("NVIDIA H200 NVL", 150.1, "h200-nvl"),
+    ("NVIDIA A100-SXM4-40GB", 42.4, "a100-40gb-sxm"),
+    ("NVIDIA A100-SXM4-80GB", 85.1, "a100-80gb-sxm"),
+    ("NVIDIA A100 80GB PCIe", 85.1, "a100-80gb-pcie"),
+    ("NVIDIA A100-PCIE-40GB", 42.4, "a100-40gb-sxm"),
+    ("Tesla V100-SXM2-32GB", 34.1, "v100-sxm2"),
+    ("NVIDIA GeForce RTX 4090", 25.3, "rtx4090"),
+    ("NVIDIA GH200 480GB", 102.0, None),  # not an H200: not in the catalog
+    ("NVIDIA L4", 23.8, None),
+])
+def test_gpu_catalog_key_by_name_and_memory(name: str, mem_gb: float, key: str | None) -> None:
+    from stalesim.workloads.hardware import gpu_catalog_key
+
+    assert gpu_catalog_key(name, mem_gb * 1e9) == key
+    if key is not None:
+        assert get_device(key).key == key
+
+
+def test_new_catalog_parts_are_datasheet_dense_figures() -> None:
+    pcie, nvl = get_device("h100-pcie"), get_device("h100-nvl")
+    assert pcie.flops_per_s("float32") == 51e12 and pcie.flops_per_s("tf32") == 756e12 / 2
+    assert nvl.flops_per_s("tf32") == pytest.approx(835e12 / 2) and nvl.memory_bytes == 94e9
+    assert get_device("h200-nvl").mem_bandwidth_Bps == 4.8e12
+    assert get_device("a100-80gb-pcie").mem_bandwidth_Bps == 1935e9
+
+
+def _conv_and_linear() -> object:
+    """Two blocks of 1e12 forward FLOPs: a convolution (share 1) and a linear layer (share 0)."""
+    d = uniform_profile(2, 1e-3, 2e-3, 8, param_bytes=4000).to_dict()
+    for lp, share in zip(d["layers"], (1.0, 0.0)):
+        lp.update(flops=10**12, conv_flop_share=share)
+    return profile_from_dict(d)
+
+
+def test_roofline_uses_the_peak_of_the_precision_in_force() -> None:
+    """torch's CUDA default (TF32 convolutions, IEEE matmuls): the conv block at the TF32
+    peak, the linear block at the FP32 peak; no precision: both at FP32 (the label)."""
+    from dataclasses import replace
+
+    from stalesim.workloads.profile import Precision
+
+    h100 = get_device("h100-sxm")
+    prof = _conv_and_linear()
+    ieee = roofline_profile(prof, h100, launch_overhead_s=0.0)
+    assert [lp.forward_s for lp in ieee.layers] == pytest.approx([1e12 / 67e12] * 2)
+    torch_default = Precision(conv_tf32=True, matmul_tf32=False)
+    r = roofline_profile(prof, h100, launch_overhead_s=0.0, precision=torch_default)
+    assert [lp.forward_s for lp in r.layers] == pytest.approx([1e12 / 494.7e12, 1e12 / 67e12])
+    # a measured profile's own precision is used when re-timing its dtype
+    measured = replace(prof, precision=torch_default)
+    assert [lp.forward_s for lp in roofline_profile(measured, h100, launch_overhead_s=0.0).layers] == \
+        pytest.approx([1e12 / 494.7e12, 1e12 / 67e12])
+    both = roofline_profile(prof, h100, launch_overhead_s=0.0, precision=Precision(True, True))
+    assert [lp.forward_s for lp in both.layers] == pytest.approx([1e12 / 494.7e12] * 2)
+    ac = roofline_profile(prof, h100, launch_overhead_s=0.0, precision=Precision(autocast="bfloat16"))
+    assert [lp.forward_s for lp in ac.layers] == pytest.approx([1e12 / 989.4e12] * 2)
+    # unknown conv share: every FLOP at the faster peak (the time stays a lower bound)
+    d = prof.to_dict()
+    for lp in d["layers"]:
+        del lp["conv_flop_share"]
+    unknown = roofline_profile(profile_from_dict(d), h100, launch_overhead_s=0.0, precision=torch_default)
+    assert [lp.forward_s for lp in unknown.layers] == pytest.approx([1e12 / 494.7e12] * 2)
+    # the peaks survive re-batching (they are in the meta)
+    assert r.at_batch_size(16).layers[1].forward_s == pytest.approx(2e12 / 67e12)
+    assert r.at_batch_size(16).layers[0].forward_s == pytest.approx(2e12 / 494.7e12)
+
+
+def test_per_op_overhead_model() -> None:
+    """Eager PyTorch: a phase takes the longer of the GPU's roofline and the host's ops x
+    overhead; the per-block model adds one overhead per block and phase."""
+    from stalesim.workloads.hardware import DEFAULT_OP_OVERHEAD_S, EAGER_OPS_PER_WEIGHT_LAYER, eager_ops
+
+    h100 = get_device("h100-sxm")
+    d = uniform_profile(2, 1e-3, 2e-3, 8, param_bytes=4000).to_dict()
+    d["layers"][0].update(flops=10**6, weight_layers=2)  # tiny: host-bound
+    d["layers"][1].update(flops=10**13, weight_layers=1)  # huge: GPU-bound
+    prof = profile_from_dict(d)
+    assert eager_ops(prof.layers[0])["forward"] == 2 * EAGER_OPS_PER_WEIGHT_LAYER["forward"]
+    r = roofline_profile(prof, h100, overhead_model="per-op")
+    assert r.layers[0].forward_s == pytest.approx(2 * EAGER_OPS_PER_WEIGHT_LAYER["forward"] * DEFAULT_OP_OVERHEAD_S)
+    assert r.layers[0].backward_s == pytest.approx(2 * EAGER_OPS_PER_WEIGHT_LAYER["backward"] * DEFAULT_OP_OVERHEAD_S)
+    assert r.layers[1].forward_s == pytest.approx(1e13 / 67e12)  # the host hides behind the GPU
+    assert r.meta["roofline"]["overhead_model"] == "per-op"
+    # re-batched from the meta with the same model (the host cost does not grow with the batch)
+    assert r.at_batch_size(16).layers[0].forward_s == pytest.approx(r.layers[0].forward_s)
+    block = roofline_profile(prof, h100)  # default: per block, 5 us added
+    assert block.layers[1].forward_s == pytest.approx(1e13 / 67e12 + 5e-6)
+    with pytest.raises(StalesimError, match="overhead_model"):
+        roofline_profile(prof, h100, overhead_model="per-kernel")

@@ -202,3 +202,39 @@ def test_split_backward_fields_round_trip_scale_and_default() -> None:
     del d["layers"][0]["backward_weight_s"]
     with pytest.raises(StalesimError, match=r"layers\[0\]\.backward_weight_s: missing"):
         profile_from_dict(d)
+
+
+def test_precision_round_trip_and_old_files() -> None:
+    from stalesim.workloads.profile import Precision
+
+    base = uniform_profile(2, 1e-3, 2e-3, 8).to_dict()
+    assert profile_from_dict(base).precision is None  # written before the field: the dtype label
+    doc = dict(base, precision={"conv_tf32": True, "matmul_tf32": False, "autocast": None})
+    doc["layers"] = [dict(lp, conv_flop_share=s, flops=f)
+                     for lp, s, f in zip(base["layers"], (1.0, 0.25), (100, 300))]
+    p = profile_from_dict(doc)
+    assert p.precision == Precision(conv_tf32=True)
+    assert [lp.conv_flop_share for lp in p.layers] == [1.0, 0.25]
+    assert profile_from_dict(p.to_dict()).to_dict() == p.to_dict()
+    # one stage of both: the share FLOP-weighted (forward + the default 2x backward)
+    assert p.stage_layers([])[0].conv_flop_share == pytest.approx((300 * 1.0 + 900 * 0.25) / 1200)
+    assert p.stage_layers([1])[0].conv_flop_share == 1.0
+
+
+@pytest.mark.parametrize("prec,pattern", [
+    ({"conv_tf32": "yes"}, r"precision\.conv_tf32: must be true or false"),
+    ({"autocast": "int8"}, r"precision\.autocast: expected null or one of"),
+    ({"tf32": True}, r"precision\.tf32: unknown field"),
+    ([], r"precision: must be an object"),
+])
+def test_bad_precision_is_one_line(prec, pattern: str) -> None:
+    doc = dict(uniform_profile(1, 1e-3, 2e-3, 8).to_dict(), precision=prec)
+    with pytest.raises(StalesimError, match=pattern):
+        profile_from_dict(doc)
+
+
+def test_conv_share_is_a_fraction() -> None:
+    doc = uniform_profile(1, 1e-3, 2e-3, 8).to_dict()
+    doc["layers"][0]["conv_flop_share"] = 1.5
+    with pytest.raises(StalesimError, match=r"layers\[0\]\.conv_flop_share"):
+        profile_from_dict(doc)

@@ -98,3 +98,106 @@ def test_profile_measures_the_split_backward(lenet_profile) -> None:
         assert set(lp.spread) >= {"backward_input_s", "backward_weight_s"}
     back = lenet_profile.from_dict(lenet_profile.to_dict())
     assert [lp.backward_split() for lp in back.layers] == [lp.backward_split() for lp in lenet_profile.layers]
+
+
+class _FakeStream:
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+
+class _FakeEvent:
+    def __init__(self, log: list, enable_timing: bool) -> None:
+        self.log, self.stream = log, None
+        assert enable_timing
+
+    def record(self, stream=None) -> None:
+        self.stream = stream
+        self.log.append(("record", stream))
+
+    def elapsed_time(self, other: _FakeEvent) -> float:
+        return 2.5  # ms
+
+
+class _FakeCuda:
+    """The three torch.cuda calls the timer makes, recorded (runs without a GPU)."""
+
+    def __init__(self) -> None:
+        self.log: list = []
+
+    def current_stream(self, device: torch.device) -> _FakeStream:
+        self.log.append(("current_stream", device))
+        return _FakeStream(device)
+
+    def Event(self, enable_timing: bool = False) -> _FakeEvent:  # noqa: N802 - torch's name
+        return _FakeEvent(self.log, enable_timing)
+
+    def synchronize(self, device: torch.device) -> None:
+        self.log.append(("synchronize", device))
+
+
+def test_timer_records_on_the_profiled_gpus_stream() -> None:
+    """Events go on cuda:1's stream and cuda:1 is synchronized, whatever device is current
+    (an event recorded without a stream would land on the current device's)."""
+    from stalesim.workloads.profiler import _Timer
+
+    fake = _FakeCuda()
+    dev = torch.device("cuda", 1)
+    timer = _Timer(dev, cuda_api=fake)
+    sink: list[float] = []
+    assert timer.time(sink, lambda: 7) == 7
+    timer.flush()
+    records = [s for op, s in fake.log if op == "record"]
+    assert len(records) == 2 and all(s is not None and s.device == dev for s in records)
+    assert ("current_stream", dev) in fake.log and ("synchronize", dev) in fake.log
+    assert sink == [0.0025]
+
+
+def test_profiling_runs_with_the_gpu_current() -> None:
+    from stalesim.workloads.profiler import _on_device
+
+    ctx = _on_device(torch.device("cuda", 3))
+    assert isinstance(ctx, torch.cuda.device) and ctx.idx == 3  # entered only around the measurement
+    with _on_device(torch.device("cpu")):
+        pass
+
+
+def test_precision_in_force_follows_torchs_switches() -> None:
+    from stalesim.workloads.profiler import precision_in_force
+
+    defaults = {"cudnn.enabled": True, "cudnn.allow_tf32": True, "cuda.matmul.allow_tf32": False,
+                "float32_matmul_precision": "highest"}  # torch's defaults
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    p = precision_in_force(cuda, torch.float32, defaults)
+    assert (p.conv_tf32, p.matmul_tf32, p.autocast) == (True, False, None)
+    p = precision_in_force(cuda, torch.float32, {**defaults, "float32_matmul_precision": "high"})
+    assert (p.conv_tf32, p.matmul_tf32) == (True, True)
+    p = precision_in_force(cuda, torch.float32, {**defaults, "cudnn.allow_tf32": False})
+    assert (p.conv_tf32, p.matmul_tf32) == (False, False)
+    assert not precision_in_force(cuda, torch.bfloat16, defaults).conv_tf32  # TF32 is float32 only
+    assert not precision_in_force(cpu, torch.float32, defaults).conv_tf32  # and CUDA only
+
+
+def test_profile_records_precision_and_conv_share(lenet_profile) -> None:
+    p = lenet_profile
+    assert p.precision is not None and not p.precision.conv_tf32 and p.precision.autocast is None
+    assert p.meta["precision_flags"]["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert [lp.conv_flop_share for lp in p.layers] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    back = p.from_dict(p.to_dict())
+    assert back.precision == p.precision
+    assert [lp.conv_flop_share for lp in back.layers] == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.gpu
+def test_profile_on_the_last_gpu_times_that_gpu() -> None:
+    """On the last visible GPU (not the current one when there are several): real kernel
+    times, recorded TF32 precision as torch has it, and the device named."""
+    last = torch.cuda.device_count() - 1
+    before = torch.cuda.current_device()
+    p = profile_model("lenet5", 64, repeats=3, warmup=1, device=f"cuda:{last}")
+    assert torch.cuda.current_device() == before  # the device context was left
+    assert p.device == f"cuda:{last}" and p.meta["timer"] == "cuda-events"
+    assert all(0 < lp.forward_s < 1.0 and 0 < lp.backward_s < 1.0 for lp in p.layers)
+    assert p.precision is not None
+    assert p.precision.conv_tf32 == bool(torch.backends.cudnn.allow_tf32)
+    assert p.precision.matmul_tf32 == (torch.backends.cuda.matmul.allow_tf32
+                                       or torch.get_float32_matmul_precision() != "highest")

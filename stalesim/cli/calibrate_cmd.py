@@ -20,8 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "transfer keeps the CPU. Writes the hardware JSON that `simulate --hardware` reads."
         ),
     )
-    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
-    p.add_argument("--ranks", type=int_type(2, MAX_RANKS), default=2)
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default gloo")
+    p.add_argument("--ranks", type=int_type(2, MAX_RANKS), default=None, help="default 2")
+    p.add_argument("--devices", default=None, metavar="cpu:N|cuda:I,J,...",
+                   help="the ranks' devices, one rank each (cuda:2,3 calibrates GPUs 2 and 3 over nccl); "
+                        "sets the backend and the rank count (default: GPUs 0..ranks-1 for nccl)")
     p.add_argument("--sizes", type=int_list, default=None, metavar="BYTES[,BYTES...]",
                    help="message sizes in bytes (default 4,16,...,16777216)")
     p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=5)
@@ -32,15 +35,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.workloads.calibrate import calibrate, check_args
+    from stalesim.devices import parse_devices
+    from stalesim.errors import StalesimError
+    from stalesim.workloads.calibrate import calibrate, check_args, rank_devices
 
-    check_args(args.backend, args.ranks, args.sizes, args.repeats)
+    devs = parse_devices(args.devices) if args.devices is not None else None
+    backend = args.backend or (devs.backend if devs is not None else "gloo")
+    ranks = args.ranks or (devs.count if devs is not None else 2)
+    if devs is not None and (backend, ranks) != (devs.backend, devs.count):
+        raise StalesimError(f"--devices: {devs} means {devs.count} {devs.backend} rank(s), "
+                            f"not --backend {backend} --ranks {ranks}")
+    check_args(backend, ranks, args.sizes, args.repeats, devs)
+    where = rank_devices(backend, ranks, devs)
     from stalesim.atomic import check_output_file
 
     check_output_file(args.output)  # before measuring: a bad -o fails in a second, not after
-    print(f"calibrating {args.backend} with {args.ranks} local ranks ...", file=sys.stderr)
-    data = calibrate(args.backend, args.ranks, sizes=args.sizes, repeats=args.repeats,
-                     timeout_s=args.timeout)
+    print(f"calibrating {backend} with {ranks} local ranks ({', '.join(where)}) ...", file=sys.stderr)
+    data = calibrate(backend, ranks, sizes=args.sizes, repeats=args.repeats,
+                     timeout_s=args.timeout, devices=devs)
     write_json_atomic(args.output, data)
     link = data["link"]
     bw = link["bandwidth_Bps"]

@@ -211,7 +211,7 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     backend = "nccl" if cuda else "gloo"
     step(f"calibrating the {backend} link between 2 local ranks")
     hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
-                        repeats=2 if quick else 3)
+                        repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
     write_json_atomic(out / "hardware.json", hw_dict)
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
     step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "

@@ -6,7 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from stalesim.cli.common import int_type
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_JOBS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results", default="docs/results/gpu_cifar10", help="where the small artifacts go")
     r.add_argument("--results-md", default="docs/RESULTS.md", help="whose GPU tables to regenerate")
     r.add_argument("--gpu", default=None, help="GPU class for the estimate (catalog key, e.g. h100-sxm); "
-                                               "default: from the device name")
+                                               "default: from the device name and memory; "
+                                               "required to plan (--dry-run) without a GPU")
+    r.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=None,
+                   help="runs of each one-GPU study at a time (default: as many as the GPU's free "
+                        "memory and the CPU cores allow)")
     r.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate only")
     r.add_argument("--smoke", action="store_true", help="CPU pipeline check: 2 iterations, synthetic data")
@@ -44,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
         reproduce(Path(args.out), Path(args.results), scale=SMOKE if args.smoke else PAPER, device_class=args.gpu,
                   data_dir=args.data_dir or os.environ.get("STALESIM_DATA"), dry_run=args.dry_run,
-                  results_md=Path(args.results_md))
+                  results_md=Path(args.results_md), jobs=args.jobs)
         return 0
     except StalesimError as exc:
         print(f"stalesim: error: {exc}", file=sys.stderr)

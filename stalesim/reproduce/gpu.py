@@ -14,9 +14,13 @@ What it runs (:func:`plan`):
 Every job writes into its own folder under ``--out`` and is **resumable**: a study skips the runs
 already in its ``results.jsonl`` (same config), an executor run checkpoints and resumes, and a
 finished job leaves ``done.json`` (written atomically) so a re-run skips it. Before starting it
-prints a **time estimate** per job from the roofline of the GPU class (a lower bound: peak
-FLOP/s and bandwidth, no kernel efficiency, no data loading), replaced by the measured rate as
-soon as runs finish. At the end the small artifacts go to ``--results`` and the GPU tables of
+prints a **time estimate** per job (:func:`estimate`): the roofline of the GPU class at the
+precision torch runs float32 in on CUDA (TF32 convolutions, IEEE matmuls) with eager
+PyTorch's host overhead per op (the per-op model of
+:func:`stalesim.workloads.hardware.roofline_profile`), the one-GPU studies ``jobs`` runs at a
+time (:func:`default_jobs`: as many as the GPU's free memory and the CPU cores allow); it is
+replaced by the measured rate as soon as runs finish. ``--dry-run`` plans without a GPU for
+a named ``--gpu``. At the end the small artifacts go to ``--results`` and the GPU tables of
 ``docs/RESULTS.md`` are regenerated from them (:mod:`stalesim.reproduce.tables`).
 
 ``--smoke`` runs the same pipeline with 2 iterations per job, batch 8, synthetic data and one
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.limits import MAX_JOBS, check_int
 
 CIFAR_TRAIN = 50_000
 PAPER_4STAGE = {"alexnet": "3", "vgg16": "2", "resnet20": "7"}  # the paper's "4-stage" PPVs (our S = 2)
@@ -126,11 +131,14 @@ def _train_args(model: str, scale: Scale, data_dir: str | None) -> tuple[list[st
     return args, iters, switch
 
 
-def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None = None) -> list[Job]:
-    """The jobs, in the order they run: one-GPU studies, then the 2-GPU runs if ``two_gpus``."""
+def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None = None,
+         jobs: int = 1) -> list[Job]:
+    """The jobs, in the order they run: one-GPU studies (each ``jobs`` runs at a time, at
+    most its run count), then the 2-GPU runs if ``two_gpus``."""
     from stalesim.schedule import get_spec
 
-    jobs: list[Job] = []
+    check_int("--jobs", jobs, lo=1, hi=MAX_JOBS)
+    out: list[Job] = []
     seeds = ",".join(map(str, scale.seeds))
     for model in scale.models_1gpu:
         ppv = PAPER_4STAGE[model]
@@ -138,14 +146,16 @@ def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None =
         places = ";".join([ppv.replace(" ", ""), *DEEP])
         n_places = 1 + len(DEEP)
         # sequential does not depend on the placement: the study runs it once per seed
-        jobs.append(Job(f"{model}_cifar10_stale", "study", model,
-                        ("study", *args, "--device", scale.device, "--schedules", "sequential,stale",
-                         "--placements", places, "--seeds", seeds, "--jobs", "1", "--quiet"),
-                        runs=len(scale.seeds) * (1 + n_places), iterations=iters))
-        jobs.append(Job(f"{model}_cifar10_hybrid", "study", model,
-                        ("study", *args, *switch, "--device", scale.device, "--schedule", "hybrid",
-                         "--schedules", "hybrid", "--placements", places, "--seeds", seeds, "--jobs", "1",
-                         "--quiet"), runs=len(scale.seeds) * n_places, iterations=iters))
+        runs = len(scale.seeds) * (1 + n_places)
+        out.append(Job(f"{model}_cifar10_stale", "study", model,
+                       ("study", *args, "--device", scale.device, "--schedules", "sequential,stale",
+                        "--placements", places, "--seeds", seeds, "--jobs", str(min(jobs, runs)), "--quiet"),
+                       runs=runs, iterations=iters))
+        runs = len(scale.seeds) * n_places
+        out.append(Job(f"{model}_cifar10_hybrid", "study", model,
+                       ("study", *args, *switch, "--device", scale.device, "--schedule", "hybrid",
+                        "--schedules", "hybrid", "--placements", places, "--seeds", seeds,
+                        "--jobs", str(min(jobs, runs)), "--quiet"), runs=runs, iterations=iters))
     if two_gpus:
         for model in scale.models_2gpu:
             ppv = TWO_GPU[model]
@@ -156,38 +166,72 @@ def plan(scale: Scale = PAPER, *, two_gpus: bool = False, data_dir: str | None =
                     spec = get_spec(sched)
                     extra = [] if spec.placement_free else ["--ppv", ppv]
                     extra += switch if spec.switches else []
-                    jobs.append(Job(f"{model}_2gpu_{sched}_seed{seed}", "run", model,
-                                    ("run", *args, "--schedule", sched, *extra, "--seed", str(seed),
-                                     "--devices", devs, "--checkpoint-every", "1000"),
-                                    runs=1, iterations=iters, schedule=sched, ppv=ppv,
-                                    devices=1 if spec.placement_free else 2))
-    return jobs
+                    out.append(Job(f"{model}_2gpu_{sched}_seed{seed}", "run", model,
+                                   ("run", *args, "--schedule", sched, *extra, "--seed", str(seed),
+                                    "--devices", devs, "--checkpoint-every", "1000"),
+                                   runs=1, iterations=iters, schedule=sched, ppv=ppv,
+                                   devices=1 if spec.placement_free else 2))
+    return out
 
 
 # --------------------------------------------------------------------------- estimate
-GPU_NAMES = (("H200", "h200"), ("H100", "h100-sxm"), ("A100", "a100-40gb-sxm"), ("V100", "v100-sxm2"),
-             ("4090", "rtx4090"))
+# GPU memory one study process may take: CUDA context (~0.5 GB), the caching allocator's
+# pool for a CIFAR network at batch 128 (VGG-16's activations are ~1-2 GB) and cuDNN
+# workspaces, with headroom: a guess, not a measurement (no GPU in the sessions that built it)
+JOB_GPU_BYTES = 8 * 2**30
 
 
-def detect_gpu_class() -> str | None:
-    """The catalog device for the visible GPU 0 (by name), or None without a GPU / a known name."""
+def default_jobs(free_bytes: float, cpus: int | None) -> int:
+    """Study processes to run at once on one GPU: as many as ``JOB_GPU_BYTES`` each fit in
+    ``free_bytes``, at most one per CPU core (eager PyTorch keeps a core busy per process
+    launching kernels), at least 1."""
+    by_memory = int(max(0.0, float(free_bytes)) // JOB_GPU_BYTES)
+    return max(1, min(by_memory, cpus or 1, MAX_JOBS))
+
+
+def detect_gpu() -> tuple[str | None, float | None]:
+    """(catalog device of the visible GPU 0 by name and total memory, its free bytes); (None,
+    None) without a GPU, (None, free) for a GPU the catalog lacks."""
     import torch
 
     if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(0)
-    return next((key for pat, key in GPU_NAMES if pat in name), None)
+        return None, None
+    from stalesim.workloads.hardware import gpu_catalog_key
+
+    props = torch.cuda.get_device_properties(0)
+    free, _ = torch.cuda.mem_get_info(0)
+    return gpu_catalog_key(torch.cuda.get_device_name(0), float(props.total_memory)), float(free)
+
+
+def detect_gpu_class() -> str | None:
+    """The catalog device for the visible GPU 0, or None without a GPU / for an unknown part."""
+    return detect_gpu()[0]
+
+
+def cuda_precision() -> Any:
+    """The precision float32 training runs in on CUDA under torch's switches as they are here
+    (by default TF32 convolutions, IEEE matmuls): what the estimate's peaks follow."""
+    import torch
+
+    from stalesim.workloads.profiler import precision_in_force
+
+    return precision_in_force(torch.device("cuda"), torch.float32)
 
 
 def roofline_seconds_per_iteration(model: str, device: str, batch: int, profiles: Path,
-                                   schedule: str = "sequential", ppv: str = "") -> float:
-    """Roofline iteration time of ``model`` at ``batch`` on ``device`` (shape profile, fp32)."""
+                                   schedule: str = "sequential", ppv: str = "", *,
+                                   overhead_model: str = "per-op", launch_overhead_s: float | None = None,
+                                   precision: Any = None) -> float:
+    """Roofline iteration time of ``model`` at ``batch`` on ``device`` (shape profile, fp32 at
+    ``precision``), with eager PyTorch's host overhead per op (``overhead_model``)."""
     from stalesim.figures.common import shape_profile
     from stalesim.schedule import ScheduleConfig
     from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.hardware import roofline_profile
 
-    prof = roofline_profile(shape_profile(model, profiles).at_batch_size(batch), device)
+    prof = roofline_profile(shape_profile(model, profiles).at_batch_size(batch), device, "float32",
+                            precision=precision, overhead_model=overhead_model,
+                            launch_overhead_s=launch_overhead_s)
     opts = SimOptions(method="fast", keep_timeline=False, ppv=tuple(int(p) for p in ppv.split(",")) if ppv else None)
     stages = len(ppv.split(",")) + 1 if ppv else 1
     from stalesim.schedule import get_spec
@@ -199,23 +243,45 @@ def roofline_seconds_per_iteration(model: str, device: str, batch: int, profiles
     return r.iteration_time_s
 
 
-def estimate(jobs: list[Job], device: str, profiles: Path, scale: Scale) -> list[dict[str, Any]]:
-    """Roofline hours per job (lower bound), emulated staleness costing what sequential costs."""
+def job_parallelism(job: Job) -> int:
+    """Runs of ``job`` at a time (a study's ``--jobs``; an executor run: 1)."""
+    if job.kind == "study" and "--jobs" in job.argv:
+        return max(1, int(job.argv[job.argv.index("--jobs") + 1]))
+    return 1
+
+
+def estimate(jobs: list[Job], device: str, profiles: Path, scale: Scale,
+             precision: Any = None) -> list[dict[str, Any]]:
+    """Hours per job, emulated staleness costing what sequential costs.
+
+    One run's iteration: the per-op roofline (``roofline_s``: each phase the longer of the
+    GPU's roofline and eager PyTorch's host time) and the GPU's alone (``device_s``, no host
+    overhead). ``k`` runs at a time overlap their host work but share the GPU: the job takes
+    ``max(roofline_s / k, device_s)`` (``wall_s``)."""
     rows = []
-    cache: dict[tuple, float] = {}
+    cache: dict[tuple, tuple[float, float]] = {}
     for j in jobs:
         bs = scale.batch_size or RECIPES[j.model].batch_size
         key = (j.model, j.schedule if j.kind == "run" else "sequential", j.ppv if j.kind == "run" else "")
         if key not in cache:
-            cache[key] = roofline_seconds_per_iteration(j.model, device, bs, profiles, schedule=key[1],
-                                                        ppv=key[2])
-        rows.append({"job": j.name, "runs": j.runs, "iterations_per_run": j.iterations,
-                     "roofline_s": j.runs * j.iterations * cache[key]})
+            kw = {"schedule": key[1], "ppv": key[2], "precision": precision}
+            cache[key] = (roofline_seconds_per_iteration(j.model, device, bs, profiles, **kw),
+                          roofline_seconds_per_iteration(j.model, device, bs, profiles, overhead_model="per-op",
+                                                         launch_overhead_s=0.0, **kw))
+        it_s, dev_s = cache[key]
+        work = j.runs * j.iterations
+        k = job_parallelism(j)
+        rows.append({"job": j.name, "runs": j.runs, "iterations_per_run": j.iterations, "parallel": k,
+                     "roofline_s": work * it_s, "device_s": work * dev_s,
+                     "wall_s": max(work * it_s / k, work * dev_s)})
     return rows
 
 
 def measured_ratio(out: Path, jobs: list[Job], est: list[dict[str, Any]]) -> float | None:
-    """Measured / roofline time over the runs finished so far (None before the first)."""
+    """Measured / estimated time over the runs finished so far (None before the first).
+
+    A study's runs report their own wall time, ``parallel`` of them at once: each is
+    compared with one run's serial estimate."""
     meas = roof = 0.0
     for j, e in zip(jobs, est, strict=True):
         for r in _finished(out / j.name, j):
@@ -232,18 +298,26 @@ def _finished(folder: Path, job: Job) -> list[dict[str, Any]]:
     return [json.loads(f.read_text())] if f.exists() else []
 
 
+def _op_overhead_us() -> float:
+    from stalesim.workloads.hardware import DEFAULT_OP_OVERHEAD_S
+
+    return DEFAULT_OP_OVERHEAD_S * 1e6
+
+
 def format_estimate(jobs: list[Job], est: list[dict[str, Any]], device: str, ratio: float | None,
                     out: Path) -> str:
     lines = [f"reproduce-gpu: {len(jobs)} jobs, {sum(j.runs for j in jobs)} runs; time on {device}"
-             + (f" (measured rate so far: {ratio:.1f}x the roofline)" if ratio else
-                " (roofline lower bound: peak FLOP/s and bandwidth, no kernel efficiency, no data loading; "
-                "expect several times more until runs finish and the measured rate replaces it)")]
+             + (f" (measured rate so far: {ratio:.1f}x the estimate)" if ratio else
+                " (roofline estimate: peak FLOP/s at TF32 for convolutions, bandwidth, eager PyTorch's "
+                f"~{_op_overhead_us():.1f} us host overhead per op, runs of a study in parallel; no kernel "
+                "efficiency, no data loading: expect more until runs finish and the measured rate replaces it)")]
     total = 0.0
     for j, e in zip(jobs, est, strict=True):
         left = j.runs - len(_finished(out / j.name, j))
-        t = e["roofline_s"] * (ratio or 1.0) * left / j.runs
+        t = e["wall_s"] * (ratio or 1.0) * left / j.runs
         total += t
-        lines.append(f"  {j.name:32s} {left:3d}/{j.runs:<3d} runs left x {j.iterations} it  ~{t / 3600:8.2f} h")
+        lines.append(f"  {j.name:32s} {left:3d}/{j.runs:<3d} runs left x {j.iterations} it, "
+                     f"{job_parallelism(j)} at a time  ~{t / 3600:8.2f} h")
     lines.append(f"  total left ~{total / 3600:.1f} h")
     return "\n".join(lines)
 
@@ -300,38 +374,72 @@ def store(jobs: list[Job], out: Path, results: Path) -> None:
 def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: str | None = None,
               two_gpus: bool | None = None, data_dir: str | None = None, dry_run: bool = False,
               results_md: Path | None = None, root: Path = Path("."), profiles: Path | None = None,
-              log: Callable[[str], None] = print) -> list[Job]:
-    """Plan, estimate, run what is not done, store artifacts, regenerate the GPU tables."""
+              jobs: int | None = None, log: Callable[[str], None] = print) -> list[Job]:
+    """Plan, estimate, run what is not done, store artifacts, regenerate the GPU tables.
+
+    ``dry_run`` plans and estimates only, and needs no GPU when ``device_class`` names one
+    (the 2-GPU part is then planned too unless ``two_gpus`` is False). ``jobs``: the
+    one-GPU studies' runs at a time (default :func:`default_jobs` of the GPU's free
+    memory, or of the named class's memory without a GPU)."""
+    import os
+
+    import torch
+
+    gpu_key, free = detect_gpu() if scale.device == "cuda" else (None, None)
+    if scale.device == "cuda" and free is None and not dry_run:
+        raise StalesimError("reproduce-gpu: no CUDA device visible (use --smoke for the CPU pipeline check, "
+                            "or --dry-run --gpu <class> to plan)")
+    if scale.device == "cuda" and free is None and device_class is None:
+        from stalesim.workloads.hardware import device_names
+
+        raise StalesimError("--gpu: no CUDA device visible; name the GPU class to plan for "
+                            f"({', '.join(k for k in device_names() if k != 'cpu-core')})")
+    if device_class is not None:
+        from stalesim.workloads.hardware import get_device
+
+        try:
+            spec = get_device(device_class)
+        except StalesimError as exc:
+            raise StalesimError(f"--gpu: {exc}") from None
+        device_class = spec.key
+    else:
+        device_class = gpu_key if scale.device == "cuda" else "cpu-core"
+        if device_class is None:  # a GPU the catalog lacks: the estimate uses the H100's figures
+            log("  (GPU not in the catalog: estimating with h100-sxm; pass --gpu to choose)")
+            device_class = "h100-sxm"
     if two_gpus is None:
-        import torch
+        two_gpus = scale.device == "cuda" and (torch.cuda.device_count() >= 2 if free is not None else dry_run)
+    if jobs is None:
+        if scale.device == "cuda":
+            from stalesim.workloads.hardware import get_device
 
-        two_gpus = scale.device == "cuda" and torch.cuda.device_count() >= 2
-    if scale.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise StalesimError("reproduce-gpu: no CUDA device visible (use --smoke for the CPU pipeline check)")
-    device_class = device_class or (detect_gpu_class() if scale.device == "cuda" else "cpu-core") or "h100-sxm"
-    jobs = plan(scale, two_gpus=two_gpus, data_dir=data_dir)
+            jobs = default_jobs(free if free is not None else get_device(device_class).memory_bytes,
+                                os.cpu_count())
+        else:
+            jobs = 1
+    plan_jobs = plan(scale, two_gpus=two_gpus, data_dir=data_dir, jobs=jobs)
     profiles = profiles or root / "figures" / "profiles"
-    est = estimate(jobs, device_class, profiles, scale)
-    log(format_estimate(jobs, est, device_class, measured_ratio(out, jobs, est), out))
+    precision = cuda_precision() if scale.device == "cuda" else None
+    est = estimate(plan_jobs, device_class, profiles, scale, precision=precision)
+    log(format_estimate(plan_jobs, est, device_class, measured_ratio(out, plan_jobs, est), out))
     if not two_gpus:
         log("  (2-GPU ResNet table skipped: fewer than two GPUs visible)")
+    elif free is None and scale.device == "cuda":
+        log("  (no GPU visible: planned for one and two GPUs of this class)")
     if dry_run:
-        return jobs
-    for k, j in enumerate(jobs):
-        log(f"[{k + 1}/{len(jobs)}] {j.name}")
+        return plan_jobs
+    for k, j in enumerate(plan_jobs):
+        log(f"[{k + 1}/{len(plan_jobs)}] {j.name}")
         run_job(j, out)
-        ratio = measured_ratio(out, jobs, est)
+        ratio = measured_ratio(out, plan_jobs, est)
         if ratio:
-            left = sum(e["roofline_s"] * ratio * (j2.runs - len(_finished(out / j2.name, j2))) / j2.runs
-                       for j2, e in zip(jobs, est, strict=True))
-            log(f"  measured {ratio:.1f}x the roofline; ~{left / 3600:.2f} h left")
-    store(jobs, out, results)
+            left = sum(e["wall_s"] * ratio * (j2.runs - len(_finished(out / j2.name, j2))) / j2.runs
+                       for j2, e in zip(plan_jobs, est, strict=True))
+            log(f"  measured {ratio:.1f}x the estimate; ~{left / 3600:.2f} h left")
+    store(plan_jobs, out, results)
     if results_md is not None:
         from stalesim.reproduce.tables import GPU_RENDERERS, write
 
         write(results_md, root, only=set(GPU_RENDERERS))
         log(f"regenerated the GPU tables of {results_md}")
-    return jobs
+    return plan_jobs

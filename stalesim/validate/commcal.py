@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 
 QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
@@ -62,8 +63,32 @@ def cost(fit: dict[str, float], nbytes: float) -> float:
     return fit["alpha_s"] + fit["beta_s_per_byte"] * nbytes
 
 
+COMM_RANKS = 2  # the microbenchmark's ranks: a sender and a receiver
+
+
+def comm_rank_devices(devices: Devices | str) -> list[str]:
+    """The torch device of each of the microbenchmark's two ranks: the first two ranks of the
+    run's ``--devices`` through the one rank -> device mapping (``cuda:2,3`` -> ``cuda:2``,
+    ``cuda:3``; ``cpu:N`` -> ``cpu``, ``cpu``), so NCCL never gets two ranks on one GPU."""
+    devs = parse_devices(devices) if isinstance(devices, str) else devices
+    if devs.count < COMM_RANKS:
+        raise StalesimError(f"--devices: the per-message calibration needs {COMM_RANKS} ranks, {devs} has "
+                            f"{devs.count}")
+    return devs.first(COMM_RANKS).rank_devices()
+
+
+def stamp_tensor(device: Any) -> Any:
+    """The one-element float64 clock stamp the sender passes to the receiver, on the rank's own
+    device: NCCL sends device tensors only (a CPU tensor over NCCL is an error)."""
+    import torch
+
+    return torch.zeros(1, dtype=torch.float64, device=device)
+
+
 def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, timeout_s: float,
-            device: str) -> None:  # pragma: no cover - runs in a child process
+            devices: list[str]) -> None:  # pragma: no cover - runs in a child process
+    import datetime
+
     import torch
     import torch.distributed as dist
 
@@ -72,15 +97,19 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    dev = torch.device(device)
+    dev = torch.device(devices[rank])
+    backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    dist.init_process_group(backend, rank=rank, world_size=2)
+    # device_id binds the NCCL group to this rank's GPU: barriers and all_gather_object then use
+    # it instead of guessing a device from the rank number
+    dist.init_process_group(backend, rank=rank, world_size=COMM_RANKS,
+                            timeout=datetime.timedelta(seconds=timeout_s),
+                            **({"device_id": dev} if backend == "nccl" else {}))
     tr = Transport(rank, timeout_s)
-    a = torch.randn(128, 128)
+    a = torch.randn(128, 128)  # the CPU work a rank "computes" while a message is in flight
     res: dict[str, dict[int, list[float]]] = {q: {} for q in QUANTITIES}
-    stamp = torch.zeros(1, dtype=torch.float64)
+    stamp = stamp_tensor(dev)
 
     def spin(seconds: float) -> None:
         end = time.perf_counter() + seconds
@@ -155,7 +184,7 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
             w.wait()
             unpack_mean(flat, grads, 2)
             res["ar_complete"][n].append(time.perf_counter() - t0)
-    box: list[Any] = [None, None]
+    box: list[Any] = [None] * COMM_RANKS
     dist.all_gather_object(box, res)
     if rank == 0:
         merged: dict[str, dict[str, float]] = {}
@@ -169,22 +198,24 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
     dist.destroy_process_group()
 
 
-def measure_comm(sizes: Sequence[int], *, repeats: int = 20, device: str = "cpu",
+def measure_comm(sizes: Sequence[int], *, repeats: int = 20, devices: Devices | str = "cpu:2",
                  timeout_s: float = 60.0) -> dict[str, Any]:
-    """Run the microbenchmark on 2 local ranks; returns per quantity the median seconds per
-    size and the fit (``{"alpha_s", "beta_s_per_byte"}``), plus the sizes and repeats."""
+    """Run the microbenchmark on the first 2 ranks of ``devices`` (the run's ``--devices``);
+    returns per quantity the median seconds per size and the fit
+    (``{"alpha_s", "beta_s_per_byte"}``), plus the sizes, repeats and rank devices."""
     import torch.multiprocessing as mp
 
     from stalesim.workloads.calibrate import free_port
 
+    rank_devs = comm_rank_devices(devices)
     sizes = sorted({max(4, int(n)) for n in sizes})
     if len(sizes) < 2:
         raise StalesimError("sizes: need at least two distinct message sizes")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "comm.json")
         try:
-            mp.start_processes(_worker, args=(free_port(), sizes, repeats, out, timeout_s, device),
-                               nprocs=2, start_method="spawn")
+            mp.start_processes(_worker, args=(free_port(), sizes, repeats, out, timeout_s, rank_devs),
+                               nprocs=COMM_RANKS, start_method="spawn")
         except Exception as exc:  # noqa: BLE001 - a child failed: one line
             raise StalesimError(f"communication calibration failed: {exc}") from None
         with open(out) as fh:
@@ -196,4 +227,5 @@ def measure_comm(sizes: Sequence[int], *, repeats: int = 20, device: str = "cpu"
         alpha, beta = fit_linear(xs, ys)
         fits[q] = {"alpha_s": alpha, "beta_s_per_byte": beta,
                    "median_s": {str(n): med[q][str(n)] for n in sizes}}
-    return {"sizes": sizes, "repeats": repeats, "device": device, **fits}
+    # "device": rank 0's, as files written before the per-rank list had it
+    return {"sizes": sizes, "repeats": repeats, "device": rank_devs[0], "rank_devices": rank_devs, **fits}

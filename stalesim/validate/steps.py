@@ -182,7 +182,7 @@ def calibrate_step(v: Validation) -> None:
         backend = "nccl" if v.devs.kind == "cuda" else "gloo"
         v.say(f"[validate 2/{STEPS}] calibrating the {backend} link with {N} ranks")
         hw_dict = calibrate(backend, N, sizes=[4 * 4**k for k in range(11)],
-                            repeats=cfg.calibrate_repeats, timeout_s=cfg.timeout_s)
+                            repeats=cfg.calibrate_repeats, timeout_s=cfg.timeout_s, devices=v.devs)
     else:
         hw_dict = {"schema_version": 1, "device": "cpu-core" if v.devs.kind == "cpu" else "h100-sxm",
                    "link": "ideal", "comm_overlaps_compute": v.devs.kind != "cpu",
@@ -194,8 +194,8 @@ def calibrate_step(v: Validation) -> None:
             from stalesim.validate.commcal import measure_comm
 
             v.say(f"[validate 2/{STEPS}] calibrating the executor's per-message costs (2 ranks)")
-            dev = "cuda:0" if v.devs.kind == "cuda" else "cpu"
-            comm = measure_comm(COMM_SIZES, repeats=cfg.calibrate_repeats * 5, device=dev,
+            # the run's first two ranks, each on its own device (commcal.comm_rank_devices)
+            comm = measure_comm(COMM_SIZES, repeats=cfg.calibrate_repeats * 5, devices=v.devs,
                                 timeout_s=cfg.timeout_s)
             hw_dict = dict(hw_dict, executor_comm=comm)
         v.cm.comm = comm
@@ -234,10 +234,9 @@ def run_dir(out: Path, name: str, k: int) -> Path:
 def _run_baseline(v: Validation, k: int) -> None:
     from executor.job import make_job
     from executor.launch import run_local
-    from stalesim.devices import Devices
 
     cfg = v.cfg
-    base_devs = Devices(v.devs.kind, v.devs.ids[:1])
+    base_devs = v.devs.first(1)
     job = make_job(train_config(cfg, "sequential", 1, [], cfg.iterations),
                    out=str(run_dir(v.out, "baseline-1rank", k)), evaluate=False, label="baseline",
                    keep_rows=True)

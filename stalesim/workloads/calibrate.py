@@ -31,10 +31,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from stalesim.devices import Devices
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_RANKS, MAX_REPEATS, check_int
 
-__all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "free_port"]
+__all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "free_port", "rank_devices"]
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4 * 4**k for k in range(12))  # 4 B .. 16 MiB
 MAX_MESSAGE_BYTES = 1 << 30  # one message, allocated on every rank
@@ -78,7 +79,22 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[floa
 
 
 # --------------------------------------------------------------- rank worker
-def _worker(rank: int, world: int, backend: str, store_path: str, sizes: list[int],
+def rank_devices(backend: str, ranks: int, devices: Devices | None = None) -> list[str]:
+    """The torch device of each calibration rank, through :meth:`Devices.device_for` (the one
+    rank -> device mapping): ``devices`` (the run's ``--devices``) when given, else GPUs
+    ``0..ranks-1`` (nccl) or CPU ranks (gloo). The backend and the rank count must match it."""
+    kind = "cuda" if backend == "nccl" else "cpu"
+    if devices is None:
+        devices = Devices(kind, tuple(range(ranks)))
+    if devices.kind != kind:
+        raise StalesimError(f"--devices: {devices} are {devices.kind} ranks, the {backend} backend needs "
+                            f"{kind} ranks")
+    if devices.count != ranks:
+        raise StalesimError(f"ranks: {ranks} calibration ranks, but --devices {devices} has {devices.count}")
+    return devices.rank_devices()
+
+
+def _worker(rank: int, world: int, devices: list[str], store_path: str, sizes: list[int],
             repeats: int, out_path: str, timeout_s: float) -> None:
     import datetime
 
@@ -88,14 +104,15 @@ def _worker(rank: int, world: int, backend: str, store_path: str, sizes: list[in
     from stalesim.rendezvous import init_process_group
 
     torch.set_num_threads(1)
+    dev = torch.device(devices[rank])
+    backend = "nccl" if dev.type == "cuda" else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-    else:
-        dev = torch.device("cpu")
-    # a private FileStore and loopback sockets: no port open beyond 127.0.0.1
+        torch.cuda.set_device(dev)
+    # a private FileStore and loopback sockets: no port open beyond 127.0.0.1; device_id binds
+    # the NCCL group to this rank's GPU (its barriers then use it rather than guess one)
     init_process_group({"kind": "file", "path": store_path}, backend=backend, rank=rank, world=world,
-                       timeout=datetime.timedelta(seconds=timeout_s))
+                       timeout=datetime.timedelta(seconds=timeout_s),
+                       device_id=dev if backend == "nccl" else None)
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -219,18 +236,8 @@ def _worker(rank: int, world: int, backend: str, store_path: str, sizes: list[in
         write_json_atomic(out_path, result)
 
 
-def _gpu_catalog_key(name: str, mem: float) -> str | None:
-    n = name.lower()
-    for needle, key in (("h200", "h200"), ("h100", "h100-sxm"), ("4090", "rtx4090"),
-                        ("v100", "v100-sxm2")):
-        if needle in n:
-            return key
-    if "a100" in n:
-        return "a100-80gb-sxm" if mem > 50e9 else "a100-40gb-sxm"
-    return None
-
-
-def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: int) -> list[int]:
+def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: int,
+               devices: Devices | None = None) -> list[int]:
     """Validate calibrate's arguments before anything is spawned; returns the sorted sizes."""
     import torch
 
@@ -242,9 +249,10 @@ def check_args(backend: str, ranks: int, sizes: Sequence[int] | None, repeats: i
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise StalesimError("backend: nccl needs CUDA devices, none is visible (use gloo)")
-        if torch.cuda.device_count() < ranks:
+        ids = devices.ids if devices is not None else tuple(range(ranks))
+        if max(ids) >= torch.cuda.device_count():
             raise StalesimError(
-                f"ranks: {ranks} NCCL ranks need {ranks} GPUs, "
+                f"ranks: {ranks} NCCL ranks need GPUs {', '.join(map(str, ids))}, "
                 f"{torch.cuda.device_count()} visible"
             )
     sz = sorted({int(x) for x in (sizes or DEFAULT_SIZES)})
@@ -266,12 +274,17 @@ def calibrate(
     sizes: Sequence[int] | None = None,
     repeats: int = 5,
     timeout_s: float = 120.0,
+    devices: Devices | None = None,
 ) -> dict[str, Any]:
-    """Run the measurements and return the hardware JSON object (see module doc)."""
+    """Run the measurements and return the hardware JSON object (see module doc).
+
+    ``devices``: the ranks' devices (``validate --devices cuda:2,3`` calibrates GPUs 2 and 3);
+    default GPUs ``0..ranks-1`` for nccl (:func:`rank_devices`)."""
     import torch
     import torch.multiprocessing as mp
 
-    sz = check_args(backend, ranks, sizes, repeats)
+    sz = check_args(backend, ranks, sizes, repeats, devices)
+    rank_devs = rank_devices(backend, ranks, devices)
     from stalesim.rendezvous import PrivateStoreDir
 
     fd, out_path = tempfile.mkstemp(prefix="stalesim-calib-", suffix=".json")
@@ -280,7 +293,7 @@ def calibrate(
     try:
         try:
             with PrivateStoreDir("stalesim-calib-rdzv-") as rdzv:
-                mp.spawn(_worker, args=(ranks, backend, str(rdzv.store_path), sz, repeats, out_path,
+                mp.spawn(_worker, args=(ranks, rank_devs, str(rdzv.store_path), sz, repeats, out_path,
                                         timeout_s), nprocs=ranks, join=True)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:  # one line
             last = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
@@ -307,9 +320,12 @@ def calibrate(
         occupancy = raw["occupancy"]["occupancy"]
         overlaps = False
     else:
-        name = torch.cuda.get_device_name(0)
-        mem = float(torch.cuda.get_device_properties(0).total_memory)
-        key = _gpu_catalog_key(name, mem)
+        from stalesim.workloads.hardware import gpu_catalog_key
+
+        gpu0 = torch.device(rank_devs[0])  # rank 0's GPU names the device entry
+        name = torch.cuda.get_device_name(gpu0)
+        mem = float(torch.cuda.get_device_properties(gpu0).total_memory)
+        key = gpu_catalog_key(name, mem)
         if key:
             device = get_device(key).to_dict()
         else:
@@ -336,7 +352,7 @@ def calibrate(
         "comm_overlaps_compute": overlaps,
         "cpu_comm_occupancy": occupancy,
         "allreduce": {"algorithm": "ring", "measured": raw["allreduce"]},
-        "meta": {"backend": backend, "ranks": ranks, "repeats": repeats,
+        "meta": {"backend": backend, "ranks": ranks, "rank_devices": rank_devs, "repeats": repeats,
                  "torch": torch.__version__, "calibrate_seconds": elapsed,
                  **({"occupancy": raw["occupancy"]} if "occupancy" in raw else {})},
     }

@@ -40,16 +40,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_RATE, MAX_SECONDS, MIN_RATE
 
 if TYPE_CHECKING:  # annotations only: profile.py re-times roofline layers through this module
-    from stalesim.workloads.profile import LayerProfile, Profile
+    from stalesim.workloads.profile import LayerProfile, Precision, Profile
 
 __all__ = [
     "DEFAULT_LAUNCH_OVERHEAD_S",
+    "DEFAULT_OP_OVERHEAD_S",
+    "RooflineParams",
+    "eager_ops",
+    "gpu_catalog_key",
+    "precision_peaks",
     "ClusterSpec",
     "DeviceSpec",
     "Hardware",
@@ -71,7 +76,7 @@ __all__ = [
 ]
 
 HW_SCHEMA_VERSION = 1
-DEFAULT_LAUNCH_OVERHEAD_S = 5e-6
+DEFAULT_LAUNCH_OVERHEAD_S = 5e-6  # the per-block model's overhead per block and phase
 _ALGOS = ("ring", "tree")
 
 
@@ -495,8 +500,97 @@ def load_hardware(path: str | os.PathLike[str]) -> Hardware:
         raise StalesimError(f"hardware {os.fspath(path)!r}: {exc}") from None
 
 
+# ------------------------------------------------------------------ GPU names
+def gpu_catalog_key(name: str, total_memory_bytes: float) -> str | None:
+    """The catalog device of a GPU from ``torch.cuda.get_device_name`` and its total memory
+    (``get_device_properties(i).total_memory``), or None for a part the catalog lacks.
+
+    One name covers several parts with different peaks and bandwidths, so the variant is
+    read from the name and, where the name does not say, from the memory size: H100
+    ``PCIe`` / ``NVL`` (94 GB; torch may report it without "NVL") / SXM (the "80GB HBM3"
+    name), H200 NVL / SXM, A100 80 GB (over 50 GB) vs 40 GB and its PCIe 80 GB card. A
+    GH200 (an H100 with 96/144 GB) is not in the catalog: None. The A100 40 GB PCIe card
+    has the 40 GB SXM part's peaks and 1,555 GB/s, so it maps there; a V100 maps to the
+    SXM2 part (the PCIe card's FP32 peak is ~10 % lower).
+    """
+    n = str(name).lower()
+    gb = float(total_memory_bytes) / 1e9
+    if "gh200" in n or "gb200" in n:
+        return None
+    if "h200" in n:
+        return "h200-nvl" if "nvl" in n else "h200"
+    if "h100" in n:
+        if "nvl" in n or gb > 90:
+            return "h100-nvl"
+        return "h100-pcie" if "pcie" in n else "h100-sxm"
+    if "a100" in n:
+        if gb > 50:
+            return "a100-80gb-pcie" if "pcie" in n else "a100-80gb-sxm"
+        return "a100-40gb-sxm"
+    if "v100" in n:
+        return "v100-sxm2"
+    if "4090" in n:
+        return "rtx4090"
+    return None
+
+
 # ------------------------------------------------------------------ roofline
 _ELEM = {"float32": 4, "tf32": 4, "bfloat16": 2, "float16": 2}
+OVERHEAD_MODELS = ("per-block", "per-op")
+# per-op model: host cost of one eager PyTorch op on a fast GPU. Each op goes Python ->
+# autograd/ATen dispatch -> library algorithm choice -> cudaLaunchKernel before the GPU sees
+# it: ~5-25 us per kernel-launching op on an H100 (J. Lin, "From PyTorch op to kernel
+# launch", the dispatch-chain table); H. He, "Making Deep Learning Go Brrrr From First
+# Principles" (2022, "Overhead") on why small CIFAR kernels are overhead-bound. The op
+# counts below include the cheap metadata ops (detach, view, t, empty: dispatch, no
+# launch), so the charge per op is the low end, 5 us.
+DEFAULT_OP_OVERHEAD_S = 5e-6
+# eager ops one weight layer (conv/linear with its norm and activation) dispatches per phase,
+# counted with a TorchDispatchMode over one training step of resnet20/56, vgg16 and alexnet
+# (torch 2.14, CPU; the op sequence does not depend on the device): forward 3.6-6.7 per
+# weight layer (conv, batch norm, its num_batches_tracked add_, ReLU, residual add, detach),
+# backward 7.8-8.4 (ReLU, norm and conv backward, gradient adds, detaches). The split
+# backward's I and W re-walk the graph: each more than half. A block without weights
+# (pooling, flatten) counts as one layer. update: the optimizer's few foreach launches per
+# step spread over its blocks (one each).
+EAGER_OPS_PER_WEIGHT_LAYER = {"forward": 6, "backward": 8, "backward_input": 5, "backward_weight": 4}
+EAGER_UPDATE_OPS_PER_BLOCK = 1
+
+
+class RooflineParams(NamedTuple):
+    """What turns a block's counts into roofline times (stored in a roofline profile's meta)."""
+
+    peak_flops_per_s: float  # FLOPs not in convolutions (matmuls, attention)
+    mem_bandwidth_Bps: float
+    overhead_s: float  # per block and phase ("per-block") or per eager op ("per-op")
+    element_bytes: int
+    conv_peak_flops_per_s: float  # FLOPs in convolutions
+    overhead_model: str = "per-block"
+
+    def compute_s(self, flops: float, conv_share: float | None) -> float:
+        """Seconds of ``flops`` at the peaks; without a conv share (profiles that predate it) all
+        of them at the faster peak, so the time stays a lower bound."""
+        if conv_share is None:
+            return flops / max(self.peak_flops_per_s, self.conv_peak_flops_per_s)
+        return flops * conv_share / self.conv_peak_flops_per_s + flops * (1 - conv_share) / self.peak_flops_per_s
+
+
+def precision_peaks(dev: DeviceSpec, dtype: str, precision: Precision | None) -> tuple[float, float]:
+    """(matmul peak, conv peak) FLOP/s for ``dtype`` under ``precision``.
+
+    float32 with TF32 allowed runs on the TF32 tensor-core peak (conv and matmul each by
+    its own flag: torch's CUDA default is TF32 convolutions, IEEE matmuls); autocast
+    runs both at the autocast dtype's peak; no precision: the dtype label (IEEE)."""
+    base = dev.flops_per_s(dtype)
+    if precision is None:
+        return base, base
+    if precision.autocast is not None:
+        ac = dev.flops_per_s(precision.autocast)
+        return ac, ac
+    if dtype != "float32":
+        return base, base
+    tf32 = dev.flops_per_s("tf32")
+    return (tf32 if precision.matmul_tf32 else base), (tf32 if precision.conv_tf32 else base)
 
 
 def roofline_profile(
@@ -504,13 +598,28 @@ def roofline_profile(
     device: DeviceSpec | str,
     dtype: str | None = None,
     *,
-    launch_overhead_s: float = DEFAULT_LAUNCH_OVERHEAD_S,
+    launch_overhead_s: float | None = None,
     efficiency: float = 1.0,
+    precision: Precision | None = None,
+    overhead_model: str = "per-block",
 ) -> Profile:
     """Estimate ``profile`` on ``device`` with a roofline model (no measurement).
 
-    Per block and phase, time = max(FLOPs / (peak x efficiency), bytes / mem_bw)
-    + ``launch_overhead_s``:
+    Per block and phase, compute = FLOPs / (peak x efficiency), with each FLOP at its
+    peak (:func:`precision_peaks`: ``precision``, default the profile's own when
+    ``dtype`` is its dtype; convolution FLOPs by the layer's ``conv_flop_share``), and
+    memory = bytes / mem_bw. ``overhead_model``:
+
+    * ``per-block`` (default; what the figures use): max(compute, memory) +
+      ``launch_overhead_s`` (default :data:`DEFAULT_LAUNCH_OVERHEAD_S`) once per block
+      and phase;
+    * ``per-op``: max(compute, memory, ops x ``launch_overhead_s``) (default
+      :data:`DEFAULT_OP_OVERHEAD_S` per op) with the eager ops of the block
+      (:func:`eager_ops`): the host enqueues kernels while the GPU runs earlier ones,
+      so a phase takes the longer of the two, and each is a lower bound of it. Eager
+      PyTorch on small kernels is host-bound: this is the model for a real run's time.
+
+    Counts per phase:
 
     * forward: FLOPs = ``flops``; bytes = params read + saved activations
       written + output written (``param_bytes + saved_bytes + output_bytes``);
@@ -525,7 +634,7 @@ def roofline_profile(
       half its bytes (I reads the weights, saved activations and output
       gradient and writes the input gradient; W reads the saved activations and
       output gradient and writes the weight gradient): params + saved
-      activations + half the output gradient each, plus a launch overhead each.
+      activations + half the output gradient each, plus its own overhead.
 
     Bytes scale with the element size when ``dtype`` differs from the profile's
     (float32 <-> bfloat16). Everything else (names, weight layers, byte counts
@@ -535,8 +644,15 @@ def roofline_profile(
     """
     dev = get_device(device) if isinstance(device, str) else device
     dt = profile.dtype if dtype is None else dtype
-    peak = dev.flops_per_s(dt) * efficiency
-    if not (math.isfinite(peak) and peak > 0):
+    if overhead_model not in OVERHEAD_MODELS:
+        raise StalesimError(f"overhead_model: expected one of {', '.join(OVERHEAD_MODELS)}, got {overhead_model!r}")
+    if launch_overhead_s is None:
+        launch_overhead_s = DEFAULT_OP_OVERHEAD_S if overhead_model == "per-op" else DEFAULT_LAUNCH_OVERHEAD_S
+    if precision is None and dt == profile.dtype:
+        precision = profile.precision  # what the measured math was, when re-timing the same dtype
+    matmul_peak, conv_peak = precision_peaks(dev, dt, precision)
+    peak, cpeak = matmul_peak * efficiency, conv_peak * efficiency
+    if not (math.isfinite(peak) and peak > 0 and math.isfinite(cpeak) and cpeak > 0):
         raise StalesimError(f"efficiency: must give a positive peak, got {efficiency!r}")
     if not math.isfinite(launch_overhead_s) or launch_overhead_s < 0:
         raise StalesimError(f"launch_overhead_s: must be >= 0, got {launch_overhead_s!r}")
@@ -544,70 +660,93 @@ def roofline_profile(
     src_el = _ELEM.get(profile.dtype, 4)
     dst_el = _ELEM.get(dt, 4)
     scale = dst_el / src_el
+    params = RooflineParams(peak, bw, launch_overhead_s, dst_el, cpeak, overhead_model)
     layers = []
     for lp in profile.layers:
         in_dtype = replace(lp, param_bytes=round(lp.param_bytes * scale),
                            output_bytes=round(lp.output_bytes * scale),
                            saved_bytes=round(lp.saved_bytes * scale), spread=None)
-        layers.append(roofline_layer(in_dtype, peak, bw, launch_overhead_s, dst_el,
+        layers.append(roofline_layer(in_dtype, params,
                                      exact_bytes=(lp.param_bytes * scale, lp.output_bytes * scale,
                                                   lp.saved_bytes * scale)))
-    # peak/bandwidth/element size let ``Profile.at_batch_size`` re-time the counts at any
-    # batch size (a roofline is a function of FLOPs and bytes, not a measurement)
+    # the parameters let ``Profile.at_batch_size`` re-time the counts at any batch size (a
+    # roofline is a function of FLOPs and bytes, not a measurement)
     meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
                          "dtype": dt, "launch_overhead_s": launch_overhead_s,
+                         "overhead_model": overhead_model,
                          "efficiency": efficiency, "source": dev.source,
-                         "peak_flops_per_s": peak, "mem_bandwidth_Bps": bw,
-                         "element_bytes": dst_el}}
+                         "peak_flops_per_s": peak, "conv_peak_flops_per_s": cpeak,
+                         "mem_bandwidth_Bps": bw, "element_bytes": dst_el,
+                         "precision": None if precision is None else precision.to_dict()}}
     return replace(profile, device=f"{dev.key or dev.name} (roofline)", dtype=dt, layers=layers,
                    threads=None, repeats=None, warmup=None, whole_model_s=None,
-                   sum_over_whole_ratio=None, by_batch_size=None, meta=meta)
+                   sum_over_whole_ratio=None, by_batch_size=None, meta=meta, precision=precision)
 
 
-def roofline_layer(lp: LayerProfile, peak_flops_per_s: float, mem_bandwidth_Bps: float,
-                   launch_overhead_s: float, element_bytes: int,
+def eager_ops(lp: LayerProfile) -> dict[str, int]:
+    """Eager PyTorch ops of one block per phase (``forward``, ``backward``, ``update``,
+    ``backward_input``, ``backward_weight``): :data:`EAGER_OPS_PER_WEIGHT_LAYER` per
+    weight layer (one weightless layer for a block without), the update's
+    :data:`EAGER_UPDATE_OPS_PER_BLOCK` for a block with parameters."""
+    wl = max(1, lp.weight_layers)
+    ops = {phase: n * wl for phase, n in EAGER_OPS_PER_WEIGHT_LAYER.items()}
+    ops["update"] = EAGER_UPDATE_OPS_PER_BLOCK if lp.param_bytes else 0
+    return ops
+
+
+def roofline_layer(lp: LayerProfile, params: RooflineParams,
                    exact_bytes: tuple[float, float, float] | None = None) -> LayerProfile:
     """One block's forward/backward/update seconds by the roofline (see :func:`roofline_profile`).
 
     The single place the roofline turns counts into times: ``roofline_profile``
     calls it at the profile's batch size and ``Profile.at_batch_size`` at any
     other (counts scaled first), so a roofline estimate never depends on the
-    order of "re-time" and "re-batch" (issue 16: scaling a roofline profile's
-    *times* multiplied the per-kernel launch overhead by the batch ratio).
+    order of "re-time" and "re-batch" (scaling a roofline profile's *times*
+    would multiply the launch overhead by the batch ratio).
     ``exact_bytes`` = unrounded (param, output, saved) bytes when known.
     """
     pb, ob, sb = exact_bytes if exact_bytes is not None else (
         lp.param_bytes, lp.output_bytes, lp.saved_bytes)
-    bw = mem_bandwidth_Bps
+    bw = params.mem_bandwidth_Bps
+    share = lp.conv_flop_share
+    ops = eager_ops(lp)
+    per_op = params.overhead_model == "per-op"
 
-    def t(flops: float, nbytes: float) -> float:
-        return max(flops / peak_flops_per_s, nbytes / bw) + launch_overhead_s
+    def t(phase: str, flops: float, nbytes: float, conv_share: float | None = share) -> float:
+        device_s = max(params.compute_s(flops, conv_share), nbytes / bw)
+        if per_op:
+            return max(device_s, ops[phase] * params.overhead_s)
+        return device_s + params.overhead_s
 
     bflops = lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops
-    n_params = pb / element_bytes
+    n_params = pb / params.element_bytes
     return replace(
         lp,
-        forward_s=t(lp.flops, pb + sb + ob),
-        backward_s=t(bflops, 2 * pb + 2 * sb + ob),
-        update_s=t(4 * n_params, 5 * pb) if lp.param_bytes else 0.0,
+        forward_s=t("forward", lp.flops, pb + sb + ob),
+        backward_s=t("backward", bflops, 2 * pb + 2 * sb + ob),
+        # the optimizer's arithmetic is elementwise: its FLOPs at the IEEE (non-conv) peak
+        update_s=t("update", 4 * n_params, 5 * pb, 0.0) if lp.param_bytes else 0.0,
         backward_flops=bflops,
         # the split backward's halves (I, W): half the FLOPs and half the output gradient each
-        backward_input_s=t(bflops / 2, pb + sb + ob / 2),
-        backward_weight_s=t(bflops / 2, pb + sb + ob / 2),
+        backward_input_s=t("backward_input", bflops / 2, pb + sb + ob / 2),
+        backward_weight_s=t("backward_weight", bflops / 2, pb + sb + ob / 2),
         spread=None,
     )
 
 
-def roofline_params(meta: Any) -> tuple[float, float, float, int] | None:
-    """(peak FLOP/s, bandwidth B/s, launch overhead s, element bytes) of a roofline profile's
-    ``meta``, or None when the profile is not a roofline estimate (or predates these fields
-    and names no catalog device)."""
+def roofline_params(meta: Any) -> RooflineParams | None:
+    """The :class:`RooflineParams` of a roofline profile's ``meta``, or None when the profile
+    is not a roofline estimate (or predates these fields and names no catalog device).
+    Files written before the conv peak and the overhead model: one peak, per-block."""
     rf = meta.get("roofline") if isinstance(meta, dict) else None
     if not isinstance(rf, dict):
         return None
     dt = str(rf.get("dtype", "float32"))
     el = int(rf.get("element_bytes", _ELEM.get(dt, 4)))
     ovh = float(rf.get("launch_overhead_s", DEFAULT_LAUNCH_OVERHEAD_S))
+    model = str(rf.get("overhead_model", "per-block"))
+    if model not in OVERHEAD_MODELS:
+        return None
     peak, bw = rf.get("peak_flops_per_s"), rf.get("mem_bandwidth_Bps")
     if peak is None or bw is None:
         try:
@@ -616,4 +755,5 @@ def roofline_params(meta: Any) -> tuple[float, float, float, int] | None:
             return None
         peak = dev.flops_per_s(dt) * float(rf.get("efficiency", 1.0))
         bw = dev.mem_bandwidth_Bps
-    return float(peak), float(bw), ovh, el
+    cpeak = rf.get("conv_peak_flops_per_s", peak)
+    return RooflineParams(float(peak), float(bw), ovh, el, float(cpeak), model)

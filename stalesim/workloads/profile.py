@@ -16,8 +16,9 @@ JSON schema (``schema_version`` 1)::
      "layers": [{"name", "forward_s", "backward_s", "update_s", "param_bytes",
                  "output_bytes", "saved_bytes", "flops", "weight_layers"?,
                  "backward_flops"?, "backward_input_s"?, "backward_weight_s"?,
-                 "spread"?}, ...],
+                 "conv_flop_share"?, "spread"?}, ...],
      "by_batch_size"?: [{"batch_size": int, "layers": [...], "whole_model_s"?}, ...],
+     "precision"?: {"conv_tf32": bool, "matmul_tf32": bool, "autocast": str|null},
      "meta"?: {...}}
 
 Times are seconds (medians over repeats), bytes are bytes, ``flops`` are
@@ -26,6 +27,18 @@ forward FLOPs of one mini-batch. ``spread`` (optional) holds, per time field,
 PPV numbering: conv/linear layers) may be omitted in a hand-written profile: it
 defaults to 1 for a layer with parameters and 0 for one without.
 ``{"min", "max", "iqr"}`` over the repeats.
+
+Precision (optional): ``dtype`` is the element type of the tensors, not how the
+math ran. On CUDA, torch runs float32 convolutions as TF32 by default
+(``torch.backends.cudnn.allow_tf32`` is True) while float32 matmuls stay IEEE
+(``torch.backends.cuda.matmul.allow_tf32`` False, ``float32_matmul_precision``
+``"highest"``), so a "float32" GPU profile is partly TF32. ``precision`` records
+what was in force (:class:`Precision`: TF32 for convolutions, TF32 for matmuls,
+the autocast dtype); ``conv_flop_share`` per layer (optional) is the share of its
+FLOPs, forward and backward, in convolutions. The roofline
+(:func:`stalesim.workloads.hardware.roofline_profile`) uses both to pick each
+FLOP's peak. A profile without ``precision`` (files written before it, hand-written
+or synthetic ones) is taken at its ``dtype`` label: IEEE math.
 
 Split backward (optional, both or neither): ``backward_input_s`` is the block's
 input-gradient half (``torch.autograd.grad`` of the output w.r.t. the block's
@@ -63,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SCHEMA_VERSION",
     "LayerProfile",
+    "Precision",
     "Profile",
     "load_profile",
     "profile_from_dict",
@@ -87,6 +101,43 @@ MAX_LAYERS = 1 << 17
 
 
 @dataclass(frozen=True)
+class Precision:
+    """How a profile's float math ran (what its ``dtype`` label does not say).
+
+    ``conv_tf32``: float32 convolutions were allowed to run as TF32 (cuDNN; torch's
+    default on CUDA). ``matmul_tf32``: float32 matmuls were (cuBLAS; off by default:
+    ``float32_matmul_precision`` ``"highest"``). ``autocast``: the autocast dtype in
+    force (``"bfloat16"``, ``"float16"``) or None when autocast was off.
+    """
+
+    conv_tf32: bool = False
+    matmul_tf32: bool = False
+    autocast: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32, "autocast": self.autocast}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "precision.") -> Precision:
+        if not isinstance(d, Mapping):
+            raise StalesimError(f"{where.rstrip('.')}: must be an object, got {type(d).__name__}")
+        known = ("conv_tf32", "matmul_tf32", "autocast")
+        extra = sorted(set(d) - set(known))
+        if extra:
+            raise StalesimError(f"{where}{extra[0]}: unknown field (known: {', '.join(known)})")
+        flags = {}
+        for k in ("conv_tf32", "matmul_tf32"):
+            v = d.get(k, False)
+            if not isinstance(v, bool):
+                raise StalesimError(f"{where}{k}: must be true or false, got {v!r}")
+            flags[k] = v
+        ac = d.get("autocast")
+        if ac is not None and ac not in DTYPES:
+            raise StalesimError(f"{where}autocast: expected null or one of {', '.join(DTYPES)}, got {ac!r}")
+        return cls(conv_tf32=flags["conv_tf32"], matmul_tf32=flags["matmul_tf32"], autocast=ac)
+
+
+@dataclass(frozen=True)
 class LayerProfile:
     """Cost of one block at the profile's batch size."""
 
@@ -103,6 +154,8 @@ class LayerProfile:
     spread: dict[str, dict[str, float]] | None = None
     backward_input_s: float | None = None
     backward_weight_s: float | None = None
+    # share of the block's FLOPs (forward + backward) in convolutions; None: not measured
+    conv_flop_share: float | None = None
 
     @property
     def compute_s(self) -> float:
@@ -138,6 +191,8 @@ class LayerProfile:
         if self.measured_split:
             d["backward_input_s"] = self.backward_input_s
             d["backward_weight_s"] = self.backward_weight_s
+        if self.conv_flop_share is not None:
+            d["conv_flop_share"] = self.conv_flop_share
         if self.spread is not None:
             d["spread"] = {k: dict(v) for k, v in self.spread.items()}
         return d
@@ -176,6 +231,8 @@ class Profile:
     by_batch_size: list[BatchPoint] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    # the precision flags in force when measured (None: not recorded; taken as the dtype label)
+    precision: Precision | None = None
     # how times are carried outside the measured batch sizes (a choice of the user, not a
     # measurement: not written to JSON); see stalesim.workloads.scaling
     extrapolation: str = "conservative"
@@ -210,6 +267,7 @@ class Profile:
             ls = self.layers[a:b]
             bf = [lp.backward_flops for lp in ls]
             split = all(lp.measured_split for lp in ls)
+            share = _combined_conv_share(ls)
             out.append(LayerProfile(
                 name=f"stage{s}",
                 forward_s=sum(lp.forward_s for lp in ls),
@@ -223,6 +281,7 @@ class Profile:
                 backward_flops=None if any(x is None for x in bf) else sum(bf),  # type: ignore[misc]
                 backward_input_s=sum(lp.backward_split()[0] for lp in ls) if split else None,
                 backward_weight_s=sum(lp.backward_split()[1] for lp in ls) if split else None,
+                conv_flop_share=share,
             ))
         return out
 
@@ -279,9 +338,8 @@ class Profile:
         _check_batch(batch_size)
         rf = roofline_params(self.meta)
         if rf is not None:
-            peak, bw, ovh, el = rf
             f = batch_size / self.batch_size
-            layers = [roofline_layer(scale_counts(lp, f), peak, bw, ovh, el) for lp in self.layers]
+            layers = [roofline_layer(scale_counts(lp, f), rf) for lp in self.layers]
             return replace(self, batch_size=batch_size, layers=layers, whole_model_s=None,
                            sum_over_whole_ratio=None)
         points = self.by_batch_size or [
@@ -311,6 +369,8 @@ class Profile:
         }
         if self.by_batch_size:
             d["by_batch_size"] = [p.to_dict() for p in self.by_batch_size]
+        if self.precision is not None:
+            d["precision"] = self.precision.to_dict()
         if self.meta:
             d["meta"] = dict(self.meta)
         return d
@@ -325,6 +385,16 @@ class Profile:
     @classmethod
     def from_dict(cls, data: Any) -> Profile:
         return profile_from_dict(data)
+
+
+def _combined_conv_share(layers: Sequence[LayerProfile]) -> float | None:
+    """The conv share of several blocks together (FLOP-weighted; None if one is unknown)."""
+    if any(lp.conv_flop_share is None for lp in layers):
+        return None
+    total = [lp.flops + (lp.backward_flops if lp.backward_flops is not None else 2 * lp.flops) for lp in layers]
+    if sum(total) <= 0:
+        return 0.0
+    return sum(t * (lp.conv_flop_share or 0.0) for t, lp in zip(total, layers)) / sum(total)
 
 
 def _write_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -448,6 +518,7 @@ def _layer_from_dict(d: Any, where: str) -> LayerProfile:
         spread=spread,
         backward_input_s=_num(d, "backward_input_s", where, required=False),
         backward_weight_s=_num(d, "backward_weight_s", where, required=False),
+        conv_flop_share=_num(d, "conv_flop_share", where, required=False, maximum=1.0),
     )
 
 
@@ -498,6 +569,7 @@ def profile_from_dict(data: Any) -> Profile:
     meta = data.get("meta", {})
     if not isinstance(meta, Mapping):
         raise StalesimError("meta: must be an object")
+    prec = data.get("precision")
     return Profile(
         model=_str(data, "model", ""),
         device=_check_device(_str(data, "device", ""), meta),
@@ -513,6 +585,7 @@ def profile_from_dict(data: Any) -> Profile:
         by_batch_size=points,
         meta=dict(meta),
         schema_version=sv,
+        precision=None if prec is None else Precision.from_dict(prec),
     )
 
 

@@ -19,7 +19,17 @@ block's input needs no gradient; its ``I`` still yields the module output
 gradients its ``W`` needs.
 
 Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
-CPU and CUDA events on a GPU. Bytes saved for backward are the unique
+CPU and CUDA events on a GPU: on the profiled GPU's current stream, with that GPU
+the current device for the whole measurement (``torch.cuda.device``). An event
+recorded without a stream goes to the *current* device's stream, so profiling
+``cuda:1`` with ``cuda:0`` current would time an idle ``cuda:0``: the host's
+launch gaps, not the layers.
+
+The profile records the precision in force (:class:`~stalesim.workloads.profile.Precision`,
+:func:`precision_in_force`: TF32 for convolutions and for matmuls, autocast) and,
+per block, the share of its FLOPs in convolutions, so a roofline compares a
+"float32" GPU profile with the peak its convolutions actually had (TF32 by
+torch's default on CUDA). Bytes saved for backward are the unique
 storages packed by ``torch.autograd.graph.saved_tensors_hooks`` during the
 block's forward, parameters excluded (they are counted in ``param_bytes``).
 FLOPs come from ``torch.utils.flop_counter.FlopCounterMode`` (forward, and the
@@ -45,11 +55,12 @@ from stalesim.workloads.profile import (
     SCHEMA_VERSION,
     BatchPoint,
     LayerProfile,
+    Precision,
     Profile,
 )
 from stalesim.workloads.zoo import LayeredModel, build_model
 
-__all__ = ["parse_device", "parse_dtype", "profile_model"]
+__all__ = ["parse_device", "parse_dtype", "precision_flags", "precision_in_force", "profile_model"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -84,21 +95,70 @@ def parse_dtype(text: str) -> torch.dtype:
         ) from None
 
 
-class _Timer:
-    """Times callables; CUDA events on a GPU (resolved at :meth:`flush`), else perf_counter."""
+def precision_flags() -> dict[str, Any]:
+    """torch's process-wide float32 precision switches, as they are now (for the record)."""
+    flags: dict[str, Any] = {
+        "cudnn.enabled": bool(torch.backends.cudnn.enabled),
+        "cudnn.allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "cuda.matmul.allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    for name, obj in (("cudnn.conv.fp32_precision", getattr(torch.backends.cudnn, "conv", None)),
+                      ("cuda.matmul.fp32_precision", torch.backends.cuda.matmul)):
+        value = getattr(obj, "fp32_precision", None) if obj is not None else None
+        if isinstance(value, str):  # torch >= 2.9's per-backend switch ("ieee" | "tf32" | "none")
+            flags[name] = value
+    return flags
 
-    def __init__(self, device: torch.device) -> None:
+
+def precision_in_force(device: torch.device, dtype: torch.dtype,
+                       flags: dict[str, Any] | None = None) -> Precision:
+    """How float32 convolutions and matmuls run on ``device`` under ``flags`` (default: torch's now).
+
+    TF32 exists on CUDA only (cuDNN convolutions, cuBLAS matmuls) and only for float32
+    tensors; a matmul precision other than ``"highest"`` lets cuBLAS use TF32 too.
+    """
+    f = precision_flags() if flags is None else flags
+    fp32_cuda = device.type == "cuda" and dtype == torch.float32
+    conv = fp32_cuda and bool(f.get("cudnn.enabled", True)) and bool(f.get("cudnn.allow_tf32"))
+    matmul = fp32_cuda and (bool(f.get("cuda.matmul.allow_tf32"))
+                            or f.get("float32_matmul_precision", "highest") != "highest")
+    autocast = None
+    if torch.is_autocast_enabled(device.type):
+        autocast = str(torch.get_autocast_dtype(device.type)).replace("torch.", "")
+    return Precision(conv_tf32=conv, matmul_tf32=matmul, autocast=autocast)
+
+
+def _on_device(device: torch.device) -> Any:
+    """The context that makes ``device`` current while it is profiled (a no-op on CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+class _Timer:
+    """Times callables; CUDA events on a GPU (resolved at :meth:`flush`), else perf_counter.
+
+    The events are recorded on ``device``'s current stream (where that device's kernels
+    run), never on whatever device happens to be current. ``cuda_api`` is ``torch.cuda``
+    (a stand-in in tests)."""
+
+    def __init__(self, device: torch.device, cuda_api: Any = None) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
+        self.api = cuda_api if cuda_api is not None else torch.cuda
+        self.stream = self.api.current_stream(device) if self.cuda else None
         self._pending: list[tuple[list[float], Any, Any]] = []
 
     def time(self, sink: list[float], fn: Callable[[], Any]) -> Any:
         if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
+            start = self.api.Event(enable_timing=True)
+            end = self.api.Event(enable_timing=True)
+            start.record(self.stream)
             out = fn()
-            end.record()
+            end.record(self.stream)
             self._pending.append((sink, start, end))
             return out
         import time
@@ -110,7 +170,7 @@ class _Timer:
 
     def flush(self) -> None:
         if self.cuda:
-            torch.cuda.synchronize(self.device)
+            self.api.synchronize(self.device)
             for sink, s, e in self._pending:
                 sink.append(s.elapsed_time(e) / 1000.0)
             self._pending.clear()
@@ -140,14 +200,23 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
+def conv_flops(counter: Any) -> int:
+    """FLOPs a ``FlopCounterMode`` counted in convolution ops (forward and backward kernels)."""
+    ops = counter.get_flop_counts().get("Global", {})
+    return int(sum(n for op, n in ops.items() if "conv" in str(op)))
+
+
 def _static_pass(
     model: LayeredModel, x0: torch.Tensor, target: torch.Tensor
-) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Saved bytes, output bytes, forward and backward FLOPs per block (one untimed step)."""
+) -> tuple[list[int], list[int], list[int], list[int], list[float | None]]:
+    """Saved bytes, output bytes, forward and backward FLOPs, and the conv share of the
+    FLOPs per block (one untimed step)."""
     from stalesim.workloads.flops import flop_counter
 
     blocks = model.blocks
     saved, outb, fflops, bflops = [], [], [], []
+    fconv: list[int] = []
+    bconv: list[int] = []
     outs: list[torch.Tensor] = []
     xs = [x0]
     for i, block in enumerate(blocks):
@@ -170,6 +239,7 @@ def _static_pass(
             if i == len(blocks) - 1:
                 y = _loss(y, target)
         fflops.append(int(counter.get_total_flops()))
+        fconv.append(conv_flops(counter))
         saved.append(sum(storages.values()))
         outs.append(y)
         xs.append(y.detach().requires_grad_(True))
@@ -181,9 +251,13 @@ def _static_pass(
             else:
                 outs[i].backward(xs[i + 1].grad)
         bflops.append(int(counter.get_total_flops()))
+        bconv.append(conv_flops(counter))
     bflops.reverse()
+    bconv.reverse()
     model.zero_grad(set_to_none=True)
-    return saved, outb, fflops, bflops
+    share = [(fc + bc) / (f + b) if f + b > 0 else None
+             for fc, bc, f, b in zip(fconv, bconv, fflops, bflops)]
+    return saved, outb, fflops, bflops, share
 
 
 def _measure_batch(
@@ -206,7 +280,7 @@ def _measure_batch(
         ncls = model(x0[:1]).shape[-1]
     target = target % ncls
 
-    saved, outb, fflops, bflops = _static_pass(model, x0, target)
+    saved, outb, fflops, bflops, share = _static_pass(model, x0, target)
     opts: list[torch.optim.Optimizer | None] = []
     for block in blocks:
         params = [p for p in block.parameters() if p.requires_grad]
@@ -296,6 +370,7 @@ def _measure_batch(
                     "backward_input_s": i_sp, "backward_weight_s": w_sp_},
             backward_input_s=i_med,
             backward_weight_s=w_med_,
+            conv_flop_share=share[i],
         ))
     w_med, w_sp = _stats(whole)
     return layers, w_med, w_sp
@@ -416,15 +491,11 @@ def profile_model(
     old_threads = torch.get_num_threads()
     if dev.type == "cpu" and threads is not None:
         torch.set_num_threads(threads)
+    precision = precision_in_force(dev, tdtype)
+    flags = precision_flags()
     try:
-        points: list[BatchPoint] = []
-        whole_spread: dict[str, dict[str, float]] = {}
-        for b in sizes:
-            if progress:
-                progress(f"profiling {net.name} batch {b} on {dev} ({repeats} repeats)")
-            layers, whole, w_sp = _measure_batch(net, b, dev, tdtype, repeats, warmup, seed)
-            whole_spread[str(b)] = w_sp
-            points.append(BatchPoint(b, tuple(layers), whole))
+        with _on_device(dev):
+            points, whole_spread = _measure_sizes(net, sizes, dev, tdtype, repeats, warmup, seed, progress)
     finally:
         torch.set_num_threads(old_threads)
     first = points[0]
@@ -441,6 +512,8 @@ def profile_model(
         "loadavg_1min": [load_before, _loadavg()],
         "cpu_count": os.cpu_count(),
         "whole_model_spread_s": whole_spread,
+        # torch's precision switches as they were (the profile's ``precision`` is what they meant)
+        "precision_flags": flags,
     }
     return Profile(
         model=net.name,
@@ -457,4 +530,20 @@ def profile_model(
         by_batch_size=sorted(points, key=lambda p: p.batch_size) if len(points) > 1 else None,
         meta=meta,
         schema_version=SCHEMA_VERSION,
+        precision=precision,
     )
+
+
+def _measure_sizes(net: LayeredModel, sizes: list[int], dev: torch.device, tdtype: torch.dtype,
+                   repeats: int, warmup: int, seed: int, progress: Callable[[str], None] | None,
+                   ) -> tuple[list[BatchPoint], dict[str, dict[str, float]]]:
+    """Every batch size in turn (the caller makes ``dev`` current)."""
+    points: list[BatchPoint] = []
+    whole_spread: dict[str, dict[str, float]] = {}
+    for b in sizes:
+        if progress:
+            progress(f"profiling {net.name} batch {b} on {dev} ({repeats} repeats)")
+        layers, whole, w_sp = _measure_batch(net, b, dev, tdtype, repeats, warmup, seed)
+        whole_spread[str(b)] = w_sp
+        points.append(BatchPoint(b, tuple(layers), whole))
+    return points, whole_spread
