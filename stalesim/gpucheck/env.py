@@ -53,7 +53,18 @@ def environment(dry: bool) -> dict[str, Any]:
     return {"dry": dry, "gpu_count": n, "gpu_names": names, "driver": driver, "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": cudnn, "nccl": _nccl_version(n),
             "python": sys.version.split()[0], "executable": sys.executable, "machine": platform.machine(),
-            "precision": precision_flags()}
+            "precision": precision_flags(), "missing_packages": missing_packages()}
+
+
+# what stalesim imports beyond torch (pyproject's dependencies and the test runner): a lent GPU
+# machine's image lacks some (simpy, for one), which then travel as wheels (docs/gpu-check.md)
+NEEDED = ("numpy", "simpy", "tqdm", "matplotlib", "pytest", "hypothesis")
+
+
+def missing_packages() -> list[str]:
+    import importlib.util
+
+    return [m for m in NEEDED if importlib.util.find_spec(m) is None]
 
 
 def _nccl_version(gpus: int) -> str | None:

@@ -61,7 +61,7 @@ def one_gpu_cases(device: str, iterations: int = 6) -> list[TrainConfig]:
     stale-weights order and under a split backward."""
     cases = [executor_config(n, 1, fold=1, device=device, iterations=iterations)
              for n in schedule_names() if not get_spec(n).data_parallel]
-    resnet = {"model": "resnet8", "batch_size": 8, "synthetic_size": 64}
+    resnet: dict[str, Any] = {"model": "resnet8", "batch_size": 8, "synthetic_size": 64}
     cases.append(executor_config("stale", 1, fold=1, device=device, iterations=4, **resnet))
     cases.append(executor_config("zb-v", 1, fold=1, device=device, iterations=4, **resnet))
     return cases
@@ -82,7 +82,8 @@ def multi_gpu_cases(gpus: int, device: str = "cuda:0") -> dict[int, list[TrainCo
         for name in schedule_names():
             V = get_spec(name).stages_per_device
             big = n * V > 5  # LeNet-5 has 5 blocks
-            over = {"model": "resnet14", "batch_size": 12, "synthetic_size": 48, "iterations": 3} if big else {}
+            over: dict[str, Any] = ({"model": "resnet14", "batch_size": 12, "synthetic_size": 48, "iterations": 3}
+                                    if big else {})
             cases.append(executor_config(name, n, device=device, **over))
         out[n] = cases
     return out

@@ -98,7 +98,7 @@ STEPS: tuple[Step, ...] = (
          "execsteps:multi_gpu_step",
          (("run", "--model", "lenet5", "--dataset", "synthetic", "--schedule", "stale", "--stages", "2",
            "--devices", "cuda:0,1", "--iterations", "6", "--json"),), min_gpus=2),
-    Step("pytest_gpu", 3, 240, "the suite's GPU tests (pytest -m gpu on the files that have them)",
+    Step("pytest_gpu", 3, 270, "the suite's GPU tests (pytest -m gpu on the files that have them)",
          "suite:pytest_gpu_step", (("python", "-m", "pytest", "-m", "gpu"),)),
 )
 

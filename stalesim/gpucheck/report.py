@@ -147,6 +147,7 @@ def render_md(summary: dict[str, Any]) -> str:
               f"- torch {env.get('torch')}, CUDA {env.get('cuda') or 'n/a'}, cuDNN {env.get('cudnn') or 'n/a'}, "
               f"Python {env.get('python')}",
               f"- precision: {_fmt(env.get('precision') or {})}",
+              f"- missing packages: {', '.join(env.get('missing_packages') or []) or 'none'}",
               f"- counts: {_fmt(summary['counts'])}; ok: {summary['ok']}", ""]
     lines += ["| step | part | status | wall s | budget s | numbers |", "| --- | --- | --- | --- | --- | --- |"]
     for r in summary["steps"]:
