@@ -51,6 +51,7 @@ def test_configs_cover_every_schedule():
     assert all(c.fold == 1 and c.num_stages == 2 * get_spec(c.schedule).stages_per_device for c in one)
     assert multi_gpu_device_counts(1) == [] and multi_gpu_device_counts(2) == [2]
     assert multi_gpu_device_counts(3) == [2, 3] and multi_gpu_device_counts(8) == [2, 3, 8]
+    assert sorted(multi_gpu_cases(8)) == [2, 3, 8]  # S = 16 for V = 2 on 8 GPUs: a ResNet deep enough
     by = multi_gpu_cases(3)
     for n, cases in by.items():
         assert {c.schedule for c in cases} == set(schedule_names())

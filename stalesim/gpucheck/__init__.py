@@ -16,6 +16,7 @@ checks, and a failing step never stops the others.
 * :mod:`stalesim.gpucheck.suite`: ``pytest -m gpu`` and the reproduce-gpu plan.
 * :mod:`stalesim.gpucheck.report`: step records, ``summary.json`` and ``summary.md``.
 * :mod:`stalesim.gpucheck.runner`: runs a part's steps (in process, or one process each).
+* :mod:`stalesim.gpucheck.paths`: this tree's root, and the environment its child processes get.
 
 ``--dry`` runs the same plan on the CPU in tiny variants (what CI runs; docs/gpu-check.md).
 """

@@ -15,9 +15,8 @@ from pathlib import Path
 from stalesim.cli import _Parser
 from stalesim.cli.common import int_type
 from stalesim.errors import StalesimError
+from stalesim.gpucheck.paths import ROOT
 from stalesim.gpucheck.plan import PARTS, check_plan, part_budget_s, step_named, steps_of
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -39,7 +39,7 @@ def executor_config(name: str, devices: int, *, fold: int | None = None, model: 
     spec = get_spec(name)
     n = 2 if fold is not None else devices  # the unfolded device count the stages are cut for
     kw: dict[str, Any] = {"model": model, "dataset": "synthetic", "schedule": name, "iterations": iterations,
-                          "synthetic_size": 192, "lr": 0.05, "device": device}
+                          "lr": 0.05, "device": device}
     if spec.data_parallel:
         kw.update(workers=devices, stages=1)
     else:
@@ -49,6 +49,7 @@ def executor_config(name: str, devices: int, *, fold: int | None = None, model: 
         kw["microbatches"] = m
     split = m * (devices if spec.data_parallel else 1)
     kw["batch_size"] = 24 if 24 % split == 0 else 8 * split
+    kw["synthetic_size"] = max(192, 2 * kw["batch_size"])
     if spec.warmup_with is not None and spec.data_parallel:
         kw["warmup"] = 1  # pipe-sgd's first batch synchronous, as the equivalence tests run it
     kw.update(over)
@@ -73,19 +74,22 @@ def multi_gpu_device_counts(gpus: int) -> list[int]:
     return sorted({n for n in (gpus, 3 if gpus >= 3 else 0, 2 if gpus >= 2 else 0) if n >= 2})
 
 
+def model_for(stages: int) -> dict[str, Any]:
+    """The smallest model with a block per stage: LeNet-5 (5 blocks) up to S = 5, else the
+    shallowest ResNet-(6k+2) (3k + 2 blocks), for fewer iterations."""
+    if stages <= 5:
+        return {}
+    k = -(-(stages - 2) // 3)
+    return {"model": f"resnet{6 * k + 2}", "iterations": 3}
+
+
 def multi_gpu_cases(gpus: int, device: str = "cuda:0") -> dict[int, list[TrainConfig]]:
-    """Per rank count n: every registered schedule at S = n (x V); the virtual-stage ones with
-    3+ devices need more blocks than LeNet-5 has (S = 6), so they train ResNet-14 (8 blocks)."""
+    """Per rank count n: every registered schedule at S = n (x V chunks per device); where S
+    outgrows LeNet-5 (virtual stages on 3+ devices, 6+ GPUs) a ResNet deep enough."""
     out: dict[int, list[TrainConfig]] = {}
     for n in multi_gpu_device_counts(gpus):
-        cases = []
-        for name in schedule_names():
-            V = get_spec(name).stages_per_device
-            big = n * V > 5  # LeNet-5 has 5 blocks
-            over: dict[str, Any] = ({"model": "resnet14", "batch_size": 12, "synthetic_size": 48, "iterations": 3}
-                                    if big else {})
-            cases.append(executor_config(name, n, device=device, **over))
-        out[n] = cases
+        out[n] = [executor_config(name, n, device=device, **model_for(n * get_spec(name).stages_per_device))
+                  for name in schedule_names()]
     return out
 
 

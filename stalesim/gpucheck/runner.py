@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.atomic import ensure_dir
+from stalesim.gpucheck.paths import tree_env
 from stalesim.gpucheck.plan import STEPS, Step
 from stalesim.gpucheck.report import Context, Outcome, status_of, step_path, step_record, write_step
 
@@ -60,7 +61,7 @@ def isolated_step(step: Step, ctx: Context) -> dict[str, Any]:
     why = None
     with open(log, "w", encoding="utf-8") as fh:
         # its own session, so that on a timeout the whole group goes (ranks, pytest's children)
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=tree_env())
         try:
             code = proc.wait(timeout=step.budget_s)
             if not record.is_file():

@@ -12,11 +12,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from stalesim.gpucheck.paths import ROOT, TESTS, tree_env
 from stalesim.gpucheck.plan import STEPS, check_plan, step_named
 from stalesim.gpucheck.report import Context, Outcome
-
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 
 
 def command_resolves(argv: tuple[str, ...]) -> str | None:
@@ -71,7 +69,8 @@ def pytest_gpu_step(ctx: Context) -> Outcome:
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
            *(["--collect-only"] if ctx.dry else [f"--junitxml={junit}"]), *map(str, files)]
     timeout = step_named("pytest_gpu").budget_s - 15
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+                          env=tree_env())
     (ctx.out / "pytest-gpu.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
     o = Outcome(numbers={"files": [p.name for p in files], "exit_code": proc.returncode})
     if ctx.dry:
