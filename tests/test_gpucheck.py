@@ -1,7 +1,7 @@
 """``python -m stalesim.gpucheck``: the plan's budgets, the CLI's errors, the step runner, and the
 CPU dry mode end to end (what CI can check of the GPU campaign; docs/gpu-check.md).
 
-The dry-mode test runs every step's tiny CPU variant in this process: about 40 s on 2 busy cores
+The dry-mode test runs every step's tiny CPU variant in this process: 40-55 s on 2 busy cores
 (torch already imported; the pytest step starts one collecting subprocess)."""
 
 from __future__ import annotations

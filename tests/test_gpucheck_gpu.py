@@ -7,14 +7,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stalesim.gpucheck.plan import PROFILE_REL_TOL  # noqa: E402
+from stalesim.gpucheck.plan import EVENT_WALL_REL_TOL, PROFILE_REL_TOL  # noqa: E402
 from stalesim.gpucheck.report import Context  # noqa: E402
 
 
 @pytest.mark.gpu
 def test_cuda_event_profile_agrees_with_the_wall_clock(tmp_path):
-    """ResNet-20 and the char-GPT: CUDA-event per-block sum and whole step within PROFILE_REL_TOL
-    of the host wall clock of whole steps; the precision flags are recorded."""
+    """ResNet-20 and the char-GPT: the CUDA-event per-block sum within PROFILE_REL_TOL and the
+    event-timed whole step within EVENT_WALL_REL_TOL of the host wall clock of whole steps; the
+    precision flags are recorded."""
     from stalesim.gpucheck.measure import profile_step
 
     o = profile_step(Context(tmp_path, dry=False, gpus=torch.cuda.device_count()))
@@ -25,6 +26,7 @@ def test_cuda_event_profile_agrees_with_the_wall_clock(tmp_path):
         n = o.numbers[key]
         assert n["timer"] == "cuda-events"
         assert abs(n["layer_sum_over_wall"] - 1) <= PROFILE_REL_TOL
+        assert abs(n["whole_events_over_wall"] - 1) <= EVENT_WALL_REL_TOL
 
 
 @pytest.mark.gpu

@@ -101,7 +101,10 @@ def _budget(name: str) -> float:
 def one_gpu_step(ctx: Context) -> Outcome:
     """Every foldable schedule with all stages on one device, against the emulator on that device."""
     cases = one_gpu_cases(ctx.device)
-    o = Outcome(numbers={"built": len(cases), "devices": "cpu:1" if ctx.dry else "cuda:0"})
+    from stalesim.schedule import get_spec, schedule_names
+
+    o = Outcome(numbers={"built": len(cases), "devices": "cpu:1" if ctx.dry else "cuda:0",
+                         "not_foldable": [n for n in schedule_names() if get_spec(n).data_parallel]})
     if ctx.dry:
         cases = [c for c in cases if c.schedule in DRY_ONE_GPU and c.model == "lenet5"]
     o.numbers["ran"] = len(cases)

@@ -8,7 +8,7 @@ from typing import Any
 
 from stalesim.gpucheck.env import precision_flags
 from stalesim.gpucheck.jobs import dataset_for
-from stalesim.gpucheck.plan import BATCHED_K, BATCHED_LOSS_REL_TOL, PROFILE_REL_TOL
+from stalesim.gpucheck.plan import BATCHED_K, BATCHED_LOSS_REL_TOL, EVENT_WALL_REL_TOL, PROFILE_REL_TOL
 from stalesim.gpucheck.report import Context, Outcome
 
 # the dry mode's models: the same code paths, a few milliseconds a step on a CPU
@@ -65,9 +65,8 @@ def wall_step_s(model_name: str, batch: int, device: str, steps: int, warmup: in
 def profile_step(ctx: Context) -> Outcome:
     """``profile_model`` on the device (CUDA events there), then the whole step on the host clock:
     the per-block sum must agree with it within PROFILE_REL_TOL, and the event-timed whole step
-    with the wall-clock one within the same (both time the same kernels; on a GPU they differ by
-    the host's launch gaps only). On the CPU (dry) both are perf_counter on a shared machine:
-    reported, not enforced."""
+    with the wall-clock one within EVENT_WALL_REL_TOL (the same kernels). On the CPU (dry) both
+    are perf_counter on a shared machine: reported, not enforced."""
     from stalesim.workloads.profiler import profile_model
 
     o = Outcome(numbers={"precision": precision_flags(), "device": ctx.device})
@@ -84,8 +83,8 @@ def profile_step(ctx: Context) -> Outcome:
                           "layer_sum_over_wall": layer_sum / wall, "whole_events_over_wall": whole / wall}
         o.check(f"{key}: per-block sum vs wall clock", abs(layer_sum / wall - 1) <= PROFILE_REL_TOL,
                 layer_sum / wall, f"1 +- {PROFILE_REL_TOL}", enforced=not ctx.dry)
-        o.check(f"{key}: whole step, events vs wall clock", abs(whole / wall - 1) <= PROFILE_REL_TOL,
-                whole / wall, f"1 +- {PROFILE_REL_TOL}", enforced=not ctx.dry)
+        o.check(f"{key}: whole step, events vs wall clock", abs(whole / wall - 1) <= EVENT_WALL_REL_TOL,
+                whole / wall, f"1 +- {EVENT_WALL_REL_TOL}", enforced=not ctx.dry)
         o.check(f"{key}: timer", prof.meta.get("timer") == ("perf_counter" if ctx.dry else "cuda-events"),
                 prof.meta.get("timer"))
     return o
