@@ -82,6 +82,14 @@ def test_bad_flags_give_one_error_line_and_status_2(argv, capsys, tmp_path):
     assert len(err) == 1 and err[0].startswith("stalesim: error:"), err
 
 
+def test_an_output_folder_that_is_a_file_is_refused_up_front(capsys, tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert main(["--dry", "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stalesim: error:") and "not a folder" in err[0]
+    assert not (tmp_path / "steps").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
 def test_without_a_gpu_the_real_campaign_refuses_in_one_line(capsys, tmp_path):
     assert main(["--part", "1", "--out", str(tmp_path)]) == 2

@@ -70,15 +70,15 @@ def profile_step(ctx: Context) -> Outcome:
     from stalesim.workloads.profiler import profile_model
 
     o = Outcome(numbers={"precision": precision_flags(), "device": ctx.device})
-    work = ([("resnet20", 2), (TINY_GPT, 2)] if ctx.dry else [("resnet20", 128), ("gpt-char", 32)])
-    repeats, warm = (2, 1) if ctx.dry else (20, 5)
-    for model, batch in work:
-        key = model.split(":")[0]
+    work = ([("resnet20", "resnet8", 2), ("gpt-char", TINY_GPT, 2)] if ctx.dry else
+            [("resnet20", "resnet20", 128), ("gpt-char", "gpt-char", 32)])
+    repeats, warm = (1, 0) if ctx.dry else (20, 5)
+    for key, model, batch in work:
         prof = profile_model(model, batch, device=ctx.device, repeats=repeats, warmup=warm)
         layer_sum = sum(lp.compute_s for lp in prof.layers)
-        wall = wall_step_s(model, batch, ctx.device, steps=3 if ctx.dry else 30)
+        wall = wall_step_s(model, batch, ctx.device, steps=2 if ctx.dry else 30, warmup=1 if ctx.dry else 3)
         whole = prof.whole_model_s or float("nan")
-        o.numbers[key] = {"batch": batch, "timer": prof.meta.get("timer"), "blocks": len(prof.layers),
+        o.numbers[key] = {"model": model, "batch": batch, "timer": prof.meta.get("timer"), "blocks": len(prof.layers),
                           "layer_sum_s": layer_sum, "whole_events_s": whole, "wall_step_s": wall,
                           "layer_sum_over_wall": layer_sum / wall, "whole_events_over_wall": whole / wall}
         o.check(f"{key}: per-block sum vs wall clock", abs(layer_sum / wall - 1) <= PROFILE_REL_TOL,

@@ -88,23 +88,29 @@ def pytest_gpu_step(ctx: Context) -> Outcome:
 
 
 def reproduce_plan_step(ctx: Context) -> Outcome:
-    """The reproduce-gpu plan and estimate, as ``python -m stalesim.reproduce gpu --dry-run`` prints
-    them (on a GPU, through that very function; the dry mode, which has no CUDA, through its plan
-    and estimate for an H100 with the 2-GPU table)."""
-    from stalesim.reproduce.gpu import PAPER, estimate, format_estimate, plan, reproduce
-
-    lines: list[str] = []
+    """The reproduce-gpu plan and estimate: on a GPU, ``python -m stalesim.reproduce gpu --dry-run``
+    itself; the dry mode, which has no CUDA (that command refuses), runs its plan and estimate for
+    an H100 with the 2-GPU table."""
     work = ctx.out / "reproduce-gpu-work"
     if ctx.dry:
+        from stalesim.reproduce.gpu import PAPER, estimate, format_estimate, plan
+
         jobs = plan(PAPER, two_gpus=True, data_dir=ctx.data_dir)
-        est = estimate(jobs, "h100-sxm", ROOT / "figures" / "profiles", PAPER)
-        lines.append(format_estimate(jobs, est, "h100-sxm", None, work))
+        text = format_estimate(jobs, estimate(jobs, "h100-sxm", ROOT / "figures" / "profiles", PAPER),
+                               "h100-sxm", None, work)
+        code = 0
     else:
-        jobs = reproduce(work, ctx.out / "reproduce-gpu-results", scale=PAPER, data_dir=ctx.data_dir, dry_run=True,
-                         root=ROOT, log=lines.append)
-    text = "\n".join(lines)
+        cmd = [sys.executable, "-m", "stalesim.reproduce", "gpu", "--dry-run", "--out", str(work),
+               "--results", str(ctx.out / "reproduce-gpu-results"),
+               *(["--data-dir", ctx.data_dir] if ctx.data_dir else [])]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=tree_env(),
+                              timeout=step_named("reproduce_plan").budget_s - 10)
+        text, code = proc.stdout + proc.stderr, proc.returncode
+    head = re.search(r"reproduce-gpu: (\d+) jobs, (\d+) runs", text)
     total = re.search(r"total left ~([0-9.]+) h", text)
-    o = Outcome(numbers={"jobs": len(jobs), "runs": sum(j.runs for j in jobs),
+    o = Outcome(numbers={"exit_code": code, "jobs": int(head.group(1)) if head else 0,
+                         "runs": int(head.group(2)) if head else 0,
                          "estimate_h": float(total.group(1)) if total else None, "text": text.splitlines()[:3]})
-    o.check("plan has jobs", len(jobs) > 0, len(jobs), "> 0")
+    o.check("the plan prints jobs and an estimate", code == 0 and o.numbers["jobs"] > 0 and total is not None,
+            o.numbers["jobs"], "> 0")
     return o
