@@ -47,7 +47,7 @@ def _assert_match(cases, devices):
     from stalesim.gpucheck.report import Outcome
 
     o = Outcome()
-    compare(o, cases, run_jobs(cases, devices, dry=False, timeout_s=180), devices, dry=False)
+    compare(o, cases, run_jobs(cases, devices, dry=False), devices, dry=False)
     bad = [(c.name, c.value) for c in o.checks if not c.ok]
     assert len(o.checks) == len(cases) and not bad, bad
 
@@ -72,7 +72,7 @@ def test_memory_model_within_five_percent_of_max_memory_allocated():
     from stalesim.gpucheck.plan import MEMORY_REL_TOL
 
     cfg = next(c for c in memory_cases("cuda:0", dry=False) if c.schedule == "stale")
-    res = run_jobs([cfg], "cuda:0", dry=False, timeout_s=180)[0]
+    res = run_jobs([cfg], "cuda:0", dry=False)[0]
     assert "error" not in res, res
     assert res["peak_memory_kind"] == "cuda.max_memory_allocated"
     measured, predicted = res["peak_memory_bytes"]["0"], predicted_peaks(cfg)[0]

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise StalesimError(f"--data-dir: {args.data_dir!r} is not a folder")
     if args.step is not None:  # the runner's child: one step, its record, nothing else
+        if args.out is None:
+            raise StalesimError("--step: needs --out (the campaign's folder)")
         ctx = Context(Path(args.out), dry=args.dry, data_dir=data_dir, gpus=args.gpus or 0)
         rec = call_step(step_named(args.step), ctx)
         return 0 if rec["status"] in ("pass", "skip") else 1

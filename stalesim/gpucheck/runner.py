@@ -59,7 +59,7 @@ def isolated_step(step: Step, ctx: Context) -> dict[str, Any]:
            *(["--dry"] if ctx.dry else [])]
     t0 = time.perf_counter()
     why = None
-    with open(log, "w", encoding="utf-8") as fh:
+    with open(log, "w", encoding="utf-8") as fh:  # a live log: a killed step leaves what it printed
         # its own session, so that on a timeout the whole group goes (ranks, pytest's children)
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=tree_env())
         try:

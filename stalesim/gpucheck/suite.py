@@ -12,6 +12,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from stalesim.atomic import write_text_atomic
 from stalesim.gpucheck.paths import ROOT, TESTS, tree_env
 from stalesim.gpucheck.plan import STEPS, check_plan, step_named
 from stalesim.gpucheck.report import Context, Outcome
@@ -71,7 +72,7 @@ def pytest_gpu_step(ctx: Context) -> Outcome:
     timeout = step_named("pytest_gpu").budget_s - 15
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
                           env=tree_env())
-    (ctx.out / "pytest-gpu.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    write_text_atomic(ctx.out / "pytest-gpu.log", proc.stdout + proc.stderr)
     o = Outcome(numbers={"files": [p.name for p in files], "exit_code": proc.returncode})
     if ctx.dry:
         m = re.search(r"(\d+)(?:/\d+)? tests? collected", proc.stdout)
