@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test test-fast lint bench figures tables reproduce-gpu reproduce-gpu-plan clean
+.PHONY: install demo test test-fast lint bench figures tables reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
 
 install: $(STAMP)
 
@@ -53,6 +53,19 @@ reproduce-gpu: install
 # make reproduce-gpu-plan GPU=a100-40gb-sxm (or REPRODUCE_ARGS="--gpu a100-40gb-sxm --jobs 4")
 reproduce-gpu-plan: install
 	$(PY) -m stalesim.reproduce gpu --dry-run $(if $(GPU),--gpu $(GPU)) $(REPRODUCE_ARGS)
+
+# every CUDA path in one campaign, in parts of at most 9 minutes (make gpu-check PART=1, 2, 3 on a
+# machine that caps a command at 10 minutes); results in docs/results/gpu-check-<gpu>/. No install
+# step: a lent GPU machine has torch but no registry, so this runs the tree with the venv's python
+# where there is one, else python3. See docs/gpu-check.md.
+GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),python3)
+GPU_CHECK_ENV = PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+gpu-check:
+	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m stalesim.gpucheck $(if $(PART),--part $(PART)) $(GPU_CHECK_ARGS)
+
+# the same plan on the CPU: budgets, command lines, and every step in a tiny CPU variant (CI runs it)
+gpu-check-dry:
+	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m stalesim.gpucheck --dry $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache
