@@ -112,17 +112,28 @@ def state_copies(cfg: Any) -> int:
     return n + (1 if cfg.error_feedback else 0)
 
 
-def clip_(grads: list[torch.Tensor], max_norm: float) -> float:
+def clip_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale ``grads`` in place to global L2 norm <= ``max_norm`` (torch's rule); returns the
-    norm before clipping."""
+    norm before clipping (a 0-dim tensor on the gradients' device).
+
+    As ``torch.nn.utils.clip_grad_norm_``, without reading the norm on the host: every
+    gradient is multiplied by the coefficient, or by exactly 1 where it is not < 1 (a
+    synchronisation per update on CUDA otherwise). The coefficient is computed in float64,
+    i.e. the Python float arithmetic of ``max_norm / (norm + 1e-6)``, then rounded to the
+    gradients' dtype, as a Python scalar operand would be: on the CPU the result is the
+    same bits as scaling by the Python float only when it is < 1.
+    """
     if not grads:
-        return 0.0
+        return torch.zeros(())
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    coef = max_norm / (float(norm) + 1e-6)
-    if coef < 1.0:
-        for g in grads:
-            g.mul_(coef)
-    return float(norm)
+    # a tensor numerator: ``float / tensor`` is reciprocal-then-multiply in torch, not a division
+    limit = torch.full((), max_norm, dtype=torch.float64, device=norm.device)
+    coef = limit / (norm.double() + 1e-6)
+    coef = torch.where(coef < 1.0, coef, 1.0)  # NaN norm: not < 1, the gradients stay
+    scale = coef.to(grads[0].dtype)
+    for g in grads:
+        g.mul_(scale if g.dtype == scale.dtype else coef.to(g.dtype))
+    return norm
 
 
 class StageOptimizer:
