@@ -145,6 +145,10 @@ class StageOptimizer:
         self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
         self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
         self.torch: torch.optim.Optimizer | None = None
+        # updates applied: torch's per-parameter step count, kept as a Python int so that
+        # weight prediction never reads torch's step tensor (a device read when torch keeps
+        # it on the device: capturable / fused optimizers)
+        self.steps = 0
         if not params:
             return
         kind, wd = cfg.optimizer, cfg.weight_decay
@@ -184,6 +188,7 @@ class StageOptimizer:
             p.grad = g
         self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
         self.torch.step()
+        self.steps += 1
         if b:
             for p, e in zip(self.params, extra):
                 p.add_(e, alpha=-lr * b)
@@ -214,7 +219,7 @@ class StageOptimizer:
             if not st:
                 out.append(None)
                 continue
-            t = float(st["step"])
+            t = float(self.steps)
             m_hat = st["exp_avg"] / (1 - b1**t)
             denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - b2**t)).add_(self.cfg.eps)
             d = m_hat / denom
@@ -231,4 +236,5 @@ class StageOptimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.torch is not None and state.get("torch") is not None:
             self.torch.load_state_dict(state["torch"])
+            self.steps = max((int(st["step"]) for st in self.torch.state.values() if "step" in st), default=0)
         self.prev_step = state.get("prev_step")
