@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from _hostsync import count_host_reads
+
 from stalesim.emulator.batched import BatchedEmulator
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig

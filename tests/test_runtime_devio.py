@@ -6,8 +6,8 @@ from collections import defaultdict
 
 import pytest
 import torch
-
 from _hostsync import count_host_reads
+
 from stalesim.runtime.devio import LossSums, read_values, to_device, upload
 from stalesim.runtime.optim import clip_
 
