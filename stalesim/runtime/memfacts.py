@@ -16,7 +16,8 @@ import torch
 from stalesim.runtime.memory import module_static_bytes, storage_nbytes
 
 
-def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) -> list[dict[str, int]]:
+def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
+                       device: torch.device | str = "cpu") -> list[dict[str, int]]:
     """Per stage, the bytes the memory model needs, measured as the executor counts them:
     ``params``, ``buffers``, ``activation`` (one in-flight action batch: input, output,
     saved tensors, loss on a loss stage), ``deferred_w`` (on a stage that splits its
@@ -25,7 +26,10 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
 
     Builds the run's model and stages (:func:`stalesim.runtime.build.build_stage_modules`)
     and runs one forward (and the loss) per stage through :class:`StageRuntime` at the
-    schedule's action batch, on the CPU, without training anything.
+    schedule's action batch, without training anything, on ``device``: the CPU by default;
+    for a GPU prediction on the GPU, whose kernels may save other tensors than the CPU's
+    (cuDNN's batch norm keeps a reserve buffer). The bytes inside actions and the CUDA
+    allocator's own are :func:`stage_cuda_extra_bytes`'s.
     """
     from dataclasses import replace
 
@@ -36,9 +40,10 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
         cfg = replace(cfg, ppv=list(ppv), stages=None)
     mods = build_stage_modules(cfg, sched)
     B = sched.action_batch_size(cfg.batch_size)
-    rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu",
+    x, y = sample_batch(mods.model, B, cfg.torch_dtype)  # before the stages move to ``device``
+    rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=device,
                          total=max(1, sched.batches))
-    x, y = sample_batch(mods.model, B, cfg.torch_dtype)
+    x, y = x.to(device), y.to(device)
     out: list[dict[str, int]] = []
     for s in range(sched.stages):
         rt = rts[s]
