@@ -10,7 +10,9 @@ wraps each in a :class:`StageRuntime`.
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +28,68 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
     """The JSON-able description of one run (``cfg``: TrainConfig or its dict).
 
     ``keep_rows``: the summary also carries every rank's per-action timings and the
-    versions each runtime used (tests); ``deterministic``: the ranks call
-    ``torch.use_deterministic_algorithms(True)``.
+    versions each runtime used (tests); ``deterministic``: the ranks run deterministic
+    kernels (:func:`prepare_determinism`).
     """
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
     return {"train": d, "out": out, "checkpoint_every": int(checkpoint_every or 0),
             "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
             "deterministic": bool(deterministic)}
+
+
+#: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
+#: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
+CUBLAS_DETERMINISTIC = ":4096:8"
+
+
+def prepare_determinism(deterministic: bool, device: torch.device,
+                        environ: MutableMapping[str, str] | None = None) -> dict[str, Any]:
+    """Set this rank's deterministic mode for a job; returns what was set.
+
+    On CUDA, ``CUBLAS_WORKSPACE_CONFIG`` is set (unless it already holds one of cuBLAS's
+    deterministic values) before the rank's first cuBLAS call, which is when cuBLAS reads
+    it, and torch is told ``warn_only=True``: some CUDA backward kernels have no
+    deterministic version (``AdaptiveAvgPool2d``'s, in every zoo CNN), and torch's
+    ``warn_only`` is the documented way to run them with a warning naming the op instead
+    of failing on it. (The zoo pools over non-overlapping windows, global average pooling,
+    where that kernel adds one value per input element: the result does not depend on the
+    order.) On the CPU every kernel has a deterministic version: strict mode. The mode is
+    set for every job, so a later job of the same worker does not inherit it.
+    """
+    env = os.environ if environ is None else environ
+    cuda = device.type == "cuda"
+    if deterministic and cuda and env.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
+        env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC
+    torch.use_deterministic_algorithms(bool(deterministic), warn_only=bool(deterministic and cuda))
+    return {"deterministic": bool(deterministic), "warn_only": bool(deterministic and cuda),
+            "CUBLAS_WORKSPACE_CONFIG": env.get("CUBLAS_WORKSPACE_CONFIG") if cuda else None}
+
+
+class CudaPeak:
+    """The CUDA allocator's peak of one run: from the end of setup (the allocator counts
+    from process start, so setup, an earlier job and the model built on the CPU then moved
+    would count) and without checkpoint writes (their state copies are not training
+    memory): read and reset around every checkpoint hook."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.setup_peak = int(torch.cuda.max_memory_allocated(device))  # from process start
+        self._peak = 0
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def around(self, hook: Any) -> Any:
+        """``hook`` (the rank's per-action checkpoint hook) with its allocations left out."""
+        def wrapped(i: int) -> None:
+            self._peak = max(self._peak, int(torch.cuda.max_memory_allocated(self.device)))
+            try:
+                hook(i)
+            finally:
+                torch.cuda.reset_peak_memory_stats(self.device)
+        return wrapped
+
+    def peak(self) -> int:
+        """Peak bytes allocated since setup, checkpoint hooks excluded."""
+        return max(self._peak, int(torch.cuda.max_memory_allocated(self.device)))
 
 
 def plan(cfg: Any, batches_per_epoch: int | None = None):
@@ -77,8 +134,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg = TrainConfig.from_dict(dict(job["train"]))
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
     cfg.check()
-    if job.get("deterministic"):
-        torch.use_deterministic_algorithms(True)
+    prepare_determinism(bool(job.get("deterministic")), ctx.device)
     from stalesim.workloads.zoo import build_model
 
     base = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
@@ -121,6 +177,9 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     if restored is not None:
         ck.apply(rank, restored)
     ck.attach(rank)
+    cuda_peak = CudaPeak(dev) if dev.type == "cuda" else None
+    if cuda_peak is not None and rank.on_action_done is not None:
+        rank.on_action_done = cuda_peak.around(rank.on_action_done)
     setup_s = time.perf_counter() - t_start
     ctx.beacon.set("barrier before the run")
     dist.barrier()
@@ -128,9 +187,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     rank.run()
     rows = rank.rec.finish()
     ctx.beacon.set("gathering results")
-    peak = rank.peak_bytes
-    if dev.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(dev))
+    peak = rank.peak_bytes if cuda_peak is None else cuda_peak.peak()
     payload = {
         "rank": ctx.rank,
         "rows": rows,
@@ -138,6 +195,9 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         "versions_used": {f"{w}:{s}": list(rt.versions_used) for (w, s), rt in runtimes.items()},
         "peak_memory_bytes": int(peak),
         "peak_memory_parts": None if dev.type == "cuda" else dict(rank.peak_parts or {}),
+        # CUDA: the allocator's peak from process start through setup (the reported peak
+        # counts from the end of setup)
+        "setup_peak_memory_bytes": None if cuda_peak is None else cuda_peak.setup_peak,
         "stash_peak_bytes": int(sum(rt.stash_peak_bytes for rt in runtimes.values())),
         "bytes_sent": rank.tr.bytes_sent,
         "setup_s": setup_s,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import pack, unpack_mean
 from stalesim.runtime.data import shard
+from stalesim.runtime.devio import LossSums, to_device
 from stalesim.schedule import Action, Kind
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
@@ -139,7 +140,9 @@ class Rank:
         self.store = _Store()
         self.posted: dict[tuple, tuple[Pending, Pending | None]] = {}
         self.ar: dict[tuple[int, int, int], tuple[Pending, list[torch.Tensor], torch.Tensor]] = {}
-        self.losses: dict[tuple[int, int, int], float] = defaultdict(float)
+        # LOSS values stay on the device until the results are gathered (a read per LOSS
+        # would synchronise the last stage's GPU, a wait the stage profiles never had)
+        self.losses = LossSums()
         self.next_recv = 0
         self.recv_idx = [i for i, a in enumerate(self.actions) if a.kind in (Kind.RECV_F, Kind.RECV_B)]
         self.index = start_index
@@ -301,7 +304,7 @@ class Rank:
             x = part(t, lo, lo + self.micro_size)
         else:  # a plain callable stream
             x = self.stream(t)[0][lo:lo + self.micro_size].clone()
-        return x.to(self.device, non_blocking=True)
+        return to_device(x, self.device)  # pinned + asynchronous on CUDA
 
     def _labels(self, w: int, t: int) -> torch.Tensor:
         """Labels of the worker's slice of batch t (stage 0 reads them from the stream)."""
@@ -312,7 +315,7 @@ class Rank:
             y = lab(t) if lab is not None else self.stream(t)[1]
             if self.P > 1:
                 y = shard(y, self.P, w)
-            y = self.store.labels[key] = y.to(self.device, non_blocking=True)
+            y = self.store.labels[key] = to_device(y, self.device)
         return y
 
     def _F(self, a: Action) -> None:
@@ -341,7 +344,7 @@ class Rank:
         if self.M > 1 or a.micro is not None:
             labels = shard(labels, self.M, a.micro or 0)
         value = self.rts[(a.worker, a.stage)].loss(a, labels)
-        self.losses[(a.worker, a.stage, a.batch)] += value
+        self.losses.add((a.worker, a.stage, a.batch), value)
         self.loss_labels[(a.worker, a.stage, a.batch, a.micro)] = labels
         self._used_labels(key)
 

@@ -41,7 +41,7 @@ def replay(name: str, S: int, N: int, M: int = 1, lr: float = 0.1, sched=None, o
             if s + 1 < S:
                 acts[(s + 1, t, m)] = out
         elif a.kind is Kind.LOSS:
-            losses.append(rts[s].loss(a, y))
+            losses.append(float(rts[s].loss(a, y)))
         elif a.kind is Kind.B or a.kind is Kind.I:
             run = rts[s].backward if a.kind is Kind.B else rts[s].backward_input
             gx = run(a, grads.pop((s, t, m), None))

@@ -182,3 +182,14 @@ def ScheduleConfigFor(name: str):  # noqa: N802 - a tiny helper for the parametr
     from stalesim.schedule import ScheduleConfig
 
     return ScheduleConfig(name, stages=2, batches=4)
+
+
+def test_cuda_term_is_zero_on_the_cpu() -> None:
+    """The CPU's memory is exact (the test above): no CUDA term, and nothing is built."""
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.memfacts import stage_cuda_extra_bytes
+    from stalesim.schedule import build_schedule
+
+    cfg = TrainConfig(model="lenet5", schedule="stale", ppv=[2], iterations=4, batch_size=8).check()
+    sched = build_schedule(cfg.schedule_config(4))
+    assert stage_cuda_extra_bytes(cfg, sched, device="cpu") == [0, 0]

@@ -103,3 +103,22 @@ def test_consecutive_stages_on_one_device_share_the_boundary_tensor():
         pairs = {s for s in dev_stages[d] if s + 1 in dev_stages[d]}
         got = {s for smp in samples for s in smp.shared}
         assert got == pairs  # V placement: device 1 holds stages 1 and 2
+
+
+def test_cuda_term_adds_the_largest_of_a_devices_stages_once():
+    """``transient_bytes`` (the measured CUDA term per stage) adds, per device, the largest
+    entry of the stages it runs; absent, the report is unchanged (the CPU: exact)."""
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=4, microbatches=2))
+    c = uniform_costs(2, 1, 1, param_bytes=100, saved_bytes=10, msg_bytes=7)
+    plain = memory_report(sched, c)
+    zero = memory_report(sched, c, transient_bytes=[0, 0])
+    assert zero.peak_bytes == plain.peak_bytes and "cuda_transient" not in plain.breakdown[0]
+    cuda = memory_report(sched, c, transient_bytes=[50, 9])
+    assert cuda.peak_bytes == [plain.peak_bytes[0] + 50, plain.peak_bytes[1] + 9]
+    assert [b["cuda_transient"] for b in cuda.breakdown] == [50, 9]
+    assert all(p == sum(b.values()) for p, b in zip(cuda.peak_bytes, cuda.breakdown))
+    # one device running both stages (virtual stages / fold): the larger term, once
+    folded = build_schedule(ScheduleConfig("gpipe", stages=2, batches=3, fold=1))
+    assert folded.num_devices == 1
+    one = memory_report(folded, c, transient_bytes=[50, 9])
+    assert one.peak_bytes == [memory_report(folded, c).peak_bytes[0] + 50]

@@ -79,9 +79,10 @@ class BatchedEmulator(Emulator):
 
     def __init__(self, cfgs: Sequence[TrainConfig], *, out: str | os.PathLike[str] | None = None,
                  run_dirs: Sequence[str | os.PathLike[str]] | None = None, checkpoint_every: int = 0,
-                 progress: bool | None = None, generic: bool = False) -> None:
+                 progress: bool | None = None, generic: bool = False, read_every: int | None = None) -> None:
         """``generic``: build every stage through vmap (:class:`~stalesim.runtime.batched.VmapWide`)
-        even where the folded fast path applies (tests compare the two)."""
+        even where the folded fast path applies (tests compare the two); ``read_every``: as
+        :class:`~stalesim.emulator.replay.Emulator`'s."""
         from stalesim.workloads.zoo import build_model
 
         cfgs = [c.check() for c in cfgs]
@@ -141,7 +142,7 @@ class BatchedEmulator(Emulator):
             self.stage_mods.append([rt.module for rt in row])
         self.models = self.stage_mods
         del per_run, reps
-        self._init_replay()
+        self._init_replay(read_every)
         self.state = BatchedRunState.fresh(K)
 
     # ------------------------------------------------------------- building
@@ -198,37 +199,42 @@ class BatchedEmulator(Emulator):
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         y = self._slice(self._data(t)[1], r, m)
         rt = self.rts[r][s]
-        values = rt.loss(a, y)
+        values = rt.loss(a, y)  # [K], on the device: read by _read_out
         if s == self.S - 1:
             st = self.state
             K = self.K
+            ep = t // self.bpe
             with torch.no_grad():
                 out = rt.inflight[(t, m)].y
-                ep = t // self.bpe
-                good = (out.argmax(-1) == y).reshape(K, -1).sum(1).tolist()
-                corr = st.correct.setdefault(ep, [0] * K)
-                for k in range(K):
-                    corr[k] += int(good[k])
-                seen = st.seen.setdefault(ep, [0] * K)
-                for k in range(K):
-                    seen[k] += int(y[k].numel())
-            parts = st.loss_parts.setdefault(t, [0.0] * K)
+                self._queued_correct.append((ep, (out.argmax(-1) == y).reshape(K, -1).sum(1)))
+            seen = st.seen.setdefault(ep, [0] * K)
             for k in range(K):
-                parts[k] = parts[k] + values[k] / self.P
-            st.loss_count[t] = st.loss_count.get(t, 0) + 1
-            if st.loss_count[t] == self.loss_actions_per_batch:
-                losses = st.loss_parts.pop(t)
-                del st.loss_count[t]
-                st.losses[t] = losses
-                self._log_steps(t, losses)
-                for k, x in enumerate(losses):
-                    if not math.isfinite(x) and st.run_diverged_at[k] is None:
-                        st.run_diverged_at[k] = t
-                if st.diverged_at is None and all(d is not None for d in st.run_diverged_at):
-                    st.diverged_at = t
+                seen[k] += int(y[k].numel())
+            self._queue_loss(t, values)
         self._batch_left[t] -= 1
         if self._batch_left[t] == 0:
             del self._batch_left[t], self._batch[t]
+
+    def _add_loss(self, t: int, value: list[Any]) -> None:
+        parts = self.state.loss_parts.setdefault(t, [0.0] * self.K)
+        for k in range(self.K):
+            parts[k] = parts[k] + value[k] / self.P
+
+    def _add_correct(self, ep: int, count: list[Any]) -> None:
+        corr = self.state.correct.setdefault(ep, [0] * self.K)
+        for k in range(self.K):
+            corr[k] += int(count[k])
+
+    def _complete_batch(self, t: int, now: float) -> None:
+        st = self.state
+        losses = st.loss_parts.pop(t)
+        st.losses[t] = losses
+        self._log_steps(t, losses, now)
+        for k, x in enumerate(losses):
+            if not math.isfinite(x) and st.run_diverged_at[k] is None:
+                st.run_diverged_at[k] = t
+        if st.diverged_at is None and all(d is not None for d in st.run_diverged_at):
+            st.diverged_at = t
 
     def _allreduce_start(self, a: Action) -> None:
         key = (a.stage, a.batch)
@@ -245,8 +251,7 @@ class BatchedEmulator(Emulator):
         d = self.state.run_diverged_at[k]
         return d is None or t <= d
 
-    def _log_steps(self, t: int, losses: list[float]) -> None:
-        now = round(self._now(), 4)
+    def _log_steps(self, t: int, losses: list[float], now: float) -> None:
         for k, c in enumerate(self.cfgs):
             if not self._alive(k, t):
                 continue

@@ -36,13 +36,23 @@ from stalesim.runtime.allreduce import mean_in_process
 from stalesim.runtime.build import build_stage_modules, replicate, stage_runtimes
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import BatchStream, batch_stream, shard
+from stalesim.runtime.devio import read_values, to_device
 from stalesim.runtime.stage import StageRuntime
-from stalesim.runtime.tasks import correct as task_correct
+from stalesim.runtime.tasks import correct_count, task_of
 from stalesim.runtime.tasks import evaluate as task_evaluate
-from stalesim.runtime.tasks import task_of
 from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
 
 CKPT_NAME = "checkpoint.pt"
+
+#: Batches between two reads of the losses and correct counts on a GPU (one host
+#: synchronisation each; on the CPU a read costs nothing and happens every batch).
+READ_EVERY_CUDA = 50
+
+
+def read_every_default(device: torch.device) -> int:
+    """Batches between reads of the training numbers: 1 on the CPU, :data:`READ_EVERY_CUDA`
+    on a GPU (a read waits for the device to finish everything queued)."""
+    return 1 if device.type == "cpu" else READ_EVERY_CUDA
 
 
 def _nothing(a: Action) -> None:
@@ -53,9 +63,12 @@ class Emulator:
 
     def __init__(self, cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None,
                  checkpoint_every: int = 0, progress: bool | None = None,
-                 stream: BatchStream | None = None, model: torch.nn.Module | None = None) -> None:
+                 stream: BatchStream | None = None, model: torch.nn.Module | None = None,
+                 read_every: int | None = None) -> None:
         """``model``: a LayeredModel to use instead of ``build_model(cfg.model)`` (tests,
-        bring-your-own models); ``stream``: a prepared batch stream (saves reloading data)."""
+        bring-your-own models); ``stream``: a prepared batch stream (saves reloading data);
+        ``read_every``: batches between host reads of the losses (see :meth:`_read_out`;
+        default :func:`read_every_default`)."""
         from stalesim.workloads.zoo import build_model
 
         self.cfg = cfg.check()
@@ -85,10 +98,16 @@ class Emulator:
             rts = stage_runtimes(cfg, self.sched, mods, worker=w, stages=range(self.S),
                                  device=self.device, total=self.total)
             self.rts.append([rts[s] for s in range(self.S)])
-        self._init_replay()
+        self._init_replay(read_every)
 
-    def _init_replay(self) -> None:
+    def _init_replay(self, read_every: int | None = None) -> None:
         """The replay order, the events and the hand-off state (after the runtimes exist)."""
+        self.read_every = max(1, int(read_every)) if read_every is not None else read_every_default(self.device)
+        # device values queued for the next read (:meth:`_read_out`): LOSS values by batch,
+        # correct counts by epoch, completed batches with the time they completed
+        self._queued_losses: list[tuple[int, torch.Tensor]] = []
+        self._queued_correct: list[tuple[int, torch.Tensor]] = []
+        self._completed: list[tuple[int, float]] = []
         self.steps = [st.action for st in dry_run(self.sched)]
         self.state = RunState()
         self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
@@ -178,7 +197,7 @@ class Emulator:
         b = self._batch.get(t)
         if b is None:
             x, y = self._fetch(t)
-            b = (x.to(self.device), y.to(self.device))
+            b = (to_device(x, self.device), to_device(y, self.device))
             self._batch[t] = b
             self._batch_left.setdefault(
                 t, self.loss_actions_per_batch * (self.S if self.sched.local_loss else 1))
@@ -190,7 +209,7 @@ class Emulator:
 
     def _labels(self, t: int) -> torch.Tensor:
         """Batch t's labels on the device (checkpoint resume recomputes losses with them)."""
-        return self._fetch(t)[1].to(self.device)
+        return to_device(self._fetch(t)[1], self.device)
 
     def checkpoint_config(self) -> dict[str, Any]:
         """What a checkpoint must have been made with to resume this emulation."""
@@ -222,24 +241,65 @@ class Emulator:
         value = rt.loss(a, y)
         if s == self.S - 1:
             st = self.state
-            with torch.no_grad():
-                out = rt.inflight[(t, m)].y
-                ep = t // self.bpe
-                good, n = task_correct(out, y)  # per class, or per next character
-                st.correct[ep] = st.correct.get(ep, 0) + good
-                st.seen[ep] = st.seen.get(ep, 0) + n
-            st.loss_parts[t] = st.loss_parts.get(t, 0.0) + value / self.P
-            st.loss_count[t] = st.loss_count.get(t, 0) + 1
-            if st.loss_count[t] == self.loss_actions_per_batch:
-                loss = st.loss_parts.pop(t)
-                del st.loss_count[t]
-                st.losses[t] = loss
-                self._log_step(t, loss)
-                if not math.isfinite(loss) and st.diverged_at is None:
-                    st.diverged_at = t
+            ep = t // self.bpe
+            with torch.no_grad():  # per class, or per next character
+                self._queued_correct.append((ep, correct_count(rt.inflight[(t, m)].y, y)))
+            st.seen[ep] = st.seen.get(ep, 0) + int(y.numel())
+            self._queue_loss(t, value)
         self._batch_left[t] -= 1
         if self._batch_left[t] == 0:
             del self._batch_left[t], self._batch[t]
+
+    # -------------------------------------------------- reading the numbers
+    def _queue_loss(self, t: int, value: torch.Tensor) -> None:
+        """Queue one LOSS value of batch t (unread); a batch is complete after its last LOSS,
+        and every ``read_every`` complete batches the queue is read."""
+        st = self.state
+        self._queued_losses.append((t, value))
+        st.loss_count[t] = st.loss_count.get(t, 0) + 1
+        if st.loss_count[t] == self.loss_actions_per_batch:
+            del st.loss_count[t]
+            self._completed.append((t, round(self._now(), 4)))
+            if len(self._completed) >= self.read_every:
+                self._read_out()
+
+    def _read_out(self) -> None:
+        """Read every queued value in one go and log the completed batches in order.
+
+        The Python float arithmetic is the per-LOSS one (``parts[t] += value / P`` in LOSS
+        order), so the losses do not depend on when they are read. A non-finite loss sets
+        ``diverged_at``; the batches completed after it are not logged (with
+        ``read_every`` > 1 the replay ran up to that many batches past the divergence)."""
+        if not (self._queued_losses or self._queued_correct or self._completed):
+            return
+        nl = len(self._queued_losses)
+        vals = read_values([v for _, v in self._queued_losses] + [c for _, c in self._queued_correct])
+        for (t, _), v in zip(self._queued_losses, vals[:nl]):
+            self._add_loss(t, v)
+        for (ep, _), c in zip(self._queued_correct, vals[nl:]):
+            self._add_correct(ep, c)
+        done = self._completed
+        self._queued_losses, self._queued_correct, self._completed = [], [], []
+        for t, now in done:
+            if self.state.diverged_at is not None:
+                break
+            self._complete_batch(t, now)
+
+    def _add_loss(self, t: int, value: list[Any]) -> None:
+        st = self.state
+        st.loss_parts[t] = st.loss_parts.get(t, 0.0) + value[0] / self.P
+
+    def _add_correct(self, ep: int, count: list[Any]) -> None:
+        st = self.state
+        st.correct[ep] = st.correct.get(ep, 0) + count[0]
+
+    def _complete_batch(self, t: int, now: float) -> None:
+        st = self.state
+        loss = st.loss_parts.pop(t)
+        st.losses[t] = loss
+        self._log_step(t, loss, now)
+        if not math.isfinite(loss) and st.diverged_at is None:
+            st.diverged_at = t
 
     def _backward(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
@@ -280,9 +340,10 @@ class Emulator:
                         self.cfg.compression)
 
     # ------------------------------------------------------------- logging
-    def _log_step(self, t: int, loss: float) -> None:
+    def _log_step(self, t: int, loss: float, now: float) -> None:
+        """Log batch t's loss; ``now``: the wall time when its last LOSS ran."""
         rec = {"step": t, "epoch": t // self.bpe, "loss": loss if math.isfinite(loss) else None,
-               "lr": self.cfg.lr_at(t, self.total), "wall_time_s": round(self._now(), 4)}
+               "lr": self.cfg.lr_at(t, self.total), "wall_time_s": now}
         self.state.metrics.append(rec)
         if self._metrics_fh is not None:
             self._metrics_fh.write_line(json.dumps(rec))
@@ -391,10 +452,12 @@ class Emulator:
             a = steps[i]
             self._step(a)
             i += 1
+            ev = events.get(i - 1)
+            if ev is not None and (ev["epoch_end"] or ev["checkpoint"]):
+                self._read_out()  # the epoch's numbers and the checkpointed state are read
             if st.diverged_at is not None:
                 st.index = i
                 return
-            ev = events.get(i - 1)
             if ev is not None:
                 if bar is not None:
                     bar.n = ev["done"]
@@ -411,6 +474,7 @@ class Emulator:
                     self._track_memory()
             if a.kind is Kind.F:
                 self._track_memory()
+        self._read_out()
         st.index = i
 
     def _track_memory(self) -> None:

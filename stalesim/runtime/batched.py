@@ -23,8 +23,11 @@ HFTA, MLSys 2021). Here the K runs of a batch become **one** stage runtime per
   momentum, betas, eps, weight decay, clipping norm, error feedback): scalars of
   run k are Python floats turned into ``[K, 1, ...]`` tensors where they are used,
   so each run's arithmetic is that of :class:`~stalesim.runtime.optim.StageOptimizer`
-  up to float rounding (the same formulas, in torch's order). Per-run clipping
-  norms are the L2 norm over this stage's parameters of run k only.
+  up to float rounding (the same formulas, in torch's order). Each distinct ``[K]``
+  vector is uploaded once (cached, asynchronously on CUDA), not once per parameter:
+  a synchronous upload per use would stall a GPU on the host several times per
+  parameter and update. Per-run clipping norms are the L2 norm over this stage's
+  parameters of run k only, and the clipping coefficient stays on the device.
 * :class:`BatchedMitigations`: the mitigations of
   :mod:`stalesim.runtime.mitigations` with a per-run on/off mask and per-run
   coefficients (delays come from the shared version table), so runs of one batch
@@ -52,6 +55,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -63,6 +67,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.devio import upload
 from stalesim.runtime.mitigations import Mitigations, compress, pipemare_exponent
 from stalesim.runtime.stage import StageRuntime, _Inflight
 
@@ -95,10 +100,32 @@ def check_batch(cfgs: Sequence[TrainConfig]) -> None:
                 f"(they may differ in {', '.join(sorted(PER_RUN_FIELDS))})")
 
 
+#: per-run scalar tensors by (values, dtype, device): the hyper-parameters of a batch are
+#: the same every step and the learning rates the same for every parameter of a step, so
+#: each is uploaded once instead of once per parameter and use (bounded: learning-rate
+#: schedules make new values every step)
+_SCALARS: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+_SCALARS_MAX = 512
+
+
+def _cached(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The ``[K]`` tensor of ``values`` on ``device``, uploaded once (:func:`upload`: no host
+    synchronisation on CUDA). Callers never modify it in place."""
+    key = (values, dtype, device)
+    t = _SCALARS.get(key)
+    if t is None:
+        t = _SCALARS[key] = upload(values, dtype, device)
+        if len(_SCALARS) > _SCALARS_MAX:
+            _SCALARS.popitem(last=False)
+    else:
+        _SCALARS.move_to_end(key)
+    return t
+
+
 def _floats(xs: Sequence[float], like: torch.Tensor) -> torch.Tensor:
     """Per-run Python floats as a ``[K]`` tensor of ``like``'s dtype and device (each value
     rounded once, as torch rounds a Python scalar operand)."""
-    return torch.tensor([float(x) for x in xs], dtype=like.dtype, device=like.device)
+    return _cached(tuple(float(x) for x in xs), like.dtype, like.device)
 
 
 def _bc(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -107,7 +134,7 @@ def _bc(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def _mask(flags: Sequence[bool], p: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(list(flags), dtype=torch.bool, device=p.device).view((-1,) + (1,) * (p.dim() - 1))
+    return _cached(tuple(bool(f) for f in flags), torch.bool, p.device).view((-1,) + (1,) * (p.dim() - 1))
 
 
 # --------------------------------------------------------------------- module
@@ -397,14 +424,16 @@ class BatchedOptimizer:
             return
         norms = torch.linalg.vector_norm(
             torch.stack([torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1) for g in grads]), dim=0)
-        # torch's rule per run: multiply by max / (norm + 1e-6) when that is < 1
-        coef = [math.inf if c is None else c / (n + 1e-6) for c, n in zip(self.clip, norms.tolist())]
-        todo = [x < 1.0 for x in coef]
-        if not any(todo):
-            return
+        # torch's rule per run: multiply by max / (norm + 1e-6) when that is < 1, computed on
+        # the device (no read of the norms) in float64, i.e. in the Python float arithmetic of
+        # the single run's rule; a run without clipping has max = inf
+        limit = _cached(tuple(math.inf if c is None else float(c) for c in self.clip), torch.float64,
+                        norms.device)
+        coef = limit / (norms.double() + 1e-6)
+        todo = coef < 1.0  # False for NaN: a NaN norm leaves the gradient as it is
         for g in grads:
-            scale = _bc(_floats([x if t else 1.0 for x, t in zip(coef, todo)], g), g)
-            g.copy_(torch.where(_mask(todo, g), g * scale, g))
+            scale = _bc(torch.where(todo, coef, 1.0).to(g.dtype), g)
+            g.copy_(torch.where(_bc(todo, g), g * scale, g))
 
     # ------------------------------------------------------------------- update
     @torch.no_grad()
@@ -649,9 +678,9 @@ class BatchedStageRuntime(StageRuntime):
     def _make_mitigations(self) -> Any:
         return BatchedMitigations(self.cfgs, self.schedule, self.stage, self.worker)
 
-    def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> Any:
+    def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> torch.Tensor:
         rec.loss = loss.sum()  # d(sum)/d(run k's weights) = run k's gradient
-        return loss.detach().tolist()
+        return loss.detach()
 
     def lr_for(self, batch: int) -> list[float]:  # type: ignore[override]
         return [a * b for a, b in zip(self.lr_fn(batch), self.mit.lr_factor(batch))]  # type: ignore[call-overload]

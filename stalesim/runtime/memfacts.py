@@ -16,7 +16,8 @@ import torch
 from stalesim.runtime.memory import module_static_bytes, storage_nbytes
 
 
-def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) -> list[dict[str, int]]:
+def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
+                       device: torch.device | str = "cpu") -> list[dict[str, int]]:
     """Per stage, the bytes the memory model needs, measured as the executor counts them:
     ``params``, ``buffers``, ``activation`` (one in-flight action batch: input, output,
     saved tensors, loss on a loss stage), ``deferred_w`` (on a stage that splits its
@@ -25,7 +26,10 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
 
     Builds the run's model and stages (:func:`stalesim.runtime.build.build_stage_modules`)
     and runs one forward (and the loss) per stage through :class:`StageRuntime` at the
-    schedule's action batch, on the CPU, without training anything.
+    schedule's action batch, without training anything, on ``device``: the CPU by default;
+    for a GPU prediction on the GPU, whose kernels may save other tensors than the CPU's
+    (cuDNN's batch norm keeps a reserve buffer). The bytes inside actions and the CUDA
+    allocator's own are :func:`stage_cuda_extra_bytes`'s.
     """
     from dataclasses import replace
 
@@ -36,9 +40,10 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
         cfg = replace(cfg, ppv=list(ppv), stages=None)
     mods = build_stage_modules(cfg, sched)
     B = sched.action_batch_size(cfg.batch_size)
-    rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu",
+    x, y = sample_batch(mods.model, B, cfg.torch_dtype)  # before the stages move to ``device``
+    rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=device,
                          total=max(1, sched.batches))
-    x, y = sample_batch(mods.model, B, cfg.torch_dtype)
+    x, y = x.to(device), y.to(device)
     out: list[dict[str, int]] = []
     for s in range(sched.stages):
         rt = rts[s]
@@ -66,6 +71,100 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
                     "message": 0 if s == sched.stages - 1 else storage_nbytes(yout)})
         rt.inflight.clear()
         x = yout.detach().clone()  # the next rank receives it into a buffer of its own
+    return out
+
+
+def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str = "cpu",
+                           ppv: list[int] | None = None) -> list[int]:
+    """Per stage, the CUDA bytes the memory model does not count: 0 on the CPU.
+
+    The model counts what a rank holds *between* actions (what
+    :mod:`stalesim.runtime.memory` counts, exact on the CPU). A CUDA device also holds,
+    at its peak, what exists only *inside* an action (the gradients of intermediate
+    activations during a backward, cuDNN's convolution workspace, the optimizer's
+    temporaries) and allocations no tensor of the run owns (cuBLAS's workspace, kept per
+    handle and stream; the allocator's rounding of every block to 512 bytes). Measured once
+    per stage, on ``device``, with the run's model and stages at the schedule's action batch:
+
+    * every stage runs one training step (F, LOSS, B, the optimizer step) as warm-up, so
+      optimizer state and library workspaces exist; what the allocator then holds beyond
+      the parameters, buffers and optimizer state the model counts (and the inputs held
+      here) is the persistent part, common to the stages of one process;
+    * each stage runs a second step under ``torch.cuda.max_memory_allocated`` (reset just
+      before): its peak minus the largest allocation at an action boundary is the
+      transient part of that stage.
+
+    Entry s is transient(s) + persistent. A device runs one action at a time, so the
+    model adds, per device, the largest entry of its stages
+    (:func:`stalesim.sim.memory.memory_report`'s ``transient_bytes``).
+    """
+    from dataclasses import replace
+
+    from stalesim.runtime.build import build_stage_modules, stage_runtimes
+    from stalesim.runtime.optim import state_copies
+    from stalesim.schedule import Action, Kind
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return [0] * sched.stages
+    if ppv is not None:
+        cfg = replace(cfg, ppv=list(ppv), stages=None)
+    mods = build_stage_modules(cfg, sched)  # on the CPU: the sample batch runs the whole model
+    B = sched.action_batch_size(cfg.batch_size)
+    x0, y0 = sample_batch(mods.model, B, cfg.torch_dtype)
+    torch.cuda.synchronize(dev)
+    base = torch.cuda.memory_allocated(dev)
+    rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=dev,
+                         total=max(1, sched.batches))
+    labels = y0.to(dev)
+    xs: list[torch.Tensor] = []  # each stage's input (one forward of the stages before it)
+    x = x0.to(dev)
+    with torch.no_grad():
+        for s in range(sched.stages):
+            xs.append(x)
+            x = rts[s].module(x)
+    del x
+    m = 0 if sched.uses_micro else None
+
+    def step(s: int, t: int) -> int:
+        """One training step of stage s; the largest allocation at an action boundary."""
+        rt = rts[s]
+        alloc = [torch.cuda.memory_allocated(dev)]
+        xin = xs[s].detach()
+        if s > 0 and not sched.local_loss:
+            xin.requires_grad_(True)
+        out = rt.forward(Action(Kind.F, s, t, m, 0), xin)
+        alloc.append(torch.cuda.memory_allocated(dev))
+        if rt.is_loss_stage:
+            rt.loss(Action(Kind.LOSS, s, t, m, 0), labels)
+        gy = None if rt.is_loss_stage else torch.ones_like(out)
+        del out
+        alloc.append(torch.cuda.memory_allocated(dev))
+        rt.backward(Action(Kind.B, s, t, m, 0), gy)
+        del gy
+        alloc.append(torch.cuda.memory_allocated(dev))
+        grads = rt.grads(t)
+        del rt.buffers[t]
+        rt.opt.step(grads, rt.lr_for(t))
+        del grads
+        alloc.append(torch.cuda.memory_allocated(dev))
+        return max(alloc)
+
+    for s in range(sched.stages):
+        step(s, 0)
+    static = 0
+    for s in range(sched.stages):
+        st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
+        static += st["params"] * (1 + state_copies(cfg)) + st["buffers"]
+    held: dict[int, int] = {}
+    for t in [*xs, labels]:
+        held[int(t.untyped_storage().data_ptr())] = storage_nbytes(t)
+    persistent = max(0, torch.cuda.memory_allocated(dev) - base - static - sum(held.values()))
+    out: list[int] = []
+    for s in range(sched.stages):
+        torch.cuda.reset_peak_memory_stats(dev)
+        top = step(s, 1)
+        out.append(max(0, int(torch.cuda.max_memory_allocated(dev)) - top) + persistent)
     return out
 
 

@@ -20,7 +20,9 @@ The executor samples, after every compute action, the bytes of:
 Labels (a few bytes per sample) and the transient tensors inside one action
 (the gradients of intermediate activations during a backward) are not counted,
 by the executor nor by the model (:mod:`stalesim.sim.memory`). On CUDA the
-executor reports ``max_memory_allocated`` instead, which does include them.
+executor reports ``max_memory_allocated`` since the end of setup instead, which does
+include them; the model adds them as a measured per-stage term
+(:func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`).
 """
 
 from __future__ import annotations

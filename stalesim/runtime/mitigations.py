@@ -49,12 +49,13 @@ def compress(t: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "fp16":
         return t.to(torch.float16).to(t.dtype)
     if mode == "int8":
+        # decided on the device (no host read of amax): an all-zero or non-finite tensor is
+        # sent as it is, every other one quantized with s = amax / 127
         amax = t.abs().max()
-        if not torch.isfinite(amax) or amax == 0:
-            return t.clone() if amax == 0 else t
-        scale = amax / 127.0
+        ok = torch.isfinite(amax) & (amax != 0)
+        scale = torch.where(ok, amax / 127.0, 1.0)
         q = torch.clamp(torch.round(t / scale), -127, 127).to(torch.int8)
-        return q.to(t.dtype) * scale
+        return torch.where(ok, q.to(t.dtype) * scale, t)
     raise StalesimError(f"compression: unknown {mode!r}")
 
 

@@ -112,17 +112,28 @@ def state_copies(cfg: Any) -> int:
     return n + (1 if cfg.error_feedback else 0)
 
 
-def clip_(grads: list[torch.Tensor], max_norm: float) -> float:
+def clip_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale ``grads`` in place to global L2 norm <= ``max_norm`` (torch's rule); returns the
-    norm before clipping."""
+    norm before clipping (a 0-dim tensor on the gradients' device).
+
+    As ``torch.nn.utils.clip_grad_norm_``, without reading the norm on the host: every
+    gradient is multiplied by the coefficient, or by exactly 1 where it is not < 1 (a
+    synchronisation per update on CUDA otherwise). The coefficient is computed in float64,
+    i.e. the Python float arithmetic of ``max_norm / (norm + 1e-6)``, then rounded to the
+    gradients' dtype, as a Python scalar operand would be: on the CPU the result is the
+    same bits as scaling by the Python float only when it is < 1.
+    """
     if not grads:
-        return 0.0
+        return torch.zeros(())
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    coef = max_norm / (float(norm) + 1e-6)
-    if coef < 1.0:
-        for g in grads:
-            g.mul_(coef)
-    return float(norm)
+    # a tensor numerator: ``float / tensor`` is reciprocal-then-multiply in torch, not a division
+    limit = torch.full((), max_norm, dtype=torch.float64, device=norm.device)
+    coef = limit / (norm.double() + 1e-6)
+    coef = torch.where(coef < 1.0, coef, 1.0)  # NaN norm: not < 1, the gradients stay
+    scale = coef.to(grads[0].dtype)
+    for g in grads:
+        g.mul_(scale if g.dtype == scale.dtype else coef.to(g.dtype))
+    return norm
 
 
 class StageOptimizer:
@@ -134,6 +145,10 @@ class StageOptimizer:
         self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
         self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
         self.torch: torch.optim.Optimizer | None = None
+        # updates applied: torch's per-parameter step count, kept as a Python int so that
+        # weight prediction never reads torch's step tensor (a device read when torch keeps
+        # it on the device: capturable / fused optimizers)
+        self.steps = 0
         if not params:
             return
         kind, wd = cfg.optimizer, cfg.weight_decay
@@ -173,6 +188,7 @@ class StageOptimizer:
             p.grad = g
         self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
         self.torch.step()
+        self.steps += 1
         if b:
             for p, e in zip(self.params, extra):
                 p.add_(e, alpha=-lr * b)
@@ -203,7 +219,7 @@ class StageOptimizer:
             if not st:
                 out.append(None)
                 continue
-            t = float(st["step"])
+            t = float(self.steps)
             m_hat = st["exp_avg"] / (1 - b1**t)
             denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - b2**t)).add_(self.cfg.eps)
             d = m_hat / denom
@@ -220,4 +236,5 @@ class StageOptimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.torch is not None and state.get("torch") is not None:
             self.torch.load_state_dict(state["torch"])
+            self.steps = max((int(st["step"]) for st in self.torch.state.values() if "step" in st), default=0)
         self.prev_step = state.get("prev_step")

@@ -141,7 +141,7 @@ class StageRuntime:
         # set while a forward / backward runs, read by the hooks
         self._pack_ptr: dict[int, int] = self._ptr
         self._unpack_weights: Sequence[torch.Tensor] | None = None
-        # issue 12: the version hooks only where an update can fall between a forward and its
+        # the version hooks only where an update can fall between a forward and its
         # backward (or a mitigation changes the weights read); elsewhere autograd's own saved
         # parameters are the version the backward reads, bit for bit
         self.hooks_needed = self._hooks_needed()
@@ -321,8 +321,11 @@ class StageRuntime:
         self._uid -= 1
         return self._uid
 
-    def loss(self, action: Action, labels: torch.Tensor) -> float:
-        """LOSS(s, t, m): micro-batch mean loss of the task divided by M; returns its value."""
+    def loss(self, action: Action, labels: torch.Tensor) -> torch.Tensor:
+        """LOSS(s, t, m): micro-batch mean loss of the task divided by M; returns its value as a
+        detached tensor on the device (a batched runtime: the ``[K]`` per-run values). Not read
+        here: reading it would synchronise a GPU on every LOSS; the caller reads its values
+        where it reports them (:mod:`stalesim.runtime.devio`)."""
         rec = self.inflight[self._key(action)]
         out = rec.y
         if self.head is not None:
@@ -361,10 +364,10 @@ class StageRuntime:
         rec.storages[self._next_uid()] = extra
         return self._keep_loss(rec, loss)
 
-    def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> Any:
-        """Store the loss the backward starts from; return its value."""
+    def _keep_loss(self, rec: _Inflight, loss: torch.Tensor) -> torch.Tensor:
+        """Store the loss the backward starts from; return its (detached) value."""
         rec.loss = loss
-        return float(loss.detach())
+        return loss.detach()
 
     # ---------------------------------------------------------------- backward
     def backward(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:

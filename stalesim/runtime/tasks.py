@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from stalesim.runtime.devio import to_device
+
 TEXT_DATASETS = ("shakespeare",)
 TASKS = ("classify", "lm")
 
@@ -51,9 +53,16 @@ def loss_fn(task: str) -> LossFn:
     return _lm_loss if task == "lm" else _classify_loss
 
 
+def correct_count(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Top-1 correct predictions of a batch (per class or per next token) as a 0-dim int64
+    tensor on the outputs' device: a training loop adds these up without reading them (a
+    host read per micro-batch would synchronise a GPU)."""
+    return (out.argmax(-1) == y).sum()
+
+
 def correct(out: torch.Tensor, y: torch.Tensor) -> tuple[int, int]:
     """(top-1 correct predictions, predictions) of a batch (per class or per next token)."""
-    return int((out.argmax(-1) == y).sum()), int(y.numel())
+    return int(correct_count(out, y)), int(y.numel())
 
 
 @torch.no_grad()
@@ -65,24 +74,25 @@ def evaluate(forward: Callable[[torch.Tensor], torch.Tensor],
     ``classify`` -> ``{"test_accuracy"}``; ``lm`` -> ``{"val_loss", "val_bpc"}`` (mean over
     every predicted character; the sum is accumulated in float64).
     """
+    # sums stay on the device (float64 adds are the same on every device) and are read once
     if task == "lm":
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=device)
         n = 0
         for x, y in batches:
-            out = forward(x.to(device))
-            total += F.cross_entropy(out.reshape(-1, out.shape[-1]), y.to(device).reshape(-1),
-                                     reduction="sum").double().cpu()
+            out = forward(to_device(x, device))
+            total += F.cross_entropy(out.reshape(-1, out.shape[-1]), to_device(y, device).reshape(-1),
+                                     reduction="sum").double()
             n += int(y.numel())
         if not n:
             return {"val_loss": None, "val_bpc": None}
         nats = float(total) / n
         return {"val_loss": nats, "val_bpc": nats / math.log(2)}
-    good = seen = 0
+    good = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
     for x, y in batches:
-        c, k = correct(forward(x.to(device)).cpu(), y)
-        good += c
-        seen += k
-    return {"test_accuracy": good / seen if seen else None}
+        good += correct_count(forward(to_device(x, device)), to_device(y, device))
+        seen += int(y.numel())
+    return {"test_accuracy": int(good) / seen if seen else None}
 
 
 @torch.no_grad()

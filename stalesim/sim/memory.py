@@ -23,10 +23,18 @@ this module turns it into bytes, counting what the executor's accounting counts
 A device's peak is the largest *simultaneous* total over those samples (not the
 sum of each component's maximum, which can exceed anything the device ever
 holds); ``breakdown`` gives the components at that peak.
+
+On CUDA a device also holds what exists only inside an action (backward
+intermediates, library workspaces) and allocations no tensor owns (cuBLAS's
+workspace, the allocator's rounding): ``transient_bytes`` (per stage, measured by
+:func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`; 0 on the CPU, where the
+samples are exact) adds, per device, the largest entry of its stages, as the
+``cuda_transient`` component. Without it nothing changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +60,11 @@ class MemoryReport:
 
 
 def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
-                  counts: list[StageLiveness] | None = None, recv_ahead: int = 1) -> MemoryReport:
-    """Peak bytes per device: the largest simultaneous total after any compute action."""
+                  counts: list[StageLiveness] | None = None, recv_ahead: int = 1,
+                  transient_bytes: Sequence[int] | None = None) -> MemoryReport:
+    """Peak bytes per device: the largest simultaneous total after any compute action, plus
+    (``transient_bytes``, per stage: the CUDA term of the module doc) the largest term of the
+    device's stages."""
     if counts is None:
         counts = stage_liveness(sched)
     bb = costs.buffer_bytes or (0,) * costs.stages
@@ -64,9 +75,11 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
     for samples in memory_series(sched, recv_ahead=recv_ahead):
         best: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
         best_total = -1
+        here: set[int] = set()  # the stages this device runs
         for smp in samples:
             b = dict.fromkeys(COMPONENTS, 0)
             for _w, s, alive, in_flight, grads, ar, deferred in smp.stages:
+                here.add(s)
                 pb = costs.param_bytes[s]
                 b["weights"] += pb * alive + bb[s]
                 b["gradients"] += pb * grads
@@ -81,7 +94,11 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
             total = sum(b.values())
             if total > best_total:
                 best, best_total = b, total
-        peaks.append(max(0, best_total))
+        peak = max(0, best_total)
+        if transient_bytes is not None:
+            best = dict(best, cuda_transient=max((int(transient_bytes[s]) for s in here), default=0))
+            peak += best["cuda_transient"]
+        peaks.append(peak)
         breakdown.append(best)
     return MemoryReport(peaks, breakdown, counts)
 
