@@ -38,7 +38,7 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
     B = sched.action_batch_size(cfg.batch_size)
     rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu",
                          total=max(1, sched.batches))
-    x, y = sample_batch(mods.model, B, cfg.torch_dtype)
+    x, y = mods.model.random_batch(B, torch.Generator().manual_seed(0), cfg.torch_dtype)
     out: list[dict[str, int]] = []
     for s in range(sched.stages):
         rt = rts[s]
@@ -68,18 +68,3 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None) ->
         x = yout.detach().clone()  # the next rank receives it into a buffer of its own
     return out
 
-
-def sample_batch(model: Any, batch: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded batch shaped as ``model`` reads it: images of ``dtype`` (or token ids for a
-    language model, ``model.input_dtype``) and labels of ``model.label_shape`` per sample
-    (classes, or next-token targets) in the range of the model's output."""
-    g = torch.Generator().manual_seed(seed)
-    ex = model.example_input(1)
-    with torch.no_grad():
-        classes = int(model(ex.to(dtype) if ex.is_floating_point() else ex).shape[-1])
-    if model.input_dtype is not None and not model.input_dtype.is_floating_point:
-        x = torch.randint(0, classes, (batch, *model.input_shape), generator=g, dtype=model.input_dtype)
-    else:
-        x = torch.randn((batch, *model.input_shape), generator=g).to(dtype)
-    y = torch.randint(0, classes, (batch, *getattr(model, "label_shape", ())), generator=g)
-    return x, y
