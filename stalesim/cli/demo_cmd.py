@@ -320,6 +320,8 @@ def _mark(r: dict) -> str:
 
 
 def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -> str:
+    from stalesim.validate.report import busy_line
+
     lines = []
     best: dict[tuple, dict] = {}
     for r in grid:
@@ -349,7 +351,8 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
                   f"{_pct(vsum.get('max_abs_time_error'))}; noise floor median "
                   f"{_pct(vsum.get('median_noise_floor'))} ({wn if wn is not None else 'n/a'} of "
                   f"{wt if wt is not None else 'n/a'} within noise); "
-                  f"load average {vsum['load_average']['before']}")))
+                  f"load average {vsum['load_average']['before']}"
+                  + (f"; {busy}" if (busy := busy_line(vsum)) else ""))))
     for r in study or []:
         acc = r.get("test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",
