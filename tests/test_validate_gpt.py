@@ -8,15 +8,12 @@ import json
 import math
 from pathlib import Path
 
-import pytest
-
 from stalesim.cli import main
 
 TINY_GPT = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
 SCHEDULES = ["1f1b", "zb-h1", "interleaved-1f1b"]
 
 
-@pytest.mark.slow
 def test_validate_tiny_gpt_two_cpu_ranks(tmp_path: Path, capfd) -> None:
     out = tmp_path / "v"
     hw = tmp_path / "hw.json"  # a fixed link: the calibration is tested elsewhere
