@@ -40,7 +40,7 @@ def background_load(before: Sequence[float] | None, after: Sequence[float] | Non
     if after:
         vals.append(float(after[0]) - used)
     vals = [v for v in vals if math.isfinite(v)]
-    return max(0.0, max(vals)) if vals else None
+    return round(max(0.0, max(vals)), 2) if vals else None
 
 
 def busy_warning(load: float | None, cores: int | None, used: int, noise_floor: float | None,
