@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stalesim.runtime.datapaths import pin_data_env
+
 LIMIT_S = 60
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
@@ -246,9 +248,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="stalesim-probe-") as tmp:
         W = Path(tmp)
         make_fixtures(W)
+        data = pin_data_env()  # absolute: the cases run in W
         env = {**os.environ, "STALESIM_CACHE": str(W / "cache"), "STALESIM_NO_DOWNLOAD": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        data = os.environ.get("STALESIM_DATA")
         if data and (Path(data) / "MNIST" / "raw").is_dir():  # warm the private cache from good data
             warm = (f"emulate --model lenet5 --dataset mnist --data-dir {data} --iterations 1 --batch-size 8 "
                     f"--schedule sequential --quiet --out {W}/o_warm")

@@ -1,15 +1,19 @@
 """Execute every reproduction notebook top to bottom in short mode (what CI runs).
 
 Short mode is the default (``STALESIM_NB_FULL`` unset): tiny iteration counts,
-synthetic data unless ``STALESIM_DATA`` is set. The five together are meant to
-take a few minutes on 2 idle cores; each has its own timeout.
+synthetic data unless ``STALESIM_DATA`` is set (a relative path is taken from the
+directory pytest started in). The five together are meant to take a few minutes on
+2 idle cores; each has its own timeout.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from stalesim.runtime.datapaths import DATA_ENV, absolute
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(p.name for p in NB_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -40,6 +44,10 @@ def test_notebook_runs_short(name, monkeypatch):
     monkeypatch.delenv("STALESIM_NB_FULL", raising=False)
     monkeypatch.setenv("PYTHONHASHSEED", "0")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the kernel starts in notebooks/: a relative $STALESIM_DATA (the README's
+    # ../shared/data) is made absolute here, against the directory pytest started in
+    if os.environ.get(DATA_ENV):
+        monkeypatch.setenv(DATA_ENV, str(absolute(os.environ[DATA_ENV])))
     book = nbformat.read(NB_DIR / name, as_version=4)
     client = nbclient.NotebookClient(book, timeout=TIMEOUT_S.get(name, 300), kernel_name="python3",
                                      resources={"metadata": {"path": str(NB_DIR)}})

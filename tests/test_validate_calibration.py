@@ -170,3 +170,45 @@ def test_hook_overhead_is_measured_per_stage() -> None:
     out = hook_overhead("lenet5", [2], 4, repeats=2)
     assert len(out) == 2 and all(v["F"] >= 0 and v["B"] >= 0 for v in out)
     assert "LOSS" not in out[0] and out[1]["LOSS"] > 0  # the loss stage's LOSS action, measured
+
+
+TINY_GPT = "gpt-char:n_layer=1,n_embd=8,n_head=1,block_size=8"
+
+
+def test_hook_overhead_drives_the_char_gpt_with_token_ids() -> None:
+    from stalesim.validate.corunners import hook_overhead
+
+    out = hook_overhead(TINY_GPT, [2], 2, repeats=2)
+    assert len(out) == 2 and out[1]["LOSS"] > 0 and out[0]["DATA"] > 0
+
+
+@pytest.mark.parametrize("model", ["lenet5", TINY_GPT])
+def test_co_runner_trains_every_zoo_kind(model: str) -> None:
+    """The co-runner loop (run here in a thread) takes its steps on the model's own example
+    batch: the char-GPT's token ids, not float images."""
+    import threading
+
+    import torch
+
+    from stalesim.validate.corunners import _busy_loop
+
+    old = torch.get_num_threads()
+    stop, ready = threading.Event(), threading.Event()
+    t = threading.Thread(target=_busy_loop, args=(model, 2, 1, "cpu", stop, ready, 1), daemon=True)
+    errors: list[BaseException] = []
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        errors.append(args.exc_value)  # type: ignore[arg-type]
+
+    prev, threading.excepthook = threading.excepthook, hook
+    try:
+        t.start()
+        for _ in range(600):
+            if ready.wait(0.1) or not t.is_alive():
+                break
+        stop.set()
+        t.join(timeout=30)
+    finally:
+        threading.excepthook = prev
+        torch.set_num_threads(old)
+    assert not errors and ready.is_set()

@@ -102,3 +102,26 @@ def test_from_sequential_user_model() -> None:
         LayeredModel.from_sequential(list(seq), name="x", input_shape=(3, 4, 4), block_names=["a"])
     with pytest.raises(StalesimError, match="not an nn.Module"):
         LayeredModel([("a", 3)], name="bad", input_shape=(1, 1, 1))  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet20", "gpt-char:n_layer=1,n_embd=8,n_head=1,block_size=8"])
+def test_random_batch_is_what_the_model_reads(name: str) -> None:
+    """The one example batch every driver of a zoo model uses: images (cast) or token ids,
+    labels of the label shape below the output width; seeded; asking leaves the model alone."""
+    model = build_model(name, seed=0).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    x, y = model.random_batch(3, torch.Generator().manual_seed(5), torch.bfloat16)
+    width = model.output_width()
+    assert model.training and torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BN stats too
+    assert x.shape == (3, *model.input_shape) and y.shape == (3, *model.label_shape)
+    assert y.dtype == torch.long and int(y.min()) >= 0 and int(y.max()) < width
+    if model.task == "lm":
+        assert x.dtype == torch.long and int(x.max()) < width == model.vocab_size
+        assert y.shape == (3, model.input_shape[0])
+    else:
+        assert x.dtype == torch.bfloat16 and width == 10
+    x2, y2 = model.random_batch(3, torch.Generator().manual_seed(5), torch.bfloat16)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert model(x if model.task == "lm" else x.float()).shape[-1] == width

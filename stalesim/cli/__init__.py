@@ -66,9 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from stalesim.runtime.datapaths import pin_data_env
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        pin_data_env()  # a relative $STALESIM_DATA names a folder of the starting directory
         return int(args.func(args) or 0)
     except StalesimError as exc:
         print(f"stalesim: error: {exc}", file=sys.stderr)

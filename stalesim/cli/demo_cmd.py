@@ -83,6 +83,7 @@ def _defaults(args: argparse.Namespace) -> None:
 def check_args(args: argparse.Namespace, devices: str) -> None:
     """Every flag checked before step 1: a typo must not cost minutes of profiling."""
     from stalesim.errors import StalesimError
+    from stalesim.runtime.datapaths import check_data_dir
     from stalesim.validate.config import check_config, check_out_dir
     from stalesim.workloads.hardware import get_device
 
@@ -90,8 +91,7 @@ def check_args(args: argparse.Namespace, devices: str) -> None:
         get_device(args.target)
     except StalesimError as exc:
         raise StalesimError(f"--target: {exc}") from None
-    if args.data_dir is not None and not os.path.isdir(args.data_dir):
-        raise StalesimError(f"--data-dir: {args.data_dir!r} is not a folder")
+    check_data_dir(args.data_dir, "--data-dir")
     check_out_dir(args.out)
     check_config(_validate_config(args, args.out, devices, args.batch_size, args.iterations,
                                   args.schedules))
@@ -161,7 +161,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     B = args.batch_size
     iters = args.iterations
     cuda = devices.startswith("cuda")
-    data_dir = args.data_dir or os.environ.get("STALESIM_DATA") or None
+    from stalesim.runtime.datapaths import pin_data_env
+
+    data_dir = args.data_dir or pin_data_env()
     load0 = os.getloadavg()
 
     # 2. profile ----------------------------------------------------------------------
@@ -320,6 +322,8 @@ def _mark(r: dict) -> str:
 
 
 def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -> str:
+    from stalesim.validate.report import busy_line
+
     lines = []
     best: dict[tuple, dict] = {}
     for r in grid:
@@ -349,7 +353,8 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
                   f"{_pct(vsum.get('max_abs_time_error'))}; noise floor median "
                   f"{_pct(vsum.get('median_noise_floor'))} ({wn if wn is not None else 'n/a'} of "
                   f"{wt if wt is not None else 'n/a'} within noise); "
-                  f"load average {vsum['load_average']['before']}")))
+                  f"load average {vsum['load_average']['before']}"
+                  + (f"; {busy}" if (busy := busy_line(vsum)) else ""))))
     for r in study or []:
         acc = r.get("test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",

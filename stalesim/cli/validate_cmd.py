@@ -101,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary_table(summary: dict) -> str:
-    """The per-schedule comparison as aligned text."""
+    """The per-schedule comparison as aligned text, then the one-line summary (with the
+    busy-machine warning when there is one)."""
+    from stalesim.validate.report import busy_line
+
     def f(x, fmt):
         return "n/a" if x is None else format(x, fmt)
 
@@ -126,4 +129,7 @@ def summary_table(summary: dict) -> str:
             f"{f(summary.get('median_noise_floor'), '.1%')} over {summary.get('config', {}).get('repeats')} "
             f"repeat(s) (≈: error within noise); "
             f"load average {summary.get('load_average', {}).get('before')}")
+    warning = busy_line(summary)
+    if warning:
+        tail += f"; {warning}"
     return text + "\n" + tail

@@ -44,12 +44,11 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if diffs else 0
             print(f"{md}: {'regenerated' if write(md, Path('.')) else 'unchanged'}")
             return 0
-        import os
-
         from stalesim.reproduce.gpu import PAPER, SMOKE, reproduce
+        from stalesim.runtime.datapaths import pin_data_env
 
         reproduce(Path(args.out), Path(args.results), scale=SMOKE if args.smoke else PAPER, device_class=args.gpu,
-                  data_dir=args.data_dir or os.environ.get("STALESIM_DATA"), dry_run=args.dry_run,
+                  data_dir=args.data_dir or pin_data_env(), dry_run=args.dry_run,
                   results_md=Path(args.results_md), jobs=args.jobs)
         return 0
     except StalesimError as exc:

@@ -272,12 +272,9 @@ class TrainConfig:
     def check_data_dir(self) -> None:
         """A data folder given (``--data-dir``) must be a folder; what it holds is verified
         when the data is loaded (:mod:`stalesim.runtime.datafiles`)."""
-        import os
+        from stalesim.runtime.datapaths import check_data_dir
 
-        if self.data_dir is None:
-            return
-        if not isinstance(self.data_dir, str) or not os.path.isdir(self.data_dir):
-            raise StalesimError(f"data_dir: {self.data_dir!r} is not a folder")
+        check_data_dir(self.data_dir)
 
     @property
     def train_size(self) -> int:

@@ -1,5 +1,11 @@
 """Where data lives and how per-batch seeds are mixed: shared by the image datasets
-(:mod:`stalesim.runtime.data`) and the text stream (:mod:`stalesim.runtime.text`)."""
+(:mod:`stalesim.runtime.data`) and the text stream (:mod:`stalesim.runtime.text`).
+
+Relative data paths resolve against the directory the command started in: ``--data-dir``
+within the process (nothing here changes directory), ``$STALESIM_DATA`` by being made
+absolute in the environment at the entry (:func:`pin_data_env`), so that processes
+started elsewhere inherit the same folder.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from stalesim.errors import StalesimError
+
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.runtime.config import TrainConfig
 
@@ -17,9 +25,65 @@ def cache_dir() -> Path:
     return Path(os.environ.get("STALESIM_CACHE") or Path.home() / ".cache" / "stalesim")
 
 
+DATA_ENV = "STALESIM_DATA"
+# absolute path -> the text $STALESIM_DATA held before this process pinned it (error messages)
+_GIVEN: dict[str, str] = {}
+
+
+def absolute(given: str) -> Path:
+    """``given`` (``~`` expanded) made absolute against the current directory, ``..`` folded
+    (symbolic links kept, as the user sees the path)."""
+    return Path(os.path.abspath(os.path.expanduser(given)))
+
+
+def shown(given: str, resolved: Path | None = None) -> str:
+    """A path for an error message: as given, and what it resolved to when that differs."""
+    path = str(resolved if resolved is not None else absolute(given))
+    return repr(given) if path == given else f"{given!r} (resolved to {path})"
+
+
+def pin_data_env() -> str | None:
+    """Make a relative ``$STALESIM_DATA`` absolute, once, against the current directory.
+
+    Called where a command starts (``stalesim``'s ``main``, the notebook runner) and on
+    the first read in a process. The environment is what crosses into other processes
+    (executor ranks, co-runners, notebook kernels, benchmark workers) and some of them
+    start in another directory (a kernel in ``notebooks/``), where the relative text
+    would name another folder; pinned, every one of them reads the folder the user
+    meant. Returns the absolute path (None when unset).
+    """
+    given = os.environ.get(DATA_ENV)
+    if not given:
+        return None
+    path = str(absolute(given))
+    if path != given:
+        _GIVEN[path] = given
+        os.environ[DATA_ENV] = path
+    return path
+
+
 def data_root(cfg: TrainConfig) -> Path | None:
-    root = cfg.data_dir or os.environ.get("STALESIM_DATA")
-    return Path(root).expanduser() if root else None
+    """The data folder of a run: ``cfg.data_dir``, else ``$STALESIM_DATA``, absolute (None:
+    neither given). A ``$STALESIM_DATA`` that is not a folder is a one-line error naming
+    the text given and the folder it resolved to."""
+    if cfg.data_dir:
+        return absolute(cfg.data_dir)
+    root = pin_data_env()
+    if root is None:
+        return None
+    if not os.path.isdir(root):
+        raise StalesimError(f"{DATA_ENV}: {shown(_GIVEN.get(root, root), Path(root))} is not a folder")
+    return Path(root)
+
+
+def check_data_dir(given: str | None, field: str = "data_dir") -> None:
+    """A data folder given to a run (``--data-dir``) must be a folder; the error names the
+    text given and the folder it resolved to (what it holds is checked when it is read)."""
+    if given is None:
+        return
+    if not isinstance(given, str) or not absolute(given).is_dir():
+        raise StalesimError(f"{field}: {shown(given) if isinstance(given, str) else repr(given)} "
+                            "is not a folder")
 
 
 def mix_seed(*parts: int) -> int:

@@ -40,7 +40,8 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
         cfg = replace(cfg, ppv=list(ppv), stages=None)
     mods = build_stage_modules(cfg, sched)
     B = sched.action_batch_size(cfg.batch_size)
-    x, y = sample_batch(mods.model, B, cfg.torch_dtype)  # before the stages move to ``device``
+    # drawn before the stages move to ``device`` (random_batch may run the whole model once)
+    x, y = mods.model.random_batch(B, torch.Generator().manual_seed(0), cfg.torch_dtype)
     rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=device,
                          total=max(1, sched.batches))
     x, y = x.to(device), y.to(device)
@@ -111,7 +112,7 @@ def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str =
         cfg = replace(cfg, ppv=list(ppv), stages=None)
     mods = build_stage_modules(cfg, sched)  # on the CPU: the sample batch runs the whole model
     B = sched.action_batch_size(cfg.batch_size)
-    x0, y0 = sample_batch(mods.model, B, cfg.torch_dtype)
+    x0, y0 = mods.model.random_batch(B, torch.Generator().manual_seed(0), cfg.torch_dtype)
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=dev,
@@ -167,18 +168,3 @@ def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str =
         out.append(max(0, int(torch.cuda.max_memory_allocated(dev)) - top) + persistent)
     return out
 
-
-def sample_batch(model: Any, batch: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """A seeded batch shaped as ``model`` reads it: images of ``dtype`` (or token ids for a
-    language model, ``model.input_dtype``) and labels of ``model.label_shape`` per sample
-    (classes, or next-token targets) in the range of the model's output."""
-    g = torch.Generator().manual_seed(seed)
-    ex = model.example_input(1)
-    with torch.no_grad():
-        classes = int(model(ex.to(dtype) if ex.is_floating_point() else ex).shape[-1])
-    if model.input_dtype is not None and not model.input_dtype.is_floating_point:
-        x = torch.randint(0, classes, (batch, *model.input_shape), generator=g, dtype=model.input_dtype)
-    else:
-        x = torch.randn((batch, *model.input_shape), generator=g).to(dtype)
-    y = torch.randint(0, classes, (batch, *getattr(model, "label_shape", ())), generator=g)
-    return x, y

@@ -104,24 +104,29 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,
                seed: int, go: Any = None) -> None:  # pragma: no cover - runs in a child process
-    """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set)."""
-    import torch
-    import torch.nn.functional as F
+    """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
+    It trains as a rank does: the model's own example batch (token ids for a language
+    model) and its task's loss.
+    """
+    import torch
+
+    from stalesim.runtime.tasks import loss_fn
     from stalesim.workloads.zoo import build_model
 
     torch.set_num_threads(threads)
     dev = torch.device(device)
     net = build_model(model, seed=seed).to(dev).train()
     opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
-    x = torch.randn((batch_size, *net.input_shape), device=dev)
-    y = torch.randint(0, 10, (batch_size,), device=dev)
+    x, y = net.random_batch(batch_size, torch.Generator().manual_seed(seed))
+    x, y = x.to(dev), y.to(dev)
+    loss_of = loss_fn(net.task)
     first = True
     while not stop.is_set():
         if go is not None and not first and not go.is_set():
             go.wait(0.05)
             continue
-        loss = F.cross_entropy(net(x), y)
+        loss = loss_of(net(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -284,9 +289,7 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
         sched = build_schedule(cfg.schedule_config(n))
         mods = build_stage_modules(cfg, sched)
         rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu", total=n)
-        from stalesim.runtime.memfacts import sample_batch
-
-        x, y = sample_batch(mods.model, batch, cfg.torch_dtype)
+        x, y = mods.model.random_batch(batch, torch.Generator().manual_seed(0), cfg.torch_dtype)
         out: list[dict[str, float]] = []
         for s in range(sched.stages):
             rt = rts[s]

@@ -92,6 +92,13 @@ def _mib(xs: Any) -> str:
     return " / ".join(f"{b / 2**20:.2f}" for b in xs)
 
 
+def busy_line(summary: dict[str, Any]) -> str | None:
+    """``warning: ...`` when the machine was busy during the run (see :mod:`.busy`), else None:
+    the report's first line after the title and the end of the CLI's summary line."""
+    text = (summary.get("busy") or {}).get("warning")
+    return f"warning: {text}" if text else None
+
+
 def render_report(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
     cm = summary.get("cost_model") or {}
@@ -102,6 +109,10 @@ def render_report(summary: dict[str, Any]) -> str:
     L: list[str] = []
     L.append(f"# Validation: {cfg['model']} on {summary['devices']}")
     L.append("")
+    warning = busy_line(summary)
+    if warning:
+        L.append(f"> **{warning}**")
+        L.append("")
     L.append(f"Command: `{summary.get('command', 'stalesim validate')}`  ")
     L.append(f"Load average (1/5/15 min) before: {load.get('before')}, after: {load.get('after')}  ")
     L.append(f"Machine: {summary.get('machine', {}).get('device_name')} "

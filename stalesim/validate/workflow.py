@@ -76,9 +76,16 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
 
 def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None) -> dict[str, Any]:
+    from stalesim.validate.busy import background_load, busy_warning, cores_used
     from stalesim.validate.compare import aggregate, goals_met
 
     agg = aggregate(v.rows)
+    load_after = _loadavg()
+    used = cores_used(v.n, v.cfg.threads, v.devs.kind)
+    other = background_load(load_before, load_after, used)
+    busy = {"warning": busy_warning(other, os.cpu_count(), used, agg["median_noise_floor"],
+                                    agg["median_abs_time_error"]),
+            "other_load": other, "cores": os.cpu_count(), "cores_used": used}
     return {
         "command": v.cfg.command or "stalesim validate",
         "config": v.cfg.to_dict(),
@@ -102,7 +109,8 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         "contended_profile_meta": None if v.contended is None else v.contended.meta,
         "hardware": v.hw_dict,
         "sim_hardware": v.hw.to_dict(),
-        "load_average": {"before": load_before, "after": _loadavg()},
+        "load_average": {"before": load_before, "after": load_after},
+        "busy": busy,
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "python": sys.version.split()[0],
                     "device_name": (v.prof.meta or {}).get("device_name")},

@@ -145,6 +145,41 @@ class LayeredModel(nn.Sequential):
                                  dtype=self.input_dtype)
         return torch.randn((batch_size, *self.input_shape), generator=generator)
 
+    def random_batch(self, batch_size: int, generator: torch.Generator,
+                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random (input, labels) batch shaped as this model reads it, on the CPU: the
+        one place a model's example data is made, so that everything that drives a zoo
+        model without a data set (profiler, co-runners, memory and hook probes) feeds token
+        ids to a language model and images of ``dtype`` to the others.
+
+        Inputs come from :meth:`random_input` (images cast to ``dtype``; token ids keep
+        ``input_dtype``), then labels of ``label_shape`` per sample (a class, or next-token
+        targets) below the model's output width, both from ``generator`` in that order.
+        """
+        x = self.random_input(batch_size, generator)
+        if x.is_floating_point():
+            x = x.to(dtype)
+        y = torch.randint(0, self.output_width(), (batch_size, *self.label_shape), generator=generator)
+        return x, y
+
+    def output_width(self) -> int:
+        """Classes (or vocabulary) of the model's output: the last dimension of one forward.
+
+        Run in eval mode and without gradients on the weights' device and dtype, so asking
+        does not move batch-norm statistics or draw random numbers.
+        """
+        param = next(self.parameters(), None)
+        x = self.example_input(1)
+        if param is not None:
+            x = x.to(device=param.device, dtype=param.dtype if x.is_floating_point() else x.dtype)
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return int(self(x).shape[-1])
+        finally:
+            self.train(was_training)
+
     def extra_repr(self) -> str:
         return (
             f"name={self.name!r}, blocks={len(self.block_names)}, "

@@ -269,16 +269,10 @@ def _measure_batch(
     warmup: int,
     seed: int,
 ) -> tuple[list[LayerProfile], float, dict[str, float]]:
-    gen = torch.Generator().manual_seed(seed)
-    x0 = model.random_input(batch_size, gen)  # float images or int64 token ids
-    x0 = x0.to(device, dtype) if x0.is_floating_point() else x0.to(device)
-    target = torch.randint(0, 10, (batch_size, *model.label_shape), generator=gen).to(device)
+    x0, target = model.random_batch(batch_size, torch.Generator().manual_seed(seed), dtype)
+    x0, target = x0.to(device), target.to(device)  # float images or int64 token ids
     blocks = model.blocks
     n = len(blocks)
-    # target must fit the head: use the model's output width
-    with torch.no_grad():
-        ncls = model(x0[:1]).shape[-1]
-    target = target % ncls
 
     saved, outb, fflops, bflops, share = _static_pass(model, x0, target)
     opts: list[torch.optim.Optimizer | None] = []

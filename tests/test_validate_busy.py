@@ -1,0 +1,82 @@
+"""The busy-machine warning of ``validate``: the pure decision, and where it is shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from stalesim.validate.busy import QUIET_LOAD, background_load, busy_warning, cores_used
+
+
+def test_cores_used_counts_threads_on_cpu_ranks_only() -> None:
+    assert cores_used(2, 1, "cpu") == 2
+    assert cores_used(4, 2, "cpu") == 8
+    assert cores_used(4, 2, "cuda") == 4  # one host thread per GPU rank
+
+
+def test_background_load_is_the_larger_of_before_and_after_minus_own() -> None:
+    assert background_load([0.3, 0.2, 0.1], [2.9, 1.0, 0.5], used=2) == pytest.approx(0.9)
+    assert background_load([1.5, 1.0, 0.5], [2.1, 1.0, 0.5], used=2) == pytest.approx(1.5)
+    assert background_load([0.1], [1.2], used=2) == pytest.approx(0.1)
+    assert background_load(None, [1.0], used=2) == 0.0  # never negative
+    assert background_load(None, None, used=2) is None
+
+
+def test_quiet_machine_no_warning() -> None:
+    # 2 cores, both used by the ranks, other work 0.3 (< QUIET_LOAD): quiet
+    assert busy_warning(0.3, 2, 2, noise_floor=0.01, error=0.05) is None
+    # 8 cores, 2 used: up to 6 + QUIET_LOAD of other work still leaves the ranks theirs
+    assert busy_warning(6.5, 8, 2, noise_floor=None, error=0.05) is None
+
+
+def test_load_above_the_free_cores_warns_with_the_numbers() -> None:
+    w = busy_warning(1.7, 2, 2, noise_floor=None, error=0.05)
+    assert w is not None and w.startswith("machine busy")
+    assert "1.70" in w and "0 core(s)" in w and "2 cores, 2 used" in w
+    w8 = busy_warning(6.0 + QUIET_LOAD + 0.01, 8, 2, noise_floor=None, error=None)
+    assert w8 is not None and "6 core(s)" in w8
+    # more ranks than cores: nothing is free, so any real load counts
+    assert busy_warning(QUIET_LOAD + 0.1, 2, 4, None, None) is not None
+
+
+def test_noise_floor_above_the_error_warns() -> None:
+    w = busy_warning(0.0, 2, 2, noise_floor=0.12, error=-0.05)
+    assert w is not None and "noise floor 12.0%" in w and "|time error| 5.0%" in w
+    assert not w.startswith("machine busy")
+    assert busy_warning(0.0, 2, 2, noise_floor=0.04, error=-0.05) is None
+    # both reasons at once, in one line
+    both = busy_warning(3.0, 2, 2, noise_floor=0.2, error=0.1)
+    assert both is not None and both.startswith("machine busy") and "; noise floor" in both
+    assert "\n" not in both
+
+
+def test_unknowns_raise_no_warning() -> None:
+    assert busy_warning(None, 2, 2, None, None) is None
+    assert busy_warning(5.0, None, 2, None, 0.1) is None
+    assert busy_warning(0.0, 2, 2, 0.5, None) is None
+    assert busy_warning(float("nan"), 2, 2, float("nan"), 0.1) is None
+
+
+def _summary(warning: str | None) -> dict:
+    row = {"schedule": "1f1b", "predicted_iteration_time_s": 0.01, "measured_iteration_time_s": 0.012,
+           "noise_floor": None, "time_error": -0.17, "replay_time_error": None,
+           "predicted_utilization_mean": 0.5, "measured_utilization_mean": 0.4,
+           "predicted_speedup": 1.2, "measured_speedup": 1.1, "memory_error": 0.0, "max_loss_rel_diff": 0.0}
+    return {"config": {"model": "lenet5", "repeats": 1, "batch_size": 8, "microbatches": 2,
+                       "iterations": 8, "dataset": "synthetic", "seed": 0, "threads": 1},
+            "devices": "cpu:2", "rows": [row], "median_abs_time_error": 0.17,
+            "load_average": {"before": [1.9, 1.0, 0.5], "after": [2.5, 1.2, 0.6]},
+            "busy": {"warning": warning}}
+
+
+def test_summary_line_and_report_show_the_warning() -> None:
+    from stalesim.cli.validate_cmd import summary_table
+    from stalesim.validate.report import render_report
+
+    w = busy_warning(1.9, 2, 2, None, 0.17)
+    assert w is not None
+    last = summary_table(_summary(w)).splitlines()[-1]
+    assert last.endswith(f"; warning: {w}")
+    report = render_report(_summary(w))
+    assert f"> **warning: {w}**" in report.splitlines()[:4]
+    quiet = _summary(None)
+    assert "warning" not in summary_table(quiet) and "warning" not in render_report(quiet)
