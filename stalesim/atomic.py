@@ -112,12 +112,24 @@ def ensure_dir(path: PathLike) -> Path:
     return d
 
 
-def check_writable_dir(path: PathLike) -> Path:
+def check_writable_dir(path: PathLike, subdirs: Sequence[str] = ()) -> Path:
     """Create ``path`` if needed and prove a file can be made in it (then removed).
 
     For commands that would otherwise learn only after minutes of work that their
-    output folder is read-only, full, or a file."""
+    output folder is read-only, full, or a file. ``subdirs`` are the sub-folders the
+    command will write into: each must be absent or a folder we can write in."""
     d = ensure_dir(path)
+    for name in subdirs:
+        sub = d / name
+        try:
+            st = os.stat(sub)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _fail(sub, exc) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise StalesimError(f"{sub}: exists and is not a folder (this command writes a folder there)")
+        check_writable_dir(sub)
     probe = d / f".stalesim-write-test.{secrets.token_hex(4)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:

@@ -31,8 +31,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stalesim.atomic import AppendLog, check_writable_dir, savefig_atomic, write_csv_atomic, write_text_atomic
+from stalesim.atomic import AppendLog, savefig_atomic, write_csv_atomic, write_text_atomic
 from stalesim.errors import StalesimError
+from stalesim.lifetime import die_with_parent
+from stalesim.outlock import folder_lock
 from stalesim.runtime.config import TrainConfig
 
 MITIGATIONS = {
@@ -210,7 +212,15 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
     where it stopped; ``continue_runs`` also continues each unfinished run (or batch) from
     its last checkpoint (written every ``checkpoint_every`` steps) instead of restarting it.
     """
-    check_writable_dir(out)
+    with folder_lock(out):  # one study per folder: a second one is refused, naming this one
+        return _run_study(points, out, jobs, progress, mitigation_of, resume=resume, batched=batched,
+                          batch_runs=batch_runs, continue_runs=continue_runs,
+                          checkpoint_every=checkpoint_every)
+
+
+def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, progress: bool | None,
+               mitigation_of: dict[str, str] | None, *, resume: bool, batched: bool,
+               batch_runs: int | None, continue_runs: bool, checkpoint_every: int) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     results: list[dict] = []
     done: dict[str, dict] = {}
@@ -242,7 +252,10 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
         if bar is not None:
             bar.update(1)
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
+    # workers die with this process (even on SIGKILL): an orphan would go on writing into
+    # the run and batch folders a --resume is already using
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool, \
             AppendLog(out / "results.jsonl", (json.dumps(r) for r in done.values())) as log:
         for r in done.values():
             r["mitigation"] = (mitigation_of or {}).get(r["run_id"], "none")
