@@ -102,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
 
         check_master_addr(args.master_addr)
     devs = parse_devices(args.devices)
+    from stalesim.runtime.preflight import preflight
+
+    # every rank loads the data set; the model is split over the ranks
+    preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
+              data_copies=devs.count)
     need = expected_devices(cfg)
     if devs.count != need:
         raise StalesimError(

@@ -200,6 +200,22 @@ def group_batches(points: list[tuple[str, TrainConfig]], batch_runs: int | None 
     return out
 
 
+def _check_memory(todo: list[tuple[str, TrainConfig]],
+                  batches: list[tuple[str, list[tuple[str, TrainConfig]]]], jobs: int) -> None:
+    """The memory preflight of what runs at once: ``jobs`` processes, each one run or one batch
+    (before any model is built; the batched emulator's finer check follows)."""
+    from stalesim.runtime.preflight import estimate_run, preflight
+
+    if not todo:
+        return
+    per_process = max((len(members) for _, members in batches), default=1)
+    processes = min(jobs, len(batches) if batches else len(todo))
+    worst = max((cfg for _, cfg in todo), key=lambda c: estimate_run(c).total)
+    preflight(worst, what=f"study: {processes} process(es) of {per_process} run(s) of {worst.model} "
+                          f"at batch size {worst.batch_size}",
+              processes=processes, runs_per_process=per_process)
+
+
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None, *,
               resume: bool = True, batched: bool = False, batch_runs: int | None = None,
@@ -229,6 +245,7 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
         done = {r["run_id"]: r for r in finished_runs(out, cfgs)}
     todo = [(rid, cfg) for rid, cfg in points if rid not in done]
     batches = group_batches(todo, batch_runs) if batched else []
+    _check_memory(todo, batches, jobs)
     if batched:
         from stalesim.emulator.batched import BatchedEmulator
 
