@@ -708,9 +708,9 @@ def test_fuzz_torch_csv_cells(cells: list[str], tmp_path_factory) -> None:
     except StalesimError as exc:
         assert "\n" not in str(exc)
         return
-    from torch.distributed.pipelining.schedules import _Action
-
     import re
+
+    from torch.distributed.pipelining.schedules import _Action
 
     for cell in cells:
         text = cell.replace(",", "").strip()
