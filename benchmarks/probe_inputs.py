@@ -169,38 +169,39 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("ok", f"schedule --from-torch-csv {W}/csv_ok.csv -N 3"),
         # reliability, third round: one writer per folder, bounded checkpoints and inputs,
         # write faults, memory preflight, environment, strict torch interop ("sh:" cases are
-        # shell lines in which STALESIM is the command)
-        ("err", f"sh:STALESIM study {E} --iterations 300 --schedules stale --placements S2 --seeds 0 "
+        # shell lines in which %STALESIM% is the command)
+        ("err", f"sh:%STALESIM% study {E} --iterations 300 --schedules stale --placements S2 --seeds 0 "
                 f"--out {W}/o_lock >/dev/null 2>&1 & until [ -s {W}/o_lock/.stalesim.lock ]; do sleep 0.2; done; "
-                f"STALESIM study {E} --schedules stale --placements S2 --seeds 1 --batched --out {W}/o_lock; "
+                f"%STALESIM% study {E} --schedules stale --placements S2 --seeds 1 --batched --out {W}/o_lock; "
                 "r=$?; wait; exit $r"),
         ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_deep"),
         ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_ints"),
         ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_cycle"),
         ("err", f"study {E} --schedules stale --placements S2 --seeds 0,1 --batched --resume --out {W}/st_deep"),
-        ("err", f"sh:ulimit -f 200; STALESIM emulate {E} --schedule stale -S 2 --checkpoint-every 1 "
+        ("err", f"sh:ulimit -f 200; %STALESIM% emulate {E} --schedule stale -S 2 --checkpoint-every 1 "
                 f"--out {W}/o_fsize"),
         ("err", "schedule stale -S 2 -N 3 > /dev/full"),
         ("err", f"emulate {E} --schedule stale -S 2 --json > /dev/full"),
         ("err", f"validate --devices cpu:2 --iterations 4 --out {W}/val_subfile --quiet"),
         ("err", f"emulate {E} --model gpt-char --dataset shakespeare --data-dir {W}/sh_bomb --out {W}/o_b1"),
-        ("err", f"emulate {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --out {W}/o_m1"),
+        ("err", f"emulate {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --out {W}/o_m1"),
         ("err", f"emulate {E} --model gpt-char:n_layer=1024,n_embd=576,n_head=8,block_size=16 --optimizer adam "
                 f"--out {W}/o_m2"),
         ("err", f"emulate {E} --model gpt-char:block_size=65536 --synthetic-size 100000 --batch-size 1 "
                 f"--out {W}/o_m3"),
-        ("err", f"study {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --schedules stale "
-                f"--placements S2 --seeds 0,1 --batched --out {W}/o_m4"),
-        ("err", f"run {R} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --schedule gpipe -S 2 "
-                f"--devices cpu:2 --out {W}/o_m5"),
+        ("err", f"study {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --schedules stale --placements S2 --seeds 0,1 --batched --out {W}/o_m4"),
+        ("err", f"run {R} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --schedule gpipe -S 2 --devices cpu:2 --out {W}/o_m5"),
         ("err", f"profile --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
                 f"-o {W}/o_m6.json"),
         ("err", f"validate --model vgg16 --devices cpu:2 --batch-size 1048576 --out {W}/o_m7 --quiet"),
         # no home folder: the cache falls back to a private temporary folder (downloads are off here)
-        ("err", f"sh:env -u STALESIM_CACHE -u STALESIM_DATA HOME={W}/nonexistent STALESIM emulate {M} "
+        ("err", f"sh:env -u STALESIM_CACHE -u STALESIM_DATA HOME={W}/nonexistent %STALESIM% emulate {M} "
                 f"--out {W}/o_h1"),
-        ("err", f"sh:env -u STALESIM_CACHE -u STALESIM_DATA -u HOME STALESIM emulate {M} --out {W}/o_h2"),
-        ("ok", f"sh:env -u STALESIM_CACHE HOME={W}/nonexistent STALESIM emulate {E} --schedule stale -S 2 "
+        ("ok", f"sh:env -u STALESIM_CACHE -u HOME %STALESIM% emulate {E} --schedule stale -S 2 --out {W}/o_h2"),
+        ("ok", f"sh:env -u STALESIM_CACHE HOME={W}/nonexistent %STALESIM% emulate {E} --schedule stale -S 2 "
                f"--out {W}/o_h3"),
         ("err", f"schedule --from-torch-csv {W}/csv_junk.csv"),
         ("err", f"schedule --from-torch-csv {W}/csv_semi.csv"),
@@ -298,7 +299,7 @@ def run_case(i: int, want: str, args: str, W: Path, env: dict) -> bool:
     t0 = time.monotonic()
     rc: int | str
     me = f"{sys.executable} -m stalesim"
-    line = args[3:].replace("STALESIM", me) if args.startswith("sh:") else f"{me} {args}"
+    line = args[3:].replace("%STALESIM%", me) if args.startswith("sh:") else f"{me} {args}"
     try:
         p = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=LIMIT_S, cwd=W, env=env,
                            executable="/bin/bash")
