@@ -20,6 +20,7 @@ it (``checkpoint_every`` steps, and every epoch end).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -129,8 +130,9 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int, checkpoint_eve
     from stalesim.emulator.replay import CKPT_NAME, emulate
 
     cfg = TrainConfig.from_dict(cfg_dict)
-    resume = resume and (Path(out) / CKPT_NAME).is_file()
-    summary = emulate(cfg, out=out, progress=False, checkpoint_every=checkpoint_every, resume=resume)
+    with folder_lock(out):  # the run folder too: an `emulate --out` of it meanwhile is refused
+        resume = resume and (Path(out) / CKPT_NAME).is_file()
+        summary = emulate(cfg, out=out, progress=False, checkpoint_every=checkpoint_every, resume=resume)
     summary["run_id"] = run_id
     summary["config"] = cfg_dict
     return summary
@@ -145,9 +147,13 @@ def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_di
     from stalesim.emulator.replay import CKPT_NAME
 
     cfgs = [TrainConfig.from_dict(d) for d in cfg_dicts]
-    resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
-    emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every, progress=False)
-    summaries = emu.run(resume=resume)
+    with contextlib.ExitStack() as held:  # the batch's folder and its runs' folders, while it trains
+        for d in (batch_dir, *run_dirs):
+            held.enter_context(folder_lock(d))
+        resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
+        emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every,
+                              progress=False)
+        summaries = emu.run(resume=resume)
     for rid, sm, d in zip(run_ids, summaries, cfg_dicts):
         sm["run_id"] = rid
         sm["config"] = d
