@@ -97,3 +97,13 @@ def test_profile_and_validate_refuse_what_cannot_fit(capsys, tmp_path, monkeypat
 
 def test_a_small_run_passes_the_preflight(capsys, tmp_path):
     assert main(["emulate", "--model", "lenet5", *SYN, "--batch-size", "8", "--synthetic-size", "32"]) == 0
+
+
+def test_on_gpus_the_model_is_spread_and_the_data_stays_on_the_host(monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, str(3 << 29))  # 1.5 GiB "free" on every device
+    est = MemoryEstimate(weights=2 << 30, activations=1 << 30, data=1 << 30)
+    assert check_memory(est, "run", device="cuda:0", split=3) == est  # 1 GiB per GPU, 1 GiB of data
+    with pytest.raises(StalesimError, match="needs at least 3.0 GiB"):
+        check_memory(est, "run", device="cuda:0")  # one GPU holds it all
+    with pytest.raises(StalesimError, match="needs at least 2.0 GiB"):
+        check_memory(MemoryEstimate(0, 0, 2 << 30), "run", device="cuda:0", split=3)  # the data on the host

@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     # every rank loads the data set; the model is split over the ranks
     preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
-              data_copies=devs.count)
+              data_copies=devs.count, device=f"cuda:{devs.ids[0]}" if devs.kind == "cuda" else "cpu",
+              split=devs.count)
     need = expected_devices(cfg)
     if devs.count != need:
         raise StalesimError(

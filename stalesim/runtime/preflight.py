@@ -161,11 +161,13 @@ def available_memory(device: str = "cpu") -> tuple[int | None, str]:
     return None, "unknown"
 
 
-def check_memory(est: MemoryEstimate, what: str, *, device: str = "cpu", hint: str = "") -> MemoryEstimate:
-    """StalesimError (one line, naming the estimate and the limit) when ``est`` cannot fit."""
+def check_memory(est: MemoryEstimate, what: str, *, device: str = "cpu", hint: str = "",
+                 split: int = 1) -> MemoryEstimate:
+    """StalesimError (one line, naming the estimate and the limit) when ``est`` cannot fit;
+    ``split``: GPUs the weights and activations are spread over (the ranks of a run)."""
     # on a GPU the weights and activations live there and the data on the host
     if str(device).startswith("cuda"):
-        checks = [(est.device, str(device)), (est.data, "cpu")]
+        checks = [(est.device // max(split, 1), str(device)), (est.data, "cpu")]
     else:
         checks = [(est.total, "cpu")]
     for need, dev in checks:
@@ -181,12 +183,13 @@ def check_memory(est: MemoryEstimate, what: str, *, device: str = "cpu", hint: s
 
 
 def preflight(cfg: TrainConfig, *, what: str, processes: int = 1, runs_per_process: int = 1,
-              data_copies: int | None = None) -> MemoryEstimate:
+              data_copies: int | None = None, device: str | None = None, split: int = 1) -> MemoryEstimate:
     """:func:`check_memory` of ``processes`` processes, each training ``runs_per_process``
     runs of ``cfg`` (a batched study) and each holding its data set (``data_copies``
-    in all; default: one per process, one per run when synthetic data depends on the seed)."""
+    in all; default: one per process, one per run when synthetic data depends on the seed);
+    ``device``/``split``: where the model lives (default ``cfg.device``), over how many GPUs."""
     one = estimate_run(cfg)
     n = processes * runs_per_process
     if data_copies is None:
         data_copies = n if cfg.dataset == "synthetic" else processes
-    return check_memory(one.times(n, data_copies), what, device=cfg.device)
+    return check_memory(one.times(n, data_copies), what, device=device or cfg.device, split=split)
