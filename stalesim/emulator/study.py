@@ -16,6 +16,15 @@ are the same as without batching; ``batches/<id>/`` holds each batch's checkpoin
 **Resume** (``resume=True``): runs whose ``summary.json`` exists (made with the same
 configuration) are taken as they are; a run or batch with a checkpoint continues from
 it (``checkpoint_every`` steps, and every epoch end).
+
+**One writer, no orphans**: a study holds its folder's lock (:mod:`stalesim.outlock`)
+for its whole life and each worker the run and batch folders it trains, so a second
+study into the same ``--out`` is refused at once instead of both losing runs; and
+every worker dies with the study (:func:`stalesim.lifetime.die_with_parent`), so a
+study killed with ``SIGKILL`` leaves nothing writing into folders its ``--resume``
+is about to use. Before anything is built, what runs at once (``jobs`` processes,
+each one run or one batch) passes the memory preflight
+(:mod:`stalesim.runtime.preflight`).
 """
 
 from __future__ import annotations
