@@ -169,6 +169,47 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("err", f"emulate {E} --schedule zb-v -S 4 -M 4 --iterations 1000000 --out {W}/o_v2"),
         ("ok", "schedule --from-torch ZBVZeroBubble --ranks 16 -M 64"),
         ("ok", f"schedule --from-torch-csv {W}/csv_ok.csv -N 3"),
+        # reliability, third round: one writer per folder, bounded checkpoints and inputs,
+        # write faults, memory preflight, environment, strict torch interop ("sh:" cases are
+        # shell lines in which %STALESIM% is the command)
+        ("err", f"sh:%STALESIM% study {E} --iterations 300 --schedules stale --placements S2 --seeds 0 "
+                f"--out {W}/o_lock >/dev/null 2>&1 & until [ -s {W}/o_lock/.stalesim.lock ]; do sleep 0.2; done; "
+                f"%STALESIM% study {E} --schedules stale --placements S2 --seeds 1 --batched --out {W}/o_lock; "
+                "r=$?; wait; exit $r"),
+        ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_deep"),
+        ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_ints"),
+        ("err", f"emulate {E} --schedule stale -S 2 --resume --out {W}/ck_cycle"),
+        ("err", f"study {E} --schedules stale --placements S2 --seeds 0,1 --batched --resume --out {W}/st_deep"),
+        ("err", f"sh:ulimit -f 200; %STALESIM% emulate {E} --schedule stale -S 2 --checkpoint-every 1 "
+                f"--out {W}/o_fsize"),
+        ("err", "schedule stale -S 2 -N 3 > /dev/full"),
+        ("err", f"emulate {E} --schedule stale -S 2 --json > /dev/full"),
+        ("err", f"validate --devices cpu:2 --iterations 4 --out {W}/val_subfile --quiet"),
+        ("err", f"emulate {E} --model gpt-char --dataset shakespeare --data-dir {W}/sh_bomb --out {W}/o_b1"),
+        ("err", f"emulate {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --out {W}/o_m1"),
+        ("err", f"emulate {E} --model gpt-char:n_layer=1024,n_embd=576,n_head=8,block_size=16 --optimizer adam "
+                f"--out {W}/o_m2"),
+        ("err", f"emulate {E} --model gpt-char:block_size=65536 --synthetic-size 100000 --batch-size 1 "
+                f"--out {W}/o_m3"),
+        ("err", f"study {E} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --schedules stale --placements S2 --seeds 0,1 --batched --out {W}/o_m4"),
+        ("err", f"run {R} --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"--synthetic-size 4 --schedule gpipe -S 2 --devices cpu:2 --out {W}/o_m5"),
+        ("err", f"profile --model gpt-char:n_layer=1,n_embd=64,n_head=1,block_size=65536 --batch-size 128 "
+                f"-o {W}/o_m6.json"),
+        ("err", f"validate --model vgg16 --devices cpu:2 --batch-size 1048576 --out {W}/o_m7 --quiet"),
+        # no home folder: the cache falls back to a private temporary folder (downloads are off here)
+        ("err", f"sh:env -u STALESIM_CACHE -u STALESIM_DATA HOME={W}/nonexistent %STALESIM% emulate {M} "
+                f"--out {W}/o_h1"),
+        ("ok", f"sh:env -u STALESIM_CACHE -u HOME %STALESIM% emulate {E} --schedule stale -S 2 --out {W}/o_h2"),
+        ("ok", f"sh:env -u STALESIM_CACHE HOME={W}/nonexistent %STALESIM% emulate {E} --schedule stale -S 2 "
+               f"--out {W}/o_h3"),
+        ("err", f"schedule --from-torch-csv {W}/csv_junk.csv"),
+        ("err", f"schedule --from-torch-csv {W}/csv_semi.csv"),
+        ("err", "schedule 1f1b -S 2 -M 2 --to-torch-csv ''"),
+        ("err", "schedule --from-torch PipelineScheduleMulti --ranks 2 -M 2"),
+        ("err", "schedule --from-torch PipelineScheduleSingle --ranks 2 -M 2"),
         # valid and fast
         ("ok", "schedule stale -S 8 -N 16"),
         ("ok", f"simulate --profile {PROF} --schedule gpipe -S 2 -N 1000 -M 4"),
@@ -220,14 +261,50 @@ def make_fixtures(W: Path) -> None:
     (W / "csv_ok.csv").write_text("0F0,0B0\n")
     os.mkfifo(W / "fifo")
     (W / "file.txt").write_text("")
+    (W / "csv_junk.csv").write_text("0F0junk,0B0\n")
+    (W / "csv_semi.csv").write_text("0F0,1F0;0B0\n")
+    (W / "val_subfile").mkdir()
+    (W / "val_subfile" / "traces").write_text("a file where validate writes a folder")
+    with gzip.open(W / "sh_bomb.gz", "wb", compresslevel=1) as bomb:  # ~1 MiB unpacking to 1.1 GiB
+        zeros = b"a" * (64 << 20)
+        for _ in range(18):
+            bomb.write(zeros)
+    (W / "sh_bomb" / "shakespeare").mkdir(parents=True)
+    (W / "sh_bomb.gz").rename(W / "sh_bomb" / "shakespeare" / "shakespeare_complete.txt.gz")
+    _hostile_checkpoints(W)
+
+
+def _torch_zip(path: Path, pkl: bytes) -> None:
+    """A file laid out as torch.save writes it, holding the pickle ``pkl`` (no tensors)."""
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/version", "3\n")
+
+
+def _hostile_checkpoints(W: Path) -> None:
+    """Plain data that is still hostile: 10^6 nested lists, 60 MB of small ints, a cycle."""
+    import pickle
+
+    deep = b"\x80\x02}X\x06\x00\x00\x00format" + b"]" * 10**6 + b"a" * (10**6 - 1) + b"s."
+    _torch_zip(W / "ck_deep" / "checkpoint.pt", deep)
+    _torch_zip(W / "st_deep" / "batches" / "b00_stale_S2" / "checkpoint.pt", deep)
+    _torch_zip(W / "ck_ints" / "checkpoint.pt",
+               pickle.dumps({"format": 1, "a": [i % 100 for i in range(30 * 10**6)]}, protocol=2))
+    _torch_zip(W / "ck_cycle" / "checkpoint.pt", b"\x80\x02}X\x06\x00\x00\x00format]q\x01h\x01as.")
 
 
 def run_case(i: int, want: str, args: str, W: Path, env: dict) -> bool:
     t0 = time.monotonic()
     rc: int | str
+    me = f"{sys.executable} -m stalesim"
+    line = args[3:].replace("%STALESIM%", me) if args.startswith("sh:") else f"{me} {args}"
     try:
-        p = subprocess.run(f"{sys.executable} -m stalesim {args}", shell=True, capture_output=True, text=True,
-                           timeout=LIMIT_S, cwd=W, env=env)
+        p = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=LIMIT_S, cwd=W, env=env,
+                           executable="/bin/bash")
         rc, err = p.returncode, p.stderr
     except subprocess.TimeoutExpired:
         rc, err = "TIMEOUT", ""

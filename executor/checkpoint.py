@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from stalesim.atomic import torch_save_atomic
-from stalesim.checkpoint_io import load_checkpoint, mismatch, require_keys
+from stalesim.checkpoint_io import brief, load_checkpoint, mismatch, require_keys
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -210,7 +210,7 @@ class Checkpointer:
         path = self._file(k, self.ctx.rank)
         state = load_checkpoint(path, what="--resume", map_location=self.ctx.device)
         if state.get("format") != FORMAT:
-            raise StalesimError(f"--resume: {path} has format {state.get('format')!r}, expected {FORMAT}")
+            raise StalesimError(f"--resume: {path} has format {brief(state.get('format'))}, expected {FORMAT}")
         require_keys(state, KEYS, path, "--resume")
         if not isinstance(state["config"], dict) or state["k"] != k or state["rank"] != self.ctx.rank \
                 or state["world"] != self.ctx.world or state["index"] != self.cuts[k][self.ctx.rank]:
@@ -219,8 +219,8 @@ class Checkpointer:
         state["_path"] = str(path)
         for key, v in state["config"].items():
             if self.job["train"].get(key) != v and key != "device":
-                raise StalesimError(f"--resume: {key} is {self.job['train'].get(key)!r} but the "
-                                    f"checkpoint was made with {v!r}")
+                raise StalesimError(f"--resume: {str(key)[:60]} is {brief(self.job['train'].get(key))} but the "
+                                    f"checkpoint was made with {brief(v)}")
         return int(state["index"]), state
 
     def apply(self, rank: Any, state: dict[str, Any]) -> None:

@@ -9,18 +9,20 @@
   rank dies without a word (SIGKILL, OOM killer) the launcher can still name
   the action it was in.
 - Children started by the local launcher ask the kernel to SIGKILL them when
-  the launcher dies (``PR_SET_PDEATHSIG``), so no rank outlives its launcher.
+  the launcher dies (``PR_SET_PDEATHSIG``, :mod:`stalesim.lifetime`, shared with
+  the workers of a study), so no rank outlives its launcher.
 """
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import signal
 import sys
 import time
 from pathlib import Path
+
+from stalesim.lifetime import die_with_parent  # noqa: F401  (re-exported: ranks call it)
 
 FAULT_ENV = "STALESIM_EXECUTOR_FAULT"
 BEACON_SIZE = 96
@@ -100,17 +102,3 @@ def read_beacon(path: str | os.PathLike[str]) -> str | None:
         return None
     text = raw.split(b"\0", 1)[0].decode(errors="replace")
     return text or None
-
-
-def die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent exits (no orphaned ranks)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-    if os.getppid() == 1:  # the parent already died before prctl
-        os._exit(1)

@@ -112,12 +112,24 @@ def ensure_dir(path: PathLike) -> Path:
     return d
 
 
-def check_writable_dir(path: PathLike) -> Path:
+def check_writable_dir(path: PathLike, subdirs: Sequence[str] = ()) -> Path:
     """Create ``path`` if needed and prove a file can be made in it (then removed).
 
     For commands that would otherwise learn only after minutes of work that their
-    output folder is read-only, full, or a file."""
+    output folder is read-only, full, or a file. ``subdirs`` are the sub-folders the
+    command will write into: each must be absent or a folder we can write in."""
     d = ensure_dir(path)
+    for name in subdirs:
+        sub = d / name
+        try:
+            st = os.stat(sub)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise _fail(sub, exc) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise StalesimError(f"{sub}: exists and is not a folder (this command writes a folder there)")
+        check_writable_dir(sub)
     probe = d / f".stalesim-write-test.{secrets.token_hex(4)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -294,11 +306,58 @@ def write_csv_atomic(path: PathLike, rows: Iterable[Sequence[Any] | dict[str, An
     return _write_with(path, "w", dump, newline="")
 
 
+class _WriteRecorder:
+    """A binary file for ``torch.save`` that remembers the first ``OSError`` of a write.
+
+    torch's zip writer (``caffe2/serialize/inline_container.cc``) calls ``write`` from C++
+    and turns a failed one (a full disk, ``RLIMIT_FSIZE``: ``EFBIG``) into a
+    ``RuntimeError`` (``unexpected pos``), losing the reason; this keeps it."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._fh.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._fh.flush()
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+
+# what torch's zip writer says when a write failed under it
+_TORCH_WRITE_FAILED = ("unexpected pos", "PytorchStreamWriter", "inline_container", "file write failed")
+
+
 def torch_save_atomic(obj: Any, path: PathLike) -> Path:
-    """``torch.save`` that leaves either the old checkpoint or the new one, never a torn file."""
+    """``torch.save`` that leaves either the old checkpoint or the new one, never a torn file;
+    a write that fails under torch (full disk, file-size limit) is a one-line error naming
+    ``path`` and the reason, as for every other file."""
     import torch
 
-    return _write_with(path, "wb", lambda fh: torch.save(obj, fh))
+    def dump(fh: IO[bytes]) -> None:
+        rec = _WriteRecorder(fh)
+        try:
+            torch.save(obj, rec)  # type: ignore[arg-type]  # a file-like object: write and flush
+        except RuntimeError as exc:
+            if rec.error is not None:
+                raise rec.error from None  # -> "<path>: File too large" (atomic_open)
+            text = str(exc)
+            if any(k in text for k in _TORCH_WRITE_FAILED):
+                raise StalesimError(f"{Path(path)}: cannot write checkpoint "
+                                    f"({text.strip().splitlines()[0][:160]})") from None
+            raise
+        if rec.error is not None:  # torch carried on after a failed write: the file is torn
+            raise rec.error
+
+    return _write_with(path, "wb", dump)
 
 
 def savefig_atomic(fig: Any, path: PathLike, **kw: Any) -> Path:

@@ -27,6 +27,20 @@ and products of them stay finite in float64 (so a simulated time never becomes
 * ``MAX_THREADS`` (1024): torch threads of one process.
 * ``MAX_JOBS`` (256): worker processes of a sweep or study.
 * ``MAX_REPEATS`` (10,000): timed repetitions of one measurement.
+* Checkpoints (:mod:`stalesim.checkpoint_io`): the pickle part (everything but tensor
+  bytes) of a run's checkpoint holds at most ``CHECKPOINT_PICKLE_BASE`` (1 MiB: config,
+  run state) plus ``CHECKPOINT_PICKLE_PER_STEP`` (4 KiB, about 25x the 150 bytes a
+  step's loss, metrics and version records take) per step and run, plus
+  ``CHECKPOINT_PICKLE_PER_TENSOR`` (16 KiB: the records of its weight versions,
+  optimizer state, gradients and in-flight copies, ~100 bytes each) per parameter or
+  buffer tensor of the model, and never more than ``MAX_CHECKPOINT_PICKLE_BYTES``
+  (256 MiB, also the limit when the run's size is not known); plain data nests at
+  most ``MAX_CHECKPOINT_DEPTH`` (100) levels (ours: under 10).
+* ``MAX_CORPUS_BYTES`` (1 GiB): a text corpus after decompression (Shakespeare's
+  complete works are 5.4 MB), so a small gzip bomb cannot unpack into all memory.
+* ``STALESIM_MEMORY_BYTES`` (environment): the memory a run may assume it has, when
+  it should plan for less than ``MemAvailable`` (a shared machine, a cgroup); see
+  :mod:`stalesim.runtime.preflight`.
 """
 
 from __future__ import annotations
@@ -37,7 +51,13 @@ from typing import Any
 from stalesim.errors import StalesimError
 
 __all__ = [
+    "CHECKPOINT_PICKLE_BASE",
+    "CHECKPOINT_PICKLE_PER_STEP",
+    "CHECKPOINT_PICKLE_PER_TENSOR",
     "MAX_BYTES",
+    "MAX_CHECKPOINT_DEPTH",
+    "MAX_CHECKPOINT_PICKLE_BYTES",
+    "MAX_CORPUS_BYTES",
     "MAX_COUNT",
     "MAX_FACTOR",
     "MAX_FLOPS",
@@ -65,6 +85,12 @@ MAX_RANKS = 1024
 MAX_THREADS = 1024
 MAX_JOBS = 256
 MAX_REPEATS = 10_000
+CHECKPOINT_PICKLE_BASE = 1 << 20
+CHECKPOINT_PICKLE_PER_STEP = 4 << 10
+CHECKPOINT_PICKLE_PER_TENSOR = 16 << 10
+MAX_CHECKPOINT_PICKLE_BYTES = 256 << 20
+MAX_CHECKPOINT_DEPTH = 100
+MAX_CORPUS_BYTES = 1 << 30
 
 
 def check_int(name: str, value: Any, *, lo: int = 0, hi: int = MAX_COUNT) -> int:

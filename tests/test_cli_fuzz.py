@@ -637,3 +637,141 @@ def test_fuzz_json_through_the_cli(doc: Any, which: str, files: dict[str, str], 
     if which == "hardware":
         argv += ["--hardware", str(path)]
     check_contract(argv)
+
+
+# ------------------------------------------------------------------ reliability, third round
+# Checkpoints, torch CSV cells, gpt-char sizes and locked output folders, fuzzed at the
+# reader or command that takes them.
+def _real_checkpoint_pickle() -> bytes:
+    """The pickle part of a checkpoint shaped like ours (nested dicts, lists, tensors, floats)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"format": 1, "config": {"lr": 0.1, "ppv": [2]}, "run": {"losses": {0: 2.3, 1: 2.2}},
+                "runtimes": [[{"state": {"w": torch.zeros(3)}, "versions_used": [0, 1]}]]}, buf)
+    import zipfile
+
+    with zipfile.ZipFile(buf) as z:
+        return z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+
+
+@settings(SETTINGS, max_examples=max(20, EXAMPLES))
+@given(data=st.data())
+def test_fuzz_checkpoint_pickles(data: Any, tmp_path_factory) -> None:
+    """Mutated checkpoint pickles (bytes flipped, cut, repeated, deep nesting spliced in):
+    ``read_checkpoint`` returns a dict or raises one-line StalesimError, fast; it never
+    runs code (the planted case is in tests/test_checkpoint_io.py)."""
+    import zipfile
+
+    from stalesim.checkpoint_io import read_checkpoint
+
+    pkl = bytearray(_real_checkpoint_pickle())
+    how = data.draw(st.sampled_from(["flip", "cut", "repeat", "nest", "insert"]))
+    if how == "flip":
+        for _ in range(data.draw(st.integers(1, 8))):
+            i = data.draw(st.integers(0, len(pkl) - 1))
+            pkl[i] = data.draw(st.integers(0, 255))
+    elif how == "cut":
+        del pkl[data.draw(st.integers(0, len(pkl) - 1)):]
+    elif how == "repeat":
+        a = data.draw(st.integers(2, len(pkl) - 2))
+        pkl[a:a] = pkl[a - 2:a] * data.draw(st.integers(1, 50_000))
+    elif how == "nest":
+        n = data.draw(st.integers(1, 300_000))
+        pkl = bytearray(b"\x80\x02}X\x06\x00\x00\x00format" + b"]" * n + b"a" * (n - 1) + b"s.")
+    else:
+        a = data.draw(st.integers(2, len(pkl) - 2))
+        pkl[a:a] = data.draw(st.binary(min_size=1, max_size=64))
+    path = tmp_path_factory.mktemp("ck") / "checkpoint.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", bytes(pkl))
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/version", "3\n")
+    _only_stalesim_errors(lambda p: read_checkpoint(p, what="resume", steps=10, tensors=4), path)
+
+
+_CELL_PARTS = st.sampled_from(["0", "1", "12", "F", "B", "I", "W", "SEND_F", "RECV_B", "UNSHARD", ";", "(", ")",
+                               "OVERLAP_F_B", " ", "junk", "\u2603", "-", "x"])
+
+
+@SETTINGS
+@given(cells=st.lists(st.lists(_CELL_PARTS, max_size=6).map("".join), min_size=1, max_size=6))
+def test_fuzz_torch_csv_cells(cells: list[str], tmp_path_factory) -> None:
+    """A cell is read only when it *is* an action: whatever is read prints back as the cell."""
+    from stalesim.errors import StalesimError
+    from stalesim.schedule.torch_interop import read_torch_csv
+
+    path = tmp_path_factory.mktemp("csv") / "order.csv"
+    path.write_text(",".join(c.replace(",", "") for c in cells) + "\n")
+    try:
+        read_torch_csv(path)
+    except StalesimError as exc:
+        assert "\n" not in str(exc)
+        return
+    import re
+
+    from torch.distributed.pipelining.schedules import _Action
+
+    for cell in cells:
+        text = cell.replace(",", "").strip()
+        act = _Action.from_str(text)
+        same = re.sub(r"\d+", lambda m: str(int(m.group())), text)  # 0F01 is 0F1
+        assert (act is None and text == "") or repr(act) == same, (cell, act)
+
+
+_GPT_OPTS = st.fixed_dictionaries({
+    "n_layer": st.sampled_from([1, 2, 1024]), "n_embd": st.sampled_from([16, 576, 16384]),
+    "n_head": st.sampled_from([1, 8]), "block_size": st.sampled_from([16, 4096, 65536])})
+
+
+@SETTINGS
+@given(opts=_GPT_OPTS, batch=st.sampled_from(["1", "8", "128", "4096"]),
+       size=st.sampled_from(["4", "1024", "100000"]), cmd=st.sampled_from(["emulate", "study", "run"]))
+def test_fuzz_gpt_sizes_are_refused_up_front(opts: dict, batch: str, size: str, cmd: str, stubbed: Path) -> None:
+    """gpt-char options inside their documented bounds: exit 0 (stubbed training), or one line
+    at once: the parameter bound or the memory preflight (against a stated 16 GiB)."""
+    name = "gpt-char:" + ",".join(f"{k}={v}" for k, v in opts.items())
+    argv = [cmd, "--model", name, "--dataset", "synthetic", "--iterations", "2", "--batch-size", batch,
+            "--synthetic-size", size, "--out", str(stubbed / "outs" / f"gpt{abs(hash((name, batch, size, cmd)))}")]
+    if cmd == "run":
+        argv += ["--devices", "cpu:2", "--schedule", "gpipe", "-S", "2"]
+    os.environ["STALESIM_MEMORY_BYTES"] = str(16 << 30)
+    try:
+        code = check_contract(argv)
+    finally:
+        del os.environ["STALESIM_MEMORY_BYTES"]
+    from stalesim.runtime.preflight import estimate_run
+
+    if code == 0 and cmd == "emulate":
+        from stalesim.runtime.config import TrainConfig
+
+        cfg = TrainConfig(model=name, dataset="synthetic", iterations=2, batch_size=int(batch),
+                          synthetic_size=int(size))
+        assert estimate_run(cfg).total <= 16 << 30  # what passed fits the stated memory
+
+
+@pytest.mark.parametrize("command", ["emulate", "study", "run", "validate"])
+def test_a_locked_output_folder_is_one_line(command: str, stubbed: Path) -> None:
+    """Another process holds the folder (simulated by a lock on another descriptor)."""
+    import fcntl
+
+    from stalesim.outlock import LOCK_NAME
+
+    out = stubbed / "outs" / f"locked-{command}"
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, json.dumps({"pid": 4242, "command": "stalesim study ...", "started": "today"}).encode(), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        base = {"emulate": ["--model", "lenet5", "--dataset", "synthetic", "--iterations", "2"],
+                "study": ["--model", "lenet5", "--dataset", "synthetic", "--iterations", "2", "--seeds", "0"],
+                "run": ["--model", "lenet5", "--dataset", "synthetic", "--iterations", "2", "--devices", "cpu:2",
+                        "--schedule", "gpipe", "-S", "2"],
+                "validate": ["--devices", "cpu:2", "--schedules", "stale"]}[command]
+        code, _, err, _ = run_cli([command, *base, "--out", str(out)])
+        assert code == 2 and err.strip() == (f"stalesim: error: {out}: in use by another stalesim command "
+                                             "(pid 4242, 'stalesim study ...', started today); wait for it "
+                                             "to finish or choose another --out"), err
+    finally:
+        os.close(fd)
+    assert check_contract([command, *base, "--out", str(out)]) == 0  # free again: it runs

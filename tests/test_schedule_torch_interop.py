@@ -14,6 +14,9 @@ last rank is ours shifted by one.
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
 pytest.importorskip("torch")
@@ -134,8 +137,49 @@ def test_import_and_export_errors():
 def test_reading_a_bad_csv(tmp_path):
     p = tmp_path / "bad.csv"
     p.write_text("0F0,0Q1\n")
-    with pytest.raises(ScheduleError, match="rank 0 column 1: cannot read '0Q1'"):
+    with pytest.raises(ScheduleError, match=re.escape("row 1 (rank 0) column 1: cannot read '0Q1'")):
         read_torch_csv(p)
     p.write_text("0F0,0B0\n1F0\n")  # stage 1 never runs a backward
     with pytest.raises(ScheduleError, match="missing"):
         schedule_from_orders(read_torch_csv(p))
+
+
+@pytest.mark.parametrize("cell", ["0F0junk", "1F0;2B0", "0F0 0B0", "F0", "0F", "(0F0;1B0)", "0F0)", "x"])
+def test_a_cell_is_one_action_or_an_error(tmp_path, cell):
+    p = tmp_path / "junk.csv"
+    p.write_text(f"0F0,0B0\n1F0,{cell},1B0\n")
+    if cell == "0F":  # the form of an action without micro-batch (0UNSHARD): read, then refused
+        with pytest.raises(ScheduleError, match="needs a micro-batch index"):
+            read_torch_csv(p)
+        return
+    with pytest.raises(ScheduleError, match=re.escape(f"row 2 (rank 1) column 1: cannot read {cell!r}")):
+        read_torch_csv(p)
+
+
+def test_strict_cells_still_read_what_torch_writes(tmp_path):
+    p = tmp_path / "ok.csv"
+    p.write_text("0F0, 0UNSHARD ,,(0F1;0B0)OVERLAP_F_B,0B1\n")
+    assert read_torch_csv(p) == {0: [(Kind.F, 0, 0), (Kind.F, 0, 1), (Kind.B, 0, 0), (Kind.B, 0, 1)]}
+
+
+def test_an_empty_csv_name_is_an_error(tmp_path):
+    with pytest.raises(ScheduleError, match="--to-torch-csv: empty file name"):
+        to_torch_csv(build_schedule(ScheduleConfig("1f1b", stages=2, microbatches=2, batches=1)), "")
+
+
+@pytest.mark.parametrize("name", ["PipelineScheduleSingle", "PipelineScheduleMulti"])
+def test_an_abstract_torch_class_is_one_line(name):
+    with pytest.raises(ScheduleError, match=f"{name} is an abstract base class"):
+        from_torch(name, 2, 4)
+
+
+def test_cli_interop_errors_are_one_line(capsys, tmp_path):
+    from stalesim.cli import main
+
+    for argv, needle in ([["schedule", "1f1b", "-S", "2", "-M", "2", "--to-torch-csv", ""], "empty file name"],
+                         [["schedule", "--from-torch", "PipelineScheduleMulti", "--ranks", "2", "-M", "2"],
+                          "abstract base class"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("stalesim: error: ") and needle in err[0]
+    assert os.listdir(tmp_path) == []

@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit cannot fail again
+    (and print ``Exception ignored ...``) after we reported the failure once."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from stalesim.runtime.datapaths import pin_data_env
 
@@ -72,7 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         pin_data_env()  # a relative $STALESIM_DATA names a folder of the starting directory
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full device or closed pipe on stdout fails here, not at exit
+        return status
     except StalesimError as exc:
         print(f"stalesim: error: {exc}", file=sys.stderr)
         return 2
@@ -81,8 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # the reader (e.g. `| head`) closed the pipe: stop quietly, as Unix tools do
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _detach_stdout()
         return 141
+    except OSError as exc:
+        # a write that failed outside the atomic writer: stdout on a full device
+        # (`> /dev/full`), or a file a library wrote itself
+        from stalesim.atomic import os_reason
+
+        if exc.filename is not None:
+            where = str(exc.filename)
+        else:  # the atomic writer names its files, so an unnamed write error is (almost always) stdout
+            where = "cannot write the output (stdout)"
+            _detach_stdout()
+        print(f"stalesim: error: {where}: {os_reason(exc)}", file=sys.stderr)
+        return 2

@@ -26,11 +26,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import contextlib
+
     from stalesim.emulator.replay import emulate
+    from stalesim.outlock import folder_lock
+    from stalesim.runtime.preflight import preflight
 
     cfg = train_config_from_args(args)
-    summary = emulate(cfg, out=args.out, checkpoint_every=args.checkpoint_every,
-                      progress=False if args.quiet else None, resume=args.resume)
+    preflight(cfg, what=f"emulating {cfg.model} at batch size {cfg.batch_size}")  # before any allocation
+    with folder_lock(args.out) if args.out else contextlib.nullcontext():  # one writer per folder
+        summary = emulate(cfg, out=args.out, checkpoint_every=args.checkpoint_every,
+                          progress=False if args.quiet else None, resume=args.resume)
     if args.json:
         print_json(summary)
         return 0

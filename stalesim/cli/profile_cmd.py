@@ -143,6 +143,13 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError(f"--model: unknown {args.model!r} (known: {', '.join(model_names())}, "
                             "or any resnet<6n+2>)")
     parse_device(args.device)
+    from stalesim.runtime.preflight import check_memory, estimate_model
+
+    # weights, gradients and one batch's activations at the largest batch size, before building
+    check_memory(estimate_model(args.model, batch_size=max(args.batch_size),
+                                element_size=2 if args.dtype == "bfloat16" else 4, optimizer_copies=0,
+                                num_classes=args.num_classes),
+                 f"profiling {args.model} at batch size {max(args.batch_size)}", device=args.device)
     prof = profile_model(
         args.model,
         args.batch_size,

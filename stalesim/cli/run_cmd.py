@@ -102,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
 
         check_master_addr(args.master_addr)
     devs = parse_devices(args.devices)
+    from stalesim.runtime.preflight import preflight
+
+    # every rank loads the data set; the model is split over the ranks
+    preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
+              data_copies=devs.count, device=f"cuda:{devs.ids[0]}" if devs.kind == "cuda" else "cpu",
+              split=devs.count)
     need = expected_devices(cfg)
     if devs.count != need:
         raise StalesimError(
@@ -109,14 +115,25 @@ def run(args: argparse.Namespace) -> int:
             f"{cfg.num_stages} stage(s) and {cfg.workers} worker(s) needs {need}")
     if devs.kind == "cuda":
         _check_cuda(devs)
-    job = build_job(args, cfg, str(devs))
-    summary = run_local(job, devs, timeout_s=args.timeout, threads=args.threads,
-                        master_addr=args.master_addr)
+    if args.out is None and not args.resume:
+        args.out = _default_out(cfg)
+    with _out_lock(args.out):  # one writer per run folder (docs/failure.md)
+        job = build_job(args, cfg, str(devs))
+        summary = run_local(job, devs, timeout_s=args.timeout, threads=args.threads,
+                            master_addr=args.master_addr)
     if args.json:
         print_json(summary)
     else:
         _print_text(summary)
     return 0
+
+
+def _out_lock(out: str | None) -> Any:
+    import contextlib
+
+    from stalesim.outlock import folder_lock
+
+    return folder_lock(out) if out else contextlib.nullcontext()
 
 
 def _check_cuda(devs: Any) -> None:

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         sched = build_schedule(cfg)
         summary = spec.summary
     written = None
-    if args.to_torch_csv:
+    if args.to_torch_csv is not None:  # '' is an error there, not "no export"
         from stalesim.schedule.torch_interop import to_torch_csv
 
         written = str(to_torch_csv(sched, args.to_torch_csv))

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         run_study,
         write_table,
     )
+    from stalesim.outlock import folder_lock
     from stalesim.schedule import get_spec
 
     if args.ppv is not None or args.stages is not None:
@@ -90,17 +91,18 @@ def run(args: argparse.Namespace) -> int:
             if rid not in mit_of:
                 points.append((rid, cfg))
                 mit_of[rid] = "none" if get_spec(cfg.schedule).placement_free else mit
-    write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
-                                           "placements": args.placements,
-                                           "mitigations": args.mitigations, "seeds": args.seeds,
-                                           "batched": args.batched, "batch_runs": args.batch_runs,
-                                           "runs": [rid for rid, _ in points]})
-    results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
-                        mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
-                        continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0)
-    rows = aggregate(results)
-    write_table(rows, out)
-    fig = plot(rows, out)
+    with folder_lock(out):  # held from the first write (study.json) to the table
+        write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
+                                               "placements": args.placements,
+                                               "mitigations": args.mitigations, "seeds": args.seeds,
+                                               "batched": args.batched, "batch_runs": args.batch_runs,
+                                               "runs": [rid for rid, _ in points]})
+        results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
+                            mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
+                            continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0)
+        rows = aggregate(results)
+        write_table(rows, out)
+        fig = plot(rows, out)
     if args.json:
         print_json(rows)
     else:

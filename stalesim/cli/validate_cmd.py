@@ -86,12 +86,22 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from stalesim.atomic import check_writable_dir
+    from stalesim.outlock import folder_lock
     from stalesim.validate.config import check_config
     from stalesim.validate.workflow import validate
 
     cfg = config_from_args(args)
     check_config(cfg)  # one-line errors before anything is measured
-    summary = validate(cfg, progress=(lambda m: None) if args.quiet else None)
+    from stalesim.runtime.preflight import check_memory, estimate_model
+
+    # the emulation it compares with trains the whole model (SGD with momentum) in this process
+    check_memory(estimate_model(cfg.model, batch_size=cfg.batch_size, element_size=4, optimizer_copies=1),
+                 f"validating {cfg.model} at batch size {cfg.batch_size}")
+    # the sub-folders it writes must be folders (or absent) before 20 s of measuring
+    check_writable_dir(cfg.out, subdirs=("traces", "figures", "runs"))
+    with folder_lock(cfg.out):  # one writer per output folder
+        summary = validate(cfg, progress=(lambda m: None) if args.quiet else None)
     if args.json:
         print_json(summary)
         return 0

@@ -11,8 +11,9 @@ recomputation is bitwise identical, so a resumed run produces bitwise the same
 losses as an uninterrupted one (tested).
 
 A checkpoint holds only tensors and plain data and is read with
-``weights_only=True`` (:mod:`stalesim.checkpoint_io`): a file that is not ours
-is a one-line error, never code execution.
+``weights_only=True`` through the bounded reader of :mod:`stalesim.checkpoint_io`
+(size from the run's length, nesting): a file that is not ours is a one-line
+error within a second, never code execution.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stalesim.atomic import torch_save_atomic
-from stalesim.checkpoint_io import load_checkpoint, mismatch, require_keys
+from stalesim.checkpoint_io import brief, mismatch, read_checkpoint, require_keys
 from stalesim.errors import StalesimError
 from stalesim.schedule import Action, Kind
 
@@ -57,20 +58,26 @@ def save(emu: Emulator, path: Path) -> None:
 
 
 def load(emu: Emulator, path: Path) -> None:
-    state = load_checkpoint(path, what="resume", map_location=emu.device)
+    # bounded by what this run could have written: its length, its runs when batched, its tensors
+    tensors = sum(len(rt.module.state_dict()) + (0 if rt.head is None else len(rt.head.state_dict()))
+                  for row in emu.rts for rt in row)
+    state = read_checkpoint(path, what="resume", map_location=emu.device, steps=emu.total,
+                            runs=getattr(emu, "K", 1), tensors=tensors)
     if state.get("format") != FORMAT:
-        raise StalesimError(f"resume: checkpoint {path} has format {state.get('format')!r}, expected {FORMAT}")
+        raise StalesimError(f"resume: checkpoint {path} has format {brief(state.get('format'))}, "
+                            f"expected {FORMAT}")
     require_keys(state, KEYS, path, "resume")
     if not isinstance(state["config"], dict):
         raise StalesimError(f"resume: {path} is not a stalesim checkpoint (config is not a dict)")
     mine = emu.checkpoint_config()
     for k, v in state["config"].items():
         if mine.get(k) != v:
-            raise StalesimError(f"resume: {k} is {mine.get(k)!r} but the checkpoint was made with {v!r}")
+            raise StalesimError(f"resume: {str(k)[:60]} is {brief(mine.get(k))} but the checkpoint was made "
+                                f"with {brief(v)}")
     if state["checkpoint_every"] != emu.checkpoint_every:
         raise StalesimError(
             f"resume: checkpoint_every is {emu.checkpoint_every} but the checkpoint was made with "
-            f"{state['checkpoint_every']} (it decides which weight versions are kept)")
+            f"{brief(state['checkpoint_every'])} (it decides which weight versions are kept)")
     try:
         _apply(emu, state)
     except StalesimError:

@@ -16,10 +16,20 @@ are the same as without batching; ``batches/<id>/`` holds each batch's checkpoin
 **Resume** (``resume=True``): runs whose ``summary.json`` exists (made with the same
 configuration) are taken as they are; a run or batch with a checkpoint continues from
 it (``checkpoint_every`` steps, and every epoch end).
+
+**One writer, no orphans**: a study holds its folder's lock (:mod:`stalesim.outlock`)
+for its whole life and each worker the run and batch folders it trains, so a second
+study into the same ``--out`` is refused at once instead of both losing runs; and
+every worker dies with the study (:func:`stalesim.lifetime.die_with_parent`), so a
+study killed with ``SIGKILL`` leaves nothing writing into folders its ``--resume``
+is about to use. Before anything is built, what runs at once (``jobs`` processes,
+each one run or one batch) passes the memory preflight
+(:mod:`stalesim.runtime.preflight`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -31,8 +41,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from stalesim.atomic import AppendLog, check_writable_dir, savefig_atomic, write_csv_atomic, write_text_atomic
+from stalesim.atomic import AppendLog, savefig_atomic, write_csv_atomic, write_text_atomic
 from stalesim.errors import StalesimError
+from stalesim.lifetime import die_with_parent
+from stalesim.outlock import folder_lock
 from stalesim.runtime.config import TrainConfig
 
 MITIGATIONS = {
@@ -127,8 +139,9 @@ def _run_one(run_id: str, cfg_dict: dict, out: str, threads: int, checkpoint_eve
     from stalesim.emulator.replay import CKPT_NAME, emulate
 
     cfg = TrainConfig.from_dict(cfg_dict)
-    resume = resume and (Path(out) / CKPT_NAME).is_file()
-    summary = emulate(cfg, out=out, progress=False, checkpoint_every=checkpoint_every, resume=resume)
+    with folder_lock(out):  # the run folder too: an `emulate --out` of it meanwhile is refused
+        resume = resume and (Path(out) / CKPT_NAME).is_file()
+        summary = emulate(cfg, out=out, progress=False, checkpoint_every=checkpoint_every, resume=resume)
     summary["run_id"] = run_id
     summary["config"] = cfg_dict
     return summary
@@ -143,9 +156,13 @@ def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_di
     from stalesim.emulator.replay import CKPT_NAME
 
     cfgs = [TrainConfig.from_dict(d) for d in cfg_dicts]
-    resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
-    emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every, progress=False)
-    summaries = emu.run(resume=resume)
+    with contextlib.ExitStack() as held:  # the batch's folder and its runs' folders, while it trains
+        for d in (batch_dir, *run_dirs):
+            held.enter_context(folder_lock(d))
+        resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
+        emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every,
+                              progress=False)
+        summaries = emu.run(resume=resume)
     for rid, sm, d in zip(run_ids, summaries, cfg_dicts):
         sm["run_id"] = rid
         sm["config"] = d
@@ -198,6 +215,22 @@ def group_batches(points: list[tuple[str, TrainConfig]], batch_runs: int | None 
     return out
 
 
+def _check_memory(todo: list[tuple[str, TrainConfig]],
+                  batches: list[tuple[str, list[tuple[str, TrainConfig]]]], jobs: int) -> None:
+    """The memory preflight of what runs at once: ``jobs`` processes, each one run or one batch
+    (before any model is built; the batched emulator's finer check follows)."""
+    from stalesim.runtime.preflight import estimate_run, preflight
+
+    if not todo:
+        return
+    per_process = max((len(members) for _, members in batches), default=1)
+    processes = min(jobs, len(batches) if batches else len(todo))
+    worst = max((cfg for _, cfg in todo), key=lambda c: estimate_run(c).total)
+    preflight(worst, what=f"study: {processes} process(es) of {per_process} run(s) of {worst.model} "
+                          f"at batch size {worst.batch_size}",
+              processes=processes, runs_per_process=per_process)
+
+
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None, *,
               resume: bool = True, batched: bool = False, batch_runs: int | None = None,
@@ -210,7 +243,15 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
     where it stopped; ``continue_runs`` also continues each unfinished run (or batch) from
     its last checkpoint (written every ``checkpoint_every`` steps) instead of restarting it.
     """
-    check_writable_dir(out)
+    with folder_lock(out):  # one study per folder: a second one is refused, naming this one
+        return _run_study(points, out, jobs, progress, mitigation_of, resume=resume, batched=batched,
+                          batch_runs=batch_runs, continue_runs=continue_runs,
+                          checkpoint_every=checkpoint_every)
+
+
+def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, progress: bool | None,
+               mitigation_of: dict[str, str] | None, *, resume: bool, batched: bool,
+               batch_runs: int | None, continue_runs: bool, checkpoint_every: int) -> list[dict]:
     threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
     results: list[dict] = []
     done: dict[str, dict] = {}
@@ -219,6 +260,7 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
         done = {r["run_id"]: r for r in finished_runs(out, cfgs)}
     todo = [(rid, cfg) for rid, cfg in points if rid not in done]
     batches = group_batches(todo, batch_runs) if batched else []
+    _check_memory(todo, batches, jobs)
     if batched:
         from stalesim.emulator.batched import BatchedEmulator
 
@@ -242,7 +284,10 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
         if bar is not None:
             bar.update(1)
 
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool, \
+    # workers die with this process (even on SIGKILL): an orphan would go on writing into
+    # the run and batch folders a --resume is already using
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool, \
             AppendLog(out / "results.jsonl", (json.dumps(r) for r in done.values())) as log:
         for r in done.values():
             r["mitigation"] = (mitigation_of or {}).get(r["run_id"], "none")

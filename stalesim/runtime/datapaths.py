@@ -22,7 +22,39 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("STALESIM_CACHE") or Path.home() / ".cache" / "stalesim")
+    """``$STALESIM_CACHE``, else ``~/.cache/stalesim``; without a usable home folder (HOME
+    unset with no password entry, or naming a folder that does not exist, which we must not
+    create) a private per-user folder in the temporary directory. The cache holds only
+    verified copies (checked on every use), so where it lives changes no result."""
+    env = os.environ.get("STALESIM_CACHE")
+    if env:
+        return Path(env)
+    try:
+        home: Path | None = Path.home()
+    except (RuntimeError, KeyError):  # no HOME and no password entry for this uid
+        home = None
+    if home is not None and home.is_dir():
+        return home / ".cache" / "stalesim"
+    return _private_tmp_cache()
+
+
+def _private_tmp_cache() -> Path:
+    import stat
+    import tempfile
+
+    from stalesim.errors import StalesimError
+
+    d = Path(tempfile.gettempdir()) / f"stalesim-cache-{os.getuid()}"
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(d)
+    except OSError as exc:
+        raise StalesimError(f"cache: no home folder and {d} cannot be made ({exc.strerror}); "
+                            "set STALESIM_CACHE to a folder for downloaded data") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise StalesimError(f"cache: no home folder and {d} is not a private folder of this user; "
+                            "set STALESIM_CACHE to a folder for downloaded data")
+    return d
 
 
 DATA_ENV = "STALESIM_DATA"

@@ -29,7 +29,6 @@ order-2 Markov chain over 28 letters, so it is learnable) of about
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +36,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from stalesim.errors import StalesimError
+from stalesim.inputs import read_bytes
+from stalesim.limits import MAX_CORPUS_BYTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.runtime.config import TrainConfig
@@ -95,10 +96,8 @@ def load_shakespeare(cfg: TrainConfig) -> TextData:
     looked = _candidates(cfg)
     for path in looked:
         if path.is_file():
-            try:
-                raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                raise StalesimError(f"dataset: cannot read {path} ({type(exc).__name__})") from None
+            # bounded after unpacking: a small gzip that unpacks to gigabytes is one line
+            raw = read_bytes(path, "dataset", MAX_CORPUS_BYTES, gunzip=path.suffix == ".gz")
             tokens = ascii_tensor(raw, str(path))
             data = split(tokens, "shakespeare",
                          f"Shakespeare complete works ({tokens.numel():,} characters, "

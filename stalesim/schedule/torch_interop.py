@@ -32,6 +32,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ RankOrders = dict[int, list[tuple[Kind, int, int]]]  # rank -> [(kind, stage, mi
 MAX_TORCH_STEP_ACTIONS = 50_000
 MAX_CSV_BYTES = 4 << 20
 
+# one CSV cell, whole: empty (idle), an action as torch's _Action.__repr__ writes it
+# ([stage][type][micro-batch]), or DualPipeV's "(a;b)OVERLAP_F_B"
+_ONE = r"\d+(?:F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)\d*"
+_CELL = re.compile(rf"(?:|{_ONE}|\({_ONE}(?:;{_ONE})*\)OVERLAP_F_B)")
+
 
 class _StandInStage:
     """What a torch schedule constructor reads of a stage (torch's tests mock the same)."""
@@ -77,12 +83,19 @@ def torch_class(name: str) -> Any:
         from torch.distributed.pipelining import schedules as ts
     except ImportError as exc:  # pragma: no cover - torch is a dependency
         raise ScheduleError(f"--from-torch: torch.distributed.pipelining is unavailable ({exc})") from None
+    import inspect
+
     key = name[len("Schedule"):] if name.lower().startswith("schedule") else name
+    known = "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV"
     try:
-        return ts.get_schedule_class(key)
+        cls = ts.get_schedule_class(key)
     except ValueError:
-        known = "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV"
         raise ScheduleError(f"--from-torch: unknown torch schedule {name!r} (known: {known})") from None
+    # torch's map also names its abstract bases (PipelineScheduleSingle/Multi): no order to read
+    if inspect.isabstract(cls) or cls.__name__ in ("PipelineScheduleSingle", "PipelineScheduleMulti"):
+        raise ScheduleError(f"--from-torch: {cls.__name__} is an abstract base class, not a schedule "
+                            f"(use one of: {known})")
+    return cls
 
 
 def _is_v_shape(cls: Any) -> bool:
@@ -119,7 +132,7 @@ def torch_orders(name: str, ranks: int, microbatches: int, stages_per_rank: int 
             stages = [_StandInStage(s, S, ranks, 0) for s in own]
             sched = cls(stages, microbatches)
             order = sched.pipeline_order
-    except (ValueError, AssertionError, RuntimeError) as exc:
+    except (ValueError, AssertionError, RuntimeError, TypeError, NotImplementedError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ScheduleError(f"--from-torch: torch's {cls.__name__} rejects ranks={ranks} "
                             f"microbatches={microbatches} stages_per_rank={V}: {first}") from None
@@ -169,11 +182,15 @@ def read_torch_csv(path: str | os.PathLike[str]) -> RankOrders:
         for r, row in enumerate(rows):
             acts = []
             for i, cell in enumerate(row):
+                # strict: torch's from_str matches a prefix, so "0F0junk" would read as 0F0
+                if not _CELL.fullmatch(cell.strip()):
+                    raise ScheduleError(f"--from-torch-csv: row {r + 1} (rank {r}) column {i}: cannot read "
+                                        f"{cell[:40]!r} (expected e.g. 0F1, 3I0, 1W2, or empty)")
                 try:
                     acts.append(_Action.from_str(cell))
                 except (RuntimeError, ValueError):
-                    raise ScheduleError(f"--from-torch-csv: rank {r} column {i}: cannot read {cell[:40]!r} "
-                                        "(expected e.g. 0F1, 3I0, 1W2)") from None
+                    raise ScheduleError(f"--from-torch-csv: row {r + 1} (rank {r}) column {i}: cannot read "
+                                        f"{cell[:40]!r} (expected e.g. 0F1, 3I0, 1W2, or empty)") from None
             orders[r] = _flatten(acts)
     except csv.Error as exc:
         raise ScheduleError(f"--from-torch-csv: {os.fspath(path)!r} row {r + 1}: not CSV ({exc})") from None
@@ -280,6 +297,8 @@ def to_torch_csv(sched: Schedule, path: str | os.PathLike[str]) -> Path:
     """Write :func:`to_torch_rows` as torch's compute-only CSV (atomically)."""
     from stalesim.atomic import write_text_atomic
 
+    if not os.fspath(path).strip():
+        raise ScheduleError("--to-torch-csv: empty file name (name the CSV file to write)")
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     for row in to_torch_rows(sched):

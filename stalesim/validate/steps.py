@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stalesim.atomic import ensure_dir
 from stalesim.errors import StalesimError
 from stalesim.validate.config import ValidateConfig
 
@@ -260,7 +261,7 @@ def simulate_step(v: Validation) -> None:
     v.ppvs = {name: _ppv_for(name, N, v.ppv, cfg, v.prof) for name in v.schedules}
     v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
-    (v.out / "traces").mkdir(parents=True, exist_ok=True)
+    ensure_dir(v.out / "traces")  # a file in the way is one line, not a traceback
     from executor.rank import RECV_AHEAD
 
     for name in v.schedules:
