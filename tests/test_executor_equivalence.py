@@ -114,21 +114,10 @@ def test_three_ranks_match_the_emulator():
 
 def _predicted_peaks(cfg: TrainConfig) -> list[int]:
     """The memory model with stage facts measured as the executor counts them."""
-    from dataclasses import replace
-
     from executor.rank import RECV_AHEAD
-    from stalesim.runtime.memfacts import stage_memory_facts
-    from stalesim.schedule import build_schedule
-    from stalesim.sim.memory import memory_report
-    from stalesim.sim.model import uniform_costs
-    from stalesim.validate.costmodel import with_memory_facts
+    from stalesim.validate.costmodel import predicted_peaks
 
-    sched = build_schedule(cfg.schedule_config(cfg.iterations))
-    facts = stage_memory_facts(cfg, sched)
-    costs = with_memory_facts(uniform_costs(sched.stages, 1, 1), facts)
-    costs = replace(costs, msg_bytes=tuple(f["message"] for f in facts))
-    return memory_report(sched, costs, optimizer_state_factor=1.0 if cfg.momentum else 0.0,
-                         recv_ahead=RECV_AHEAD).peak_bytes
+    return predicted_peaks(cfg, recv_ahead=RECV_AHEAD)
 
 
 def test_memory_model_counts_what_the_ranks_hold(two_rank_results):

@@ -75,7 +75,7 @@ def test_memory_model_within_five_percent_of_max_memory_allocated():
     res = run_jobs([cfg], "cuda:0", dry=False)[0]
     assert "error" not in res, res
     assert res["peak_memory_kind"] == "cuda.max_memory_allocated"
-    measured, predicted = res["peak_memory_bytes"]["0"], predicted_peaks(cfg)[0]
+    measured, predicted = res["peak_memory_bytes"]["0"], predicted_peaks(cfg, device="cuda:0")[0]
     assert abs(predicted - measured) <= MEMORY_REL_TOL * measured, (predicted, measured)
 
 

@@ -159,6 +159,24 @@ def test_model_with_measured_facts_equals_the_ranks_peak() -> None:
     assert predicted == [rank.peak_bytes]
 
 
+def test_cuda_term_of_the_facts_reaches_the_memory_report() -> None:
+    """A stage fact's ``cuda_extra`` (measured on a GPU) becomes the costs' transient bytes and
+    adds, per device, the largest term of its stages to the peak; without it nothing changes."""
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.sim.memory import memory_report
+    from stalesim.sim.model import uniform_costs
+    from stalesim.validate.costmodel import with_memory_facts
+
+    sched = build_schedule(ScheduleConfig("stale", stages=3, batches=6, fold=1))  # one device
+    facts = [{"params": 1000, "activation": 100, "buffers": 0, "message": 10} for _ in range(3)]
+    base = memory_report(sched, with_memory_facts(uniform_costs(3, 1, 1), facts)).peak_bytes
+    cuda = [dict(f, cuda_extra=e) for f, e in zip(facts, (7, 500, 30))]
+    costs = with_memory_facts(uniform_costs(3, 1, 1), cuda)
+    assert costs.transient_bytes == (7, 500, 30)
+    rep = memory_report(sched, costs)
+    assert rep.peak_bytes == [base[0] + 500]  # one device runs one action at a time: the largest term
+
+
 @pytest.mark.parametrize("name", ["gpipe", "pipedream", "stale", "local"])
 def test_stage_facts_are_positive_and_local_heads_count(name: str) -> None:
     from stalesim.runtime.config import TrainConfig

@@ -130,24 +130,13 @@ def multi_gpu_step(ctx: Context) -> Outcome:
     return o
 
 
-def predicted_peaks(cfg: Any) -> list[int]:
-    """The memory model's peak per device, with stage facts measured as the executor counts them
-    (the same recipe as validate's simulate step)."""
-    from dataclasses import replace
-
+def predicted_peaks(cfg: Any, device: str = "cpu") -> list[int]:
+    """The memory model's peak per device, with stage facts measured on ``device`` as the
+    executor counts them (validate's recipe, :func:`stalesim.validate.costmodel.predicted_peaks`)."""
     from executor.rank import RECV_AHEAD
-    from stalesim.runtime.memfacts import stage_memory_facts
-    from stalesim.schedule import build_schedule
-    from stalesim.sim.memory import memory_report
-    from stalesim.sim.model import uniform_costs
-    from stalesim.validate.costmodel import with_memory_facts
+    from stalesim.validate.costmodel import predicted_peaks as model_peaks
 
-    sched = build_schedule(cfg.schedule_config(cfg.iterations))
-    facts = stage_memory_facts(cfg, sched)
-    costs = with_memory_facts(uniform_costs(sched.stages, 1, 1), facts)
-    costs = replace(costs, msg_bytes=tuple(f["message"] for f in facts))
-    return list(memory_report(sched, costs, optimizer_state_factor=1.0 if cfg.momentum else 0.0,
-                              recv_ahead=RECV_AHEAD).peak_bytes)
+    return model_peaks(cfg, device=device, recv_ahead=RECV_AHEAD)
 
 
 def memory_step(ctx: Context) -> Outcome:
@@ -164,7 +153,7 @@ def memory_step(ctx: Context) -> Outcome:
             o.check(label, False, res["error"][:300])
             continue
         measured = int(res["peak_memory_bytes"]["0"])
-        predicted = predicted_peaks(c)[0]
+        predicted = predicted_peaks(c, device="cpu" if ctx.dry else "cuda:0")[0]
         rel = abs(predicted - measured) / measured
         rows[label] = {"predicted_bytes": predicted, "measured_bytes": measured, "rel_error": rel}
         o.numbers["measured_as"] = "cuda.max_memory_allocated" if not ctx.dry else "bytes the rank counts"

@@ -63,8 +63,10 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
                   counts: list[StageLiveness] | None = None, recv_ahead: int = 1,
                   transient_bytes: Sequence[int] | None = None) -> MemoryReport:
     """Peak bytes per device: the largest simultaneous total after any compute action, plus
-    (``transient_bytes``, per stage: the CUDA term of the module doc) the largest term of the
-    device's stages."""
+    (``transient_bytes``, per stage: the CUDA term of the module doc; default: the costs'
+    own ``transient_bytes``) the largest term of the device's stages."""
+    if transient_bytes is None and costs.transient_bytes:
+        transient_bytes = costs.transient_bytes
     if counts is None:
         counts = stage_liveness(sched)
     bb = costs.buffer_bytes or (0,) * costs.stages

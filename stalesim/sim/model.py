@@ -292,7 +292,10 @@ class StageCosts:
       there; AR: packing and starting the collective).
 
     ``buffer_bytes``: per stage, non-trainable state (BatchNorm statistics) for
-    memory (empty: none).
+    memory (empty: none). ``transient_bytes``: per stage, the CUDA bytes that exist only
+    inside an action or belong to no tensor of the run (workspaces, backward transients,
+    allocator rounding; :func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`), added
+    once per device by the memory model (empty: none, as on a CPU).
     """
 
     f_ns: tuple[int, ...]
@@ -317,6 +320,7 @@ class StageCosts:
     bi_ns: tuple[int, ...] = ()
     bw_ns: tuple[int, ...] = ()
     wgrad_bytes: tuple[int, ...] = ()
+    transient_bytes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
@@ -324,8 +328,10 @@ class StageCosts:
             for kind, per in getattr(self, name):
                 if len(per) != S or any(int(v) < 0 for v in per):
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
-        if self.buffer_bytes and len(self.buffer_bytes) != S:
-            raise StalesimError(f"buffer_bytes: expected {S} values, got {len(self.buffer_bytes)}")
+        for name in ("buffer_bytes", "transient_bytes"):
+            per = getattr(self, name)
+            if per and len(per) != S:
+                raise StalesimError(f"{name}: expected {S} values, got {len(per)}")
 
     @property
     def stages(self) -> int:

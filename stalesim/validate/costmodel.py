@@ -382,10 +382,43 @@ def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> 
     if len(facts) != costs.stages:
         raise ValueError(f"memory facts for {len(facts)} stages, costs have {costs.stages}")
     wg = tuple(f.get("deferred_w", 0) for f in facts)
+    cuda = tuple(f.get("cuda_extra", 0) for f in facts)  # measured on a GPU only
     return replace(costs, param_bytes=tuple(f["params"] for f in facts),
                    saved_bytes=tuple(f["activation"] for f in facts),
                    buffer_bytes=tuple(f["buffers"] for f in facts),
-                   wgrad_bytes=wg if any(wg) else costs.wgrad_bytes)
+                   wgrad_bytes=wg if any(wg) else costs.wgrad_bytes,
+                   transient_bytes=cuda if any(cuda) else costs.transient_bytes)
+
+
+def measured_memory_facts(cfg: Any, sched: Any, *, device: str = "cpu",
+                          ppv: list[int] | None = None) -> list[dict[str, int]]:
+    """Per stage, the bytes the memory model reads, measured on ``device`` as the executor
+    counts them (:func:`stalesim.runtime.memfacts.stage_memory_facts`), plus on a GPU the
+    stage's CUDA term (``cuda_extra``: workspaces and backward transients, measured once per
+    stage under ``torch.cuda.max_memory_allocated``; absent on a CPU, where the count is exact)."""
+    from stalesim.runtime.memfacts import stage_cuda_extra_bytes, stage_memory_facts
+
+    facts = stage_memory_facts(cfg, sched, ppv=ppv, device=device)
+    if str(device).startswith("cuda"):
+        extra = stage_cuda_extra_bytes(cfg, sched, ppv=ppv, device=device)
+        facts = [dict(f, cuda_extra=int(e)) for f, e in zip(facts, extra)]
+    return facts
+
+
+def predicted_peaks(cfg: Any, *, device: str = "cpu", recv_ahead: int) -> list[int]:
+    """The memory model's peak bytes per device for the run ``cfg`` (a TrainConfig), with stage
+    facts measured on ``device`` as the executor counts them: what validate predicts, without
+    the timing model (uniform costs; memory does not depend on time)."""
+    from stalesim.schedule import build_schedule
+    from stalesim.sim.memory import memory_report
+    from stalesim.sim.model import uniform_costs
+
+    sched = build_schedule(cfg.schedule_config(cfg.iterations))
+    facts = measured_memory_facts(cfg, sched, device=device)
+    costs = with_memory_facts(uniform_costs(sched.stages, 1, 1), facts)
+    costs = replace(costs, msg_bytes=tuple(f["message"] for f in facts))
+    return list(memory_report(sched, costs, optimizer_state_factor=1.0 if cfg.momentum else 0.0,
+                              recv_ahead=recv_ahead).peak_bytes)
 
 
 def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[int] | None,

@@ -296,9 +296,10 @@ def _hook_overhead(v: Validation, tc: Any) -> None:
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
     """Per-stage bytes measured as the executor counts them (one forward per stage, cached
-    per stage layout, action batch and auxiliary heads); None if it cannot be measured."""
-    from stalesim.runtime.memfacts import stage_memory_facts
+    per stage layout, action batch and auxiliary heads), on the run's device (on a GPU with
+    the stage's CUDA term); None if it cannot be measured."""
     from stalesim.schedule import build_schedule
+    from stalesim.validate.costmodel import measured_memory_facts
 
     sched = build_schedule(tc.schedule_config(min(tc.iterations or 4, 8)))
     key = (sched.stages, tuple(tc.ppv or ()), sched.action_batch_size(tc.batch_size), sched.local_loss,
@@ -306,7 +307,7 @@ def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
     cache = v.mem_facts
     if key not in cache:
         try:
-            cache[key] = stage_memory_facts(tc, sched)
+            cache[key] = measured_memory_facts(tc, sched, device=v.devs.device_for(0))
         except Exception as exc:  # noqa: BLE001 - memory is reported, not required
             v.say(f"[validate] memory facts unavailable ({type(exc).__name__}: {exc})")
             cache[key] = None
