@@ -65,7 +65,8 @@ class _Op:
 
 @dataclass
 class _Rank:
-    program: list[tuple[str, object, int]] = field(default_factory=list)  # (step, payload, action)
+    # (step, ops, action index): "issue" enqueues the ops, "wait" blocks until they are done
+    program: list[tuple[str, list[_Op], int]] = field(default_factory=list)
     pc: int = 0
 
 
@@ -113,7 +114,7 @@ def check_comm_order(sched: Schedule, plan: PostingPlan, group_of: GroupOf = edg
                 ops = [_Op(d, "recv", _message(sched, d, r, p), f"receive of {p} for {ra}", p2p_queue(e), e.src)
                        for p in parts]
                 recv_ops[r] = ops
-                prog += [("issue", op, i) for op in ops]
+                prog += [("issue", [op], i) for op in ops]
             k = a.kind
             if k in SEND_KINDS:
                 e = edge_of(sched, a)
@@ -121,13 +122,13 @@ def check_comm_order(sched: Schedule, plan: PostingPlan, group_of: GroupOf = edg
                 ops = [_Op(d, "send", _message(sched, d, i, p), f"send of {p} of {a}", p2p_queue(e), e.dst)
                        for p in parts]
                 send_ops[i] = ops
-                prog += [("issue", op, i) for op in ops]
+                prog += [("issue", [op], i) for op in ops]
             elif k in RECV_KINDS:
                 prog.append(("wait", recv_ops.pop(i), i))
             elif k is Kind.AR:
                 op = _Op(d, "coll", ("AR", a.stage, a.batch), f"all-reduce {a}", (COLLECTIVE_GROUP, -1))
                 ar_ops[(a.worker, a.stage, a.batch)] = op
-                prog.append(("issue", op, i))
+                prog.append(("issue", [op], i))
             elif k is Kind.ARW:
                 prog.append(("wait", [ar_ops.pop((a.worker, a.stage, a.batch))], i))
             for s_i in releases.get(i, ()):
@@ -138,11 +139,11 @@ def check_comm_order(sched: Schedule, plan: PostingPlan, group_of: GroupOf = edg
         rk = ranks[d]
         moved = False
         while rk.pc < len(rk.program):
-            step, payload, _ = rk.program[rk.pc]
+            step, ops, _ = rk.program[rk.pc]
             if step == "issue":
-                op = payload  # type: ignore[assignment]
-                queues.setdefault((op.queue, d), deque()).append(op)  # type: ignore[attr-defined]
-            elif not all(op.done for op in payload):  # type: ignore[attr-defined]
+                for op in ops:
+                    queues.setdefault((op.queue, d), deque()).append(op)
+            elif not all(op.done for op in ops):
                 break
             rk.pc += 1
             moved = True
@@ -201,7 +202,7 @@ def _diagnose(sched: Schedule, d: int, rk: _Rank, queues: dict) -> str:
     _, payload, i = rk.program[rk.pc]
     acts = sched.device_actions[d]
     at = f"action {i} ({acts[i]})" if i < len(acts) else "the final flush"
-    waits = [op for op in payload if not op.done]  # type: ignore[attr-defined]
+    waits = [op for op in payload if not op.done]
     parts = []
     for op in waits[:2]:
         q = queues.get((op.queue, d))
