@@ -34,8 +34,8 @@ def _cfg(name: str, devices: int, **over) -> TrainConfig:
         model="lenet5", dataset="synthetic", schedule=name, stages=devices, iterations=3,
         batch_size=24, synthetic_size=96, lr=0.05)
     if spec.stages_per_device > 1:
-        kw.update(model="resnet14", stages=devices * spec.stages_per_device, batch_size=8,
-                  synthetic_size=32)
+        kw.update(model="resnet14", stages=devices * spec.stages_per_device, batch_size=4 * devices,
+                  synthetic_size=16 * devices)
     if spec.uses_micro:
         kw["microbatches"] = micro_for(name, kw["stages"], devices, kw["batch_size"])
     if spec.data_parallel:
