@@ -88,7 +88,8 @@ def test_resume_is_exact_under_strict_ordering(tmp_path) -> None:
     cfgs = [_cfg(n, 2, model="lenet5", stages=2 * get_spec(n).stages_per_device, batch_size=8,
                  synthetic_size=32, iterations=7,
                  microbatches=2 if get_spec(n).uses_micro else 1)
-            for n in ("interleaved-1f1b", "zb-v", "pipedream")]
+            for n in ("interleaved-pipedream", "local", "zb-v")]
+    assert _resent_at_newest_cut(cfgs[0]) > 0 and _resent_at_newest_cut(cfgs[1]) > 0
     outs = [str(tmp_path / c.schedule) for c in cfgs]
     full = run_local([make_job(c, out=o, checkpoint_every=3, evaluate=False) for c, o in zip(cfgs, outs)],
                      "cpu:2", timeout_s=30, env=STRICT)
@@ -96,6 +97,26 @@ def test_resume_is_exact_under_strict_ordering(tmp_path) -> None:
                          for c, o in zip(cfgs, outs)], "cpu:2", timeout_s=30, env=STRICT)
     for cfg, a, b in zip(cfgs, full, resumed):
         assert b["losses"] == a["losses"], cfg.schedule
+
+
+def _resent_at_newest_cut(cfg: TrainConfig, every: int = 3) -> int:
+    """Messages sent before the newest checkpoint and received after it (re-sent on resume)."""
+    from executor.checkpoint import _peer_recv_index, checkpoint_cuts
+    from executor.job import plan
+    from stalesim.schedule import Kind
+    from stalesim.schedule.deps import peer
+
+    _, sched = plan(cfg)
+    cuts = checkpoint_cuts(sched, every)
+    cut = cuts[max(cuts)]
+    recv_at = _peer_recv_index(sched)
+    n = 0
+    for me, acts in enumerate(sched.device_actions):
+        for i, a in enumerate(acts):
+            if a.kind in (Kind.SEND_F, Kind.SEND_B):
+                d, j = recv_at[peer(a)]
+                n += i < cut[me] and j >= cut[d]
+    return n
 
 
 def test_strict_transport_refuses_a_tensor_off_the_compute_device() -> None:
