@@ -95,10 +95,9 @@ class RankContext:
         """The process group of each edge the schedule uses (created on first use, kept for
         the next jobs). ``new_group`` is collective: every rank creates the missing groups
         in :func:`stalesim.schedule.comm.edges` order, which is the same on every rank
-        because every rank runs the same jobs. Plain gloo uses the default group (it pairs
-        messages by tag, so order cannot mismatch them): see docs/executor.md."""
-        if self.backend != "nccl" and not self.strict:
-            return {}
+        because every rank runs the same jobs. gloo gets the same layout as NCCL (it would
+        not need it, pairing by tag, but then the CPU runs exercise the GPU's layout; a
+        two-rank gloo group costs about 7 ms once per process: docs/executor.md)."""
         td = datetime.timedelta(seconds=self.timeout_s)
         wanted = edges(sched)
         if self.legacy_layout:  # one group per channel, all ranks
