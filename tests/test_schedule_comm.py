@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from executor.rank import RECV_AHEAD  # the look-ahead the executor (and so the memory model) uses
 from stalesim.schedule import Kind, ScheduleConfig, build_schedule, get_spec, schedule_names
 from stalesim.schedule.comm import (
     ACT,
@@ -24,8 +25,6 @@ from stalesim.schedule.comm import (
 )
 from stalesim.schedule.comm_check import CommOrderError, check_comm_order
 from stalesim.schedule.completion import send_release
-
-RECV_AHEAD = 8  # the executor's (executor.rank.RECV_AHEAD; the IR does not import it)
 
 
 def _fewest_micro(name: str, stages: int, want: int) -> int:
