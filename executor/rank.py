@@ -194,9 +194,16 @@ class Rank:
         # sends are waited on where the IR proves them complete (see transport's module doc)
         from stalesim.schedule.completion import send_release
 
+        release = send_release(sched, plan=self.plan)
         self.release_after: dict[int, list[int]] = {}
-        for i, j in send_release(sched, plan=self.plan)[ctx.rank].items():
+        for i, j in release[ctx.rank].items():
             self.release_after.setdefault(j, []).append(i)
+        if ctx.backend == "nccl" and not ctx.legacy_layout:
+            # a schedule from outside the registry (torch_interop, a CSV) is checked before
+            # it can hang a GPU run: the same verdict on every rank, a one-line error
+            from stalesim.schedule.comm_check import check_comm_order
+
+            check_comm_order(sched, self.plan, release=release)
         self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
         self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
         self.on_action_done = None  # hook (checkpointing): called with the index just finished

@@ -9,6 +9,7 @@ receives in list order) hangs on the schedules where a rank pair talks both ways
 from __future__ import annotations
 
 import pytest
+from _equivalence import micro_for
 
 from executor.rank import RECV_AHEAD  # the look-ahead the executor (and so the memory model) uses
 from stalesim.schedule import Kind, ScheduleConfig, build_schedule, get_spec, schedule_names
@@ -27,12 +28,6 @@ from stalesim.schedule.comm_check import CommOrderError, check_comm_order
 from stalesim.schedule.completion import send_release
 
 
-def _fewest_micro(name: str, stages: int, want: int) -> int:
-    from _equivalence import micro_for
-
-    return micro_for(name, stages, want)
-
-
 def _cases() -> list[tuple[str, ScheduleConfig]]:
     out = []
     for name in schedule_names():
@@ -43,7 +38,7 @@ def _cases() -> list[tuple[str, ScheduleConfig]]:
                     out.append((f"{name}-P{S}-S{st}", ScheduleConfig(name, stages=st, batches=5, workers=S)))
                 continue
             st = S * spec.stages_per_device
-            m = _fewest_micro(name, st, S)
+            m = micro_for(name, st, S)
             out.append((f"{name}-D{S}", spec.config(stages=st, batches=5, microbatches=m)))
             if spec.stages_per_device == 1 and S >= 3:  # folded: S stages on S - 1 devices
                 out.append((f"{name}-D{S}-fold", spec.config(stages=S, batches=5, microbatches=m,
@@ -88,7 +83,7 @@ def _legacy(sched):
 def test_the_legacy_layout_hangs_where_a_pair_talks_both_ways(name: str) -> None:
     spec = get_spec(name)
     st = 2 * spec.stages_per_device
-    sched = build_schedule(spec.config(stages=st, batches=4, microbatches=_fewest_micro(name, st, 2)))
+    sched = build_schedule(spec.config(stages=st, batches=4, microbatches=micro_for(name, st, 2)))
     plan, group_of = _legacy(sched)
     with pytest.raises(CommOrderError) as err:
         check_comm_order(sched, plan, group_of)
@@ -164,6 +159,6 @@ def test_send_release_from_a_plan_equals_the_recv_ahead_form() -> None:
     for name in ("1f1b", "local", "zb-v"):
         spec = get_spec(name)
         st = 3 * spec.stages_per_device
-        sched = build_schedule(spec.config(stages=st, batches=4, microbatches=_fewest_micro(name, st, 3)))
+        sched = build_schedule(spec.config(stages=st, batches=4, microbatches=micro_for(name, st, 3)))
         plan = posting_plan(sched, recv_ahead=4)
         assert send_release(sched, plan=plan) == send_release(sched, recv_ahead=4)
