@@ -17,7 +17,8 @@ drift; micro-batches slice them.
 
 Per action the loop does only what exactness, failure reports and the trace
 need: the beacon write (a memcpy), two timestamps, the handler; labels are
-precomputed, receives are topped up only after a receive completes, and the
+precomputed, receives are posted where the precomputed plan says
+(:func:`stalesim.schedule.comm.posting_plan`: a dict lookup per action), and the
 memory sample (:meth:`Rank._track_memory`, unique storages as
 :mod:`stalesim.runtime.memory` defines them) reads byte counts cached when each
 tensor arrived.
@@ -36,15 +37,20 @@ import torch.distributed as dist
 
 from executor.faults import Beacon, FaultInjector
 from executor.measure import Recorder, label_of
+from executor.strict import STRICT_ENV, StrictComm
 from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import pack, unpack_mean
 from stalesim.runtime.data import shard
 from stalesim.runtime.devio import LossSums, to_device
 from stalesim.schedule import Action, Kind
+from stalesim.schedule.comm import Edge, edge_of, edges, label_carriers, posting_plan
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
 RECV_AHEAD = 8
+# Test only: "legacy" reproduces the layout before per-edge groups (one group per channel
+# for all ranks, receives posted in list order), which NCCL (and strict mode) deadlocks on.
+LAYOUT_ENV = "STALESIM_COMM_LAYOUT"
 
 
 @dataclass
@@ -58,8 +64,8 @@ class RankContext:
     backend: str
     timeout_s: float
     beacon: Beacon
-    fwd_group: Any = None
-    bwd_group: Any = None
+    strict: bool = False  # STALESIM_STRICT_COMM: NCCL's ordering rules enforced on gloo
+    groups: dict[Any, Any] = field(default_factory=dict)  # Edge (or legacy channel) -> group
 
     @classmethod
     def create(cls, *, rank: int, world: int, local_rank: int, devices: dict[str, Any],
@@ -80,13 +86,30 @@ class RankContext:
 
         init_process_group(rendezvous, backend=backend, rank=rank, world=world, timeout=td,
                            device_id=dev if backend == "nccl" else None)
-        ctx = cls(rank, world, local_rank, dev, backend, timeout_s, beacon)
-        if backend == "nccl":
-            # NCCL pairs point-to-point messages by order on a communicator: one group per
-            # direction keeps activations and gradients from queueing behind each other.
-            ctx.fwd_group = dist.new_group(backend="nccl", timeout=td)
-            ctx.bwd_group = dist.new_group(backend="nccl", timeout=td)
-        return ctx
+        return cls(rank, world, local_rank, dev, backend, timeout_s, beacon, strict=env_flag(STRICT_ENV))
+
+    @property
+    def legacy_layout(self) -> bool:
+        return os.environ.get(LAYOUT_ENV, "") == "legacy"
+
+    def edge_groups(self, sched: Any) -> dict[Edge, Any]:
+        """The process group of each edge the schedule uses (created on first use, kept for
+        the next jobs). ``new_group`` is collective: every rank creates the missing groups
+        in :func:`stalesim.schedule.comm.edges` order, which is the same on every rank
+        because every rank runs the same jobs. gloo gets the same layout as NCCL (it would
+        not need it, pairing by tag, but then the CPU runs exercise the GPU's layout; a
+        two-rank gloo group costs about 7 ms once per process: docs/executor.md)."""
+        td = datetime.timedelta(seconds=self.timeout_s)
+        wanted = edges(sched)
+        if self.legacy_layout:  # one group per channel, all ranks
+            for ch in sorted({e.channel for e in wanted}):
+                if ch not in self.groups:
+                    self.groups[ch] = dist.new_group(backend=self.backend, timeout=td)
+            return {e: self.groups[e.channel] for e in wanted}
+        for e in wanted:
+            if e not in self.groups:
+                self.groups[e] = dist.new_group(ranks=[e.src, e.dst], backend=self.backend, timeout=td)
+        return {e: self.groups[e] for e in wanted}
 
     def close(self) -> None:
         if dist.is_initialized():
@@ -134,17 +157,24 @@ class Rank:
         self.micro_size = cfg.batch_size // (self.P * self.M)
         self.dtype = cfg.torch_dtype
         self.device = ctx.device
-        self.tr = Transport(ctx.rank, ctx.timeout_s, fwd_group=ctx.fwd_group, bwd_group=ctx.bwd_group)
+        self.groups = ctx.edge_groups(sched)
+        strict = StrictComm(ctx.rank, ctx.device, ctx.timeout_s) if ctx.strict else None
+        self.tr = Transport(ctx.rank, ctx.timeout_s, nccl=ctx.backend == "nccl", strict=strict)
         self.rec = Recorder(device=ctx.device, cuda=ctx.device.type == "cuda", actions=self.actions)
         self.faults = faults or FaultInjector(ctx.rank)
         self.store = _Store()
-        self.posted: dict[tuple, tuple[Pending, Pending | None]] = {}
+        self.posted: dict[tuple, tuple[Pending, Pending | None]] = {}  # RECV key -> its posted receives
         self.ar: dict[tuple[int, int, int], tuple[Pending, list[torch.Tensor], torch.Tensor]] = {}
         # LOSS values stay on the device until the results are gathered (a read per LOSS
         # would synchronise the last stage's GPU, a wait the stage profiles never had)
         self.losses = LossSums()
-        self.next_recv = 0
-        self.recv_idx = [i for i, a in enumerate(self.actions) if a.kind in (Kind.RECV_F, Kind.RECV_B)]
+        # receives: posted exactly where the plan says (NCCL pairs them by order, the memory
+        # model counts their buffers from there); messages go on their edge's group
+        self.plan = posting_plan(sched, recv_ahead=RECV_AHEAD,
+                                 order="list" if ctx.legacy_layout else "sender")
+        self.post_before = self.plan.before[ctx.rank]
+        self.group_at = {i: self.groups.get(edge_of(sched, a)) for i, a in enumerate(self.actions)
+                         if a.kind in (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B)}
         self.index = start_index
         self.peak_bytes = 0
         self.static_bytes = 0
@@ -152,21 +182,12 @@ class Rank:
         self.texts = [label_of(a) for a in self.actions]  # trace labels, computed once
         self.rec.texts = self.texts
         # the first SEND_F / RECV_F of each (worker, batch) carries that batch's labels
-        self.carries_labels: set[int] = set()
-        firsts: set[tuple] = set()
-        for i, a in enumerate(self.actions):
-            if a.kind is Kind.SEND_F or a.kind is Kind.RECV_F:
-                key = (a.kind, a.worker, a.stage, a.batch)
-                if key not in firsts:
-                    firsts.add(key)
-                    self.carries_labels.add(i)
+        self.carries_labels = label_carriers(self.actions)
         for i, a in enumerate(self.actions):
             if i < start_index:
                 continue
             if a.kind is Kind.LOSS or (a.kind is Kind.SEND_F and i in self.carries_labels):
                 self.store.label_uses[(a.worker, a.batch)] += 1
-        while self.next_recv < len(self.recv_idx) and self.recv_idx[self.next_recv] < start_index:
-            self.next_recv += 1
         self.part = self.cfg.batch_size // self.P  # a worker's slice of the global batch
         # memory accounting, cached when a tensor arrives: receive buffers by the key of the
         # action that consumes them -> (storage key, bytes); gradient bytes per runtime
@@ -176,9 +197,16 @@ class Rank:
         # sends are waited on where the IR proves them complete (see transport's module doc)
         from stalesim.schedule.completion import send_release
 
+        release = send_release(sched, plan=self.plan)
         self.release_after: dict[int, list[int]] = {}
-        for i, j in send_release(sched, recv_ahead=RECV_AHEAD)[ctx.rank].items():
+        for i, j in release[ctx.rank].items():
             self.release_after.setdefault(j, []).append(i)
+        if ctx.backend == "nccl" and not ctx.legacy_layout:
+            # a schedule from outside the registry (torch_interop, a CSV) is checked before
+            # it can hang a GPU run: the same verdict on every rank, a one-line error
+            from stalesim.schedule.comm_check import check_comm_order
+
+            check_comm_order(sched, self.plan, release=release)
         self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
         self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
         self.on_action_done = None  # hook (checkpointing): called with the index just finished
@@ -196,8 +224,9 @@ class Rank:
         beacon = self.ctx.beacon
         rec = self.rec
         check = self.faults.check if self.faults else None
-        self._post_ahead()
+        self._post_resumed()
         self._resume_comm()
+        post_before = self.post_before
         texts = self.texts
         compute = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS)
         for i in range(self.index, len(acts)):
@@ -209,6 +238,10 @@ class Rank:
             self.cur = i
             st = rec.begin()
             try:
+                posts = post_before.get(i)
+                if posts is not None:
+                    for r in posts:
+                        self._post(acts[r], r)
                 handlers[a.kind](a)
             except StalesimError:
                 raise
@@ -237,14 +270,14 @@ class Rank:
             label = label_of(a)
             if a.kind is Kind.SEND_F:
                 dst = self.sched.device_of(s + 1, w)
-                self.tr.send(tensors[0], dst, tag_for(ACT, s, t, m), label, "a re-sent activation",
-                             self.ctx.fwd_group)
+                group = self.groups.get(edge_of(self.sched, a))
+                self.tr.send(tensors[0], dst, tag_for(ACT, s, t, m), label, "a re-sent activation", group)
                 if len(tensors) > 1:
                     self.tr.send(tensors[1], dst, tag_for(LABELS, s, t, None), label, "re-sent labels",
-                                 self.ctx.fwd_group, count=False)
+                                 group, count=False)
             else:
                 self.tr.send(tensors[0], self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
-                             "a re-sent gradient", self.ctx.bwd_group)
+                             "a re-sent gradient", self.groups.get(edge_of(self.sched, a)))
         self.resend = []
         for a in self.restart_ar:
             self._AR(a)
@@ -255,12 +288,14 @@ class Rank:
             self.retained.setdefault(k, []).append((str(a), [t.detach() for t in tensors]))
 
     # ------------------------------------------------------------- receiving
-    def _post_ahead(self) -> None:
-        """Keep up to RECV_AHEAD receives posted, in list order (NCCL needs that order)."""
-        while self.next_recv < len(self.recv_idx) and len(self.posted) < RECV_AHEAD:
-            i = self.recv_idx[self.next_recv]
-            self.next_recv += 1
-            self._post(self.actions[i], i)
+    def _post_resumed(self) -> None:
+        """On resume, post what the plan posted before the resume point and the checkpoint
+        did not consume, in plan order: each edge's first receives are then exactly the
+        messages the peers re-send (:meth:`_resume_comm`), in their send order."""
+        for i in sorted(j for j in self.post_before if j < self.index):
+            for r in self.post_before[i]:
+                if r >= self.index:
+                    self._post(self.actions[r], r)
 
     def _post(self, a: Action, index: int) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
@@ -268,30 +303,27 @@ class Rank:
         if a.kind is Kind.RECV_F:
             src = self.sched.device_of(s - 1, w)
             buf = torch.empty((self.micro_size, *self.out_shapes[s - 1]), dtype=self.dtype, device=self.device)
+            group = self.group_at[index]
             p = self.tr.post_recv(buf, src, tag_for(ACT, s - 1, t, m), label,
-                                  f"the activation of {s - 1}F{t}", self.ctx.fwd_group)
+                                  f"the activation of {s - 1}F{t}", group)
             q = None
             if index in self.carries_labels:
                 lab = torch.empty((self.part, *self.label_shape), dtype=torch.int64, device=self.device)
                 q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, None), label,
-                                      f"the labels of batch {t}", self.ctx.fwd_group)
+                                      f"the labels of batch {t}", group)
             self.posted[a.key] = (p, q)
             self.msg_mem[("F", w, s, t, m)] = _mem(buf)
         else:
             src = self.sched.device_of(s + 1, w)
             buf = torch.empty((self.micro_size, *self.out_shapes[s]), dtype=self.dtype, device=self.device)
             p = self.tr.post_recv(buf, src, tag_for(GRAD, s + 1, t, m), label,
-                                  f"the gradient of {s + 1}B{t}", self.ctx.bwd_group)
+                                  f"the gradient of {s + 1}B{t}", self.group_at[index])
             self.posted[a.key] = (p, None)
             self.msg_mem[("B", w, s, t, m)] = _mem(buf)
 
     def _take_posted(self, a: Action) -> tuple[Pending, Pending | None]:
-        if a.key not in self.posted:
-            self._post_ahead()
-        while a.key not in self.posted and self.next_recv < len(self.recv_idx):
-            i = self.recv_idx[self.next_recv]
-            self.next_recv += 1
-            self._post(self.actions[i], i)
+        """The receive(s) the plan posted for this RECV (it posts each no later than
+        right before its RECV action)."""
         return self.posted.pop(a.key)
 
     # --------------------------------------------------------------- compute
@@ -399,8 +431,8 @@ class Rank:
         y = self.store.outputs.pop((w, s, t, m))
         dst = self.sched.device_of(s + 1, w)
         label = self.texts[self.cur]
-        sent = [self.tr.send(y, dst, tag_for(ACT, s, t, m), label, f"the activation of {label}",
-                             self.ctx.fwd_group)]
+        group = self.group_at[self.cur]
+        sent = [self.tr.send(y, dst, tag_for(ACT, s, t, m), label, f"the activation of {label}", group)]
         self.sent[self.cur] = sent
         if self.cur not in self.carries_labels:
             if self.retain_sends:
@@ -409,7 +441,7 @@ class Rank:
         key = (w, t)
         labels = self.store.labels[key]
         sent.append(self.tr.send(labels, dst, tag_for(LABELS, s, t, None), label, f"the labels of batch {t}",
-                                 self.ctx.fwd_group, count=False))
+                                 group, count=False))
         if self.retain_sends:
             self._keep_sent(a, [y, labels])
         self._used_labels(key)
@@ -420,21 +452,19 @@ class Rank:
         self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
         if q is not None:
             self.store.labels[(a.worker, a.batch)] = self.tr.wait(q)
-        self._post_ahead()
 
     def _SEND_B(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         g = self.store.grads_out.pop((w, s, t, m))
         label = self.texts[self.cur]
         self.sent[self.cur] = [self.tr.send(g, self.sched.device_of(s - 1, w), tag_for(GRAD, s, t, m), label,
-                                            f"the gradient of {label}", self.ctx.bwd_group)]
+                                            f"the gradient of {label}", self.group_at[self.cur])]
         if self.retain_sends:
             self._keep_sent(a, [g])
 
     def _RECV_B(self, a: Action) -> None:
         p, _ = self._take_posted(a)
         self.store.grads_in[(a.worker, a.stage, a.batch, a.micro)] = self.tr.wait(p)
-        self._post_ahead()
 
     # -------------------------------------------------------------- all-reduce
     def _AR(self, a: Action) -> None:

@@ -1,28 +1,35 @@
 """Point-to-point and all-reduce transport for one rank, with deadlines.
 
-Why it cannot deadlock (see docs/executor.md for the long form): the schedule's
-unit-time dry run proves every device reaches the end of its list when sends
-are *buffered* (never block) and a device blocks only on the data its next
-action needs. This module gives exactly those semantics:
+Why it cannot deadlock (see docs/executor.md, "Point-to-point under NCCL", for the
+long form): the schedule's unit-time dry run proves every device reaches the end
+of its list when sends are *buffered* and a device blocks only on the data its
+next action needs; NCCL does not buffer, so the executor also keeps NCCL's
+ordering rules, which :func:`stalesim.schedule.comm_check.check_comm_order`
+checks for every registered schedule:
 
+- one process group per directed edge and channel
+  (:func:`stalesim.schedule.comm.edges`): on each, this rank only sends or only
+  receives, with one peer, so no receive of its own can queue ahead of one of its
+  sends;
+- receives are posted as :func:`stalesim.schedule.comm.posting_plan` says (each
+  edge's in its sender's order, up to ``recv_ahead`` ahead) and waited on only at
+  their ``RECV_*`` action, i.e. just before the F/B that uses them;
 - a send is ``dist.isend`` and is waited on only where the IR proves it has
-  completed (:func:`stalesim.schedule.completion.send_release`: after a later
-  message from the same peer that the peer sent after receiving it), or where
-  waiting cannot deadlock; the rest at the end. gloo reports a send complete only
-  when it is waited on, so without this every sent tensor would stay alive until
-  the end of the run;
-- a receive is posted early (``dist.irecv``, the action list says what comes)
-  and waited on only at its ``RECV_*`` action, i.e. just before the F/B that uses it;
+  completed or waiting cannot deadlock
+  (:func:`stalesim.schedule.completion.send_release`); the rest at the end. gloo
+  reports a send complete only when it is waited on, so without this every sent
+  tensor would stay alive until the end of the run;
 - every message between two ranks has its own tag derived from the action key
-  (gloo pairs messages by (source, tag), so posting order cannot mismatch them);
-- on NCCL, which pairs by order per communicator, activations and gradients use
-  two separate process groups (one direction each), so the k-th send on a
-  (pair, direction) always meets the k-th receive, which both sides post in
-  their list order (forwards and backwards of a stage are in batch order in
-  every schedule).
+  (gloo pairs by (source, tag); NCCL ignores tags and pairs by order, which the
+  plan makes the same pairing).
 
-Every wait has a deadline (``timeout``); a timed-out or broken wait raises
-:class:`TransportError` naming the action and the peer rank.
+Waits: on gloo ``work.wait(timeout)``; on NCCL ``work.wait()`` without a timeout,
+which only makes the compute stream wait for the NCCL stream (with a timeout,
+ProcessGroupNCCL's ``WorkNCCL::wait`` busy-waits the host in 1 ms sleeps until the
+op is done), so the deadline there is the process group's own (its ``timeout``,
+enforced by its watchdog). Under ``STALESIM_STRICT_COMM=1`` the operations run on
+:class:`executor.strict.StrictComm` (NCCL's rules on gloo). A timed-out or broken
+wait raises :class:`TransportError` naming the action and the peer rank.
 """
 
 from __future__ import annotations
@@ -81,8 +88,8 @@ class Transport:
 
     rank: int
     timeout_s: float
-    fwd_group: Any = None  # NCCL: a group for activations (+labels), one for gradients
-    bwd_group: Any = None
+    nccl: bool = False  # wait without a host-side timeout (see the module doc)
+    strict: Any = None  # an executor.strict.StrictComm: NCCL's ordering enforced on gloo
     ar_group: Any = None
     sends: dict[int, Pending] = field(default_factory=dict)  # id -> send not yet waited on
     bytes_sent: int = 0
@@ -94,8 +101,12 @@ class Transport:
     # ------------------------------------------------------------------ p2p
     def post_recv(self, buf: torch.Tensor, src: int, tag: int, action: str, what: str,
                   group: Any = None) -> Pending:
+        self._check_device(buf, action, src, f"receiving {what}")
         try:
-            work = dist.irecv(buf, src=src, tag=tag, group=group)
+            if self.strict is not None:
+                work = self.strict.recv(buf, src, tag, group)
+            else:
+                work = dist.irecv(buf, src=src, tag=tag, group=group)
         except RuntimeError as exc:
             raise self._error(exc, action, src, f"posting the receive of {what}") from None
         return Pending(work, buf, action, src, what)
@@ -107,8 +118,12 @@ class Transport:
         tensor = tensor.detach()
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
+        self._check_device(tensor, action, dst, f"sending {what}")
         try:
-            work = dist.isend(tensor, dst=dst, tag=tag, group=group)
+            if self.strict is not None:
+                work = self.strict.send(tensor, dst, tag, group)
+            else:
+                work = dist.isend(tensor, dst=dst, tag=tag, group=group)
         except RuntimeError as exc:
             raise self._error(exc, action, dst, f"sending {what}") from None
         self.bytes_sent += tensor.numel() * tensor.element_size()
@@ -122,7 +137,10 @@ class Transport:
     def wait(self, p: Pending) -> torch.Tensor:
         """Block until ``p`` completes or its deadline passes."""
         try:
-            p.work.wait(timeout=self._td)
+            if self.nccl:
+                p.work.wait()  # a stream wait; the deadline is the process group's watchdog
+            else:
+                p.work.wait(timeout=self._td)
         except RuntimeError as exc:
             raise self._error(exc, p.action, p.peer, f"waiting on {p.what}") from None
         return p.tensor
@@ -133,15 +151,29 @@ class Transport:
             self.wait(p)
 
     def flush(self) -> None:
-        """Wait for every outstanding send (end of the list)."""
+        """Wait for every outstanding send (end of the list); stop the strict lanes."""
         for p in list(self.sends.values()):
             self.wait(p)
         self.sends.clear()
+        if self.strict is not None:
+            self.strict.close()
+
+    def _check_device(self, tensor: torch.Tensor, action: str, peer: int | None, doing: str) -> None:
+        """Strict mode: NCCL only moves tensors on the rank's compute device."""
+        why = self.strict.check_device(tensor) if self.strict is not None else None
+        if why is not None:
+            who = f" from/to rank {peer}" if peer is not None else ""
+            raise TransportError(f"rank {self.rank}: {doing}{who} at action {action}: {why}",
+                                 action=action, peer=peer)
 
     # ------------------------------------------------------------- all-reduce
     def all_reduce_start(self, flat: torch.Tensor, action: str) -> Pending:
+        self._check_device(flat, action, None, "starting the gradient all-reduce")
         try:
-            work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.ar_group, async_op=True)
+            if self.strict is not None:
+                work = self.strict.all_reduce(flat, self.ar_group)
+            else:
+                work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.ar_group, async_op=True)
         except RuntimeError as exc:
             raise self._error(exc, action, None, "starting the gradient all-reduce") from None
         return Pending(work, flat, action, None, "the gradient all-reduce")

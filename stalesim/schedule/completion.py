@@ -12,9 +12,11 @@ which waiting on it returns at once:
   complete (at most a few microseconds of completion bookkeeping remain).
 * otherwise (the peer never answers, as with local-update stages, or only much
   later): ``lag`` actions after the send, but never before the point where the
-  peer posts the matching receive without needing anything this device does
-  later (a dependency closure over the dry-run order), so the wait cannot
-  deadlock; at worst it waits for the transfer itself.
+  peer posts the matching receive (its :class:`~stalesim.schedule.comm.PostingPlan`)
+  without needing anything this device does later (a dependency closure over the
+  dry-run order), so the wait cannot deadlock; at worst it waits for the transfer
+  itself. :func:`stalesim.schedule.comm_check.check_comm_order` re-checks these
+  waits under NCCL's rendezvous semantics.
 
 The executor waits exactly there (``executor.rank``), and the memory model
 (:func:`stalesim.schedule.liveness.memory_series`) counts a sent message until
@@ -24,6 +26,7 @@ exactly there, so both hold the same bytes at every sample.
 from __future__ import annotations
 
 from stalesim.schedule.actions import Kind
+from stalesim.schedule.comm import PostingPlan, posting_plan
 from stalesim.schedule.deps import dependencies, peer
 from stalesim.schedule.dryrun import dry_run
 from stalesim.schedule.ir import Schedule
@@ -32,19 +35,23 @@ _RECV = (Kind.RECV_F, Kind.RECV_B)
 _SEND = (Kind.SEND_F, Kind.SEND_B)
 
 
-def send_release(sched: Schedule, *, recv_ahead: int, lag: int | None = None) -> list[dict[int, int]]:
+def send_release(sched: Schedule, *, recv_ahead: int | None = None, plan: PostingPlan | None = None,
+                 lag: int | None = None) -> list[dict[int, int]]:
     """Per device: {index of a SEND: index of the own action after which to wait on it}.
 
-    ``recv_ahead``: receives a runtime keeps posted (the peer's posting point);
-    ``lag``: actions after an unconfirmed send before it is waited on (default
-    ``2 * recv_ahead``). An index past the end of the list means "at the end".
+    ``plan``: when the peer posts its receives (default: :func:`posting_plan` with
+    ``recv_ahead``, the receives a runtime keeps posted); ``lag``: actions after an
+    unconfirmed send before it is waited on (default ``2 * recv_ahead``). An index
+    past the end of the list means "at the end".
     """
-    lag = 2 * max(1, recv_ahead) if lag is None else lag
+    if plan is None:
+        if recv_ahead is None:
+            raise ValueError("send_release: give recv_ahead or plan")
+        plan = posting_plan(sched, recv_ahead=recv_ahead)
+    lag = 2 * max(1, plan.recv_ahead) if lag is None else lag
     lists = sched.device_actions
     n_dev = len(lists)
     pos = {a.key: (d, i) for d, acts in enumerate(lists) for i, a in enumerate(acts)}
-    recv_seq = [[i for i, a in enumerate(acts) if a.kind in _RECV] for acts in lists]
-    ordinal = {(d, i): q for d, seq in enumerate(recv_seq) for q, i in enumerate(seq)}
     closure = _dependency_closure(sched, n_dev)
     out: list[dict[int, int]] = []
     for d, acts in enumerate(lists):
@@ -69,9 +76,8 @@ def send_release(sched: Schedule, *, recv_ahead: int, lag: int | None = None) ->
             if confirm is not None:
                 rel[i] = confirm
                 continue
-            q = ordinal[(p, r)] - recv_ahead  # the peer posts it after its receive number q
-            post = recv_seq[p][q] if q >= 0 else None
-            safe = -1 if post is None else closure[(p, post)][d]
+            post = plan.post_at[p][r]  # the peer posts it right before its action `post`
+            safe = -1 if post == 0 else closure[(p, post - 1)][d]
             rel[i] = min(len(acts), max(safe, i + lag))
         out.append(rel)
     return out

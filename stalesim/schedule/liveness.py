@@ -174,26 +174,29 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
     opens the batch's gradient buffer), and a deferred ``W`` keeps the version its ``I``
     read alive whatever the policy.
 
-    Receives: a runtime keeps the next ``recv_ahead`` receives of its list posted (each
-    a buffer), tops them up after every receive, and a received buffer is consumed by
-    the F/B that needs it (from then on it is that action's input, counted with the
-    activation). Sends are held until the point
-    :func:`stalesim.schedule.completion.send_release` gives. The executor does exactly
-    this (``executor.rank.RECV_AHEAD``).
+    Receives: a runtime posts its receives (each a buffer) when the
+    :func:`stalesim.schedule.comm.posting_plan` with ``recv_ahead`` says (up to
+    ``recv_ahead`` posted ahead of their ``RECV_*``, each edge's in its sender's
+    order), and a received buffer is consumed by the F/B that needs it (from then on
+    it is that action's input, counted with the activation). Sends are held until the
+    point :func:`stalesim.schedule.completion.send_release` gives for the same plan.
+    The executor does exactly this (``executor.rank.RECV_AHEAD``).
     """
+    from stalesim.schedule.comm import posting_plan
     from stalesim.schedule.completion import send_release
 
     stash = sched.policy.backward_reads_forward_version
     local = sched.local_loss
-    release = send_release(sched, recv_ahead=recv_ahead)
+    plan = posting_plan(sched, recv_ahead=max(0, recv_ahead))
+    release = send_release(sched, plan=plan)
     out: list[list[MemorySample]] = []
     for d, acts in enumerate(sched.device_actions):
-        recvs = [i for i, a in enumerate(acts) if a.kind in (Kind.RECV_F, Kind.RECV_B)]
+        posts = plan.before[d]
+        waiting: set[int] = set()  # receives posted and not yet executed
         state: dict[tuple[int, int], _State] = {}
         for a in acts:
             if (a.worker, a.stage) not in state:
                 state[(a.worker, a.stage)] = _State()
-        done_recv = 0  # receives executed so far
         received: dict[tuple, tuple[str, int]] = {}  # consumer key -> message, until consumed
         grads_out: dict[tuple, int] = {}  # input gradients awaiting SEND_B / a local B
         sent: dict[int, tuple[str, int, tuple, int]] = {}  # send index -> (kind, stage, key, release)
@@ -202,6 +205,7 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
             st = state[(a.worker, a.stage)]
             k = a.kind
             key = (a.worker, a.stage, a.batch, a.micro)
+            waiting.update(posts.get(i, ()))
             if k is Kind.F:
                 st.pending[(a.batch, a.micro)] = a.version if a.version is not None else st.version
                 received.pop(("F",) + key, None)
@@ -231,7 +235,7 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
             elif k is Kind.ARW:
                 st.ar -= 1
             elif k is Kind.RECV_F or k is Kind.RECV_B:
-                done_recv += 1
+                waiting.discard(i)
                 fwd = k is Kind.RECV_F
                 received[("F" if fwd else "B",) + key] = (k.value, a.stage - 1 if fwd else a.stage)
             elif k is Kind.SEND_F:
@@ -250,7 +254,7 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
                     need |= set(ss.pending.values())
                 rows.append((w, s, len(need), len(ss.pending) + len(ss.deferred), len(ss.grads), ss.ar,
                              len(ss.deferred)))
-            posted = [acts[j] for j in recvs[done_recv:done_recv + max(0, recv_ahead)]]
+            posted = [acts[j] for j in sorted(waiting)]
             msgs = list(received.values()) + [
                 (p.kind.value, p.stage - 1 if p.kind is Kind.RECV_F else p.stage) for p in posted]
             msgs += [("SEND_B", s) for s in grads_out.values()]
