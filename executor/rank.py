@@ -74,8 +74,9 @@ class RankContext:
         for local launches, see :mod:`stalesim.rendezvous`), ``None`` means ``env://``."""
         kind = devices.get("kind", "cpu")
         if kind == "cuda":
-            ids = devices.get("ids") or list(range(world))
-            dev = torch.device(f"cuda:{ids[local_rank % len(ids)]}")
+            from stalesim.devices import rank_gpu
+
+            dev = torch.device(rank_gpu(devices.get("ids"), local_rank, torch.cuda.device_count()))
             torch.cuda.set_device(dev)
             backend = "nccl"
         else:

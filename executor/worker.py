@@ -45,7 +45,11 @@ def worker_main(spec: dict[str, Any]) -> int:
     threads = spec.get("threads") or int(os.environ.get("STALESIM_EXECUTOR_THREADS", "0") or 0)
     try:
         _set_threads(threads)
-        from executor.job import run_job
+        from executor.job import CUBLAS_DETERMINISTIC, run_job
+
+        if spec["devices"].get("kind") == "cuda" and any(j.get("deterministic") for j in spec["jobs"]):
+            # before the process group binds the GPU: cuBLAS reads it when it first starts
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
         from executor.rank import RankContext
 
         ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,

@@ -55,6 +55,19 @@ class Devices:
         return "cuda:" + ",".join(str(i) for i in self.ids)
 
 
+def rank_gpu(ids: list[int] | tuple[int, ...] | None, local_rank: int, visible: int) -> str:
+    """The GPU of an executor rank: entry ``local_rank`` of the launcher's list, or (``ids``
+    None: torchrun, one process per GPU) GPU ``local_rank``. Never two ranks on one GPU:
+    NCCL refuses a communicator with duplicate devices, so a rank without a GPU of its own
+    is a one-line error instead of a wrap-around onto a GPU another rank holds."""
+    if ids:
+        return Devices("cuda", tuple(int(i) for i in ids)).device_for(local_rank)
+    if not 0 <= local_rank < visible:
+        raise StalesimError(f"local rank {local_rank}: this node has {visible} visible GPU(s); "
+                            f"start at most one rank per GPU (torchrun --nproc-per-node <= {visible})")
+    return f"cuda:{local_rank}"
+
+
 def parse_devices(text: str) -> Devices:
     """``cpu:4``: 4 CPU ranks (gloo); ``cuda:0,1``: one rank per listed GPU (NCCL).
 

@@ -40,3 +40,17 @@ def test_a_rank_outside_the_list_is_an_error() -> None:
             devs.device_for(bad)  # type: ignore[arg-type]
     with pytest.raises(StalesimError, match="2 rank"):
         devs.first(3)
+
+
+def test_executor_rank_gpus_are_distinct_and_never_wrap() -> None:
+    """The executor's rank -> GPU mapping: the launcher's list entry by local rank, or (under
+    torchrun, no list) the local rank's GPU; a rank beyond the list or the visible GPUs is an
+    error, never a second rank on a GPU another rank holds."""
+    from stalesim.devices import rank_gpu
+
+    assert [rank_gpu([2, 3], r, 8) for r in range(2)] == ["cuda:2", "cuda:3"]
+    assert [rank_gpu(None, r, 4) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    with pytest.raises(StalesimError, match="no rank 2"):
+        rank_gpu([0, 1], 2, 8)  # the old code wrapped rank 2 onto cuda:0
+    with pytest.raises(StalesimError, match="2 visible GPU"):
+        rank_gpu(None, 2, 2)
