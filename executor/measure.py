@@ -12,7 +12,7 @@ Summary (rank 0, from all ranks' events):
 - ``iteration_time_s``: mean time between completions after skipping the
   warm-up batches (steady state);
 - ``utilization[d]``: busy / wall of device d over the same steady window, busy
-  = time in compute actions (F, LOSS, B, U); sends, receive waits and
+  = time in compute actions (F, LOSS, B, I, W, U); sends, receive waits and
   all-reduce waits count as idle;
 - the Chrome trace names each slice with the IR text of its action without the
   version (``1F3``, ``0RECV_B2.1``), the labels the simulator's trace uses.
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-COMPUTE = ("F", "B", "U", "LOSS")
+from stalesim.schedule.actions import COMPUTE_KIND_NAMES as COMPUTE  # I and W (split backward) too
 
 
 def label_of(action: Any) -> str:

@@ -44,6 +44,7 @@ from stalesim.runtime.allreduce import pack, unpack_mean
 from stalesim.runtime.data import shard
 from stalesim.runtime.devio import LossSums, to_device
 from stalesim.schedule import Action, Kind
+from stalesim.schedule.actions import COMPUTE_KINDS
 from stalesim.schedule.comm import Edge, edge_of, edges, label_carriers, posting_plan
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
@@ -229,7 +230,7 @@ class Rank:
         self._resume_comm()
         post_before = self.post_before
         texts = self.texts
-        compute = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS)
+        compute = COMPUTE_KINDS
         for i in range(self.index, len(acts)):
             a = acts[i]
             label = texts[i]

@@ -94,6 +94,27 @@ def test_summarize_steady_state():
     assert s["utilization"]["0"] == pytest.approx(0.6)
 
 
+def test_run_and_validate_count_the_same_compute_kinds():
+    """A split backward's I and W are busy time in ``run``'s summary as in validate's measured
+    side (one kind set, from the IR): zero-bubble runs no longer under-report utilization."""
+    from executor.measure import summarize
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.validate.measured import measured_timing
+
+    rows = {0: [], 1: []}
+    for t in range(4):
+        rows[0].append([f"0F{t}", "F", 0, t, None, 0, t + 0.0, t + 0.2])
+        rows[0].append([f"0I{t}", "I", 0, t, None, 0, t + 0.2, t + 0.4])
+        rows[0].append([f"0W{t}", "W", 0, t, None, 0, t + 0.4, t + 0.5])
+        rows[0].append([f"0U{t}", "U", 0, t, None, 0, t + 0.5, t + 0.6])
+        rows[1].append([f"1U{t}", "U", 1, t, None, 0, t + 0.6, t + 1.0])
+    run = summarize(rows, batches=4, stages=2, samples_per_batch=10)
+    assert run["utilization"]["0"] == pytest.approx(0.6)  # F + I + W + U, not F + U alone
+    sched = build_schedule(ScheduleConfig("sequential", stages=2, batches=4))
+    val = measured_timing({"rows": rows, "iterations": 4}, sched)
+    assert val["utilization"][0] == pytest.approx(run["utilization"]["0"])
+
+
 def test_ranks_start_when_stderr_has_no_file_descriptor(monkeypatch):
     """Jupyter's sys.stderr has no fileno(); launching ranks must still work there."""
     import io

@@ -48,6 +48,8 @@ class Kind(str, Enum):
 
 
 COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS})
+# the same set as the text the executor's rows and traces carry ("F", "I", ...)
+COMPUTE_KIND_NAMES = frozenset(k.value for k in COMPUTE_KINDS)
 # kinds that produce the input gradient (what SEND_B carries) and kinds that complete
 # the weight gradient (what U and AR wait for)
 INPUT_GRAD_KINDS = frozenset({Kind.B, Kind.I})

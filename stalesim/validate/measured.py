@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from stalesim.schedule.actions import COMPUTE_KINDS
+from stalesim.schedule.actions import COMPUTE_KIND_NAMES
 
 # the schedule IR's compute kinds (F, B, the split backward's I and W, U, LOSS), by name
-COMPUTE = tuple(sorted(k.value for k in COMPUTE_KINDS))
+COMPUTE = COMPUTE_KIND_NAMES
 
 
 def completions(rows_by_rank: dict[str, list[list[Any]]], batches: int) -> list[float | None]:
