@@ -324,7 +324,9 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
 def _p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
     """One inter-stage message: the network when a pipeline spans nodes, else the node's link."""
     c = sim.cluster
-    if c is not None and plan.pp > c.node_size:
+    # Megatron's rank order (tensor, data, pipeline): a stage's dp ranks are consecutive, so a
+    # node of G / t rank groups holds (G / t) / dp stages
+    if c is not None and plan.pp * plan.dp > c.node_size:
         return (c.inter_latency_ns + c.serialize_ns(nbytes)) / NS
     return sim.p2p_ns(nbytes) / NS
 
