@@ -31,38 +31,40 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, link: str | None):
-    """(profile, SimHardware) from --hardware | --target/--link | default (ideal link)."""
+    """(profile, SimHardware) from --hardware | --target/--node/--link | default (ideal link).
+
+    Which profile times apply is one rule (:mod:`stalesim.workloads.retime`): a hardware JSON's
+    device and a ``--node``'s device re-time the profile only when it is not for that device;
+    ``--target`` asks for the roofline estimate. A profile without FLOPs is never re-timed.
+    """
+    from dataclasses import replace
+
     from stalesim.errors import StalesimError
     from stalesim.sim.model import SimHardware
-    from stalesim.workloads.hardware import (
-        get_link,
-        hardware_from_catalog,
-        load_hardware,
-        roofline_profile,
-    )
+    from stalesim.workloads.hardware import get_link, hardware_from_catalog, load_hardware
+    from stalesim.workloads.retime import retime
 
     overlap = None if args.comm_overlap is None else args.comm_overlap == "yes"
     occ = args.cpu_comm_occupancy
     if occ is not None and not 0 <= occ <= 1:
         raise StalesimError(f"--cpu-comm-occupancy: must be in [0, 1], got {occ}")
     topo = args.topology
+
+    def timed_for(hwc, force: bool):
+        prof = retime(profile, hwc.device, force=force)
+        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
+        if prof is not profile:
+            hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key or hwc.device.name} "
+                                    f"from the profile measured on {profile.device}",))
+        return prof, hw
+
     if args.hardware:
         if device or link:
             raise StalesimError("--hardware: give either a hardware JSON or --target/--link, not both")
-        hw = SimHardware.from_hardware(load_hardware(args.hardware), topology=topo,
-                                       comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
-        return profile, hw
-    if device:
-        hwc = hardware_from_catalog(device, link or "ideal")
-        prof = roofline_profile(profile, hwc.device)
-        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap,
-                                       cpu_comm_occupancy=occ)
-        from dataclasses import replace
-
-        note = (f"compute estimated by roofline for {hwc.device.key} from the "
-                f"profile measured on {profile.device}")
-        hw = replace(hw, notes=(note,))
-        return prof, hw
+        return timed_for(load_hardware(args.hardware), force=False)
+    node_device = getattr(args, "node_device", None)
+    if device or node_device:
+        return timed_for(hardware_from_catalog(device or node_device, link or "ideal"), force=bool(device))
     if link:
         lnk = get_link(link)
         cpu = "cpu" in profile.device.lower()
@@ -71,8 +73,6 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
                                    occupancy=(occ if occ is not None else (0.0 if ov else 1.0)),
                                    topology=topo or "p2p")
         return profile, hw
-    from dataclasses import replace
-
     hw = replace(SimHardware.ideal(profile.device), topology=topo or "p2p",
                  notes=("default: the profile's own device with an ideal link",))
     return profile, hw

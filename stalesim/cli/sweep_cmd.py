@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         if args.links and args.links != [args.intra_link]:
             raise StalesimError(f"--intra-link: {args.intra_link!r} contradicts --links")
         args.links = [args.intra_link]
+    force_retime = args.targets is not None  # a node's own device re-times only a profile not for it
     if args.node:
         entry = catalog()["nodes"][get_node(args.node).key]
         args.targets = args.targets or [entry["device"]]
@@ -101,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                   devices=devices, links=links,
                   stages_per_device=args.stages_per_device or [None])
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
-                 batches=args.batches, extrapolate=args.extrapolate, cluster=cluster)
+                 batches=args.batches, extrapolate=args.extrapolate, cluster=cluster,
+                 force_retime=force_retime)
     if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
         from stalesim.errors import StalesimError
 
