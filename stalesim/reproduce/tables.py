@@ -597,7 +597,14 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "pipe-sgd-timing": pipe_sgd_timing,
     "pipe-sgd-validate": pipe_sgd_validate,
     "pipe-sgd-accuracy": pipe_sgd_accuracy,
+    "megatron-table1": lambda root: _megatron(root),
 }
+
+
+def _megatron(root: Path) -> str:
+    from stalesim.reproduce.megatron import megatron_table1
+
+    return megatron_table1(root)
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

@@ -1,0 +1,105 @@
+"""Megatron-LM's Table 1 (Narayanan et al., SC21) predicted by the analytic LLM estimate.
+
+Each published row (model shape, tensor- and pipeline-parallel size, GPUs, batch)
+is predicted with one set of assumptions, the same for every row:
+
+* hardware: DGX A100 80GB nodes from the catalog (8 GPUs, NVLink 3 through
+  NVSwitch, one 200 Gb/s HDR InfiniBand NIC per GPU; the paper's Selene);
+* data-parallel size = GPUs / (tp x pp); micro-batch 1 sequence (Table 1 does not
+  publish it), so ``batch / dp`` micro-batches per replica; the ``1f1b``
+  (PipeDream-flush) schedule; full activation recomputation (the paper's runs,
+  and its teraFLOP/s formula, equation (3), counts the recomputed forward);
+  mixed-precision Adam without ZeRO; no sequence parallelism (it came later);
+* kernel efficiency: :data:`stalesim.sim.parallel.DEFAULT_EFFICIENCY`, stated
+  once, never fitted per row.
+
+The predicted teraFLOP/s per GPU is equation (3)'s FLOPs over the predicted
+iteration time and the GPU count, exactly how the paper computes the published
+column. ``python -m stalesim.reproduce.megatron`` writes ``predicted.csv``;
+:func:`megatron_table1` renders the RESULTS.md table from the stored files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from pathlib import Path
+from typing import Any
+
+RES = Path("docs/results/megatron_table1")
+FIELDS = ("workload", "tp", "pp", "dp", "gpus", "batch", "microbatches", "published_tflops_per_gpu",
+          "predicted_tflops_per_gpu", "error_pct", "iteration_s", "bubble_pct", "memory_gb")
+
+
+def published(root: Path) -> list[dict[str, str]]:
+    with open(root / RES / "published.csv", newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def predict_rows(root: Path) -> list[dict[str, Any]]:
+    """One predicted row per published one (module doc for the assumptions)."""
+    from stalesim.sim.parallel import ParallelPlan, predict_llm
+    from stalesim.workloads.hardware import hardware_from_node
+    from stalesim.workloads.transformer import get_preset
+
+    hw = hardware_from_node("dgx-a100")
+    out = []
+    for r in published(root):
+        tp, pp, gpus, batch = int(r["tp"]), int(r["pp"]), int(r["gpus"]), int(r["batch"])
+        dp = gpus // (tp * pp)
+        spec = get_preset(r["workload"])
+        assert (spec.heads, spec.hidden, spec.layers) == (int(r["heads"]), int(r["hidden"]), int(r["layers"]))
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, micro_batch=1, global_batch=batch, recompute="full")
+        p = predict_llm(spec, plan, hw)
+        pub = float(r["published_tflops_per_gpu"])
+        out.append({"workload": r["workload"], "tp": tp, "pp": pp, "dp": dp, "gpus": gpus, "batch": batch,
+                    "microbatches": plan.microbatches, "published_tflops_per_gpu": pub,
+                    "predicted_tflops_per_gpu": round(p.hardware_tflops_per_gpu, 2),
+                    "error_pct": round(100 * (p.hardware_tflops_per_gpu - pub) / pub, 2),
+                    "iteration_s": round(p.iteration_s, 4), "bubble_pct": round(100 * p.bubble_fraction, 2),
+                    "memory_gb": round(p.memory_bytes / 1e9, 2)})
+    return out
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_predictions(root: Path) -> Path:
+    from stalesim.atomic import write_text_atomic
+
+    path = root / RES / "predicted.csv"
+    write_text_atomic(path, to_csv(predict_rows(root)))
+    return path
+
+
+def error_stats(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(median, max) of the absolute percentage errors."""
+    errs = [abs(float(r["error_pct"])) for r in rows]
+    return statistics.median(errs), max(errs)
+
+
+def megatron_table1(root: Path) -> str:
+    """The RESULTS.md table, from the stored published and predicted files."""
+    from stalesim.reproduce.tables import table
+
+    with open(root / RES / "predicted.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out = [[r["workload"].removeprefix("megatron-"), f"{r['tp']} / {r['pp']} / {r['dp']}", r["gpus"], r["batch"],
+            r["microbatches"], f"{float(r['bubble_pct']):.1f} %", f"{float(r['memory_gb']):.1f}",
+            f"{float(r['published_tflops_per_gpu']):.0f}", f"{float(r['predicted_tflops_per_gpu']):.1f}",
+            f"{float(r['error_pct']):+.1f} %"] for r in rows]
+    med, mx = error_stats(rows)
+    out.append(["**all rows**", "", "", "", "", "", "", "", "", f"median {med:.1f} %, max {mx:.1f} %"])
+    return table(["model", "tp / pp / dp", "GPUs", "batch", "M", "bubble", "memory GB/GPU",
+                  "published TFLOP/s/GPU", "predicted", "error"],
+                 ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(write_predictions(Path(".")))
