@@ -14,6 +14,7 @@ from stalesim.cli.common import (
     print_json,
     seconds,
 )
+from stalesim.cli.llm_args import add_llm_args
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -87,7 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(or the closed-form fast path) with per-layer costs from a profile and an "
                     "alpha-beta link model. Default hardware: the profile's own device with an "
                     "ideal link.")
-    p.add_argument("--profile", required=True, metavar="PROFILE.json")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="per-layer profile (or --workload NAME: an analytic transformer)")
     p.add_argument("--schedule", required=True, metavar="NAME", help=f"one of: {', '.join(schedule_names())}")
     add_schedule_args(p)
     p.add_argument("--ppv", type=int_list, default=None,
@@ -106,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss-time", type=seconds, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
     add_extrapolate_arg(p)
+    add_llm_args(p)
+    p.add_argument("--dp", type=positive_int, dest="workers", default=argparse.SUPPRESS, metavar="P",
+                   help="alias of -P: the data-parallel degree")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -114,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
+    from stalesim.cli.llm_args import check_llm_flags
     from stalesim.cli.schedule_cmd import config_from_args
     from stalesim.errors import StalesimError
     from stalesim.schedule import get_spec
@@ -122,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size is not None and args.batch_size < 1:
         raise StalesimError(f"--batch-size: must be >= 1, got {args.batch_size}")
+    check_llm_flags(args)
+    if args.workload is not None:
+        return _run_workload(args)
     if (args.trace or args.plot) and args.method == "fast":
         raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
     stages = args.stages
@@ -156,4 +165,19 @@ def run(args: argparse.Namespace) -> int:
         print(r.summary())
         for k, v in written.items():
             print(f"{k}: {v}")
+    return 0
+
+
+def _run_workload(args: argparse.Namespace) -> int:
+    """``--workload``: the closed-form LLM estimate (stalesim.sim.parallel.predict_llm)."""
+    from stalesim.cli.llm_args import llm_hardware, plan_from_args, workload_spec
+    from stalesim.sim.parallel import predict_llm
+
+    spec = workload_spec(args)
+    hw = llm_hardware(args)
+    p = predict_llm(spec, plan_from_args(args), hw)
+    if args.json:
+        print_json(p.to_dict())
+    else:
+        print(p.summary())
     return 0

@@ -53,7 +53,8 @@ from stalesim.workloads.transformer import RECOMPUTE, TransformerSpec, layer_act
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import DeviceSpec, Hardware
 
-__all__ = ["FLUSH", "ASYNC", "KernelEfficiency", "LLMPrediction", "ParallelPlan", "llm_costs", "predict_llm"]
+__all__ = ["ASYNC", "FLUSH", "KernelEfficiency", "LLMPrediction", "ParallelPlan", "llm_costs", "predict_llm",
+           "sweep_llm"]
 
 FLUSH = ("gpipe", "1f1b", "interleaved-1f1b")
 ASYNC = ("pipedream", "2bw", "stale")
@@ -473,13 +474,53 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
             best_total, best_dev, best = total, d, {k: round(v) for k, v in comp.items()}
     mem_cap = hw.device.memory_bytes
     return LLMPrediction(
-        workload=spec.name, plan=plan.to_dict(), hardware=sim.describe(), iteration_s=it, pipeline_s=pipe,
+        workload=spec.name, plan=plan.to_dict(), hardware=describe(hw), iteration_s=it, pipeline_s=pipe,
         dp_allreduce_s=exposed, bubble_fraction=bubble, tokens_per_s=tokens / it,
         model_tflops_per_gpu=model_f / it / gpus / 1e12, hardware_tflops_per_gpu=hw_f / it / gpus / 1e12,
         memory_bytes=round(best_total), memory_breakdown=best, memory_stage=best_dev,
         device_memory_bytes=mem_cap, fits=best_total <= mem_cap,
         stage_forward_s=[x / NS for x in costs.f_ns], stage_backward_s=[x / NS for x in costs.b_ns],
         efficiency=eff.to_dict())
+
+
+def describe(hw: Hardware) -> str:
+    """The cluster in words (per GPU, not per tensor-parallel group)."""
+    dev = hw.device.key or hw.device.name
+    c = hw.cluster
+    link = hw.link.key or hw.link.name
+    if c is None:
+        return f"{dev} GPUs on one node ({link})"
+    return (f"nodes of {c.node_size} x {dev} ({c.intra_link.key or c.intra_link.name} inside a node, "
+            f"{c.inter_link.key or c.inter_link.name} per GPU between nodes)")
+
+
+SWEEP_COLUMNS = ("rank", "schedule", "tp", "pp", "dp", "gpus", "microbatches", "recompute", "zero", "iteration_s",
+                 "tokens_per_s", "model_tflops_per_gpu", "memory_gb", "fits", "error")
+
+
+def sweep_llm(spec: TransformerSpec, plans: list[ParallelPlan], hw: Hardware,
+              eff: KernelEfficiency = DEFAULT_EFFICIENCY) -> list[dict[str, Any]]:
+    """One row per plan, ranked: configurations that fit by throughput, then those that do not,
+    then the ones that cannot apply (with their one-line error)."""
+    rows: list[dict[str, Any]] = []
+    for plan in plans:
+        row: dict[str, Any] = dict.fromkeys(SWEEP_COLUMNS)
+        row.update(schedule=plan.schedule, tp=plan.tp, pp=plan.pp, dp=plan.dp, gpus=plan.gpus,
+                   recompute=plan.recompute, zero=plan.zero)
+        try:
+            p = predict_llm(spec, plan, hw, eff)
+        except StalesimError as exc:
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        row.update(microbatches=plan.microbatches, iteration_s=p.iteration_s, tokens_per_s=p.tokens_per_s,
+                   model_tflops_per_gpu=p.model_tflops_per_gpu, memory_gb=p.memory_bytes / 1e9, fits=p.fits,
+                   **{f"{k}_gb": v / 1e9 for k, v in p.memory_breakdown.items()})
+        rows.append(row)
+    rows.sort(key=lambda r: (r["error"] is not None, not r["fits"], -(r["tokens_per_s"] or 0)))
+    for i, r in enumerate(rows, 1):
+        r["rank"] = i
+    return rows
 
 
 def _activations(costs: StageCosts, sched: str, S: int, M: int, d: int, V: int) -> float:
