@@ -69,6 +69,22 @@ def test_closed_form_agrees_with_the_simulator(schedule):
     assert p.iteration_s == pytest.approx(r.iteration_time_s, rel=0.03)
 
 
+def test_memory_closed_form_equals_the_simulators_memory_model():
+    """The event simulation of the same per-GPU stage costs (tp 2, pp 4, dp 2, 1F1B, M 8) counts
+    the same weights, gradients, optimizer state (ZeRO-1) and activations on every device."""
+    from stalesim.sim.parallel import sim_options
+
+    hw = hardware_from_node("dgx-h100")
+    plan = ParallelPlan(tp=2, pp=4, dp=2, global_batch=16, zero=1, recompute="selective", sp=True)
+    costs, sim, _ = llm_costs(TINY, plan, hw)
+    r = simulate(costs, ScheduleConfig("1f1b", stages=4, microbatches=8), sim, sim_options(plan))
+    p = predict_llm(TINY, plan, hw)
+    stage0 = r.memory_breakdown[0]
+    for k in ("weights", "gradients", "activations"):
+        assert stage0[k] == pytest.approx(p.memory_breakdown[k], abs=2), k
+    assert stage0["optimizer"] == pytest.approx(p.memory_breakdown["optimizer"], rel=1e-6)
+
+
 def test_llama2_70b_memory_by_hand():
     """tp 8 x pp 8 x dp 16 on DGX H100, 1F1B, 64 micro-batches of 1 sequence (4,096 tokens),
     mixed-precision Adam, no ZeRO, no recomputation. Stage 0 (10 layers + the embedding):

@@ -117,11 +117,14 @@ def llm_hardware(args: argparse.Namespace) -> Any:
         hw = load_hardware(args.hardware)
     elif args.node:
         hw = hardware_from_node(args.node, inter_link=args.inter_link, allreduce_algorithm=algo, device=target)
+        cluster = hw.cluster
+        assert cluster is not None  # a node always has one
         if link:
-            hw = replace(hw, link=get_link(link), cluster=replace(hw.cluster, intra_link=get_link(link)))
+            cluster = replace(cluster, intra_link=get_link(link))
+            hw = replace(hw, link=get_link(link))
         if args.node_size:
-            hw = replace(hw, cluster=replace(hw.cluster, node_size=args.node_size))
-        return hw
+            cluster = replace(cluster, node_size=args.node_size)
+        return replace(hw, cluster=cluster)
     elif target:
         hw = hardware_from_catalog(target, link or "ideal")
     else:
@@ -144,7 +147,11 @@ def plan_from_args(args: argparse.Namespace, *, tp: int | None = None, pp: int |
     from stalesim.sim.parallel import ParallelPlan
 
     sched = schedule or args.schedule
-    V = chunks or getattr(args, "stages_per_device", None) or (2 if sched == "interleaved-1f1b" else 1)
+    from stalesim.schedule import get_spec, schedule_names
+
+    if sched not in schedule_names():
+        raise StalesimError(f"schedule: unknown {sched!r} (known: {', '.join(schedule_names())})")
+    V = chunks or getattr(args, "stages_per_device", None) or get_spec(sched).stages_per_device
     if pp is None:
         pp = args.pp
         S = getattr(args, "stages", None)

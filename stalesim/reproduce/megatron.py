@@ -16,7 +16,7 @@ is predicted with one set of assumptions, the same for every row:
 The predicted teraFLOP/s per GPU is equation (3)'s FLOPs over the predicted
 iteration time and the GPU count, exactly how the paper computes the published
 column. ``python -m stalesim.reproduce.megatron`` writes ``predicted.csv``;
-:func:`megatron_table1` renders the RESULTS.md table from the stored files.
+:func:`stalesim.reproduce.tables.megatron_table1` renders the RESULTS.md table from the stored files.
 """
 
 from __future__ import annotations
@@ -82,23 +82,6 @@ def error_stats(rows: list[dict[str, Any]]) -> tuple[float, float]:
     """(median, max) of the absolute percentage errors."""
     errs = [abs(float(r["error_pct"])) for r in rows]
     return statistics.median(errs), max(errs)
-
-
-def megatron_table1(root: Path) -> str:
-    """The RESULTS.md table, from the stored published and predicted files."""
-    from stalesim.reproduce.tables import table
-
-    with open(root / RES / "predicted.csv", newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    out = [[r["workload"].removeprefix("megatron-"), f"{r['tp']} / {r['pp']} / {r['dp']}", r["gpus"], r["batch"],
-            r["microbatches"], f"{float(r['bubble_pct']):.1f} %", f"{float(r['memory_gb']):.1f}",
-            f"{float(r['published_tflops_per_gpu']):.0f}", f"{float(r['predicted_tflops_per_gpu']):.1f}",
-            f"{float(r['error_pct']):+.1f} %"] for r in rows]
-    med, mx = error_stats(rows)
-    out.append(["**all rows**", "", "", "", "", "", "", "", "", f"median {med:.1f} %, max {mx:.1f} %"])
-    return table(["model", "tp / pp / dp", "GPUs", "batch", "M", "bubble", "memory GB/GPU",
-                  "published TFLOP/s/GPU", "predicted", "error"],
-                 ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -53,12 +53,42 @@ from stalesim.workloads.transformer import RECOMPUTE, TransformerSpec, layer_act
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import DeviceSpec, Hardware
 
-__all__ = ["ASYNC", "FLUSH", "KernelEfficiency", "LLMPrediction", "ParallelPlan", "llm_costs", "predict_llm",
-           "sweep_llm"]
+__all__ = ["KernelEfficiency", "LLMPrediction", "ParallelPlan", "family", "llm_costs", "predict_llm",
+           "supported_schedules", "sweep_llm"]
 
-FLUSH = ("gpipe", "1f1b", "interleaved-1f1b")
-ASYNC = ("pipedream", "2bw", "stale")
-SCHEDULES = FLUSH + ASYNC
+# Closed-form families, read off the schedule's spec (never its name): all forwards then all
+# backwards (GPipe), 1F1B with a flush, Megatron's interleaved 1F1B, and the unflushed 1F1B
+# orders by how they keep weights (stash: PipeDream; double buffer: 2BW; latest: the
+# stale-weights register pipeline).
+FILL_DRAIN, ONE_F_ONE_B, INTERLEAVED, STASH, DOUBLE_BUFFER, REGISTER = (
+    "fill-drain", "one-f-one-b", "interleaved", "stash", "double-buffer", "register")
+
+
+def family(name: str) -> str | None:
+    """The closed-form family of schedule ``name`` (None: no LLM estimate for it)."""
+    from stalesim.schedule import Policy, get_spec
+
+    spec = get_spec(name)
+    if spec.data_parallel or spec.local_loss or spec.switches or spec.splits_backward:
+        return None
+    if spec.fast_path in (FILL_DRAIN, ONE_F_ONE_B):
+        return spec.fast_path
+    if spec.fast_path == "flush":
+        # Megatron's order (torch's ScheduleInterleaved1F1B), not breadth-first looping
+        return INTERLEAVED if spec.torch_name == "ScheduleInterleaved1F1B" else None
+    if spec.policy is Policy.STASH:
+        return STASH
+    if spec.policy is Policy.DOUBLE_BUFFER:
+        return DOUBLE_BUFFER
+    if not spec.staleness_free and spec.placement == "contiguous":
+        return REGISTER
+    return None
+
+
+def supported_schedules() -> list[str]:
+    from stalesim.schedule import schedule_names
+
+    return [n for n in schedule_names() if family(n) is not None]
 
 
 @dataclass(frozen=True)
@@ -130,8 +160,12 @@ class ParallelPlan:
             check_int(f, getattr(self, f), lo=1)
         if self.global_batch is not None:
             check_int("global_batch", self.global_batch, lo=1)
-        if self.schedule not in SCHEDULES:
-            raise StalesimError(f"schedule: {self.schedule!r} has no LLM estimate (use one of {', '.join(SCHEDULES)})")
+        from stalesim.schedule import get_spec, schedule_names
+
+        if self.schedule not in schedule_names() or family(self.schedule) is None:
+            raise StalesimError(f"schedule: {self.schedule!r} has no LLM estimate "
+                                f"(use one of {', '.join(supported_schedules())})")
+        fam, spec_s = family(self.schedule), get_spec(self.schedule)
         if self.recompute not in RECOMPUTE:
             raise StalesimError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         state_bytes(self.optimizer, self.precision, self.zero, self.dp)  # validates those three
@@ -144,7 +178,7 @@ class ParallelPlan:
                                 f"(tensor parallelism stays inside a node)")
         if self.sp and t == 1:
             raise StalesimError("sp: sequence parallelism needs tp > 1")
-        if self.chunks > 1 and self.schedule != "interleaved-1f1b":
+        if self.chunks > 1 and fam != INTERLEAVED:
             raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
                                 f"schedule, not {self.schedule}")
         stages = self.pp * self.chunks
@@ -154,16 +188,16 @@ class ParallelPlan:
             raise StalesimError(f"global_batch: {self.batch} is not divisible by dp x micro_batch "
                                 f"({self.dp} x {self.micro_batch})")
         M = self.microbatches
-        if self.schedule in ("pipedream", "stale") and M != 1:
+        if not spec_s.uses_micro and M != 1:
             raise StalesimError(f"micro_batch: {self.schedule} does not split a batch into micro-batches; "
                                 f"give micro_batch = global_batch / dp = {self.batch // self.dp}")
-        if self.schedule == "interleaved-1f1b" and M % self.pp:
+        if fam == INTERLEAVED and M % self.pp:
             raise StalesimError(f"global_batch: interleaved-1f1b needs the {M} micro-batches per replica to "
                                 f"be a multiple of pp = {self.pp}")
         if self.zero >= 2 and self.pp > 1:
             raise StalesimError(f"zero: stage {self.zero} shards gradients that a pipeline accumulates over its "
                                 f"micro-batches (DeepSpeed refuses it too); use zero <= 1 with pp > 1")
-        if self.zero >= 3 and self.schedule in ("pipedream", "2bw"):
+        if self.zero >= 3 and fam in (STASH, DOUBLE_BUFFER):
             raise StalesimError(f"zero: stage 3 shards the live weights, which {self.schedule}'s stashed "
                                 f"weight versions cannot be; use zero <= 2")
 
@@ -321,6 +355,19 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     return costs, sim, lt
 
 
+def sim_options(plan: ParallelPlan) -> Any:
+    """The :class:`~stalesim.sim.api.SimOptions` that simulate the plan's :func:`llm_costs` with the
+    event engine (small configurations; the closed forms are for the rest): ``dp`` replicas in
+    Megatron's rank order, the optimizer state per weight byte (ZeRO-1 included; the event path's
+    memory model does not shard gradients or weights, ZeRO-2/3)."""
+    from stalesim.sim.api import SimOptions
+
+    full, sharded = state_bytes(plan.optimizer, plan.precision), state_bytes(plan.optimizer, plan.precision,
+                                                                            min(plan.zero, 1), plan.dp)
+    return SimOptions(replicas=plan.dp, placement="data", batch_size=plan.batch,
+                      optimizer_state_factor=sharded.optimizer / full.weights)
+
+
 # ---------------------------------------------------------------- closed forms
 def _p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
     """One inter-stage message: the network when a pipeline spans nodes, else the node's link."""
@@ -347,25 +394,27 @@ def _dp_allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
 
 
 def in_flight(schedule: str, S: int, M: int, s: int, chunks: int = 1) -> int:
-    """Micro-batches (whole batches for pipedream/stale) whose activations stage (device) ``s``
-    holds at its peak; the liveness pass's ``max_in_flight`` (checked in the tests)."""
-    if schedule == "gpipe":
+    """Micro-batches (whole batches without micro-batching) whose activations stage (device) ``s``
+    holds at its peak; the memory model's simultaneous count (checked in the tests)."""
+    fam = family(schedule)
+    if fam == FILL_DRAIN:
         return M
-    if schedule == "1f1b":
+    if fam in (ONE_F_ONE_B, DOUBLE_BUFFER):
         return min(S - s, M)
-    if schedule == "interleaved-1f1b":
+    if fam == INTERLEAVED:
         R = S // chunks
         return min(M * chunks, (chunks - 1) * R + 2 * (R - 1 - s) + 1)
-    if schedule in ("pipedream", "2bw"):
-        return min(S - s, M) if schedule == "2bw" else S - s
-    return 2 * (S - 1 - s) + 1  # stale
+    if fam == STASH:
+        return S - s
+    return 2 * (S - 1 - s) + 1  # the register pipeline
 
 
 def weight_versions(schedule: str, S: int, s: int) -> int:
     """Weight versions stage ``s`` keeps (live + stashed)."""
-    if schedule == "pipedream":
+    fam = family(schedule)
+    if fam == STASH:
         return S - s
-    if schedule == "2bw":
+    if fam == DOUBLE_BUFFER:
         return 1 if s == S - 1 else 2
     return 1
 
@@ -429,11 +478,12 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     ar = [_dp_allreduce_s(sim, plan, p) for p in costs.param_bytes]
     u = [x / NS for x in costs.u_ns]
     sched = plan.schedule
-    if sched in ("gpipe", "1f1b"):
+    fam = family(sched)
+    if fam in (FILL_DRAIN, ONE_F_ONE_B):
         pipe = sum(fb) + (M - 1) * max(fb) + 2 * (S - 1) * c
         it = pipe + ar[0] + u[0]  # stage 0 finishes its backwards last: its all-reduce is exposed
         exposed = ar[0]
-    elif sched == "interleaved-1f1b":
+    elif fam == INTERLEAVED:
         work = [sum(fb[d::R]) for d in range(R)]
         pipe = M * max(work) + (R - 1) * max(fb) + 2 * (S - 1) * c
         it = pipe + ar[0] + u[0]
@@ -441,7 +491,7 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     else:
         per = [M * x + y for x, y in zip(fb, u)]
         pipe = max(per)
-        if sched == "2bw":  # the all-reduce overlaps the next batch's micro-batches
+        if fam == DOUBLE_BUFFER:  # the all-reduce overlaps the next batch's micro-batches
             it = max(max(p, a) for p, a in zip(per, ar))
         else:  # pipedream / stale: each stage's update waits for its all-reduce
             it = max(p + a for p, a in zip(per, ar))
@@ -457,13 +507,13 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     w_unsharded = state_bytes(plan.optimizer, plan.precision).weights
     n_params = [p / w_unsharded for p in costs.param_bytes]
     best: dict[str, int] = {}
-    best_total, best_dev = -1, 0
+    best_total, best_dev = -1.0, 0
     for d in range(R):
         comp = dict.fromkeys(("weights", "gradients", "optimizer", "activations", "weight_versions"), 0.0)
         for s in range(d, S, R):
             p = n_params[s]
             versions = weight_versions(sched, S, s)
-            grads = 2 if sched == "2bw" else 1
+            grads = 2 if fam == DOUBLE_BUFFER else 1
             comp["weights"] += p * sb.weights
             comp["weight_versions"] += p * sb.version * (versions - 1)
             comp["gradients"] += p * sb.gradients * grads
