@@ -56,14 +56,15 @@ def test_in_flight_and_versions_equal_the_liveness_pass(name, V):
     assert acts == [in_flight(name, S, M if micro else 1, d, V) for d in range(R)]
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "2bw", "pipedream"])
-def test_closed_form_agrees_with_the_simulator(schedule):
+@pytest.mark.parametrize("schedule,M,V", [("1f1b", 8, 1), ("gpipe", 8, 1), ("2bw", 8, 1), ("pipedream", 1, 1),
+                                           ("interleaved-1f1b", 4, 2), ("interleaved-1f1b", 16, 2)])
+def test_closed_form_agrees_with_the_simulator(schedule, M, V):
     hw = hardware_from_node("dgx-h100")
-    M = 1 if schedule == "pipedream" else 8
-    plan = ParallelPlan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=2 * M, schedule=schedule,
+    plan = ParallelPlan(tp=2, pp=4, dp=2, micro_batch=1, global_batch=2 * M, schedule=schedule, chunks=V,
                         recompute="selective", sp=True)
     costs, sim, _ = llm_costs(TINY, plan, hw)
-    r = simulate(costs, ScheduleConfig(schedule, stages=4, microbatches=M), sim,
+    r = simulate(costs, ScheduleConfig(schedule, stages=4 * V, microbatches=M,
+                                       stages_per_device=V if V > 1 else None), sim,
                  SimOptions(replicas=2, placement="data"))
     p = predict_llm(TINY, plan, hw)
     assert p.iteration_s == pytest.approx(r.iteration_time_s, rel=0.03)

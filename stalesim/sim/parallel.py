@@ -485,7 +485,9 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         exposed = ar[0]
     elif fam == INTERLEAVED:
         work = [sum(fb[d::R]) for d in range(R)]
-        pipe = M * max(work) + (R - 1) * max(fb) + 2 * (S - 1) * c
+        # the busiest device's work, plus the fill and drain: R - 1 chunks' F + B (Megatron's
+        # bubble, (R - 1)/V of a device's share), at the chunks' mean cost
+        pipe = M * max(work) + (R - 1) * sum(fb) / S + 2 * (S - 1) * c
         it = pipe + ar[0] + u[0]
         exposed = ar[0]
     else:
