@@ -60,6 +60,8 @@ def test_sweep_workload_ranks_what_fits(capsys):
     (["simulate", *LLAMA, "--zero", "2"], "zero: stage 2 shards gradients"),
     (["simulate", *LLAMA, "-M", "3"], "--batch-size: 1024 sequences contradict -M 3"),
     (["simulate", "--schedule", "1f1b"], "--profile: give a profile"),
+    (["simulate", *LLAMA, "--bucket-mb", "25"], "--bucket-mb: does not apply to --workload"),
+    (["simulate", *LLAMA, "-N", "40"], "--batches: does not apply to --workload"),
     (["sweep", "--workload", "llama2-70b", "--schedules", "1f1b", "--targets", "h100-sxm,h200"],
      "--targets: --workload sweeps one target"),
 ])

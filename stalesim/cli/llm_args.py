@@ -72,9 +72,11 @@ def check_llm_flags(args: argparse.Namespace) -> None:
         return
     if getattr(args, "profile", None) is not None:
         raise StalesimError("--workload: give either --profile or --workload, not both")
-    for flag in ("ppv", "ppv_candidates", "trace", "plot", "fold", "switch"):
+    # simulator and profile flags the closed form has no use for (given = not their default)
+    for flag in ("ppv", "ppv_candidates", "trace", "plot", "fold", "switch", "batches", "topology", "comm_overlap",
+                 "cpu_comm_occupancy", "bucket_mb", "no_symmetry", "loss_time"):
         v = getattr(args, flag, None)
-        if v not in (None, [], False):
+        if v not in (None, [], False, 0.0):
             raise StalesimError(f"--{flag.replace('_', '-')}: does not apply to --workload "
                                 f"(the closed-form LLM estimate)")
     if getattr(args, "warmup", 0):
