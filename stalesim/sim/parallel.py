@@ -95,11 +95,13 @@ def supported_schedules() -> list[str]:
 class KernelEfficiency:
     """Achievable fraction of peak per kernel type (one set for every prediction).
 
-    ``gemm``: large bf16 GEMMs of transformer shape reach about 70% of an
-    A100's or H100's dense peak in cuBLAS; ``attention``: the batched score and
-    value products are smaller and reach about half; ``memory``: element-wise
-    kernels stream at about 80% of the memory bandwidth. ``overhead_s``: the
-    launch and dispatch cost of one kernel, about 10 per layer per pass.
+    Assumptions, chosen once before comparing with any published table and not
+    measured here (no GPU was available): ``gemm``, large bf16 GEMMs of
+    transformer shape at about 70% of an A100's or H100's dense peak (typical
+    cuBLAS figures); ``attention``, the batched score and value products, smaller,
+    at about half; ``memory``, element-wise kernels streaming at about 80% of the
+    memory bandwidth; ``overhead_s``, the launch and dispatch cost of one kernel
+    (about 10 per layer and pass).
     """
 
     gemm: float = 0.70
@@ -272,6 +274,7 @@ class LayerTimes:
 
 def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: SimHardware,
                 eff: KernelEfficiency = DEFAULT_EFFICIENCY) -> LayerTimes:
+    """Per-GPU seconds of one micro-batch through a layer, the embedding and the head (module doc)."""
     b, t = plan.micro_batch, plan.tp
     act = spec.layer_output_bytes(b)
     coll = hw.allreduce_ns(act, t) / NS if t > 1 else 0.0
