@@ -84,5 +84,48 @@ def error_stats(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return statistics.median(errs), max(errs)
 
 
+# Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"), Table 2:
+# activation bytes per transformer layer (16-bit activations, dropout), as closed forms in s, b, h, a, t
+KORTHIKANTI = RES.parent / "korthikanti_table2"
+KORTHIKANTI_ROWS = (  # (technique, tp, sp, recompute, published closed form in s, b, h, a, t)
+    ("no parallelism", 1, False, "none",
+     lambda s, b, h, a, t: s * b * h * (34 + 5 * a * s / h)),
+    ("tensor parallel (baseline)", 8, False, "none",
+     lambda s, b, h, a, t: s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
+    ("tensor + sequence parallel", 8, True, "none",
+     lambda s, b, h, a, t: s * b * h * (34 / t + 5 * a * s / (h * t))),
+    ("tensor parallel + selective recompute", 8, False, "selective",
+     lambda s, b, h, a, t: s * b * h * (10 + 24 / t)),
+    ("tensor + sequence parallel + selective recompute", 8, True, "selective",
+     lambda s, b, h, a, t: s * b * h * 34 / t),
+    ("full activation recompute", 8, False, "full",
+     lambda s, b, h, a, t: 2 * s * b * h),
+)
+KORTHIKANTI_MODELS = ("gpt3-175b", "megatron-529.6b", "megatron-1t")
+
+
+def korthikanti_rows() -> list[dict[str, Any]]:
+    """Per-layer activation MB (micro-batch 1): the paper's closed form vs the tensor-by-tensor derivation."""
+    from stalesim.workloads.transformer import get_preset, layer_activation_bytes
+
+    out = []
+    for name in KORTHIKANTI_MODELS:
+        spec = get_preset(name)
+        s, h, a = spec.seq, spec.hidden, spec.heads
+        for tech, t, sp, rec, formula in KORTHIKANTI_ROWS:
+            pub = formula(s, 1, h, a, t)
+            ours = layer_activation_bytes(spec, 1, tp=t, sp=sp, recompute=rec)
+            out.append({"workload": name, "technique": tech, "tp": t, "closed_form_mb": round(pub / 2**20, 3),
+                        "derived_mb": round(ours / 2**20, 3), "error_pct": round(100 * (ours - pub) / pub, 4)})
+    return out
+
+
+def write_korthikanti(root: Path) -> Path:
+    from stalesim.atomic import write_csv_atomic
+
+    return write_csv_atomic(root / KORTHIKANTI / "activations.csv", korthikanti_rows())
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(write_predictions(Path(".")))
+    print(write_korthikanti(Path(".")))

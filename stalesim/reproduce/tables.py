@@ -298,6 +298,17 @@ def megatron_table1(root: Path) -> str:
                  ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
 
 
+def korthikanti_table2(root: Path) -> str:
+    """Korthikanti et al. 2022, Table 2's per-layer activation memory vs the analytic derivation."""
+    from stalesim.reproduce.megatron import KORTHIKANTI
+
+    rows = _csv(root / KORTHIKANTI / "activations.csv")
+    out = [[r["workload"], r["technique"], r["tp"], f"{float(r['closed_form_mb']):,.1f}",
+            f"{float(r['derived_mb']):,.1f}", f"{float(r['error_pct']):+.2f} %"] for r in rows]
+    return table(["model", "technique", "t", "paper's formula MiB/layer", "derived MiB/layer", "error"],
+                 ["---", "---", "---:", "---:", "---:", "---:"], out)
+
+
 PIPE_ROWS = (  # (label, sweep, link) at P = 4, uncompressed
     ("10GbE", "cluster", "10gbe"), ("25GbE", "cluster", "25gbe"), ("100GbE", "cluster", "100gbe"),
     ("5 Gb/s, 20 us", "bandwidth", "5 Gb/s, 20 us"), ("1 Gb/s, 20 us", "bandwidth", "1 Gb/s, 20 us"),
@@ -615,6 +626,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "pipe-sgd-validate": pipe_sgd_validate,
     "pipe-sgd-accuracy": pipe_sgd_accuracy,
     "megatron-table1": lambda root: megatron_table1(root),
+    "korthikanti-table2": lambda root: korthikanti_table2(root),
 }
 
 
