@@ -37,8 +37,20 @@ def test_done_when_async(capsys, prof_path, name):
     assert d["speedup"] == pytest.approx(4.0, rel=1e-12)
 
 
-def test_trace_plot_and_text(capsys, prof_path, tmp_path):
+def _with_flops(path, flops):
+    """The uniform profile with FLOPs per layer (what --target re-times from)."""
+    from stalesim.workloads.profile import profile_from_dict
+
+    d = uniform_profile(8, 1e-3, 2e-3, 128).to_dict()
+    for layer in d["layers"]:
+        layer["flops"] = flops
+    profile_from_dict(d).to_json(path)
+    return str(path)
+
+
+def test_trace_plot_and_text(capsys, tmp_path):
     t, g = tmp_path / "t.json", tmp_path / "g.png"
+    prof_path = _with_flops(tmp_path / "f.json", 10**9)
     assert main(["simulate", "--profile", prof_path, "--schedule", "stale", "-S", "4",
                  "--device", "h100-sxm", "--link", "nvlink4", "--trace", str(t),
                  "--plot", str(g)]) == 0
@@ -144,7 +156,7 @@ def test_replicas_and_cluster_flags(capsys, prof_path, tmp_path):
     assert d["cluster"]["nodes"] == 4 and d["cluster"]["placement"] == "pipeline"
     assert d["hardware"]["cluster"]["node_size"] == 8 and d["hardware"]["device"] == "h100-sxm"
     assert d["symmetry"]["extrapolated"] and d["symmetry"]["representatives_simulated"] == 1
-    e = sim_json(capsys, *base, "--replicas", "8", "--target", "h100-sxm", "--link", "nvlink4",
+    e = sim_json(capsys, *base, "--replicas", "8", "--link", "nvlink4",
                  "--node-size", "8", "--inter-link", "ib-ndr", "--bucket-mb", "25", "--no-symmetry")
     assert e["method"] == "event" and e["iteration_time_s"] == d["iteration_time_s"]
     assert e["utilization"] == d["utilization"] and e["allreduce_exposed_s"] == d["allreduce_exposed_s"]
@@ -152,6 +164,9 @@ def test_replicas_and_cluster_flags(capsys, prof_path, tmp_path):
     hw.write_text(json.dumps({"cluster": "dgx-h100"}))
     f = sim_json(capsys, *base, "-P", "8", "--hardware", str(hw), "--placement", "data")
     assert f["cluster"]["placement"] == "data" and f["hardware"]["cluster"]["inter_link"] == "ib-ndr"
+    # --node and a hardware JSON naming the node are the same cluster: the same answer
+    h = sim_json(capsys, *base, "-P", "8", "--hardware", str(hw))
+    assert h["iteration_time_s"] == d["iteration_time_s"] and h["hardware"] == d["hardware"]
     assert main(["simulate", *base, "-P", "8", "--node", "dgx-h100"]) == 0
     out = capsys.readouterr().out
     assert "32 devices on 4 node(s) of 8" in out and "all-reduce ms" in out and "x8" in out

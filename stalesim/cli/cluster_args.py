@@ -47,7 +47,7 @@ def add_cluster_args(p: argparse.ArgumentParser, *, replicas_alias: bool = True)
 
 
 def cluster_link_defaults(args: argparse.Namespace) -> None:
-    """Fill ``--target``/``--link`` from ``--node`` and ``--intra-link`` (before the hardware is resolved)."""
+    """Fill ``node_device``/``--link`` from ``--node`` and ``--intra-link`` (before the hardware is resolved)."""
     from stalesim.errors import StalesimError
     from stalesim.workloads.hardware import catalog, get_node
 
@@ -60,8 +60,10 @@ def cluster_link_defaults(args: argparse.Namespace) -> None:
         entry = catalog()["nodes"][spec.key]
         if getattr(args, "hardware", None):
             raise StalesimError("--node: give either a catalog node or --hardware, not both")
-        if not getattr(args, "target", None):
-            args.target = entry["device"]
+        # the node's device, not a --target: a profile for that device (or a synthetic one) is used
+        # as it is, any other is re-timed by the roofline, exactly as for a hardware JSON naming
+        # the same node (stalesim.workloads.retime)
+        args.node_device = entry["device"]
         if not getattr(args, "link", None):
             args.link = entry["intra_link"]
 

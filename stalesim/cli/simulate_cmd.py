@@ -14,6 +14,7 @@ from stalesim.cli.common import (
     print_json,
     seconds,
 )
+from stalesim.cli.llm_args import add_llm_args
 from stalesim.cli.schedule_cmd import add_schedule_args
 
 
@@ -31,38 +32,40 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, link: str | None):
-    """(profile, SimHardware) from --hardware | --target/--link | default (ideal link)."""
+    """(profile, SimHardware) from --hardware | --target/--node/--link | default (ideal link).
+
+    Which profile times apply is one rule (:mod:`stalesim.workloads.retime`): a hardware JSON's
+    device and a ``--node``'s device re-time the profile only when it is not for that device;
+    ``--target`` asks for the roofline estimate. A profile without FLOPs is never re-timed.
+    """
+    from dataclasses import replace
+
     from stalesim.errors import StalesimError
     from stalesim.sim.model import SimHardware
-    from stalesim.workloads.hardware import (
-        get_link,
-        hardware_from_catalog,
-        load_hardware,
-        roofline_profile,
-    )
+    from stalesim.workloads.hardware import get_link, hardware_from_catalog, load_hardware
+    from stalesim.workloads.retime import retime
 
     overlap = None if args.comm_overlap is None else args.comm_overlap == "yes"
     occ = args.cpu_comm_occupancy
     if occ is not None and not 0 <= occ <= 1:
         raise StalesimError(f"--cpu-comm-occupancy: must be in [0, 1], got {occ}")
     topo = args.topology
+
+    def timed_for(hwc, force: bool):
+        prof = retime(profile, hwc.device, force=force)
+        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
+        if prof is not profile:
+            hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key or hwc.device.name} "
+                                    f"from the profile measured on {profile.device}",))
+        return prof, hw
+
     if args.hardware:
         if device or link:
             raise StalesimError("--hardware: give either a hardware JSON or --target/--link, not both")
-        hw = SimHardware.from_hardware(load_hardware(args.hardware), topology=topo,
-                                       comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
-        return profile, hw
-    if device:
-        hwc = hardware_from_catalog(device, link or "ideal")
-        prof = roofline_profile(profile, hwc.device)
-        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap,
-                                       cpu_comm_occupancy=occ)
-        from dataclasses import replace
-
-        note = (f"compute estimated by roofline for {hwc.device.key} from the "
-                f"profile measured on {profile.device}")
-        hw = replace(hw, notes=(note,))
-        return prof, hw
+        return timed_for(load_hardware(args.hardware), force=False)
+    node_device = getattr(args, "node_device", None)
+    if device or node_device:
+        return timed_for(hardware_from_catalog(device or node_device, link or "ideal"), force=bool(device))
     if link:
         lnk = get_link(link)
         cpu = "cpu" in profile.device.lower()
@@ -71,8 +74,6 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
                                    occupancy=(occ if occ is not None else (0.0 if ov else 1.0)),
                                    topology=topo or "p2p")
         return profile, hw
-    from dataclasses import replace
-
     hw = replace(SimHardware.ideal(profile.device), topology=topo or "p2p",
                  notes=("default: the profile's own device with an ideal link",))
     return profile, hw
@@ -87,7 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(or the closed-form fast path) with per-layer costs from a profile and an "
                     "alpha-beta link model. Default hardware: the profile's own device with an "
                     "ideal link.")
-    p.add_argument("--profile", required=True, metavar="PROFILE.json")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="per-layer profile (or --workload NAME: an analytic transformer)")
     p.add_argument("--schedule", required=True, metavar="NAME", help=f"one of: {', '.join(schedule_names())}")
     add_schedule_args(p)
     p.add_argument("--ppv", type=int_list, default=None,
@@ -106,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loss-time", type=seconds, default=0.0, metavar="SECONDS",
                    help="time of one LOSS at the full batch (default 0: negligible)")
     add_extrapolate_arg(p)
+    add_llm_args(p)
+    p.add_argument("--dp", type=positive_int, dest="workers", default=argparse.SUPPRESS, metavar="P",
+                   help="alias of -P: the data-parallel degree")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -114,6 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
+    from stalesim.cli.llm_args import check_llm_flags
     from stalesim.cli.schedule_cmd import config_from_args
     from stalesim.errors import StalesimError
     from stalesim.schedule import get_spec
@@ -122,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size is not None and args.batch_size < 1:
         raise StalesimError(f"--batch-size: must be >= 1, got {args.batch_size}")
+    check_llm_flags(args)
+    if args.workload is not None:
+        return _run_workload(args)
     if (args.trace or args.plot) and args.method == "fast":
         raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
     stages = args.stages
@@ -156,4 +165,19 @@ def run(args: argparse.Namespace) -> int:
         print(r.summary())
         for k, v in written.items():
             print(f"{k}: {v}")
+    return 0
+
+
+def _run_workload(args: argparse.Namespace) -> int:
+    """``--workload``: the closed-form LLM estimate (stalesim.sim.parallel.predict_llm)."""
+    from stalesim.cli.llm_args import llm_hardware, plan_from_args, workload_spec
+    from stalesim.sim.parallel import predict_llm
+
+    spec = workload_spec(args)
+    hw = llm_hardware(args)
+    p = predict_llm(spec, plan_from_args(args), hw)
+    if args.json:
+        print_json(p.to_dict())
+    else:
+        print(p.summary())
     return 0

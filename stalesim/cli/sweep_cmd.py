@@ -7,6 +7,7 @@ import sys
 
 from stalesim.cli.cluster_args import add_cluster_args
 from stalesim.cli.common import add_extrapolate_arg, int_list, int_type, positive_int, print_json
+from stalesim.cli.llm_args import add_llm_args
 from stalesim.limits import MAX_JOBS
 
 
@@ -31,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "x --microbatches x --workers x --targets x --links (fast path by default) "
                     "in --jobs processes; print a table ranked by throughput with memory and "
                     "staleness beside it; optionally write CSV/JSON.")
-    p.add_argument("--profile", required=True, metavar="PROFILE.json")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="per-layer profile (or --workload NAME: an analytic transformer)")
     p.add_argument("--schedules", required=True, type=_names, metavar="A,B",
                    help="comma-separated schedule names")
     p.add_argument("--stages", "-S", type=_positive_list, default=[], metavar="2,4,8")
@@ -63,11 +65,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write speed-up vs devices (.png/.svg/.pdf); markers show which costs were "
                         "measured, interpolated, extrapolated or roofline, red rings the warnings")
     add_extrapolate_arg(p)
+    add_llm_args(p, lists=True)
+    p.add_argument("--dp", type=_positive_list, dest="workers", default=argparse.SUPPRESS, metavar="1,2,4",
+                   help="alias of -P: data-parallel degrees")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import cluster_options
+    from stalesim.cli.llm_args import check_llm_flags
     from stalesim.errors import StalesimError
     from stalesim.sim.cluster import with_cluster
     from stalesim.sim.model import SimHardware
@@ -75,11 +81,15 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.workloads.hardware import catalog, get_device, get_link, get_node
     from stalesim.workloads.profile import load_profile
 
+    check_llm_flags(args)
+    if args.workload is not None:
+        return _run_workload(args)
     prof = load_profile(args.profile)
     if args.intra_link:
         if args.links and args.links != [args.intra_link]:
             raise StalesimError(f"--intra-link: {args.intra_link!r} contradicts --links")
         args.links = [args.intra_link]
+    force_retime = args.targets is not None  # a node's own device re-times only a profile not for it
     if args.node:
         entry = catalog()["nodes"][get_node(args.node).key]
         args.targets = args.targets or [entry["device"]]
@@ -101,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
                   devices=devices, links=links,
                   stages_per_device=args.stages_per_device or [None])
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
-                 batches=args.batches, extrapolate=args.extrapolate, cluster=cluster)
+                 batches=args.batches, extrapolate=args.extrapolate, cluster=cluster,
+                 force_retime=force_retime)
     if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
         from stalesim.errors import StalesimError
 
@@ -131,4 +142,61 @@ def run(args: argparse.Namespace) -> int:
             print(f"csv: {args.csv}")
         if args.plot:
             print(f"plot: {args.plot}")
+    return 0
+
+
+def _run_workload(args: argparse.Namespace) -> int:
+    """``--workload``: every (schedule, tp, pp, dp, M, recompute, zero) of the grid by the
+    closed-form LLM estimate, ranked by throughput among the configurations that fit."""
+    import itertools
+
+    from stalesim.cli.common import print_json
+    from stalesim.cli.llm_args import llm_hardware, plan_from_args, workload_spec
+    from stalesim.sim.parallel import ParallelPlan, sweep_llm
+
+    spec = workload_spec(args)
+    hw = llm_hardware(args)
+    tps, pps = args.tp or [1], args.pp or args.stages or [1]
+    recs, zeros = args.recompute or ["none"], args.zero or [0]
+    plans: list[ParallelPlan] = []
+    for sched, tp, pp, P, M, rec, z in itertools.product(args.schedules, tps, pps, args.workers,
+                                                         args.microbatches, recs, zeros):
+        if args.gpus is not None:
+            if args.gpus % (tp * pp):
+                continue
+            P = args.gpus // (tp * pp)
+        try:
+            plans.append(plan_from_args(args, tp=tp, pp=pp, dp=P, schedule=sched, microbatches=M,
+                                        recompute=rec, zero=z, chunks=(args.stages_per_device or [None])[0]))
+        except Exception as exc:  # noqa: BLE001 - a bad grid point is a row with its error, as for profiles
+            from stalesim.errors import StalesimError
+
+            if not isinstance(exc, StalesimError):
+                raise
+    if not plans:
+        from stalesim.errors import StalesimError
+
+        raise StalesimError("--gpus: no grid point has tp x pp dividing it")
+    rows = sweep_llm(spec, plans, hw)
+    if args.csv:
+        from stalesim.atomic import write_csv_atomic
+
+        write_csv_atomic(args.csv, rows, header=list(dict.fromkeys(k for r in rows for k in r)))
+    if args.json:
+        print_json(rows)
+        return 0
+    print(f"{len(rows)} configurations of {spec.name} (closed-form LLM estimate), ranked by throughput; "
+          f"memory per GPU of the fullest stage")
+    head = ["#", "schedule", "tp", "pp", "dp", "GPUs", "M", "recompute", "zero", "iter s", "tokens/s",
+            "TFLOP/s/GPU", "mem GB", "fits"]
+    lines = ["  ".join(head)]
+    for r in rows[:args.top]:
+        if r["error"]:
+            lines.append(f"{r['rank']}  {r['schedule']} tp {r['tp']} pp {r['pp']} dp {r['dp']}: {r['error']}")
+            continue
+        lines.append("  ".join(str(x) for x in (
+            r["rank"], r["schedule"], r["tp"], r["pp"], r["dp"], r["gpus"], r["microbatches"], r["recompute"],
+            r["zero"], f"{r['iteration_s']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['model_tflops_per_gpu']:.0f}",
+            f"{r['memory_gb']:.1f}", "yes" if r["fits"] else "NO")))
+    print("\n".join(lines))
     return 0

@@ -281,6 +281,34 @@ def memory_table9(root: Path) -> str:
                  ["---", "---:", "---:", "---:", "---:", "---:", "---"], out)
 
 
+def megatron_table1(root: Path) -> str:
+    """Megatron-LM's Table 1: published vs. predicted teraFLOP/s per GPU (stalesim.reproduce.megatron)."""
+    from stalesim.reproduce.megatron import RES as MEGATRON
+    from stalesim.reproduce.megatron import error_stats
+
+    rows = _csv(root / MEGATRON / "predicted.csv")
+    out = [[r["workload"].removeprefix("megatron-"), f"{r['tp']} / {r['pp']} / {r['dp']}", r["gpus"], r["batch"],
+            r["microbatches"], f"{float(r['bubble_pct']):.1f} %", f"{float(r['memory_gb']):.1f}",
+            f"{float(r['published_tflops_per_gpu']):.0f}", f"{float(r['predicted_tflops_per_gpu']):.1f}",
+            f"{float(r['error_pct']):+.1f} %"] for r in rows]
+    med, mx = error_stats(rows)
+    out.append(["**all rows**", "", "", "", "", "", "", "", "", f"median {med:.1f} %, max {mx:.1f} %"])
+    return table(["model", "tp / pp / dp", "GPUs", "batch", "M", "bubble", "memory GB/GPU",
+                  "published TFLOP/s/GPU", "predicted", "error"],
+                 ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
+
+
+def korthikanti_table2(root: Path) -> str:
+    """Korthikanti et al. 2022, Table 2's per-layer activation memory vs the analytic derivation."""
+    from stalesim.reproduce.megatron import KORTHIKANTI
+
+    rows = _csv(root / KORTHIKANTI / "activations.csv")
+    out = [[r["workload"], r["technique"], r["tp"], f"{float(r['closed_form_mb']):,.1f}",
+            f"{float(r['derived_mb']):,.1f}", f"{float(r['error_pct']):+.2f} %"] for r in rows]
+    return table(["model", "technique", "t", "paper's formula MiB/layer", "derived MiB/layer", "error"],
+                 ["---", "---", "---:", "---:", "---:", "---:"], out)
+
+
 PIPE_ROWS = (  # (label, sweep, link) at P = 4, uncompressed
     ("10GbE", "cluster", "10gbe"), ("25GbE", "cluster", "25gbe"), ("100GbE", "cluster", "100gbe"),
     ("5 Gb/s, 20 us", "bandwidth", "5 Gb/s, 20 us"), ("1 Gb/s, 20 us", "bandwidth", "1 Gb/s, 20 us"),
@@ -597,6 +625,8 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "pipe-sgd-timing": pipe_sgd_timing,
     "pipe-sgd-validate": pipe_sgd_validate,
     "pipe-sgd-accuracy": pipe_sgd_accuracy,
+    "megatron-table1": lambda root: megatron_table1(root),
+    "korthikanti-table2": lambda root: korthikanti_table2(root),
 }
 
 

@@ -104,8 +104,10 @@ class _Worker:
     per-(device, link) hardware are cached on the instance, not in module state."""
 
     def __init__(self, profile_dict: dict[str, Any], method: str, batch_size: int | None,
-                 batches: int | None, rule: str, cluster: dict[str, Any] | None) -> None:
+                 batches: int | None, rule: str, cluster: dict[str, Any] | None,
+                 force_retime: bool = True) -> None:
         self.profile_dict, self.method, self.batch_size, self.batches = profile_dict, method, batch_size, batches
+        self.force_retime = force_retime
         self.rule, self.cluster = rule, dict(cluster or {})
         self._profile: Any = None
         self._hw: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
@@ -134,12 +136,13 @@ class _Worker:
 
     def _plain_hardware(self, device: str | None, link: str | None) -> tuple[Any, Any]:
         from stalesim.sim.model import SimHardware
-        from stalesim.workloads.hardware import get_link, hardware_from_catalog, roofline_profile
+        from stalesim.workloads.hardware import get_link, hardware_from_catalog
+        from stalesim.workloads.retime import retime
 
         prof = self.profile()
-        if device:
+        if device:  # --targets ask for the roofline; a node's device follows the profile's (retime)
             hwc = hardware_from_catalog(device, link or "ideal")
-            return roofline_profile(prof, hwc.device), SimHardware.from_hardware(hwc)
+            return retime(prof, hwc.device, force=self.force_retime), SimHardware.from_hardware(hwc)
         if link:
             lnk = get_link(link)
             cpu = "cpu" in prof.device.lower()
@@ -191,13 +194,17 @@ class _Worker:
 
 def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
           batch_size: int | None = None, batches: int | None = None,
-          extrapolate: str | None = None, cluster: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          extrapolate: str | None = None, cluster: dict[str, Any] | None = None,
+          force_retime: bool = True) -> list[dict[str, Any]]:
     """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
 
     ``extrapolate``: the profile's rule outside its measured batch sizes
     (default: the profile's own, ``conservative`` unless changed). ``cluster``: optional
     ``node``, ``node_size``, ``inter_link``, ``inter_algorithm`` (hardware) and
     ``placement``, ``bucket_bytes``, ``symmetry`` (options) for every point.
+    ``force_retime``: the points' devices were asked for (``--targets``: the roofline
+    estimate), not implied by a node (then a profile for that device is used as it is;
+    :mod:`stalesim.workloads.retime`).
     """
     from stalesim.workloads.scaling import check_rule
 
@@ -209,7 +216,7 @@ def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str =
     if unknown:
         raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
-    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster)
+    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime)
     if jobs == 1 or len(points) < 2:
         rows = [worker(p) for p in points]
     else:

@@ -1,0 +1,115 @@
+"""Analytic transformer counts vs. a built model, the papers' closed forms, and the presets."""
+
+import pytest
+import torch
+
+from stalesim.errors import StalesimError
+from stalesim.workloads.transformer import (
+    PRESETS,
+    TransformerSpec,
+    get_preset,
+    layer_activation_bytes,
+    narayanan_flops,
+    transformer_profile,
+)
+
+
+def _char_spec(n_layer: int, n_embd: int, n_head: int, block: int) -> TransformerSpec:
+    # gpt-char: GELU MLP 4x, LayerNorm, biases, learned positions, untied head, 128 ASCII ids
+    return TransformerSpec("gpt-char", layers=n_layer, hidden=n_embd, heads=n_head, seq=block, vocab=128,
+                           dtype="float32", tied_embeddings=False, dropout=False)
+
+
+def test_counts_equal_a_built_gpt_char():
+    """Parameters and forward FLOPs per block equal torch's count exactly: FlopCounterMode
+    counts matrix multiplies and attention (torch's sdpa formula, the full square), and the
+    analytic model counts exactly those; what neither counts (norms, GELU, softmax, bias
+    adds, the embedding gather) is left out of both, so tolerance 0. The backward differs by
+    one known term: torch's flash-attention backward recomputes QK^T (+2 b s^2 h per layer),
+    which the analytic backward (2 x forward, no recomputation) leaves to ``recompute``."""
+    from stalesim.workloads.flops import flop_counter
+    from stalesim.workloads.zoo import build_model
+
+    L, C, H, T, b = 2, 64, 4, 32, 3
+    spec = _char_spec(L, C, H, T)
+    m = build_model(f"gpt-char:n_layer={L},n_embd={C},n_head={H},block_size={T}", seed=0)
+    blocks = list(m.blocks)
+    params = [sum(p.numel() for p in blk.parameters()) for blk in blocks]
+    assert params == [spec.embedding_params()] + [spec.layer_params()] * L + [spec.head_params()]
+    assert sum(params) == spec.params()
+    x = torch.randint(0, 128, (b, T))
+    fwd, bwd = [], []
+    for blk in blocks:
+        xin = x.detach().requires_grad_(x.is_floating_point())
+        c = flop_counter()
+        with c:
+            y = blk(xin)
+        fwd.append(c.get_total_flops())
+        c = flop_counter()
+        with c:
+            y.backward(torch.ones_like(y))
+        bwd.append(c.get_total_flops())
+        x = y.detach()
+    assert fwd == [0] + [spec.layer_flops(b)] * L + [spec.logits_flops(b)]
+    recomputed_scores = spec.layer_attention_flops(b) // 2
+    assert bwd == [0] + [2 * spec.layer_flops(b) + recomputed_scores] * L + [2 * spec.logits_flops(b)]
+    prof = transformer_profile(spec, b)
+    assert [lp.flops for lp in prof.layers] == fwd
+    assert [lp.backward_flops for lp in prof.layers] == [0] + [2 * spec.layer_flops(b)] * L + [bwd[-1]]
+    assert [lp.param_bytes for lp in prof.layers] == [4 * p for p in params]
+
+
+def test_narayanan_equation_3_is_the_sum_of_the_terms():
+    for name in ("megatron-1.7b", "megatron-145.6b", "megatron-1t", "gpt3-175b"):
+        s = PRESETS[name]
+        assert s.model_flops(16, recompute="full") == pytest.approx(narayanan_flops(s, 16), rel=1e-12)
+    s = PRESETS["megatron-1t"]
+    # equation (2): P = 12 l h^2 (1 + 13/12h + (V + s)/12lh) with a tied head; it leaves out the
+    # final LayerNorm (2h), which the analytic count has
+    n, h = s.layers, s.hidden
+    P = 2 * h + 12 * n * h ** 2 * (1 + 13 / (12 * h) + (s.vocab + s.seq) / (12 * n * h))
+    assert s.params() == pytest.approx(P, rel=1e-9) and s.params() == pytest.approx(1008.0e9, rel=2e-3)
+
+
+@pytest.mark.parametrize("name,billions", [
+    ("megatron-1.7b", 1.7), ("megatron-3.6b", 3.6), ("megatron-7.5b", 7.5), ("megatron-18.4b", 18.4),
+    ("megatron-39.1b", 39.1), ("megatron-76.1b", 76.1), ("megatron-145.6b", 145.6),
+    ("megatron-310.1b", 310.1), ("megatron-529.6b", 529.6), ("llama2-7b", 6.74), ("llama2-13b", 13.0),
+    ("llama2-70b", 69.0), ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("gpt3-175b", 175.0)])
+def test_preset_parameter_counts(name, billions):
+    # published to one decimal (Narayanan et al. Table 1: 1.65 B is "1.7"), else within 2%
+    assert PRESETS[name].params() / 1e9 == pytest.approx(billions, rel=0.02, abs=0.051)
+
+
+def test_korthikanti_closed_forms():
+    """Korthikanti et al. 2022, Table 2 (per layer, 16-bit, dropout): the tensor-by-tensor
+    derivation equals their closed forms exactly."""
+    s = PRESETS["gpt3-175b"]
+    b, t = 2, 8
+    S, h, a = s.seq, s.hidden, s.heads
+    sbh = S * b * h
+    assert layer_activation_bytes(s, b) == pytest.approx(sbh * (34 + 5 * a * S / h))
+    assert layer_activation_bytes(s, b, tp=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * S / (h * t)))
+    assert layer_activation_bytes(s, b, tp=t, sp=True) == pytest.approx(sbh * (34 / t + 5 * a * S / (h * t)))
+    assert layer_activation_bytes(s, b, tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert layer_activation_bytes(s, b, tp=t, sp=True, recompute="selective") == pytest.approx(34 * sbh / t)
+    assert layer_activation_bytes(s, b, tp=t, recompute="full") == pytest.approx(2 * sbh)
+    # GQA + SwiGLU + flash + no dropout: the terms, not GPT's constants
+    ll = PRESETS["llama2-70b"]
+    n, e = b * ll.seq, 2
+    expect = 4 * e * n * ll.hidden + e * n * (2 * ll.hidden + 2 * ll.kv_dim) + 3 * e * n * ll.ffn_dim + 4 * ll.heads * n
+    assert layer_activation_bytes(ll, b) == pytest.approx(expect)
+
+
+def test_profile_retimes_and_presets_are_validated():
+    spec = get_preset("Llama2-7B")
+    p = transformer_profile(spec, 1, "h100-sxm")
+    assert p.is_roofline and p.layers[1].forward_s > 0
+    p4 = p.at_batch_size(4)
+    assert p4.layers[1].flops == 4 * p.layers[1].flops and p4.layers[1].forward_s > p.layers[1].forward_s
+    with pytest.raises(StalesimError, match="workload: unknown 'gpt-9'"):
+        get_preset("gpt-9")
+    with pytest.raises(StalesimError, match="kv_heads: 3 must"):
+        spec.with_(kv_heads=3)
+    with pytest.raises(StalesimError, match="recompute: expected"):
+        layer_activation_bytes(spec, 1, recompute="some")
