@@ -58,7 +58,8 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
 def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) -> None:
     """Issue 15: optimizers, lr warm-up/floor, clipping, optimizer-aware mitigations."""
     o = p.add_argument_group("optimizer")
-    o.add_argument("--optimizer", default="sgd", help="sgd | adam | adamw (decoupled weight decay) | muon (Muon on hidden "
+    o.add_argument("--optimizer", default="sgd",
+                   help="sgd | adam | adamw (decoupled weight decay) | muon (Muon on hidden "
                         "matrices, AdamW at --lr on the rest)")
     o.add_argument("--betas", type=_betas, default=[0.9, 0.999], help="Adam betas, e.g. 0.9,0.95")
     o.add_argument("--eps", type=positive_float, default=1e-8, help="Adam epsilon")

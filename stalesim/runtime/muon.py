@@ -80,7 +80,7 @@ class StageMuon(torch.optim.Muon):
     the same step with the iteration in float64 (see the module doc)."""
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]  # no closures here
+    def step(self, closure: Any = None) -> Any:
         if not any(p.dtype == torch.float64 for g in self.param_groups for p in g["params"]):
             return super().step(closure)
         for group in self.param_groups:
