@@ -35,6 +35,8 @@ CASES = {
                            "weight_decay": 0.1, "weight_prediction": True, "clip_grad_norm": 1.0},
     "dp-int8": {"schedule": "dp", "stages": 1, "workers": 2, "compression": "int8"},
     "stale-spike-ef": {"schedule": "stale", "spike_compensation": True, "error_feedback": True},
+    "2bw-muon-clip": {"schedule": "2bw", "microbatches": 2, "optimizer": "muon", "lr": 1e-3,
+                      "weight_decay": 0.1, "clip_grad_norm": 1.0},
 }
 
 

@@ -51,8 +51,8 @@ from stalesim.runtime.batched import (
 )
 from stalesim.runtime.build import build_stage_modules, replicate
 from stalesim.runtime.config import TrainConfig
-from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.data import batch_stream
+from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.tasks import evaluate_runs, task_of
 from stalesim.schedule import Action, build_schedule
 from stalesim.schedule.liveness import stage_liveness
