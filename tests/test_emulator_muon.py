@@ -187,3 +187,22 @@ def test_bad_muon_settings_are_one_line_errors(kw, field):
         TrainConfig(model="lenet5", dataset="synthetic", iterations=1, **{"optimizer": "muon", **kw}).check()
     msg = str(e.value)
     assert msg.startswith(f"{field}:") and "\n" not in msg
+
+
+@pytest.mark.parametrize("command", ["emulate", "study", "run"])
+@pytest.mark.parametrize("flags,field", [
+    (["--weight-prediction"], "weight_prediction"),
+    (["--nesterov-lookahead"], "nesterov_lookahead"),
+    (["--muon-momentum", "1"], "muon_momentum"),
+])
+def test_cli_refuses_bad_muon_combinations_in_one_line(command, flags, field, tmp_path):
+    from test_cli_fuzz import run_cli
+
+    argv = [command, "--model", "lenet5", "--dataset", "synthetic", "--schedule", "stale", "--stages", "2",
+            "--iterations", "2", "--optimizer", "muon", *flags]
+    if command == "study":
+        argv = [command, "--model", "lenet5", "--dataset", "synthetic", "--schedules", "stale",
+                "--iterations", "2", "--optimizer", "muon", "--out", str(tmp_path / "s"), *flags]
+    code, _, err, _ = run_cli(argv)
+    assert code == 2, err
+    assert err.startswith(f"stalesim: error: {field}:") and err.count("\n") == 1, err
