@@ -97,3 +97,14 @@ def test_batched_replay_reads_nothing_per_action():
     ref = BatchedEmulator(cfgs, progress=False, read_every=1)
     ref.replay()
     assert emu.state.losses == ref.state.losses and emu.state.correct == ref.state.correct
+
+
+def test_batched_muon_replay_reads_nothing_per_action():
+    base = _cfg(schedule="2bw", microbatches=2, optimizer="muon", lr=1e-3, weight_decay=0.1,
+                clip_grad_norm=1.0, iterations=6)
+    cfgs = [base, replace(base, seed=1, muon_lr=0.01, muon_momentum=0.9)]
+    emu = BatchedEmulator(cfgs, progress=False, read_every=10**6)
+    with count_host_reads() as calls:
+        emu.replay()
+    assert [c for c in calls if c[1] != DEVIO] == []
+    assert len(calls) <= 2
