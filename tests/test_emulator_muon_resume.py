@@ -57,3 +57,20 @@ def test_muon_resume_is_bitwise_identical(tmp_path, name, kw):
     for a, b in zip(_weights(second), _weights(full)):
         assert torch.equal(a, b)
     assert res["versions_match"]
+
+
+def test_executor_resume_with_muon_is_exact(tmp_path):
+    """The executor's per-rank checkpoint carries Muon's state too: a resumed 2-rank run
+    gives the uninterrupted run's losses, which are the emulator's."""
+    from executor import make_job, run_local
+
+    cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="2bw", microbatches=2, stages=2,
+                      iterations=9, batch_size=16, synthetic_size=128, optimizer="muon", lr=0.01,
+                      weight_decay=0.01).check()
+    out = str(tmp_path / "run")
+    full = run_local(make_job(cfg, out=out, checkpoint_every=4, evaluate=False), "cpu:2", timeout_s=60)
+    resumed = run_local(make_job(cfg, out=out, checkpoint_every=4, resume=out, evaluate=False),
+                        "cpu:2", timeout_s=60)
+    assert resumed["losses"] == full["losses"]
+    torch.set_num_threads(1)
+    assert full["losses"] == Emulator(cfg, progress=False).run()["losses"]
