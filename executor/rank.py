@@ -544,7 +544,9 @@ class Rank:
         # copy per parameter; Adam/AdamW: two; error feedback: one more)
         from stalesim.runtime.optim import state_copies
 
-        self.static_bytes = st["params"] + st["buffers"] + max(opt, state_copies(self.cfg) * st["params"])
+        expected = sum(rt.opt.state_nbytes() for rt in self.rts.values()) if self.cfg.optimizer == "muon" \
+            else state_copies(self.cfg) * st["params"]  # Muon: one tensor per matrix, two elsewhere
+        self.static_bytes = st["params"] + st["buffers"] + max(opt, expected)
 
 
 def _mem(t: torch.Tensor) -> tuple[int, int]:

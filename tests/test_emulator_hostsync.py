@@ -35,6 +35,8 @@ CASES = {
                            "weight_decay": 0.1, "weight_prediction": True, "clip_grad_norm": 1.0},
     "dp-int8": {"schedule": "dp", "stages": 1, "workers": 2, "compression": "int8"},
     "stale-spike-ef": {"schedule": "stale", "spike_compensation": True, "error_feedback": True},
+    "2bw-muon-clip": {"schedule": "2bw", "microbatches": 2, "optimizer": "muon", "lr": 1e-3,
+                      "weight_decay": 0.1, "clip_grad_norm": 1.0},
 }
 
 
@@ -95,3 +97,14 @@ def test_batched_replay_reads_nothing_per_action():
     ref = BatchedEmulator(cfgs, progress=False, read_every=1)
     ref.replay()
     assert emu.state.losses == ref.state.losses and emu.state.correct == ref.state.correct
+
+
+def test_batched_muon_replay_reads_nothing_per_action():
+    base = _cfg(schedule="2bw", microbatches=2, optimizer="muon", lr=1e-3, weight_decay=0.1,
+                clip_grad_norm=1.0, iterations=6)
+    cfgs = [base, replace(base, seed=1, muon_lr=0.01, muon_momentum=0.9)]
+    emu = BatchedEmulator(cfgs, progress=False, read_every=10**6)
+    with count_host_reads() as calls:
+        emu.replay()
+    assert [c for c in calls if c[1] != DEVIO] == []
+    assert len(calls) <= 2

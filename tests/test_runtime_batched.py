@@ -130,3 +130,32 @@ def test_memory_estimate_grows_with_runs_and_refuses_what_does_not_fit():
     with pytest.raises(StalesimError, match=r"batched: 8 runs need about .* GiB .*--batch-runs") as e:
         check_fits(huge, torch.device("cpu"), 8)
     assert "\n" not in str(e.value)
+
+
+def test_batched_muon_equals_stage_optimizer_per_run_float64():
+    """Muon on the [4, 3] (tall) and [3, 5] (wide) matrices, AdamW on the vector, per-run
+    momentum / Muon lr / weight decay / error feedback; the schedule's lr changes per step."""
+    extra = [{}, {"muon_lr": 0.05, "muon_momentum": 0.8, "weight_decay": 0.1},
+             {"error_feedback": True, "clip_grad_norm": 0.5}]
+    cfgs = [_cfg(**({"optimizer": "muon", "lr": 1e-2, "seed": k} | kw)) for k, kw in enumerate(extra)]
+    K = len(cfgs)
+    g = torch.Generator().manual_seed(3)
+    shapes = [(4, 3), (3,), (3, 5)]
+    mask = [True, False, True]
+    init = [torch.randn(K, *s, generator=g, dtype=torch.float64) for s in shapes]
+    stacked = [nn.Parameter(t.clone()) for t in init]
+    singles = [[nn.Parameter(t[k].clone()) for t in init] for k in range(K)]
+    bo = BatchedOptimizer(stacked, cfgs, muon_mask=mask)
+    so = [StageOptimizer(ps, c, muon_mask=mask) for ps, c in zip(singles, cfgs)]
+    for step in range(5):
+        grads = [torch.randn(K, *s, generator=g, dtype=torch.float64) for s in shapes]
+        lrs = [c.lr * (1 + 0.1 * step) for c in cfgs]
+        bo.step([x.clone() for x in grads], lrs, delayed=step > 0)
+        for k in range(K):
+            so[k].step([x[k].clone() for x in grads], lrs[k], delayed=step > 0)
+        for k in range(K):
+            for p, q in zip(stacked, singles[k]):
+                torch.testing.assert_close(p[k], q.detach(), rtol=1e-12, atol=1e-14)
+    assert not torch.equal(stacked[0][0], stacked[0][1])  # the runs' settings differ
+    buf = so[1].torch.muon.state[singles[1][0]]["momentum_buffer"]
+    torch.testing.assert_close(bo.buf[0][1], buf, rtol=1e-12, atol=1e-14)

@@ -95,6 +95,9 @@ def test_state_copies_for_memory_accounting():
     assert state_copies(_cfg(momentum=0.0)) == 0
     assert state_copies(_cfg(optimizer="adamw")) == 2
     assert state_copies(_cfg(optimizer="adam", error_feedback=True)) == 3
+    assert state_copies(_cfg(optimizer="muon")) == 2  # AdamW's part; the whole-model upper bound
+    assert state_copies(_cfg(optimizer="muon"), muon=True) == 1  # Muon's matrices: the momentum buffer
+    assert state_copies(_cfg(optimizer="muon", error_feedback=True), muon=True) == 2
 
 
 @pytest.mark.parametrize("kw,needle", [

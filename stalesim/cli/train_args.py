@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import int_list, nonneg_float, nonneg_int, positive_float, positive_int, seed_int
+from stalesim.cli.common import (
+    float_type,
+    int_list,
+    int_type,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
+from stalesim.runtime.config import MUON_MAX_NS_STEPS
 
 
 def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
@@ -58,10 +68,17 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
 def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) -> None:
     """Issue 15: optimizers, lr warm-up/floor, clipping, optimizer-aware mitigations."""
     o = p.add_argument_group("optimizer")
-    o.add_argument("--optimizer", default="sgd", help="sgd | adam | adamw (decoupled weight decay)")
+    o.add_argument("--optimizer", default="sgd",
+                   help="sgd | adam | adamw (decoupled weight decay) | muon (Muon on hidden "
+                        "matrices, AdamW at --lr on the rest)")
     o.add_argument("--betas", type=_betas, default=[0.9, 0.999], help="Adam betas, e.g. 0.9,0.95")
     o.add_argument("--eps", type=positive_float, default=1e-8, help="Adam epsilon")
     o.add_argument("--nesterov", action="store_true", help="SGD: Nesterov momentum")
+    o.add_argument("--muon-lr", type=positive_float, default=0.02, help="Muon: learning rate of the hidden matrices")
+    o.add_argument("--muon-momentum", type=float_type(0.0, 1.0), default=0.95,
+                   help="Muon: momentum (Nesterov), in [0, 1)")
+    o.add_argument("--muon-ns-steps", type=int_type(1, MUON_MAX_NS_STEPS), default=5,
+                   help=f"Muon: Newton-Schulz iterations (1..{MUON_MAX_NS_STEPS})")
     o.add_argument("--lr-warmup", type=nonneg_int, default=0,
                    help="linear lr warm-up over the first K iterations, then --lr-schedule")
     o.add_argument("--lr-min", type=nonneg_float, default=0.0, help="cosine schedule: final lr")
@@ -91,7 +108,8 @@ def _betas(text: str) -> list[float]:
 
 def _optimizer_fields(args: argparse.Namespace) -> dict:
     names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
-             "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta")
+             "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta",
+             "muon_lr", "muon_momentum", "muon_ns_steps")
     return {k: getattr(args, k) for k in names}
 
 

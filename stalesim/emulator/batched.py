@@ -52,6 +52,7 @@ from stalesim.runtime.batched import (
 from stalesim.runtime.build import build_stage_modules, replicate
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import batch_stream
+from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.tasks import evaluate_runs, task_of
 from stalesim.schedule import Action, build_schedule
 from stalesim.schedule.liveness import stage_liveness
@@ -136,8 +137,11 @@ class BatchedEmulator(Emulator):
                 head = None
                 if reps[0][w].heads[s] is not None:
                     head = wide([reps[k][w].heads[s] for k in range(K)], what=what, generic=generic)  # type: ignore[misc]
+                mask = muon_mask(reps[0][w].stages[s], output_stage=s == self.S - 1,
+                                 head=reps[0][w].heads[s]) if cfg.optimizer == "muon" else None
                 row.append(BatchedStageRuntime(wmod, cfgs=cfgs, stage=s, num_stages=self.S, schedule=self.sched,
-                                               device=self.device, worker=w, head=head, lr_fn=lr_fn))
+                                               device=self.device, worker=w, head=head, lr_fn=lr_fn,
+                                               muon_mask=mask))
             self.rts.append(row)  # type: ignore[arg-type]
             self.stage_mods.append([rt.module for rt in row])
         self.models = self.stage_mods

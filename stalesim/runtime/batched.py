@@ -69,6 +69,7 @@ from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.devio import upload
 from stalesim.runtime.mitigations import Mitigations, compress, pipemare_exponent
+from stalesim.runtime.muon import lr_ratio, newton_schulz
 from stalesim.runtime.stage import StageRuntime, _Inflight
 
 #: TrainConfig fields that may differ between the runs of one batch.
@@ -78,6 +79,7 @@ PER_RUN_FIELDS = frozenset({
     "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_warmup",
     "pipemare_correction", "pipemare_gamma", "staleness_lr",
     "nesterov_lookahead", "error_feedback", "error_feedback_beta",
+    "muon_lr", "muon_momentum",
 })
 
 
@@ -394,10 +396,15 @@ class BatchedOptimizer:
     when the stage has parameters (the runtime tests it for "has an optimizer").
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], cfgs: Sequence[TrainConfig]) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], cfgs: Sequence[TrainConfig], *,
+                 muon_mask: Sequence[bool] | None = None) -> None:
         self.params = params
         self.cfgs = list(cfgs)
         self.kind = cfgs[0].optimizer
+        # --optimizer muon: which stacked parameters are Muon's (the per-run split)
+        self.muon_mask = list(muon_mask) if muon_mask is not None else [False] * len(params)
+        if len(self.muon_mask) != len(params):
+            raise ValueError(f"muon mask has {len(self.muon_mask)} entries for {len(params)} parameters")
         self.torch: BatchedOptimizer | None = self if params else None
         self.steps = 0
         self.buf: list[torch.Tensor] | None = None  # SGD momentum (None before the first step)
@@ -416,6 +423,9 @@ class BatchedOptimizer:
         self.clip = [x.clip_grad_norm for x in c]
         self.ef = [bool(x.error_feedback) for x in c]
         self.ef_beta = [x.error_feedback_beta if x.error_feedback else 0.0 for x in c]
+        self.muon_mu = [x.muon_momentum for x in c]
+        self.muon_lr = [x.muon_lr for x in c]
+        self.base_lr = [x.lr for x in c]
 
     # ------------------------------------------------------------------ helpers
     def _clip(self, grads: list[torch.Tensor]) -> None:
@@ -447,6 +457,9 @@ class BatchedOptimizer:
         old = [p.detach().clone() for p in self.params] if any(self.ef) else None
         if self.kind == "sgd":
             self._sgd(grads, lr, a, b)
+        elif self.kind == "muon":
+            self._muon(grads, lr)
+            self._adam(grads, lr, skip=self.muon_mask)
         else:
             self._adam(grads, lr)
         if old is not None:
@@ -484,11 +497,32 @@ class BatchedOptimizer:
             if extra is not None:
                 p.sub_(_bc(_floats([lr_k * b_k for lr_k, b_k in zip(lr, b)], p), p) * extra)
 
-    def _adam(self, grads: list[torch.Tensor], lr: Sequence[float]) -> None:
-        decoupled = self.kind == "adamw"
+    def _muon(self, grads: list[torch.Tensor], lr: Sequence[float]) -> None:
+        """Muon on the masked matrices, run k at ``muon_lr_k * lr_k / lr0_k`` (the single
+        run's :class:`~stalesim.runtime.muon.MuonAdamW`); each run's matrix orthogonalised
+        on its own (a batched Newton-Schulz), in bfloat16 as torch does, float64 in float64."""
+        if self.buf is None:
+            self.buf = [torch.zeros_like(p) if m else p.new_empty(0) for p, m in zip(self.params, self.muon_mask)]
+        steps = self.cfgs[0].muon_ns_steps
+        lr_m = [mlr * (lr_k / base) for mlr, lr_k, base in zip(self.muon_lr, lr, self.base_lr)]
+        for p, g, buf, m in zip(self.params, grads, self.buf, self.muon_mask):
+            if not m:
+                continue
+            mu = _bc(_floats(self.muon_mu, p), p)
+            buf.lerp_(g, _bc(_floats([1 - x for x in self.muon_mu], p), p))
+            o = newton_schulz(g.lerp(buf, mu), steps,
+                              dtype=torch.float64 if p.dtype == torch.float64 else torch.bfloat16)
+            if any(self.wd):
+                p.mul_(_bc(_floats([1 - lk * wd for lk, wd in zip(lr_m, self.wd)], p), p))
+            p.sub_(_bc(_floats([lk * lr_ratio(p.shape[1:]) for lk in lr_m], p), p) * o)
+
+    def _adam(self, grads: list[torch.Tensor], lr: Sequence[float], *, skip: Sequence[bool] | None = None) -> None:
+        """Adam / AdamW; ``skip``: parameters another rule updates (Muon's), no moments kept."""
+        decoupled = self.kind in ("adamw", "muon")
+        skip = skip if skip is not None else [False] * len(self.params)
         if self.m is None:
-            self.m = [torch.zeros_like(p) for p in self.params]
-            self.v = [torch.zeros_like(p) for p in self.params]
+            self.m = [p.new_empty(0) if k else torch.zeros_like(p) for p, k in zip(self.params, skip)]
+            self.v = [p.new_empty(0) if k else torch.zeros_like(p) for p, k in zip(self.params, skip)]
         assert self.v is not None
         self.steps += 1
         t = self.steps
@@ -499,7 +533,9 @@ class BatchedOptimizer:
         cm = [lr_k * b1 / (1 - b1 ** (t + 1)) if look else lr_k / c1
               for lr_k, b1, c1, look in zip(lr, self.b1, bc1, self.lookahead)]
         cg = [lr_k * (1 - b1) / c1 if look else 0.0 for lr_k, b1, c1, look in zip(lr, self.b1, bc1, self.lookahead)]
-        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+        for p, g, m, v, k in zip(self.params, grads, self.m, self.v, skip):
+            if k:
+                continue
             if any(self.wd):
                 if decoupled:
                     p.mul_(_bc(_floats([1 - lr_k * wd for lr_k, wd in zip(lr, self.wd)], p), p))
@@ -518,6 +554,8 @@ class BatchedOptimizer:
         update (see :meth:`stalesim.runtime.optim.StageOptimizer.directions`)."""
         if not self.params:
             return []
+        if self.kind == "muon":  # TrainConfig refuses the combinations that ask
+            raise ValueError("directions: Muon defines no next direction")
         if self.kind == "sgd":
             return list(self.buf) if self.buf is not None else [None] * len(self.params)
         if self.m is None or self.v is None or self.steps == 0:
@@ -665,15 +703,17 @@ class BatchedStageRuntime(StageRuntime):
     ``loss`` returns the K per-run losses (a list), ``lr_for`` K learning rates.
     """
 
-    def __init__(self, module: WideModule, *, cfgs: Sequence[TrainConfig], **kw: Any) -> None:
+    def __init__(self, module: WideModule, *, cfgs: Sequence[TrainConfig],
+                 muon_mask: Sequence[bool] | None = None, **kw: Any) -> None:
         self.cfgs = list(cfgs)
+        self._muon_mask = muon_mask  # computed on a run's own stage module (the wide one has other types)
         super().__init__(module, cfg=self.cfgs[0], **kw)
         from stalesim.runtime.tasks import task_of
 
         self.loss_fn = per_run_loss(task_of(self.cfg))
 
     def _make_optimizer(self) -> Any:
-        return BatchedOptimizer(self.params, self.cfgs)
+        return BatchedOptimizer(self.params, self.cfgs, muon_mask=self._muon_mask)
 
     def _make_mitigations(self) -> Any:
         return BatchedMitigations(self.cfgs, self.schedule, self.stage, self.worker)

@@ -24,7 +24,9 @@ DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic", "shakespeare")
 LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+# Newton-Schulz iterations of Muon: torch.optim.Muon refuses 100 or more
+MUON_MAX_NS_STEPS = 99
 # training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
 # the synthetic set has ``synthetic_size`` samples
 TRAIN_SIZES = {"mnist": 60_000, "fashion-mnist": 60_000, "cifar10": 50_000}
@@ -92,6 +94,11 @@ class TrainConfig:
     nesterov_lookahead: bool = False
     error_feedback: bool = False
     error_feedback_beta: float = 1.0
+    # Muon (stalesim.runtime.muon): its learning rate for the hidden matrices (lr is AdamW's
+    # for the rest), momentum and Newton-Schulz steps (Keller Jordan's defaults)
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
+    muon_ns_steps: int = 5
     eval_windows: int = 256
     # --- end issue 15
     # data details
@@ -320,6 +327,7 @@ class TrainConfig:
         if not _finite(self.error_feedback_beta) or self.error_feedback_beta <= 0:
             raise StalesimError(
                 f"error_feedback_beta: expected a finite number > 0, got {self.error_feedback_beta!r}")
+        self._check_muon()
         sgd = self.optimizer == "sgd"
         if self.nesterov and not (sgd and self.momentum > 0):
             raise StalesimError("nesterov: Nesterov momentum needs --optimizer sgd with --momentum > 0 "
@@ -349,6 +357,24 @@ class TrainConfig:
         if task == "lm" and self.dataset not in ("shakespeare", "synthetic"):
             raise StalesimError(f"dataset: {self.model!r} is a language model and trains on text "
                                 f"(shakespeare or synthetic), not {self.dataset!r}")
+
+    def _check_muon(self) -> None:
+        """Muon's hyper-parameters, and the mitigations that read a direction Muon does not
+        define (its step is an orthogonalised matrix, recomputed only at an update)."""
+        if not _finite(self.muon_lr) or self.muon_lr <= 0:
+            raise StalesimError(f"muon_lr: expected a finite number > 0, got {self.muon_lr!r}")
+        if not _finite(self.muon_momentum) or not 0 <= self.muon_momentum < 1:
+            raise StalesimError(f"muon_momentum: expected a number in [0, 1), got {self.muon_momentum!r}")
+        n = self.muon_ns_steps
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MUON_MAX_NS_STEPS:
+            raise StalesimError(f"muon_ns_steps: expected an integer in [1, {MUON_MAX_NS_STEPS}], got {n!r}")
+        if self.optimizer != "muon":
+            return
+        for flag in ("weight_prediction", "nesterov_lookahead"):
+            if getattr(self, flag):
+                raise StalesimError(f"{flag}: reads the optimizer's next direction, which Muon does not "
+                                    "define (its orthogonalised step exists only at an update); "
+                                    "use --optimizer sgd/adam/adamw")
 
     # --------------------------------------------------------------- helpers
     @property

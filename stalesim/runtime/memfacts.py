@@ -156,7 +156,8 @@ def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str =
     static = 0
     for s in range(sched.stages):
         st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
-        static += st["params"] * (1 + state_copies(cfg)) + st["buffers"]
+        state = rts[s].opt.state_nbytes() if cfg.optimizer == "muon" else st["params"] * state_copies(cfg)
+        static += st["params"] + state + st["buffers"]  # Muon: one tensor per matrix, two elsewhere
     held: dict[int, int] = {}
     for t in [*xs, labels]:
         held[int(t.untyped_storage().data_ptr())] = storage_nbytes(t)

@@ -15,8 +15,9 @@ t from that batch's gradient buffer (``U(s, t)``):
    With one stage it is torch's ``clip_grad_norm_``.
 2. the base step: ``sgd`` = ``torch.optim.SGD`` (momentum, ``nesterov``, L2 weight
    decay), ``adam`` = ``torch.optim.Adam`` (L2), ``adamw`` = ``torch.optim.AdamW``
-   (decoupled weight decay), with the learning rate of the update (schedule x
-   mitigation factors);
+   (decoupled weight decay), ``muon`` = ``torch.optim.Muon`` on the hidden matrices and
+   AdamW on the rest (:mod:`stalesim.runtime.muon`), with the learning rate of the update
+   (schedule x mitigation factors);
 3. the mitigations that change the update (see below).
 
 **Optimizer state and weight versions.** The state (momentum, Adam moments, step
@@ -61,6 +62,7 @@ from typing import Any
 import torch
 
 from stalesim.runtime.config import OPTIMIZERS  # noqa: F401  (re-export)
+from stalesim.runtime.muon import MuonAdamW
 
 
 class LookaheadAdam(torch.optim.Optimizer):
@@ -106,9 +108,16 @@ class LookaheadAdam(torch.optim.Optimizer):
                 p.addcdiv_(m, denom, value=-lr * b1 / (1 - b1 ** (t + 1)))
 
 
-def state_copies(cfg: Any) -> int:
-    """Parameter-sized tensors of optimizer state per parameter (memory accounting)."""
-    n = (1 if cfg.momentum else 0) if cfg.optimizer == "sgd" else 2
+def state_copies(cfg: Any, *, muon: bool = False) -> int:
+    """Parameter-sized tensors of optimizer state per parameter (memory accounting).
+
+    ``muon``: the parameter is one of Muon's matrices (its momentum buffer only); the
+    other parameters of a Muon run are AdamW's (two moments), so without the split this
+    is the upper bound a whole-model estimate uses."""
+    if cfg.optimizer == "sgd":
+        n = 1 if cfg.momentum else 0
+    else:
+        n = 1 if cfg.optimizer == "muon" and muon else 2
     return n + (1 if cfg.error_feedback else 0)
 
 
@@ -139,12 +148,15 @@ def clip_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
 class StageOptimizer:
     """The update of one stage (see the module doc); ``torch`` is the wrapped optimizer."""
 
-    def __init__(self, params: list[torch.nn.Parameter], cfg: Any) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], cfg: Any, *,
+                 muon_mask: list[bool] | None = None) -> None:
         self.params = params
         self.cfg = cfg
+        # per parameter: Muon's (True) or AdamW's under --optimizer muon (see muon_mask)
+        self.muon_mask = list(muon_mask) if muon_mask is not None else [False] * len(params)
         self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
         self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
-        self.torch: torch.optim.Optimizer | None = None
+        self.torch: torch.optim.Optimizer | MuonAdamW | None = None
         # updates applied: torch's per-parameter step count, kept as a Python int so that
         # weight prediction never reads torch's step tensor (a device read when torch keeps
         # it on the device: capturable / fused optimizers)
@@ -153,7 +165,9 @@ class StageOptimizer:
             return
         kind, wd = cfg.optimizer, cfg.weight_decay
         betas = (float(cfg.betas[0]), float(cfg.betas[1]))
-        if kind == "sgd":
+        if kind == "muon":
+            self.torch = MuonAdamW(params, self.muon_mask, cfg)
+        elif kind == "sgd":
             nesterov = bool(cfg.nesterov or cfg.nesterov_lookahead)
             kw: dict[str, Any] = {"nesterov": True} if nesterov else {}
             self.torch = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd, **kw)
@@ -186,7 +200,10 @@ class StageOptimizer:
         old = [p.detach().clone() for p in self.params] if cfg.error_feedback else None
         for p, g in zip(self.params, grads):
             p.grad = g
-        self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
+        if isinstance(self.torch, MuonAdamW):
+            self.torch.set_lr(lr)
+        else:
+            self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
         self.torch.step()
         self.steps += 1
         if b:
@@ -202,6 +219,12 @@ class StageOptimizer:
                     p.add_(d - dp, alpha=beta)
             self.prev_step = delta
 
+    def state_nbytes(self) -> int:
+        """Bytes of optimizer state once every parameter has been updated (the memory
+        model's figure, exact per parameter: Muon's matrices hold one tensor)."""
+        return sum(state_copies(self.cfg, muon=m) * p.untyped_storage().nbytes()
+                   for p, m in zip(self.params, self.muon_mask))
+
     # -------------------------------------------------------------- prediction
     def directions(self) -> list[torch.Tensor | None]:
         """Per parameter, the step per unit learning rate the optimizer would take next if
@@ -209,6 +232,8 @@ class StageOptimizer:
         opt = self.torch
         if opt is None:
             return []
+        if isinstance(opt, MuonAdamW):  # TrainConfig refuses the combinations that ask
+            raise ValueError("directions: Muon defines no next direction")
         out: list[torch.Tensor | None] = []
         if self.cfg.optimizer == "sgd":
             return [opt.state.get(p, {}).get("momentum_buffer") for p in self.params]

@@ -13,7 +13,7 @@ Weight versions, without model copies or parameter swapping:
   token into ``torch.as_strided`` of the tensor of version v_B of that parameter:
   the live tensor if v_B is current, else a stashed copy.
 * ``U`` updates the live parameters **in place** with the stage's optimizer
-  (:class:`~stalesim.runtime.optim.StageOptimizer`: SGD, Adam or AdamW) from the
+  (:class:`~stalesim.runtime.optim.StageOptimizer`: SGD, Adam, AdamW or Muon) from the
   per-batch gradient buffer. Just before it overwrites version n, version n is
   cloned only if a pending backward (counted from the version table) still
   needs it; a stashed version is freed as soon as no pending backward needs it.
@@ -51,6 +51,7 @@ from torch import nn
 
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import Mitigations
+from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.optim import StageOptimizer
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.schedule import Action, Schedule
@@ -153,7 +154,9 @@ class StageRuntime:
 
     def _make_optimizer(self) -> Any:
         """The stage's optimizer (a batched runtime stacks K runs' optimizers)."""
-        return StageOptimizer(self.params, self.cfg)
+        mask = muon_mask(self.module, output_stage=self.stage == self.num_stages - 1, head=self.head) \
+            if self.cfg.optimizer == "muon" else None
+        return StageOptimizer(self.params, self.cfg, muon_mask=mask)
 
     def _make_mitigations(self) -> Any:
         return Mitigations(self.cfg, self.schedule, self.stage, self.worker)
