@@ -73,6 +73,15 @@ def test_stdout_on_a_full_device_is_one_line():
     assert _one_line(p.stderr) == "stalesim: error: cannot write the output (stdout): No space left on device"
 
 
+def test_help_on_a_full_device_is_one_line():
+    """argparse itself ignores a failed write of the help text (exit 0, nothing shown)."""
+    for argv in (["--help"], ["schedule", "--help"]):
+        with open("/dev/full", "w") as full:
+            p = _stalesim(argv, stdout=full)
+        assert p.returncode == 2
+        assert _one_line(p.stderr) == "stalesim: error: cannot write the output (stdout): No space left on device"
+
+
 def test_closed_pipe_on_stdout_is_quiet():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "stalesim", "schedule", "stale", "-S", "2", "-N", "3000"],

@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import IO
 
 from stalesim.errors import StalesimError
 
@@ -45,6 +46,24 @@ class _Parser(argparse.ArgumentParser):
         cmd = self.prog.split()[1:] if self.prog.startswith("stalesim") else []
         where = f"{' '.join(cmd)}: " if cmd else ""
         self.exit(2, f"stalesim: error: {where}{message}\n")
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        """argparse ignores a failed write of ``--help``/``--version`` and exits 0; a help text
+        that never reached a full device or a closed pipe is a failure: one line, status 2."""
+        if not message:
+            return
+        out = file if file is not None else sys.stderr
+        try:
+            out.write(message)
+            out.flush()
+        except BrokenPipeError:
+            _detach_stdout()  # the reader closed the pipe: quiet, as main() does
+            raise SystemExit(141) from None
+        except (OSError, ValueError) as exc:
+            _detach_stdout()
+            reason = getattr(exc, "strerror", None) or str(exc)
+            print(f"stalesim: error: cannot write the output (stdout): {reason}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
