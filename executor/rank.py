@@ -540,12 +540,10 @@ class Rank:
                 for state in rt.optimizer.state.values():
                     opt += sum(v.untyped_storage().nbytes() for v in state.values()
                                if isinstance(v, torch.Tensor))
-        # optimizer state appears at the first update: count it up front (SGD momentum: one
-        # copy per parameter; Adam/AdamW: two; error feedback: one more)
-        from stalesim.runtime.optim import state_copies
-
-        expected = sum(rt.opt.state_nbytes() for rt in self.rts.values()) if self.cfg.optimizer == "muon" \
-            else state_copies(self.cfg) * st["params"]  # Muon: one tensor per matrix, two elsewhere
+        # optimizer state appears at the first update: count it up front, per parameter as the
+        # memory model does (SGD momentum: one copy; Adam/AdamW: two; Muon's matrices: one;
+        # error feedback: one more)
+        expected = sum(rt.opt.state_nbytes() for rt in self.rts.values())
         self.static_bytes = st["params"] + st["buffers"] + max(opt, expected)
 
 

@@ -58,6 +58,9 @@ def _two_rank_cases() -> list[TrainConfig]:
         # Muon (hidden matrices) + AdamW on a stale and on a split-backward virtual schedule
         _cfg("stale", 2, optimizer="muon", lr=0.01, weight_decay=0.01),
         _cfg("zb-v", 2, optimizer="muon", lr=0.01, microbatches=2),
+        # Adam's two moments and AdamW on a pipelined and a 2BW schedule (memory: per parameter)
+        _cfg("1f1b", 2, optimizer="adam", lr=1e-3, microbatches=2),
+        _cfg("2bw", 2, optimizer="adamw", lr=1e-3, weight_decay=0.01, microbatches=2),
     ]
     return cases
 
@@ -130,8 +133,8 @@ def test_memory_model_counts_what_the_ranks_hold(two_rank_results):
     modelled and are left out here."""
     cases, results = two_rank_results
     for cfg, res in zip(cases, results):
-        if cfg.weight_prediction or cfg.compression != "none" or cfg.optimizer != "sgd":
-            continue  # the memory model counts SGD's momentum as the optimizer state
+        if cfg.weight_prediction or cfg.compression != "none":
+            continue
         what = f"{cfg.schedule} ({cfg.model}, {cfg.dtype})"
         measured = [res["peak_memory_bytes"][k] for k in sorted(res["peak_memory_bytes"], key=int)]
         predicted = _predicted_peaks(cfg)

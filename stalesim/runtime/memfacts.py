@@ -67,7 +67,8 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
                     dw[int(t.untyped_storage().data_ptr())] = storage_nbytes(t)
             deferred = sum(dw.values())
             rt.deferred.clear()
-        out.append({"params": st["params"], "buffers": st["buffers"], "optimizer": st["optimizer"],
+        # the state the stage's optimizer holds after its first update, as the executor counts it
+        out.append({"params": st["params"], "buffers": st["buffers"], "optimizer": rt.opt.state_nbytes(),
                     "activation": sum(rec.storages.values()), "deferred_w": deferred,
                     "message": 0 if s == sched.stages - 1 else storage_nbytes(yout)})
         rt.inflight.clear()

@@ -70,6 +70,7 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
     if counts is None:
         counts = stage_liveness(sched)
     bb = costs.buffer_bytes or (0,) * costs.stages
+    ob = costs.optimizer_bytes or None  # measured per stage: wins over the factor
     msg = costs.msg_bytes
     dw = costs.deferred_w_bytes()
     peaks: list[int] = []
@@ -85,7 +86,7 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
                 pb = costs.param_bytes[s]
                 b["weights"] += pb * alive + bb[s]
                 b["gradients"] += pb * grads
-                b["optimizer"] += round(pb * optimizer_state_factor)
+                b["optimizer"] += ob[s] if ob is not None else round(pb * optimizer_state_factor)
                 b["activations"] += costs.saved_bytes[s] * in_flight
                 b["deferred_w"] += dw[s] * deferred
                 b["comm_buffers"] += pb * ar

@@ -295,7 +295,10 @@ class StageCosts:
     memory (empty: none). ``transient_bytes``: per stage, the CUDA bytes that exist only
     inside an action or belong to no tensor of the run (workspaces, backward transients,
     allocator rounding; :func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`), added
-    once per device by the memory model (empty: none, as on a CPU).
+    once per device by the memory model (empty: none, as on a CPU). ``optimizer_bytes``:
+    per stage, the optimizer state the stage's optimizer holds once every parameter was
+    updated (Adam: two moments, Muon's matrices: one, error feedback: one more), measured
+    from the run's optimizer; empty: ``optimizer_state_factor`` x the parameter bytes.
     """
 
     f_ns: tuple[int, ...]
@@ -321,6 +324,7 @@ class StageCosts:
     bw_ns: tuple[int, ...] = ()
     wgrad_bytes: tuple[int, ...] = ()
     transient_bytes: tuple[int, ...] = ()
+    optimizer_bytes: tuple[int, ...] = ()  # measured optimizer state per stage (empty: factor x params)
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
@@ -328,7 +332,7 @@ class StageCosts:
             for kind, per in getattr(self, name):
                 if len(per) != S or any(int(v) < 0 for v in per):
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
-        for name in ("buffer_bytes", "transient_bytes"):
+        for name in ("buffer_bytes", "transient_bytes", "optimizer_bytes"):
             per = getattr(self, name)
             if per and len(per) != S:
                 raise StalesimError(f"{name}: expected {S} values, got {len(per)}")

@@ -387,7 +387,9 @@ def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> 
                    saved_bytes=tuple(f["activation"] for f in facts),
                    buffer_bytes=tuple(f["buffers"] for f in facts),
                    wgrad_bytes=wg if any(wg) else costs.wgrad_bytes,
-                   transient_bytes=cuda if any(cuda) else costs.transient_bytes)
+                   transient_bytes=cuda if any(cuda) else costs.transient_bytes,
+                   optimizer_bytes=tuple(f["optimizer"] for f in facts) if all("optimizer" in f for f in facts)
+                   else costs.optimizer_bytes)
 
 
 def measured_memory_facts(cfg: Any, sched: Any, *, device: str = "cpu",
@@ -407,8 +409,9 @@ def measured_memory_facts(cfg: Any, sched: Any, *, device: str = "cpu",
 
 def predicted_peaks(cfg: Any, *, device: str = "cpu", recv_ahead: int) -> list[int]:
     """The memory model's peak bytes per device for the run ``cfg`` (a TrainConfig), with stage
-    facts measured on ``device`` as the executor counts them: what validate predicts, without
-    the timing model (uniform costs; memory does not depend on time)."""
+    facts measured on ``device`` as the executor counts them (the optimizer's state included:
+    every optimizer, per parameter): what validate predicts, without the timing model (uniform
+    costs; memory does not depend on time)."""
     from stalesim.schedule import build_schedule
     from stalesim.sim.memory import memory_report
     from stalesim.sim.model import uniform_costs
