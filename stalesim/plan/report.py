@@ -1,0 +1,117 @@
+"""A plan's outputs: the terminal table, ``plan.json``, ``plan.csv`` (one row per
+candidate, flat columns: ``pandas.read_csv`` reads it as is) and ``pareto.png`` (time to
+target against peak memory per device). Every file is written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stalesim.atomic import savefig_atomic, write_csv_atomic, write_json_atomic
+from stalesim.plan.compose import Row, pareto
+
+CSV_COLUMNS = ("rank", "label", "schedule", "devices", "stages", "microbatches", "workers", "mitigation",
+               "optimizer", "warmup", "switch", "synchronous", "status", "seeds", "iterations_mean",
+               "iterations_lo", "iterations_hi", "iteration_s", "first_phase_iteration_s", "fill_drain_s",
+               "time_to_target_s", "time_lo_s", "time_hi_s", "peak_memory_bytes", "feasible", "reason",
+               "speedup_vs_sync", "speedup_vs_one_device", "cost_source", "note")
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.3g} s"
+
+
+def _gib(b: float | None) -> str:
+    return "-" if b is None else f"{b / 2**30:.3g}"
+
+
+def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
+    """The terminal table: rank, candidate, iterations (interval), iteration time, time to
+    target (interval), memory, speed-ups; unranked rows say why."""
+    lines = [f"plan: {header['model']} / {header['dataset']}, target {header['target']}, "
+             f"{header['devices']} x {header['hardware']}",
+             f"memory per device: {header['capacity']}; iteration-time error +-{100 * header['time_error']:.0f} %; "
+             f"seeds {header['seeds']}",
+             f"{'#':>3} {'candidate':<46} {'iterations [95% / range]':>26} {'iter':>9} "
+             f"{'time to target [interval]':>30} {'GiB/dev':>8} {'vs sync':>8} {'vs 1 dev':>8}"]
+    for r in rows:
+        d = r.to_dict()
+        if d["iterations_mean"] is None:
+            its = r.convergence.status
+        else:
+            its = f"{d['iterations_mean']:.0f} [{d['iterations_lo']:.0f}, {d['iterations_hi']:.0f}]"
+        tt = "-" if r.time_s is None else f"{_dur(r.time_s.mean)} [{_dur(r.time_s.lo)}, {_dur(r.time_s.hi)}]"
+        it = "-" if d["iteration_s"] is None else f"{d['iteration_s'] * 1e3:.3g} ms"
+        rank = "" if r.rank is None else str(r.rank)
+        su = "-" if r.speedup_vs_sync is None else f"{r.speedup_vs_sync:.2f}x"
+        s1 = "-" if r.speedup_vs_one_device is None else f"{r.speedup_vs_one_device:.2f}x"
+        lines.append(f"{rank:>3} {r.candidate.label[:46]:<46} {its:>26} {it:>9} {tt:>30} "
+                     f"{_gib(d['peak_memory_bytes']):>8} {su:>8} {s1:>8}")
+        if not r.feasible and r.reason:
+            lines.append(f"{'':>3}   INFEASIBLE: {r.reason}")
+        elif r.convergence.status != "reached" and r.convergence.note:
+            lines.append(f"{'':>3}   {r.convergence.note}")
+    return "\n".join(lines)
+
+
+def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, figure: bool = True) -> list[Path]:
+    """plan.json, plan.csv and (``figure``) pareto.png in ``out``; returns the paths."""
+    dicts = [r.to_dict() for r in rows]
+    paths = [write_json_atomic(out / "plan.json", {**header, "rows": dicts,
+                                                   "pareto": [r.candidate.label for r in pareto(rows)]}),
+             write_csv_atomic(out / "plan.csv", [{k: d.get(k) for k in CSV_COLUMNS} for d in dicts],
+                              header=list(CSV_COLUMNS))]
+    if figure:
+        paths.append(plot_pareto(rows, out / "pareto.png", header))
+    return paths
+
+
+def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path:
+    """Time to target (interval as error bar) against peak memory per device; synchronous
+    candidates as circles, stale ones as triangles, infeasible ones as grey crosses, the
+    Pareto front as a line, the device's capacity as a vertical line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        if r.time_s is None or r.timing is None:
+            continue
+        x = r.timing.peak_bytes / 2**30
+        y = r.time_s.mean
+        if not r.feasible:
+            ax.plot([x], [y], "x", color="0.6")
+            continue
+        ax.errorbar([x], [y], yerr=[[y - r.time_s.lo], [r.time_s.hi - y]], fmt="o" if r.candidate.synchronous
+                    else "^", capsize=3, ms=5, alpha=0.8)
+        if r.rank is not None and r.rank <= 5:
+            ax.annotate(f"{r.rank}. {r.candidate.label}", (x, y), fontsize=6, xytext=(4, 2),
+                        textcoords="offset points")
+    front = pareto(rows)
+    if front:
+        ax.plot([r.timing.peak_bytes / 2**30 for r in front if r.timing],
+                [r.time_s.mean for r in front if r.time_s], "-", color="k", lw=0.8, label="Pareto front")
+    cap = header.get("capacity_bytes")
+    if cap:
+        ax.axvline(cap / 2**30, color="r", ls="--", lw=0.8, label="device memory")
+    ax.set_xlabel("peak memory per device (GiB)")
+    ax.set_ylabel("predicted time to target (s)")
+    ax.set_title(f"{header['model']} to {header['target']} on {header['devices']} x {header['hardware']}",
+                 fontsize=9)
+    ax.grid(alpha=0.3)
+    if front or cap:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    try:
+        return savefig_atomic(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
