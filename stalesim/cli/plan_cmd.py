@@ -87,8 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("candidates")
     g.add_argument("--schedules", type=_csv, default=None,
                    help="comma-separated schedules (default: every registered one that fits)")
-    g.add_argument("--mitigations", type=_csv, default=["none", "weight-prediction"],
-                   help="for schedules with staleness (default none,weight-prediction)")
+    g.add_argument("--mitigations", type=_csv, default=["none"],
+                   help="for schedules with staleness: comma-separated names (see `study`), or 'all' "
+                        "(every one that applies to the optimizer; the others are listed as skipped); "
+                        "default none, to keep the default grid small")
     g.add_argument("--microbatches", "-M", type=positive_int, default=0,
                    help="micro-batches of the micro-batch schedules (default 2 x devices)")
     g.add_argument("--warmups", type=_ints(0, MAX_COUNT), default=None,
@@ -107,6 +109,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--time-error", type=fraction, default=0.10,
                    help="relative error of a predicted iteration time (default 0.10, docs/plan.md)")
     h.add_argument("--method", choices=("event", "fast"), default="event", help="simulation method")
+    p.add_argument("--check", type=int_type(1, 16), default=None, metavar="K",
+                   help="then run the K best-ranked schedules on cpu:DEVICES with the executor to the "
+                        "target and compare measured with predicted time (a plan for this machine: "
+                        "--profile measured here, --hardware from `stalesim calibrate`)")
+    p.add_argument("--check-timeout", type=int_type(10, 86_400), default=600, metavar="SECONDS",
+                   help="per checked run (default 600)")
     p.add_argument("--out", required=True, help="plan folder (emulations are stored and reused here)")
     p.add_argument("--json", action="store_true", help="print plan.json")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -150,6 +158,24 @@ def _profile(args: argparse.Namespace, out, sizes: list[int]):
     return prof
 
 
+def _check(args: argparse.Namespace, plan, req) -> None:  # noqa: ANN001 - Plan, PlanRequest
+    from stalesim.atomic import write_json_atomic, write_text_atomic
+    from stalesim.plan.check import GOAL, check_rows, markdown, pick
+
+    rows = pick(plan.rows, args.check, args.devices)
+    if not rows:
+        raise StalesimError(f"check: no ranked candidate on {args.devices} devices reached the target")
+    recs = check_rows(rows, req.base, req.target, req.seeds[0], devices=args.devices,
+                      timeout_s=args.check_timeout)
+    folder = req.out / "check"
+    write_json_atomic(folder / "check.json", {"command": " ".join(sys.argv), "goal": GOAL,
+                                              "asked": args.check, "checked": len(recs), "records": recs})
+    write_text_atomic(folder / "check.md", markdown(recs))
+    print(markdown(recs), end="")
+    if len(recs) < args.check:
+        print(f"check: only {len(recs)} ranked schedule(s) on {args.devices} devices to check")
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -173,6 +199,10 @@ def run(args: argparse.Namespace) -> int:
     max_h = args.max_horizon or 8 * horizon
     if max_h < horizon:
         raise StalesimError(f"max_horizon: {max_h} is shorter than the first horizon {horizon}")
+    if "all" in args.mitigations:
+        from stalesim.emulator.study import MITIGATIONS
+
+        args.mitigations = list(MITIGATIONS)
     for m in args.mitigations:
         mitigation_fields(m)
     out = check_writable_dir(Path(args.out))
@@ -200,7 +230,13 @@ def run(args: argparse.Namespace) -> int:
                       out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
                       batched=args.batched, progress=False if args.quiet else None,
                       sim_options={**opts, "method": args.method})
+    if args.check and accuracy:
+        raise StalesimError("check: compares time to a loss target; use --target-loss")
+    if args.check and args.devices > 64:
+        raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
     plan = make_plan(req)
+    if args.check:
+        _check(args, plan, req)
     if args.json:
         import json
 

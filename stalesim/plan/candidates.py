@@ -121,13 +121,25 @@ def emulation_config(base: TrainConfig, cand: Candidate, *, seed: int, iteration
     return cfg.check()
 
 
+def run_config(base: TrainConfig, cand: Candidate, *, seed: int, iterations: int) -> TrainConfig:
+    """The candidate as it runs on real ranks (``stalesim run``, the executor): its own
+    schedule, stages and partition, never the shared emulation of :func:`emulation_config`."""
+    flags = {k: False for k in MITIGATION_FIELDS}
+    flags.update(mitigation_fields(cand.mitigation))
+    return replace(base, schedule=cand.schedule, stages=cand.stages,
+                   ppv=None if cand.ppv is None else list(cand.ppv), microbatches=cand.microbatches,
+                   workers=cand.workers, fold=None, warmup=cand.warmup, switch=cand.switch, switch_epoch=None,
+                   stages_per_device=cand.stages_per_device, optimizer=cand.optimizer, seed=seed,
+                   iterations=iterations, epochs=None, **flags).check()
+
+
 @dataclass(frozen=True)
 class GridRequest:
     """What the user asked for (None: the defaults of :func:`grid`)."""
 
     devices: int
     schedules: list[str] | None = None
-    mitigations: tuple[str, ...] = ("none", "weight-prediction")
+    mitigations: tuple[str, ...] = ("none",)
     optimizers: tuple[str, ...] = ("sgd",)
     microbatches: int = 0  # 0: 2 x devices (enough to fill a pipeline of that depth)
     warmups: tuple[int, ...] = (0,)

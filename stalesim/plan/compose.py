@@ -70,6 +70,7 @@ class Row:
             "feasible": self.feasible, "reason": self.reason,
             "speedup_vs_sync": self.speedup_vs_sync, "speedup_vs_one_device": self.speedup_vs_one_device,
             "cost_source": None if t is None else t.cost_source,
+            "sim_warnings": [] if t is None else list(t.warnings),
             "note": "; ".join(x for x in (self.convergence.note, self.error) if x),
         }
 

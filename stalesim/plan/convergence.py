@@ -307,17 +307,19 @@ def judge(summaries: Sequence[dict[str, Any]], target: Target, max_iterations: i
         elif n is None and (target.kind == "accuracy" or not out_of_reach(losses, target.value, max_iterations)):
             falling = True
     wall = sum(float(s.get("wall_time_s") or 0.0) for s in summaries)
+    got = [n for n in per_seed if n is not None]
+    some = f"{len(got)}/{len(per_seed)} seeds reached ({', '.join(map(str, got))}); " if got else ""
     if all(n is not None for n in per_seed) and per_seed:
         iv = seed_interval([float(n) for n in per_seed if n is not None])
         note = "" if iv.n > 1 else "one seed: no interval"
         return Convergence(per_seed, horizon, "reached", iv, note, wall)
     if diverged:
-        return Convergence(per_seed, horizon, "diverged", None, "a seed diverged (NaN/inf loss)", wall)
+        return Convergence(per_seed, horizon, "diverged", None, some + "a seed diverged (NaN/inf loss)", wall)
     if falling:
         return Convergence(per_seed, horizon, "not reached", None,
-                           f"not reached by every seed within {horizon} iterations", wall)
+                           some + f"not reached by every seed within {horizon} iterations", wall)
     return Convergence(per_seed, horizon, "out of reach", None,
-                       "the loss stopped falling (or its trend needs more than "
+                       some + "the loss stopped falling (or its trend needs more than "
                        f"{max_iterations} iterations)", wall)
 
 

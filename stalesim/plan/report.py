@@ -58,6 +58,10 @@ def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
             lines.append(f"{'':>3}   INFEASIBLE: {r.reason}")
         elif r.convergence.status != "reached" and r.convergence.note:
             lines.append(f"{'':>3}   {r.convergence.note}")
+        if r.timing is not None and r.timing.warnings:
+            more = len(r.timing.warnings) - 1
+            lines.append(f"{'':>3}   simulator WARNING: {r.timing.warnings[0][:150]}"
+                         + (f" (+{more} more in plan.json)" if more else ""))
     return "\n".join(lines)
 
 

@@ -87,8 +87,13 @@ def make_plan(req: PlanRequest) -> Plan:
         return [emulation_config(req.base, c, seed=s, **length) for s in req.seeds]
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
-        return run_study(todo, req.out / "emulations" / "study", jobs=req.jobs, progress=req.progress,
-                         batched=req.batched)
+        folder = req.out / "emulations" / "study"
+        if req.batched:
+            try:
+                return run_study(todo, folder, jobs=req.jobs, progress=req.progress, batched=True)
+            except StalesimError as exc:  # e.g. BatchNorm: running statistics cannot be stacked
+                _log(f"plan: batched emulation refused ({exc}); running the runs one by one")
+        return run_study(todo, folder, jobs=req.jobs, progress=req.progress)
 
     bpe = _batches_per_epoch(req.base) if unit_epochs else 1
     t0 = time.perf_counter()
