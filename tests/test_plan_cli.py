@@ -152,3 +152,29 @@ def test_real_plan_lenet5_mnist(tmp_path: Path, profile: str) -> None:
         if r["status"] == "reached":
             assert 10 <= r["iterations_mean"] <= 60 and r["time_to_target_s"] > 0
     assert dt < 120, f"{dt:.0f} s"
+
+
+def test_accuracy_target_counts_whole_epochs(tmp_path: Path, profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An accuracy target runs epochs and answers at the end of the first epoch that meets it."""
+    import stalesim.emulator.study
+
+    def run_study(points, out, jobs=1, progress=None, **kw):
+        res = []
+        for rid, cfg in points:
+            bpe = 64 // 32  # synthetic 64 samples, batch 32
+            acc = [0.5, 0.8, 0.95, 0.97][: cfg.epochs] if cfg.schedule == "sequential" else [0.3, 0.5][: cfg.epochs]
+            res.append({"run_id": rid, "iterations": cfg.epochs * bpe, "batches_per_epoch": bpe, "diverged": False,
+                        "losses": [1.0] * (cfg.epochs * bpe),
+                        "epoch_metrics": [{"epoch": e, "test_accuracy": a} for e, a in enumerate(acc)]})
+        return res
+
+    monkeypatch.setattr(stalesim.emulator.study, "run_study", run_study)
+    code, stdout, err = _cli(["plan", "--model", "lenet5", "--dataset", "synthetic", "--synthetic-size", "64",
+                              "--batch-size", "32", "--devices", "2", "--schedules", "stale", "--warmups", "0",
+                              "--seeds", "0", "--target-accuracy", "0.9", "--epochs", "1", "--max-horizon", "4",
+                              "--profile", profile, "--out", str(tmp_path / "a"), "--json", "--quiet"])
+    assert code == 0, err
+    rows = {r["label"]: r for r in json.loads(stdout)["rows"]}
+    seq = rows["sequential S=1 (1 device) sgd"]
+    assert seq["status"] == "reached" and seq["iterations_per_seed"] == [3 * 2]  # third epoch, 2 batches each
+    assert rows["stale S=2 sgd"]["status"] == "not reached" and rows["stale S=2 sgd"]["rank"] is None

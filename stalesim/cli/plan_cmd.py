@@ -205,6 +205,11 @@ def run(args: argparse.Namespace) -> int:
         args.mitigations = list(MITIGATIONS)
     for m in args.mitigations:
         mitigation_fields(m)
+    if args.emulate_device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise StalesimError(f"emulate_device: {args.emulate_device} requested but no CUDA device is visible")
     out = check_writable_dir(Path(args.out))
     base = _base_config(args, horizon, accuracy)
     warmups = tuple(args.warmups) if args.warmups is not None else (0, max(1, horizon // 10) if not accuracy else 0)

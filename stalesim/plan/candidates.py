@@ -69,8 +69,9 @@ class Candidate:
 
     @property
     def synchronous(self) -> bool:
-        """No staleness (the synchronous schedules the speed-up is measured against)."""
-        return get_spec(self.schedule).staleness_free
+        """No staleness and one loss (the schedules the speed-up is measured against; ``local``
+        has no staleness but trains each stage on its own loss, a different algorithm)."""
+        return get_spec(self.schedule).placement_free
 
     def schedule_config(self, batches: int | None = None, *, warmup: int | None = None) -> ScheduleConfig:
         """The IR config the simulator runs on the target (``warmup`` overrides the policy)."""
