@@ -168,7 +168,7 @@ def _check(args: argparse.Namespace, plan, req) -> None:  # noqa: ANN001 - Plan,
     recs = check_rows(rows, req.base, req.target, req.seeds[0], devices=args.devices,
                       timeout_s=args.check_timeout)
     folder = req.out / "check"
-    write_json_atomic(folder / "check.json", {"command": " ".join(sys.argv), "goal": GOAL,
+    write_json_atomic(folder / "check.json", {"command": "stalesim " + " ".join(sys.argv[1:]), "goal": GOAL,
                                               "asked": args.check, "checked": len(recs), "records": recs})
     write_text_atomic(folder / "check.md", markdown(recs))
     print(markdown(recs), end="")

@@ -87,10 +87,12 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    peaks = [r.timing.peak_bytes for r in rows if r.timing is not None]
+    unit, scale = ("GiB", 2**30) if max(peaks, default=0) >= 2**30 else ("MiB", 2**20)
     for r in rows:
         if r.time_s is None or r.timing is None:
             continue
-        x = r.timing.peak_bytes / 2**30
+        x = r.timing.peak_bytes / scale
         y = r.time_s.mean
         if not r.feasible:
             ax.plot([x], [y], "x", color="0.6")
@@ -102,12 +104,14 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
                         textcoords="offset points")
     front = pareto(rows)
     if front:
-        ax.plot([r.timing.peak_bytes / 2**30 for r in front if r.timing],
+        ax.plot([r.timing.peak_bytes / scale for r in front if r.timing],
                 [r.time_s.mean for r in front if r.time_s], "-", color="k", lw=0.8, label="Pareto front")
     cap = header.get("capacity_bytes")
+    if cap and cap > 2 * max(peaks, default=0):
+        cap = None  # far right of every candidate: the line would only squeeze them together
     if cap:
-        ax.axvline(cap / 2**30, color="r", ls="--", lw=0.8, label="device memory")
-    ax.set_xlabel("peak memory per device (GiB)")
+        ax.axvline(cap / scale, color="r", ls="--", lw=0.8, label="device memory")
+    ax.set_xlabel(f"peak memory per device ({unit})")
     ax.set_ylabel("predicted time to target (s)")
     ax.set_title(f"{header['model']} to {header['target']} on {header['devices']} x {header['hardware']}",
                  fontsize=9)
