@@ -5,7 +5,10 @@ resolved, as ``simulate`` resolves them) and calls :func:`make_plan`."""
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,10 @@ def make_plan(req: PlanRequest) -> Plan:
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
         folder = req.out / "emulations" / "study"
+        with _heartbeat(folder / "results.jsonl", {rid for rid, _ in todo}, enabled=req.progress is not False):
+            return _run(todo, folder)
+
+    def _run(todo: list[tuple[str, TrainConfig]], folder: Path) -> list[dict]:
         if req.batched:
             try:
                 return run_study(todo, folder, jobs=req.jobs, progress=req.progress, batched=True)
@@ -132,6 +139,35 @@ def make_plan(req: PlanRequest) -> Plan:
     }
     paths = write_outputs(req.out, rows, header, figure=req.figure)
     return Plan(rows, header, skipped, store, paths)
+
+
+@contextmanager
+def _heartbeat(log: Path, ids: set[str], *, enabled: bool, every_s: float = 15.0) -> Iterator[None]:
+    """A line every ``every_s`` seconds while emulations run and stderr is not a terminal
+    (where the study's own bar shows): how many of the runs ``ids`` have finished (the
+    study's results.jsonl has a line per finished run)."""
+    if not enabled or sys.stderr.isatty():
+        yield
+        return
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            try:
+                text = log.read_text(encoding="utf-8")
+            except OSError:
+                text = ""
+            done = sum(1 for rid in ids if f'"run_id": "{rid}"' in text)
+            _log(f"plan: {done}/{len(ids)} emulation(s) finished, {time.perf_counter() - t0:.0f} s")
+
+    th = threading.Thread(target=beat, daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        th.join(timeout=1.0)
 
 
 def _batches_per_epoch(cfg: TrainConfig) -> int:
