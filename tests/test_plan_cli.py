@@ -109,6 +109,14 @@ def test_candidate_over_memory_is_infeasible_with_its_reason(tmp_path: Path, pro
     assert seq["reason"].startswith("out of memory: device 0 needs") and "the device has 0.0132 GiB" in seq["reason"]
     assert all(r["feasible"] and r["rank"] for k, r in rows.items() if k != seq["label"])
     assert rows["gpipe S=2 M=4 sgd"]["speedup_vs_one_device"] is None  # the one-device run cannot run
+    # the terminal table says the same (the emulations are reused)
+    code, stdout, err = _cli([*BASE, "--profile", profile, "--out", str(tmp_path / "p"),
+                              "--device-memory", str(13.5 / 1024)])
+    assert code == 0, err
+    lines = stdout.splitlines()
+    i = next(k for k, ln in enumerate(lines) if "sequential S=1 (1 device)" in ln)
+    assert lines[i + 1].strip().startswith("INFEASIBLE: out of memory: device 0 needs")
+    assert lines[3].split()[0] == "1" and "wrote" in lines[-1] and "pareto.png" in lines[-1]
 
 
 @pytest.mark.parametrize("argv, field", [
