@@ -80,3 +80,8 @@ def test_store_reuses_exact_and_longer_runs(tmp_path) -> None:
     assert store2.ran == 1 and len(calls) == 2
     cos = replace(cfg, lr_schedule="cosine", iterations=4)  # the lr depends on the length: no cut
     assert store2.get(cos) is None
+
+
+def test_runs_without_losses_are_not_extended() -> None:
+    c = judge([{"iterations": 10}, {"iterations": 10, "losses": []}], Target("loss", 1.0), 1000)
+    assert c.status == "no result" and not c.reached

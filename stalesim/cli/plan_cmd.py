@@ -47,6 +47,20 @@ def _ints(lo: int, hi: int):  # noqa: ANN202 - an argparse type
     return parse
 
 
+_count = int_type(1, 4096)
+
+
+def _device_count(text: str) -> int:
+    """``8`` or ``cpu:8`` (how ``run --devices`` names CPU ranks): the number of devices."""
+    kind, sep, n = text.strip().partition(":")
+    if sep and kind != "cpu":
+        raise argparse.ArgumentTypeError(f"expected a device count or cpu:N, got {text!r}")
+    return _count(n if sep else kind)
+
+
+_device_count.bounds = _count.bounds  # type: ignore[attr-defined]  # read by the CLI fuzz test
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan", help="rank schedules by predicted time to a target loss/accuracy on given hardware",
@@ -61,8 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="test accuracy to reach, in [0, 1] (evaluated at epoch ends)")
     p.add_argument("--smooth", type=int_type(1, 10_000), default=20,
                    help="iterations the loss is averaged over (default 20)")
-    p.add_argument("--devices", type=int_type(1, 4096), required=True, metavar="D",
-                   help="devices on the target (pipelines of D stages, D data-parallel workers)")
+    p.add_argument("--devices", type=_device_count, required=True, metavar="D",
+                   help="devices on the target: a count, or cpu:D (pipelines of D stages, D data-parallel "
+                        "workers; --check runs them as D CPU ranks)")
     w = p.add_argument_group("training (the emulations)")
     w.add_argument("--model", default="lenet5", help="zoo model (lenet5, resnet20, gpt-char[:...], ...)")
     w.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | shakespeare | synthetic")
@@ -205,6 +220,9 @@ def run(args: argparse.Namespace) -> int:
         args.mitigations = list(MITIGATIONS)
     for m in args.mitigations:
         mitigation_fields(m)
+    dev = args.emulate_device
+    if not (dev == "cpu" or dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise StalesimError(f"emulate_device: expected cpu or cuda[:N], got {dev!r}")
     if args.emulate_device.startswith("cuda"):
         import torch
 

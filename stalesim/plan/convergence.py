@@ -271,7 +271,7 @@ class Convergence:
 
     per_seed: list[int | None]
     horizon: int  # iterations of the longest emulation that decided it
-    status: str  # reached | not reached | diverged | out of reach
+    status: str  # reached | not reached | diverged | out of reach | no result
     interval: Interval | None = None
     note: str = ""
     emulation_s: float = 0.0
@@ -315,6 +315,8 @@ def judge(summaries: Sequence[dict[str, Any]], target: Target, max_iterations: i
         return Convergence(per_seed, horizon, "reached", iv, note, wall)
     if diverged:
         return Convergence(per_seed, horizon, "diverged", None, some + "a seed diverged (NaN/inf loss)", wall)
+    if not any(s.get("losses") for s in summaries):  # nothing to extend: a longer run would say nothing more
+        return Convergence(per_seed, horizon, "no result", None, "the emulations returned no losses", wall)
     if falling:
         return Convergence(per_seed, horizon, "not reached", None,
                            some + f"not reached by every seed within {horizon} iterations", wall)
