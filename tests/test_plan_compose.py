@@ -76,3 +76,18 @@ def test_pareto_front_keeps_the_undominated() -> None:
     timings = {a: _t(1.0, peak=300), b: _t(2.0, peak=100), c: _t(3.0, peak=200)}  # c is dominated by b
     rows = compose([a, b, c], convs, timings, time_error=0.0, capacity_bytes=None)
     assert [r.candidate for r in pareto(rows)] == [b, a]
+
+
+def test_policy_wins_names_a_winning_warmup() -> None:
+    from stalesim.plan.report import policy_wins, table
+
+    a, aw = _c("stale"), _c("stale", warmup=20)
+    b, bw = _c("pipedream"), _c("pipedream", warmup=20)
+    convs = {a: _conv(100, 100, 100), aw: _conv(60, 60, 60), b: _conv(50, 50, 50), bw: _conv(48, 48, 48)}
+    t = {a: _t(0.5), aw: _t(0.5, k=20, first=1.0), b: _t(0.5), bw: _t(0.5, k=20, first=2.0)}
+    rows = compose([a, aw, b, bw], convs, t, time_error=0.0, capacity_bytes=None)
+    # stale: 50 s plain, 20 + 20 = 40 s with the warm-up; pipedream: 25 s plain, 54 s with it
+    assert policy_wins(rows) == ["warm-up 20 wins for stale S=2 sgd: 40 s vs 50 s without"]
+    text = table(rows, {"model": "m", "dataset": "d", "target": "t", "devices": 2, "hardware": "h",
+                        "capacity": "unknown", "time_error": 0.0, "seeds": [0]})
+    assert "proposal: pipedream S=2 sgd (predicted 25 s)" in text

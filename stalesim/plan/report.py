@@ -5,6 +5,7 @@ target against peak memory per device). Every file is written atomically."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,32 @@ def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
             more = len(r.timing.warnings) - 1
             lines.append(f"{'':>3}   simulator WARNING: {r.timing.warnings[0][:150]}"
                          + (f" (+{more} more in plan.json)" if more else ""))
+    best = next((r for r in rows if r.rank == 1), None)
+    if best is not None:
+        lines.append(f"proposal: {best.candidate.label} (predicted {_dur(best.time_s.mean if best.time_s else None)})")
+    lines += [f"policy: {w}" for w in policy_wins(rows)]
     return "\n".join(lines)
+
+
+def policy_wins(rows: Sequence[Row]) -> list[str]:
+    """For each schedule (with its mitigation and optimizer) whose fastest ranked row has a
+    warm-up or a switch point: that policy against the same schedule without it."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        c = r.candidate
+        if r.rank is not None:
+            groups.setdefault((c.schedule, c.mitigation, c.optimizer), []).append(r)
+    out = []
+    for rs in groups.values():
+        top = min(rs, key=lambda r: r.rank or 0)
+        c = top.candidate
+        if not (c.warmup or c.switch is not None) or top.time_s is None:
+            continue
+        plain = [r for r in rs if not r.candidate.warmup and r.candidate.switch is None and r.time_s]
+        what = f"warm-up {c.warmup}" if c.warmup else f"switch at {c.switch}"
+        vs = f" vs {_dur(plain[0].time_s.mean)} without" if plain and plain[0].time_s else ""
+        out.append(f"{what} wins for {replace(c, warmup=0, switch=None).label}: {_dur(top.time_s.mean)}{vs}")
+    return out
 
 
 def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, figure: bool = True) -> list[Path]:
