@@ -57,27 +57,25 @@ class Timing:
                 "warnings": list(self.warnings), **self.detail}
 
 
+def _counterpart(name: str, cand: Candidate) -> ScheduleConfig:
+    """Schedule ``name`` in ``cand``'s shape (micro-batches and workers where it takes them)."""
+    spec = get_spec(name)
+    return ScheduleConfig(name, stages=cand.stages, microbatches=cand.microbatches if spec.uses_micro else 1,
+                          workers=cand.workers if spec.data_parallel else 1,
+                          stages_per_device=cand.stages_per_device)
+
+
 def _phases(cand: Candidate) -> tuple[ScheduleConfig, ScheduleConfig | None, int]:
-    """(schedule proper, first phase or None, K) as IR configs without phases of their own."""
+    """(phase that runs to the end, first phase or None, K) as IR configs without phases of
+    their own."""
     spec = get_spec(cand.schedule)
     proper = cand.schedule_config(warmup=0)
-    shape = {"stages": cand.stages, "microbatches": cand.microbatches, "workers": cand.workers,
-             "stages_per_device": cand.stages_per_device}
     if cand.switch is not None and spec.switch_to is not None and cand.switch > 0:
-        # before the switch: the schedule proper run to its end (switch = every batch);
-        # after it: what it switches to, which is the one that runs to the end
-        sw = get_spec(spec.switch_to)
-        after = ScheduleConfig(spec.switch_to, **{**shape, "microbatches": cand.microbatches
-                                                  if sw.uses_micro else 1,
-                                                  "workers": cand.workers if sw.data_parallel else 1})
-        before = replace(proper, switch=1 << 30)
-        return after, before, cand.switch
+        # before the switch: the schedule proper to the end of its own run (switch = every
+        # batch, set in time_candidate); after it, to the end: what it switches to
+        return _counterpart(spec.switch_to, cand), replace(proper, switch=1 << 30), cand.switch
     if cand.warmup and spec.warmup_with is not None:
-        wu = get_spec(spec.warmup_with)
-        first = ScheduleConfig(spec.warmup_with, **{**shape, "microbatches": cand.microbatches
-                                                    if wu.uses_micro else 1,
-                                                    "workers": cand.workers if wu.data_parallel else 1})
-        return proper, first, cand.warmup
+        return proper, _counterpart(spec.warmup_with, cand), cand.warmup
     return proper, None, 0
 
 
