@@ -129,6 +129,9 @@ def test_candidate_over_memory_is_infeasible_with_its_reason(tmp_path: Path, pro
     (["--epochs", "2"], "epochs"),
     (["--max-horizon", "3"], "max_horizon"),
     (["--model", "nosuch"], "model"),
+    (["--check", "3", "--target", "h100-sxm"], "check"),
+    (["--emulate-device", "tpu"], "emulate_device"),
+    (["--devices", "cuda:2"], "--devices"),
 ])
 def test_bad_input_is_one_error_line(tmp_path: Path, profile: str, argv: list[str], field: str) -> None:
     code, _, err = _cli([*BASE, "--profile", profile, "--out", str(tmp_path / "o"), *argv])

@@ -255,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
                       sim_options={**opts, "method": args.method})
     if args.check and accuracy:
         raise StalesimError("check: compares time to a loss target; use --target-loss")
+    if args.check and (args.target or args.node):
+        raise StalesimError("check: runs on this machine's CPU ranks, so it checks a plan of this machine "
+                            "(--profile measured here, --hardware from `stalesim calibrate`), not --target/--node")
     if args.check and args.devices > 64:
         raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
     plan = make_plan(req)
