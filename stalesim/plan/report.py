@@ -139,8 +139,8 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
         ax.axvline(cap / scale, color="r", ls="--", lw=0.8, label="device memory")
     ax.set_xlabel(f"peak memory per device ({unit})")
     ax.set_ylabel("predicted time to target (s)")
-    ax.set_title(f"{header['model']} to {header['target']} on {header['devices']} x {header['hardware']}",
-                 fontsize=9)
+    ax.set_title(f"{header['model']} on {header['devices']} x {header['hardware']}\nto {header['target']}",
+                 fontsize=8)
     ax.grid(alpha=0.3)
     if front or cap:
         ax.legend(fontsize=7)
