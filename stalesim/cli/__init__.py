@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stalesim.cli.study_cmd",
     "stalesim.cli.run_cmd",
     "stalesim.cli.validate_cmd",
+    "stalesim.cli.plan_cmd",
     "stalesim.cli.figures_cmd",
     "stalesim.cli.demo_cmd",
 )

@@ -1,0 +1,276 @@
+"""``stalesim plan``: which schedule reaches the target first on the user's hardware
+(emulated iterations to target x simulated iteration time; docs/plan.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from stalesim.cli.cluster_args import add_cluster_args
+from stalesim.cli.common import (
+    float_type,
+    fraction,
+    int_type,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    print_json,
+)
+from stalesim.cli.simulate_cmd import add_hardware_args
+from stalesim.errors import StalesimError
+from stalesim.limits import MAX_COUNT, MAX_JOBS, MAX_SEED
+
+# a device of at most 1 PiB
+_gib = float_type(0.0, 2.0**20, lo_open=True)
+_loss = float_type(0.0, 1e6, lo_open=True)
+
+
+def _csv(text: str) -> list[str]:
+    items = [p.strip() for p in text.split(",")]
+    if not all(items) or len(items) > 1000:
+        raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text!r}")
+    return items
+
+
+def _ints(lo: int, hi: int):  # noqa: ANN202 - an argparse type
+    def parse(text: str) -> list[int]:
+        try:
+            vals = [int(p) for p in _csv(text)]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        bad = [v for v in vals if not lo <= v <= hi]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]} is outside [{lo}, {hi:,}]")
+        return vals
+
+    parse.__name__ = "comma-separated integers"
+    return parse
+
+
+_count = int_type(1, 4096)
+
+
+def _device_count(text: str) -> int:
+    """``8`` or ``cpu:8`` (how ``run --devices`` names CPU ranks): the number of devices."""
+    kind, sep, n = text.strip().partition(":")
+    if sep and kind != "cpu":
+        raise argparse.ArgumentTypeError(f"expected a device count or cpu:N, got {text!r}")
+    return _count(n if sep else kind)
+
+
+_device_count.bounds = _count.bounds  # type: ignore[attr-defined]  # read by the CLI fuzz test
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan", help="rank schedules by predicted time to a target loss/accuracy on given hardware",
+        description="Emulate each candidate schedule's convergence here (seeds, stored in --out and "
+                    "reused), simulate its iteration time and memory per device on the target, and rank "
+                    "by time to target = iterations to target x iteration time. Writes plan.json, "
+                    "plan.csv and pareto.png in --out.")
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--target-loss", type=_loss, default=None, metavar="L",
+                   help="training loss to reach (mean of the last --smooth iterations)")
+    t.add_argument("--target-accuracy", type=fraction, default=None, metavar="A",
+                   help="test accuracy to reach, in [0, 1] (evaluated at epoch ends)")
+    p.add_argument("--smooth", type=int_type(1, 10_000), default=20,
+                   help="iterations the loss is averaged over (default 20)")
+    p.add_argument("--devices", type=_device_count, required=True, metavar="D",
+                   help="devices on the target: a count, or cpu:D (pipelines of D stages, D data-parallel "
+                        "workers; --check runs them as D CPU ranks)")
+    w = p.add_argument_group("training (the emulations)")
+    w.add_argument("--model", default="lenet5", help="zoo model (lenet5, resnet20, gpt-char[:...], ...)")
+    w.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | shakespeare | synthetic")
+    w.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
+    w.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
+    w.add_argument("--lr", type=positive_float, default=0.01)
+    w.add_argument("--momentum", type=nonneg_float, default=0.9)
+    w.add_argument("--weight-decay", type=nonneg_float, default=0.0)
+    w.add_argument("--optimizers", type=_csv, default=["sgd"], help="comma-separated: sgd, adam, adamw")
+    w.add_argument("--synthetic-size", type=positive_int, default=1024, help="synthetic dataset samples")
+    w.add_argument("--emulate-device", default="cpu", help="where the emulations run: cpu | cuda[:N]")
+    w.add_argument("--seeds", type=_ints(0, MAX_SEED), default=[0, 1, 2], help="seeds (default 0,1,2)")
+    w.add_argument("--iterations", type=int_type(1, MAX_COUNT), default=None,
+                   help="first horizon of a loss target (default 200; doubled while needed)")
+    w.add_argument("--epochs", type=int_type(1, 1000), default=None,
+                   help="first horizon of an accuracy target (default 1; doubled while needed)")
+    w.add_argument("--max-horizon", type=int_type(1, MAX_COUNT), default=None,
+                   help="the longest horizon, in the same unit (default 8 x the first)")
+    w.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=1, help="emulations in parallel")
+    w.add_argument("--batched", action="store_true",
+                   help="train the seeds and mitigations of a shape together (study --batched)")
+    g = p.add_argument_group("candidates")
+    g.add_argument("--schedules", type=_csv, default=None,
+                   help="comma-separated schedules (default: every registered one that fits)")
+    g.add_argument("--mitigations", type=_csv, default=["none"],
+                   help="for schedules with staleness: comma-separated names (see `study`), or 'all' "
+                        "(every one that applies to the optimizer; the others are listed as skipped); "
+                        "default none, to keep the default grid small")
+    g.add_argument("--microbatches", "-M", type=positive_int, default=0,
+                   help="micro-batches of the micro-batch schedules (default 2 x devices)")
+    g.add_argument("--warmups", type=_ints(0, MAX_COUNT), default=None,
+                   help="synchronous warm-up lengths searched (default 0 and a tenth of the first horizon)")
+    g.add_argument("--switches", type=_ints(1, MAX_COUNT), default=None,
+                   help="hybrid switch points searched (default a quarter and a half of the first horizon)")
+    h = p.add_argument_group("target hardware (as `simulate` takes it)")
+    h.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="per-layer costs (default: measured here on the CPU, stored in --out)")
+    h.add_argument("--target", default=None, metavar="KIND", help="catalog device (roofline from the profile)")
+    h.add_argument("--link", default=None, metavar="KIND", help="catalog link")
+    add_hardware_args(h)
+    add_cluster_args(p, replicas_alias=False)
+    h.add_argument("--device-memory", type=_gib, default=None, metavar="GIB",
+                   help="memory per device in GiB (default: the catalog device's)")
+    h.add_argument("--time-error", type=fraction, default=0.10,
+                   help="relative error of a predicted iteration time (default 0.10, docs/plan.md)")
+    h.add_argument("--method", choices=("event", "fast"), default="event", help="simulation method")
+    p.add_argument("--check", type=int_type(1, 16), default=None, metavar="K",
+                   help="then run the K best-ranked schedules on cpu:DEVICES with the executor to the "
+                        "target and compare measured with predicted time (a plan for this machine: "
+                        "--profile measured here, --hardware from `stalesim calibrate`)")
+    p.add_argument("--check-timeout", type=int_type(10, 86_400), default=600, metavar="SECONDS",
+                   help="per checked run (default 600)")
+    p.add_argument("--out", required=True, help="plan folder (emulations are stored and reused here)")
+    p.add_argument("--json", action="store_true", help="print plan.json")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.workloads.zoo_facts import model_facts, model_names
+
+    facts = model_facts(args.model)
+    if facts is None:
+        raise StalesimError(f"model: unknown {args.model!r} (known: {', '.join(model_names())}, "
+                            "or any resnet<6n+2>)")
+    length = {"epochs": horizon} if accuracy else {"iterations": horizon}
+    for opt in args.optimizers:
+        TrainConfig(optimizer=opt, iterations=1)._check_optimizer()
+    return TrainConfig(model=args.model, dataset=args.dataset or facts.default_dataset, schedule="sequential",
+                       batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+                       weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
+                       synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+
+
+def _profile(args: argparse.Namespace, out, sizes: list[int]):
+    """The --profile given, or one measured here (stored in --out and reused)."""
+    from stalesim.workloads.profile import load_profile
+
+    if args.profile:
+        return load_profile(args.profile)
+    path = out / "profiles" / f"{args.model.replace(':', '_').replace(',', '_')}_b{'-'.join(map(str, sizes))}.json"
+    if path.is_file():
+        return load_profile(path)
+    from stalesim.atomic import ensure_dir
+    from stalesim.workloads.profiler import profile_model
+
+    print(f"plan: profiling {args.model} here at batch sizes {sizes} (stored in {path})", file=sys.stderr)
+    prof = profile_model(args.model, sizes, device="cpu", repeats=5, warmup=2,
+                         progress=lambda msg: print(msg, file=sys.stderr))
+    ensure_dir(path.parent)
+    prof.to_json(path)
+    return prof
+
+
+def _check(args: argparse.Namespace, plan, req) -> None:  # noqa: ANN001 - Plan, PlanRequest
+    from stalesim.atomic import write_json_atomic, write_text_atomic
+    from stalesim.plan.check import GOAL, check_rows, markdown, pick
+
+    rows = pick(plan.rows, args.check, args.devices)
+    if not rows:
+        raise StalesimError(f"check: no ranked candidate on {args.devices} devices reached the target")
+    recs = check_rows(rows, req.base, req.target, req.seeds[0], devices=args.devices,
+                      timeout_s=args.check_timeout)
+    folder = req.out / "check"
+    write_json_atomic(folder / "check.json", {"command": "stalesim " + " ".join(sys.argv[1:]), "goal": GOAL,
+                                              "asked": args.check, "checked": len(recs), "records": recs})
+    write_text_atomic(folder / "check.md", markdown(recs))
+    print(markdown(recs), end="")
+    if len(recs) < args.check:
+        print(f"check: only {len(recs)} ranked schedule(s) on {args.devices} devices to check")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from stalesim.atomic import check_writable_dir
+    from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
+    from stalesim.cli.simulate_cmd import resolve_cli_hardware
+    from stalesim.plan.candidates import GridRequest, mitigation_fields
+    from stalesim.plan.convergence import Target
+    from stalesim.plan.report import table
+    from stalesim.plan.workflow import PlanRequest, make_plan
+    from stalesim.validate.steps import profile_sizes
+
+    if args.target_loss is None and args.target_accuracy is None:
+        raise StalesimError("target: give --target-loss L or --target-accuracy A")
+    accuracy = args.target_accuracy is not None
+    if accuracy and args.iterations is not None:
+        raise StalesimError("iterations: an accuracy target is evaluated at epoch ends; use --epochs")
+    if not accuracy and args.epochs is not None:
+        raise StalesimError("epochs: a loss target is followed per iteration; use --iterations")
+    horizon = (args.epochs or 1) if accuracy else (args.iterations or 200)
+    max_h = args.max_horizon or 8 * horizon
+    if max_h < horizon:
+        raise StalesimError(f"max_horizon: {max_h} is shorter than the first horizon {horizon}")
+    if "all" in args.mitigations:
+        from stalesim.emulator.study import MITIGATIONS
+
+        args.mitigations = list(MITIGATIONS)
+    for m in args.mitigations:
+        mitigation_fields(m)
+    dev = args.emulate_device
+    if not (dev == "cpu" or dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
+        raise StalesimError(f"emulate_device: expected cpu or cuda[:N], got {dev!r}")
+    if args.emulate_device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise StalesimError(f"emulate_device: {args.emulate_device} requested but no CUDA device is visible")
+    out = check_writable_dir(Path(args.out))
+    base = _base_config(args, horizon, accuracy)
+    warmups = tuple(args.warmups) if args.warmups is not None else (0, max(1, horizon // 10) if not accuracy else 0)
+    switches = tuple(args.switches) if args.switches is not None else \
+        ((max(1, horizon // 4), max(1, horizon // 2)) if not accuracy else ())
+    greq = GridRequest(devices=args.devices, schedules=args.schedules, mitigations=tuple(args.mitigations),
+                       optimizers=tuple(args.optimizers), microbatches=args.microbatches,
+                       warmups=tuple(sorted(set(warmups))), switches=tuple(sorted(set(switches))))
+    micro = args.microbatches or 2 * args.devices
+    cluster_link_defaults(args)
+    opts = cluster_options(args)
+    prof = _profile(args, out, profile_sizes(args.batch_size, micro, args.devices))
+    prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
+    hw = attach_cluster(args, hw)
+    cap = args.device_memory * 2**30 if args.device_memory is not None else getattr(hw, "memory_bytes", None)
+    target = (Target("accuracy", args.target_accuracy) if accuracy
+              else Target("loss", args.target_loss, smooth=args.smooth))
+    name = args.target or getattr(prof, "device", "profile device")
+    if args.link:
+        name += f" + {args.link}"
+    req = PlanRequest(base=base, grid=greq, target=target, seeds=list(dict.fromkeys(args.seeds)),
+                      horizon=horizon, max_horizon=max_h, profile=prof, hardware=hw, hardware_name=name,
+                      out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
+                      batched=args.batched, progress=False if args.quiet else None,
+                      sim_options={**opts, "method": args.method})
+    if args.check and accuracy:
+        raise StalesimError("check: compares time to a loss target; use --target-loss")
+    if args.check and (args.target or args.node):
+        raise StalesimError("check: runs on this machine's CPU ranks, so it checks a plan of this machine "
+                            "(--profile measured here, --hardware from `stalesim calibrate`), not --target/--node")
+    if args.check and args.devices > 64:
+        raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
+    plan = make_plan(req)
+    if args.check:
+        _check(args, plan, req)
+    if args.json:
+        import json
+
+        print_json(json.loads((out / "plan.json").read_text(encoding="utf-8")))
+    else:
+        print(table(plan.rows, plan.header))
+        if plan.skipped:
+            print(f"skipped {len(plan.skipped)}: " + "; ".join(f"{a} ({b})" for a, b in plan.skipped[:6])
+                  + (" ..." if len(plan.skipped) > 6 else ""))
+        print(f"wrote {', '.join(str(p) for p in plan.paths)}")
+    return 0

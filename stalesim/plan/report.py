@@ -1,0 +1,151 @@
+"""A plan's outputs: the terminal table, ``plan.json``, ``plan.csv`` (one row per
+candidate, flat columns: ``pandas.read_csv`` reads it as is) and ``pareto.png`` (time to
+target against peak memory per device). Every file is written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from stalesim.atomic import savefig_atomic, write_csv_atomic, write_json_atomic
+from stalesim.plan.compose import Row, pareto
+
+CSV_COLUMNS = ("rank", "label", "schedule", "devices", "stages", "microbatches", "workers", "mitigation",
+               "optimizer", "warmup", "switch", "synchronous", "status", "seeds", "iterations_mean",
+               "iterations_lo", "iterations_hi", "iteration_s", "first_phase_iteration_s", "fill_drain_s",
+               "time_to_target_s", "time_lo_s", "time_hi_s", "peak_memory_bytes", "feasible", "reason",
+               "speedup_vs_sync", "speedup_vs_one_device", "cost_source", "note")
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.3g} s"
+
+
+def _gib(b: float | None) -> str:
+    return "-" if b is None else f"{b / 2**30:.3g}"
+
+
+def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
+    """The terminal table: rank, candidate, iterations (interval), iteration time, time to
+    target (interval), memory, speed-ups; unranked rows say why."""
+    lines = [f"plan: {header['model']} / {header['dataset']}, target {header['target']}, "
+             f"{header['devices']} x {header['hardware']}",
+             f"memory per device: {header['capacity']}; iteration-time error +-{100 * header['time_error']:.0f} %; "
+             f"seeds {header['seeds']}",
+             f"{'#':>3} {'candidate':<46} {'iterations [95% / range]':>26} {'iter':>9} "
+             f"{'time to target [interval]':>30} {'GiB/dev':>8} {'vs sync':>8} {'vs 1 dev':>8}"]
+    for r in rows:
+        d = r.to_dict()
+        if d["iterations_mean"] is None:
+            its = r.convergence.status
+        else:
+            its = f"{d['iterations_mean']:.0f} [{d['iterations_lo']:.0f}, {d['iterations_hi']:.0f}]"
+        tt = "-" if r.time_s is None else f"{_dur(r.time_s.mean)} [{_dur(r.time_s.lo)}, {_dur(r.time_s.hi)}]"
+        it = "-" if d["iteration_s"] is None else f"{d['iteration_s'] * 1e3:.3g} ms"
+        rank = "" if r.rank is None else str(r.rank)
+        su = "-" if r.speedup_vs_sync is None else f"{r.speedup_vs_sync:.2f}x"
+        s1 = "-" if r.speedup_vs_one_device is None else f"{r.speedup_vs_one_device:.2f}x"
+        lines.append(f"{rank:>3} {r.candidate.label[:46]:<46} {its:>26} {it:>9} {tt:>30} "
+                     f"{_gib(d['peak_memory_bytes']):>8} {su:>8} {s1:>8}")
+        if not r.feasible and r.reason:
+            lines.append(f"{'':>3}   INFEASIBLE: {r.reason}")
+        elif r.convergence.status != "reached" and r.convergence.note:
+            lines.append(f"{'':>3}   {r.convergence.note}")
+        if r.timing is not None and r.timing.warnings:
+            more = len(r.timing.warnings) - 1
+            lines.append(f"{'':>3}   simulator WARNING: {r.timing.warnings[0][:150]}"
+                         + (f" (+{more} more in plan.json)" if more else ""))
+    best = next((r for r in rows if r.rank == 1), None)
+    if best is not None:
+        lines.append(f"proposal: {best.candidate.label} (predicted {_dur(best.time_s.mean if best.time_s else None)})")
+    lines += [f"policy: {w}" for w in policy_wins(rows)]
+    return "\n".join(lines)
+
+
+def policy_wins(rows: Sequence[Row]) -> list[str]:
+    """For each schedule (with its mitigation and optimizer) whose fastest ranked row has a
+    warm-up or a switch point: that policy against the same schedule without it."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for r in rows:
+        c = r.candidate
+        if r.rank is not None:
+            groups.setdefault((c.schedule, c.mitigation, c.optimizer), []).append(r)
+    out = []
+    for rs in groups.values():
+        top = min(rs, key=lambda r: r.rank or 0)
+        c = top.candidate
+        if not (c.warmup or c.switch is not None) or top.time_s is None:
+            continue
+        plain = [r for r in rs if not r.candidate.warmup and r.candidate.switch is None and r.time_s]
+        what = f"warm-up {c.warmup}" if c.warmup else f"switch at {c.switch}"
+        vs = f" vs {_dur(plain[0].time_s.mean)} without" if plain and plain[0].time_s else ""
+        out.append(f"{what} wins for {replace(c, warmup=0, switch=None).label}: {_dur(top.time_s.mean)}{vs}")
+    return out
+
+
+def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, figure: bool = True) -> list[Path]:
+    """plan.json, plan.csv and (``figure``) pareto.png in ``out``; returns the paths."""
+    dicts = [r.to_dict() for r in rows]
+    paths = [write_json_atomic(out / "plan.json", {**header, "rows": dicts,
+                                                   "pareto": [r.candidate.label for r in pareto(rows)]}),
+             write_csv_atomic(out / "plan.csv", [{k: d.get(k) for k in CSV_COLUMNS} for d in dicts],
+                              header=list(CSV_COLUMNS))]
+    if figure:
+        paths.append(plot_pareto(rows, out / "pareto.png", header))
+    return paths
+
+
+def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path:
+    """Time to target (interval as error bar) against peak memory per device; synchronous
+    candidates as circles, stale ones as triangles, infeasible ones as grey crosses, the
+    Pareto front as a line, the device's capacity as a vertical line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    peaks = [r.timing.peak_bytes for r in rows if r.timing is not None]
+    unit, scale = ("GiB", 2**30) if max(peaks, default=0) >= 2**30 else ("MiB", 2**20)
+    for r in rows:
+        if r.time_s is None or r.timing is None:
+            continue
+        x = r.timing.peak_bytes / scale
+        y = r.time_s.mean
+        if not r.feasible:
+            ax.plot([x], [y], "x", color="0.6")
+            continue
+        ax.errorbar([x], [y], yerr=[[y - r.time_s.lo], [r.time_s.hi - y]], fmt="o" if r.candidate.synchronous
+                    else "^", capsize=3, ms=5, alpha=0.8)
+        if r.rank is not None and r.rank <= 5:
+            ax.annotate(f"{r.rank}. {r.candidate.label}", (x, y), fontsize=6, xytext=(4, 2),
+                        textcoords="offset points")
+    front = pareto(rows)
+    if front:
+        ax.plot([r.timing.peak_bytes / scale for r in front if r.timing],
+                [r.time_s.mean for r in front if r.time_s], "-", color="k", lw=0.8, label="Pareto front")
+    cap = header.get("capacity_bytes")
+    if cap and cap > 2 * max(peaks, default=0):
+        cap = None  # far right of every candidate: the line would only squeeze them together
+    if cap:
+        ax.axvline(cap / scale, color="r", ls="--", lw=0.8, label="device memory")
+    ax.set_xlabel(f"peak memory per device ({unit})")
+    ax.set_ylabel("predicted time to target (s)")
+    ax.set_title(f"{header['model']} on {header['devices']} x {header['hardware']}\nto {header['target']}",
+                 fontsize=8)
+    ax.grid(alpha=0.3)
+    if front or cap:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    try:
+        return savefig_atomic(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

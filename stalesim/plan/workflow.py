@@ -1,0 +1,176 @@
+"""One plan, start to end: grid -> emulations (stored) -> simulations -> composition ->
+outputs. The command line builds a :class:`PlanRequest` (the profile and hardware already
+resolved, as ``simulate`` resolves them) and calls :func:`make_plan`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, grid
+from stalesim.plan.compose import Row, compose
+from stalesim.plan.convergence import Convergence, EmulationStore, Target, converge
+from stalesim.plan.timing import Timing, time_candidate
+from stalesim.runtime.config import TrainConfig
+
+
+@dataclass
+class PlanRequest:
+    """Everything a plan needs (the CLI fills it from its flags)."""
+
+    base: TrainConfig  # model, data, batch, lr, ... (schedule fields are the grid's)
+    grid: GridRequest
+    target: Target
+    seeds: list[int]
+    horizon: int  # first horizon, in the target's unit (iterations or epochs)
+    max_horizon: int
+    profile: Any  # the costs the simulator reads (already for the target: roofline or measured)
+    hardware: Any  # SimHardware
+    hardware_name: str
+    out: Path
+    time_error: float = 0.10
+    capacity_bytes: float | None = None
+    jobs: int = 1
+    batched: bool = False
+    progress: bool | None = None
+    sim_options: dict[str, Any] = field(default_factory=dict)
+    figure: bool = True
+
+
+@dataclass
+class Plan:
+    rows: list[Row]
+    header: dict[str, Any]
+    skipped: list[tuple[str, str]]
+    store: EmulationStore
+    paths: list[Path]
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    """Run the plan (see the module doc); writes plan.json, plan.csv, pareto.png in ``out``."""
+    from stalesim.emulator.study import run_study  # looked up at call time: tests stand in for it
+    from stalesim.plan.report import write_outputs
+    from stalesim.workloads.partition import default_ppv
+    from stalesim.workloads.zoo import build_model
+    from stalesim.workloads.zoo_facts import model_facts
+
+    if not req.seeds:
+        raise StalesimError("seeds: give at least one seed")
+    facts = model_facts(req.base.model)
+    if facts is None:
+        raise StalesimError(f"model: {req.base.model!r} is not a zoo model")
+    model = build_model(req.base.model, num_classes=req.base.num_classes, seed=0)
+    ppvs: dict[int, list[int]] = {}
+
+    def ppv_of(stages: int) -> list[int]:
+        if stages not in ppvs:
+            ppvs[stages] = default_ppv(model, stages)
+        return ppvs[stages]
+
+    cands, skipped = grid(req.grid, req.base, facts.blocks, ppv_of)
+    if not cands:
+        raise StalesimError("schedules: no candidate fits " + "; ".join(f"{a}: {b}" for a, b in skipped[:3]))
+    _log(f"plan: {len(cands)} candidate(s) x {len(req.seeds)} seed(s); {len(skipped)} skipped")
+    store = EmulationStore(req.out)
+    unit_epochs = req.target.kind == "accuracy"
+
+    def configs(c: Candidate, h: int) -> list[TrainConfig]:
+        length = {"epochs": h} if unit_epochs else {"iterations": h}
+        return [emulation_config(req.base, c, seed=s, **length) for s in req.seeds]
+
+    def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
+        folder = req.out / "emulations" / "study"
+        with _heartbeat(folder / "results.jsonl", {rid for rid, _ in todo}, enabled=req.progress is not False):
+            return _run(todo, folder)
+
+    def _run(todo: list[tuple[str, TrainConfig]], folder: Path) -> list[dict]:
+        if req.batched:
+            try:
+                return run_study(todo, folder, jobs=req.jobs, progress=req.progress, batched=True)
+            except StalesimError as exc:  # e.g. BatchNorm: running statistics cannot be stacked
+                _log(f"plan: batched emulation refused ({exc}); running the runs one by one")
+        return run_study(todo, folder, jobs=req.jobs, progress=req.progress)
+
+    bpe = _batches_per_epoch(req.base) if unit_epochs else 1
+    t0 = time.perf_counter()
+    convs: dict[Candidate, Convergence] = converge(
+        cands, configs, store, run, req.target, req.horizon, req.max_horizon,
+        max_iterations=lambda h: h * bpe, log=_log)
+    t_emu = time.perf_counter() - t0
+    _log(f"plan: emulations done ({store.ran} run, {store.reused} reused, {t_emu:.1f} s); simulating")
+    timings: dict[Candidate, Timing | None] = {}
+    errors: dict[Candidate, str] = {}
+    t1 = time.perf_counter()
+    for c in cands:
+        try:
+            timings[c] = time_candidate(c, req.profile, req.hardware, batch_size=req.base.batch_size,
+                                        extra_options=req.sim_options)
+        except StalesimError as exc:
+            timings[c], errors[c] = None, f"simulation: {exc}"
+    t_sim = time.perf_counter() - t1
+    rows = compose(cands, convs, timings, time_error=req.time_error, capacity_bytes=req.capacity_bytes,
+                   errors=errors)
+    cap = req.capacity_bytes
+    header = {
+        "model": req.base.model, "dataset": req.base.dataset, "batch_size": req.base.batch_size,
+        "lr": req.base.lr, "target": req.target.describe(), "target_kind": req.target.kind,
+        "target_value": req.target.value, "devices": req.grid.devices, "hardware": req.hardware_name,
+        "capacity_bytes": cap, "capacity": "unknown" if cap is None else f"{cap / 2**30:.3g} GiB",
+        "time_error": req.time_error, "seeds": list(req.seeds), "horizon": req.horizon,
+        "max_horizon": req.max_horizon, "horizon_unit": req.target.unit,
+        "profile_device": getattr(req.profile, "device", None),
+        "emulations_run": store.ran, "emulations_reused": store.reused,
+        "emulation_s": round(t_emu, 2), "simulation_s": round(t_sim, 2),
+        "searched": {"mitigations": list(req.grid.mitigations), "optimizers": list(req.grid.optimizers),
+                     "warmups": list(req.grid.warmups), "switches": list(req.grid.switches)},
+        "skipped": [{"candidate": a, "reason": b} for a, b in skipped],
+        "convergence": {c.label: convs[c].to_dict() for c in cands},
+    }
+    paths = write_outputs(req.out, rows, header, figure=req.figure)
+    return Plan(rows, header, skipped, store, paths)
+
+
+@contextmanager
+def _heartbeat(log: Path, ids: set[str], *, enabled: bool, every_s: float = 15.0) -> Iterator[None]:
+    """A line every ``every_s`` seconds while emulations run and stderr is not a terminal
+    (where the study's own bar shows): how many of the runs ``ids`` have finished (the
+    study's results.jsonl has a line per finished run)."""
+    if not enabled or sys.stderr.isatty():
+        yield
+        return
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            try:
+                text = log.read_text(encoding="utf-8")
+            except OSError:
+                text = ""
+            done = sum(1 for rid in ids if f'"run_id": "{rid}"' in text)
+            _log(f"plan: {done}/{len(ids)} emulation(s) finished, {time.perf_counter() - t0:.0f} s")
+
+    th = threading.Thread(target=beat, daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        th.join(timeout=1.0)
+
+
+def _batches_per_epoch(cfg: TrainConfig) -> int:
+    from stalesim.runtime.data import batch_stream
+
+    return int(batch_stream(cfg).batches_per_epoch)
