@@ -31,7 +31,7 @@ LAYER = {
     "stalesim.inputs": 0, "stalesim.outlock": 0, "stalesim.lifetime": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
-    "stalesim.validate": 4, "stalesim.figures": 4,
+    "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,
     "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,
 }
 CONSUMERS = ("stalesim.sim", "stalesim.emulator", "executor")
