@@ -24,8 +24,18 @@ from typing import Any
 from stalesim.plan.candidates import Candidate
 from stalesim.schedule import ScheduleConfig, get_spec
 
-# optimizer state per parameter byte (SGD momentum: one buffer; Adam/AdamW: m and v)
-OPTIMIZER_STATE = {"sgd": 1.0, "adam": 2.0, "adamw": 2.0}
+
+def optimizer_state_factor(cand: Candidate) -> float:
+    """Optimizer state per parameter byte of ``cand``'s run: the runtime's own rule
+    (:func:`stalesim.runtime.optim.state_copies`: SGD momentum one buffer, Adam/AdamW two,
+    Muon two as the whole-model bound, error feedback one more)."""
+    from types import SimpleNamespace
+
+    from stalesim.plan.candidates import mitigation_fields
+    from stalesim.runtime.optim import state_copies
+
+    ef = bool(mitigation_fields(cand.mitigation).get("error_feedback"))
+    return float(state_copies(SimpleNamespace(optimizer=cand.optimizer, momentum=0.9, error_feedback=ef)))
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def time_candidate(cand: Candidate, profile: Any, hw: Any, *, batch_size: int, m
     from stalesim.sim import SimOptions, simulate
 
     opts = SimOptions(**{"ppv": cand.ppv, "batch_size": batch_size, "method": method, "keep_timeline": False,
-                         "optimizer_state_factor": OPTIMIZER_STATE.get(cand.optimizer, 1.0),
+                         "optimizer_state_factor": optimizer_state_factor(cand),
                          **(extra_options or {})})
     last, first, k = _phases(cand)
     if first is not None and first.switch is not None:  # hybrid before its switch: all stale
