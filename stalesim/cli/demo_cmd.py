@@ -167,7 +167,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     load0 = os.getloadavg()
 
     # 2. profile ----------------------------------------------------------------------
+    # steps that run longer than a few seconds with no count to show: a heartbeat on stderr
     from stalesim.devices import parse_devices
+    from stalesim.progress import heartbeat
     from stalesim.validate.corunners import measure_overhead, paired_profiles
     from stalesim.validate.costmodel import CostModel
     from stalesim.validate.steps import profile_sizes
@@ -186,18 +188,21 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     contended = None
     if cuda:
         step(f"profiling {args.model} on {dev0} at batch {sizes} (as each rank runs it)")
-        prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
-                             warmup=1 if quick else 2)
+        with heartbeat("step 2: profiling"):
+            prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
+                                 warmup=1 if quick else 2)
     else:
         step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
              "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
-        prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
-                                          device=dev0, repeats=2 * repeats, co_batch=co_batch)
+        with heartbeat("step 2: profiling"):
+            prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
+                                              device=dev0, repeats=2 * repeats, co_batch=co_batch)
         contended.to_json(out / "profile_contended.json")
     prof.to_json(out / "profile.json")
     prof = prof.with_extrapolation(args.extrapolate)
     contended = None if contended is None else contended.with_extrapolation(args.extrapolate)
-    overhead = measure_overhead(threads=1, device=dev0)
+    with heartbeat("step 2: measuring the per-action overhead"):
+        overhead = measure_overhead(threads=1, device=dev0)
     cm = CostModel(prof, contended, overhead)
     ratio = cm.contention_ratio()
     step.note(f"one training step at batch {B}: {prof.whole_model_s * 1e3:.1f} ms alone"
@@ -212,8 +217,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
     backend = "nccl" if cuda else "gloo"
     step(f"calibrating the {backend} link between 2 local ranks")
-    hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
-                        repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
+    with heartbeat("step 3: calibrating"):
+        hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
+                            repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
     write_json_atomic(out / "hardware.json", hw_dict)
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
     step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
@@ -256,7 +262,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
         n = args.study_iterations
         step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
-        study = staleness_study(data_dir, iterations=n, progress=step.note)
+        with heartbeat("step 6: staleness study"):
+            study = staleness_study(data_dir, iterations=n, progress=step.note)
         staleness_figure(study, out / "staleness.png")
         write_json_atomic(out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
     else:
