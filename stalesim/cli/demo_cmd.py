@@ -226,8 +226,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
               f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
 
     # 4. predict -----------------------------------------------------------------------
+    from stalesim.units import fmt_bytes
     from stalesim.validate.demo import (
-        fmt_bytes,
         ideal_line_statement,
         predict_grid,
         prediction_figure,

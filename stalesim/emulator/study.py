@@ -384,6 +384,9 @@ def plot(rows: list[dict], out: Path) -> Path:
         ax.errorbar([r["depth"] for r in rs], [scale * r[f"{key}_mean"] for r in rs],
                     yerr=[scale * r[f"{key}_std"] for r in rs], marker="o", capsize=3, label=label)
     ax.set_xlabel("staleness depth (max over stages of u - 1 - v_F)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a depth is a whole number of updates
     ax.set_ylabel("validation loss (nats/char)" if lm else "test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
