@@ -144,18 +144,16 @@ def run(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace, devices: str) -> int:
     """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
-    import torch
-
     step = _Steps(7)
     step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
     print(schedule_table(args.stages))
 
-    from stalesim.cli.common import write_json_atomic
-    from stalesim.validate.config import check_out_dir
-
     # In-process work (profiling, emulation) uses one thread, as each rank does: with
     # more, OpenMP threads spin against each other and everything else on a small shared box.
-    torch.set_num_threads(1)
+    from stalesim.cli.common import DEFAULT_THREADS, apply_threads, write_json_atomic
+    from stalesim.validate.config import check_out_dir
+
+    apply_threads(DEFAULT_THREADS)
     out = check_out_dir(args.out)
     quick = args.quick
     B = args.batch_size
