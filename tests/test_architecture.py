@@ -2,8 +2,8 @@
 
 * Schedule facts live in the IR: no module outside ``stalesim/schedule/`` compares a
   schedule name (``x == "stale"``, ``name in ("dp", "pipe-sgd")``, ``match``/``case``).
-* Layers: base (errors, limits, inputs, atomic, trace, devices, checkpoint_io, rendezvous, schedule,
-  workloads) <- runtime <- consumers
+* Layers: base (errors, limits, inputs, atomic, trace, devices, checkpoint_io, rendezvous, progress,
+  units, schedule, workloads) <- runtime <- consumers
   (sim, emulator, executor) <- comparers and figures (validate, figures) <- CLI. A module
   imports only from its own layer or below; no consumer imports another consumer; nothing
   below the CLI imports ``stalesim.cli``.
