@@ -233,8 +233,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
     step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
          f"and {args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
-    grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
-                        cpu_label="this GPU" if cuda else "this CPU")
+    with heartbeat("step 4: predicting"):
+        grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
+                            cpu_label="this GPU" if cuda else "this CPU")
     prediction_figure(grid, out / "predict_speedup.png")
     write_json_atomic(out / "predictions.json", grid)
     _print_grid(grid, fmt_bytes)
