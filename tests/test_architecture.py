@@ -2,8 +2,8 @@
 
 * Schedule facts live in the IR: no module outside ``stalesim/schedule/`` compares a
   schedule name (``x == "stale"``, ``name in ("dp", "pipe-sgd")``, ``match``/``case``).
-* Layers: base (errors, limits, inputs, atomic, trace, devices, checkpoint_io, rendezvous, schedule,
-  workloads) <- runtime <- consumers
+* Layers: base (errors, limits, inputs, atomic, trace, devices, checkpoint_io, rendezvous, progress,
+  units, schedule, workloads) <- runtime <- consumers
   (sim, emulator, executor) <- comparers and figures (validate, figures) <- CLI. A module
   imports only from its own layer or below; no consumer imports another consumer; nothing
   below the CLI imports ``stalesim.cli``.
@@ -28,7 +28,7 @@ NAMES = set(schedule_names())
 LAYER = {
     "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.devices": 0,
     "stalesim.checkpoint_io": 0, "stalesim.rendezvous": 0, "stalesim.schedule": 0, "stalesim.limits": 0,
-    "stalesim.inputs": 0, "stalesim.outlock": 0, "stalesim.lifetime": 0,
+    "stalesim.inputs": 0, "stalesim.outlock": 0, "stalesim.lifetime": 0, "stalesim.progress": 0, "stalesim.units": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,

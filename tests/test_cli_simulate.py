@@ -169,7 +169,7 @@ def test_replicas_and_cluster_flags(capsys, prof_path, tmp_path):
     assert h["iteration_time_s"] == d["iteration_time_s"] and h["hardware"] == d["hardware"]
     assert main(["simulate", *base, "-P", "8", "--node", "dgx-h100"]) == 0
     out = capsys.readouterr().out
-    assert "32 devices on 4 node(s) of 8" in out and "all-reduce ms" in out and "x8" in out
+    assert "32 devices on 4 node(s) of 8" in out and "all-reduce       " in out and "x8" in out
     # dp: -P stays its workers, now on nodes
     g = sim_json(capsys, "--profile", prof_path, "--schedule", "dp", "-S", "2", "-P", "16", "--node", "dgx-a100")
     assert g["devices"] == 16 and g["cluster"]["nodes"] == 2 and len(g["device_roles"]) == 1

@@ -95,18 +95,22 @@ def test_pipe_sgd_fast_matches_event(tmp_path):
         assert float(r["pipe_over_sync"]) <= 2.0 + 1e-9  # width-2 pipelining hides at most half
 
 
-def test_study_reader(tmp_path):
-    d = tmp_path / "results" / "mystudy"
+def _write_study(d: Path, seq_acc: float, stale_acc: float, seeds: int = 3, lr: float = 0.01) -> None:
+    """A stand-in for `stalesim study --out d`: its base config and its table (two rows)."""
     d.mkdir(parents=True)
     (d / "study.json").write_text(json.dumps({"base": {"model": "lenet5", "dataset": "mnist", "epochs": 2,
-                                                       "batch_size": 128, "lr": 0.01}}))
+                                                       "batch_size": 128, "lr": lr}}))
     cols = ["schedule", "ppv", "stages", "mitigation", "staleness", "depth", "seeds", "diverged",
             "test_acc_mean", "test_acc_std", "final_loss_mean", "final_loss_std", "wall_time_s_mean"]
     with open(d / "table.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
-        w.writerow(["sequential", "[]", 1, "none", "[0]", 0, 3, 0, 0.98, 0.001, 0.05, 0.01, 1.0])
-        w.writerow(["stale", "[2]", 2, "none", "[2, 0]", 2, 3, 0, 0.97, 0.002, 0.06, 0.01, 1.0])
+        w.writerow(["sequential", "[]", 1, "none", "[0]", 0, seeds, 0, seq_acc, 0.001, 0.05, 0.01, 1.0])
+        w.writerow(["stale", "[2]", 2, "none", "[2, 0]", 2, seeds, 0, stale_acc, 0.002, 0.06, 0.01, 1.0])
+
+
+def test_study_reader(tmp_path):
+    _write_study(tmp_path / "results" / "mystudy", 0.98, 0.97)
     rows = collect("lenet5", "mnist", roots=(tmp_path / "results",))
     assert {r["schedule"] for r in rows} == {"sequential", "stale"}
     paths = lenet5_accuracy_vs_depth(tmp_path, roots=(tmp_path / "results",))
@@ -115,6 +119,22 @@ def test_study_reader(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert lenet5_accuracy_vs_depth(empty, roots=(tmp_path / "none",)) == []
+
+
+def test_accuracy_figure_ignores_user_runs(tmp_path, monkeypatch):
+    """The committed accuracy figure reads docs/results only: a user's own study under runs/ (the
+    README's `study ... --out runs/study`) must not change a byte of it, nor its baseline."""
+    monkeypatch.chdir(tmp_path)
+    _write_study(Path("docs/results/stored"), 0.98, 0.97)
+    out = tmp_path / "figs"
+    out.mkdir()
+    first = {p.name: p.read_bytes() for p in lenet5_accuracy_vs_depth(out)}
+    assert set(first) == {"lenet5_accuracy_vs_depth.csv", "lenet5_accuracy_vs_depth.png"}
+    # another learning rate, more seeds: were runs/ searched, its rows would join the figure
+    _write_study(Path("runs/study"), 0.50, 0.40, seeds=5, lr=0.05)
+    again = {p.name: p.read_bytes() for p in lenet5_accuracy_vs_depth(out)}
+    assert again == first
+    assert "runs" not in first["lenet5_accuracy_vs_depth.csv"].decode()
 
 
 def test_merge_coincident_names_hidden_lines():

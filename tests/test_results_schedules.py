@@ -1,4 +1,6 @@
-"""docs/RESULTS.md's predicted schedule tables equal the ones rebuilt from their stored sweeps."""
+"""docs/RESULTS.md's predicted schedule tables equal the ones rebuilt from their stored sweeps,
+and the stored sweeps equal a re-run with the current code (seconds: event simulations of a
+roofline profile), so a change to the simulator's memory or time model cannot leave them stale."""
 
 from __future__ import annotations
 
@@ -6,10 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.predict_schedules import best_configs, rows_on, table
+from benchmarks.predict_schedules import best_configs, main, rows_on, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [("schedules_resnet56_h100", (16, 256)), ("schedules_gptchar_h100", (4, 64))]
+SHAPES = {"schedules_resnet56_h100": "resnet56_b8_shape.json", "schedules_gptchar_h100": "gpt-char_b8_shape.json"}
+
+
+@pytest.mark.parametrize(("folder", "micros"), CASES)
+def test_stored_sweeps_equal_a_rerun(folder: str, micros: tuple[int, ...], tmp_path: Path, capsys) -> None:
+    """Re-run the folder's commands (benchmarks.predict_schedules) and compare every sweep row
+    and the table with what is stored: a stale artifact fails here, naming the first difference."""
+    shape = ROOT / "figures" / "profiles" / SHAPES[folder]
+    assert main(["--shape", str(shape), "--micro", ",".join(map(str, micros)), "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    d = ROOT / "docs" / "results" / folder
+    for m in micros:
+        fresh = (tmp_path / f"mb{m}.csv").read_text().splitlines()
+        stored = (d / f"mb{m}.csv").read_text().splitlines()
+        diff = [(a, b) for a, b in zip(stored, fresh) if a != b]
+        assert len(fresh) == len(stored) and not diff, f"mb{m}.csv: stored vs re-run {diff[:1]}"
+    assert (tmp_path / "table.md").read_text() == (d / "table.md").read_text()
 
 
 @pytest.mark.parametrize(("folder", "micros"), CASES)

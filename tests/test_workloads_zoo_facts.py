@@ -45,3 +45,20 @@ def test_gpt_sizes_are_bounded_before_building(name: str, needle: str) -> None:
         model_facts(name)
     with pytest.raises(StalesimError, match=needle):
         build_model(name)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet34", "resnet50", "ResNet101", "resnet152"])
+def test_imagenet_resnet_names_refused(name: str) -> None:
+    """resnet50/152 are 6n+2 too, but everyone means the ImageNet nets: refused with the CIFAR list."""
+    for fn in (model_facts, build_model):
+        with pytest.raises(StalesimError, match="no ImageNet ResNet.*resnet20, resnet32, resnet44, resnet56"):
+            fn(name)
+
+
+def test_profile_refuses_resnet50_one_line(capsys, tmp_path) -> None:
+    from stalesim.cli import main
+
+    assert main(["profile", "--model", "resnet50", "--batch-size", "8", "-o", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stalesim: error: model 'resnet50'") and "resnet56" in err[0]
+    assert model_facts("resnet56").weight_layers == 56  # type: ignore[union-attr]  # other depths stay

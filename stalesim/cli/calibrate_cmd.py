@@ -8,6 +8,28 @@ import sys
 
 from stalesim.cli.common import int_list, int_type, positive_seconds, write_json_atomic
 from stalesim.limits import MAX_RANKS, MAX_REPEATS
+from stalesim.units import fmt_bytes
+
+# A fit or a model further off than this from what was measured is worth a warning: the
+# simulator's communication times inherit the error (25 %: above the run-to-run noise of a
+# quiet machine, below the 2x errors that change which schedule wins).
+FIT_ERROR_BOUND = 0.25
+
+
+def fit_warnings(data: dict, bound: float = FIT_ERROR_BOUND) -> list[str]:
+    """One line per measurement its model misses by more than ``bound`` (relative)."""
+    out = []
+    err = data["link"].get("fit_max_rel_error")
+    if err is not None and err > bound:
+        out.append(f"the link fit t = latency + bytes / bandwidth is off by up to {err:.0%} at some message "
+                   f"size (bound {bound:.0%}): a noisy machine or a link that is not alpha-beta; "
+                   "simulated transfer times carry that error (re-run when the machine is quiet)")
+    for m in data.get("allreduce", {}).get("measured", []):
+        model, got = m.get("ring_model_s"), m.get("seconds")
+        if model and got and max(got / model, model / got) > 1 + bound:
+            out.append(f"all-reduce of {fmt_bytes(m['bytes'])} over {m['workers']} took {got / model:.2g}x "
+                       f"its ring model (bound {bound:.0%}): simulated all-reduce times are off by as much")
+    return out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -51,8 +73,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_output_file(args.output)  # before measuring: a bad -o fails in a second, not after
     print(f"calibrating {backend} with {ranks} local ranks ({', '.join(where)}) ...", file=sys.stderr)
-    data = calibrate(backend, ranks, sizes=args.sizes, repeats=args.repeats,
-                     timeout_s=args.timeout, devices=devs)
+    from stalesim.progress import heartbeat
+
+    with heartbeat("calibrating"):
+        data = calibrate(backend, ranks, sizes=args.sizes, repeats=args.repeats,
+                         timeout_s=args.timeout, devices=devs)
     write_json_atomic(args.output, data)
     link = data["link"]
     bw = link["bandwidth_Bps"]
@@ -65,5 +90,7 @@ def run(args: argparse.Namespace) -> int:
               f"(ring model {m['ring_model_s'] * 1e3:8.3f} ms)")
     print(f"comm overlaps compute: {data['comm_overlaps_compute']}; "
           f"CPU occupancy of a transfer: {data['cpu_comm_occupancy']:.2f}")
+    for w in fit_warnings(data):
+        print(f"stalesim: warning: {w}", file=sys.stderr)
     print(f"wrote {args.output}")
     return 0

@@ -144,18 +144,16 @@ def run(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace, devices: str) -> int:
     """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
-    import torch
-
     step = _Steps(7)
     step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
     print(schedule_table(args.stages))
 
-    from stalesim.cli.common import write_json_atomic
-    from stalesim.validate.config import check_out_dir
-
     # In-process work (profiling, emulation) uses one thread, as each rank does: with
     # more, OpenMP threads spin against each other and everything else on a small shared box.
-    torch.set_num_threads(1)
+    from stalesim.cli.common import DEFAULT_THREADS, apply_threads, write_json_atomic
+    from stalesim.validate.config import check_out_dir
+
+    apply_threads(DEFAULT_THREADS)
     out = check_out_dir(args.out)
     quick = args.quick
     B = args.batch_size
@@ -167,7 +165,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     load0 = os.getloadavg()
 
     # 2. profile ----------------------------------------------------------------------
+    # steps that run longer than a few seconds with no count to show: a heartbeat on stderr
     from stalesim.devices import parse_devices
+    from stalesim.progress import heartbeat
     from stalesim.validate.corunners import measure_overhead, paired_profiles
     from stalesim.validate.costmodel import CostModel
     from stalesim.validate.steps import profile_sizes
@@ -186,18 +186,21 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     contended = None
     if cuda:
         step(f"profiling {args.model} on {dev0} at batch {sizes} (as each rank runs it)")
-        prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
-                             warmup=1 if quick else 2)
+        with heartbeat("step 2: profiling"):
+            prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
+                                 warmup=1 if quick else 2)
     else:
         step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
              "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
-        prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
-                                          device=dev0, repeats=2 * repeats, co_batch=co_batch)
+        with heartbeat("step 2: profiling"):
+            prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
+                                              device=dev0, repeats=2 * repeats, co_batch=co_batch)
         contended.to_json(out / "profile_contended.json")
     prof.to_json(out / "profile.json")
     prof = prof.with_extrapolation(args.extrapolate)
     contended = None if contended is None else contended.with_extrapolation(args.extrapolate)
-    overhead = measure_overhead(threads=1, device=dev0)
+    with heartbeat("step 2: measuring the per-action overhead"):
+        overhead = measure_overhead(threads=1, device=dev0)
     cm = CostModel(prof, contended, overhead)
     ratio = cm.contention_ratio()
     step.note(f"one training step at batch {B}: {prof.whole_model_s * 1e3:.1f} ms alone"
@@ -212,16 +215,17 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
     backend = "nccl" if cuda else "gloo"
     step(f"calibrating the {backend} link between 2 local ranks")
-    hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
-                        repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
+    with heartbeat("step 3: calibrating"):
+        hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
+                            repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
     write_json_atomic(out / "hardware.json", hw_dict)
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
     step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
               f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
 
     # 4. predict -----------------------------------------------------------------------
+    from stalesim.units import fmt_bytes
     from stalesim.validate.demo import (
-        fmt_bytes,
         ideal_line_statement,
         predict_grid,
         prediction_figure,
@@ -229,8 +233,9 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
     step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
          f"and {args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
-    grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
-                        cpu_label="this GPU" if cuda else "this CPU")
+    with heartbeat("step 4: predicting"):
+        grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
+                            cpu_label="this GPU" if cuda else "this CPU")
     prediction_figure(grid, out / "predict_speedup.png")
     write_json_atomic(out / "predictions.json", grid)
     _print_grid(grid, fmt_bytes)
@@ -256,7 +261,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
         n = args.study_iterations
         step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
-        study = staleness_study(data_dir, iterations=n, progress=step.note)
+        with heartbeat("step 6: staleness study"):
+            study = staleness_study(data_dir, iterations=n, progress=step.note)
         staleness_figure(study, out / "staleness.png")
         write_json_atomic(out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import nonneg_int, print_json
+from stalesim.cli.common import add_threads_arg, apply_threads, nonneg_int, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 
 
@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "every forward/backward reads exactly the weight version the IR's version "
                     "table gives. Writes a run folder with --out.")
     add_train_args(p)
+    add_threads_arg(p)
     p.add_argument("--out", default=None, help="run folder: config.json, metrics.jsonl, "
                    "versions.jsonl, summary.json, checkpoint.pt")
     p.add_argument("--checkpoint-every", type=nonneg_int, default=0,
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = train_config_from_args(args)
     preflight(cfg, what=f"emulating {cfg.model} at batch size {cfg.batch_size}")  # before any allocation
+    apply_threads(args.threads)
     with folder_lock(args.out) if args.out else contextlib.nullcontext():  # one writer per folder
         summary = emulate(cfg, out=args.out, checkpoint_every=args.checkpoint_every,
                           progress=False if args.quiet else None, resume=args.resume)

@@ -10,7 +10,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "figures", help="regenerate the reproduction figures (CSV + PNG each)",
         description="Write every figure with the CSV behind it: simulator figures (staleness table, "
                     "predicted speed-ups, memory, Pipe-SGD timing) and accuracy figures read from stored "
-                    "study tables (docs/results/, then runs/). Shape profiles are cached in OUT/profiles/.")
+                    "study tables (docs/results/ only: your own runs/ never change them). Shape profiles are "
+                    "cached in OUT/profiles/.")
     p.add_argument("--out", default="figures", help="output folder (default figures)")
     p.add_argument("--only", default=None, help="comma-separated figure names (see --list)")
     p.add_argument("--list", action="store_true", help="list the figures and exit")

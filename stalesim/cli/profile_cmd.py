@@ -150,18 +150,22 @@ def run(args: argparse.Namespace) -> int:
                                 element_size=2 if args.dtype == "bfloat16" else 4, optimizer_copies=0,
                                 num_classes=args.num_classes),
                  f"profiling {args.model} at batch size {max(args.batch_size)}", device=args.device)
-    prof = profile_model(
-        args.model,
-        args.batch_size,
-        device=args.device,
-        threads=args.threads,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        dtype=args.dtype or "float32",
-        seed=args.seed,
-        num_classes=args.num_classes,
-        progress=lambda msg: print(msg, file=sys.stderr),
-    )
+    from stalesim.progress import heartbeat
+
+    # a profile of a big model is minutes of silence otherwise (no count to report inside)
+    with heartbeat(f"profiling {args.model}"):  # stderr, as the per-batch-size lines (-q quiets stdout)
+        prof = profile_model(
+            args.model,
+            args.batch_size,
+            device=args.device,
+            threads=args.threads,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            dtype=args.dtype or "float32",
+            seed=args.seed,
+            num_classes=args.num_classes,
+            progress=lambda msg: print(msg, file=sys.stderr),
+        )
     prof.to_json(args.output)
     if args.json:
         print_json(prof.to_dict())

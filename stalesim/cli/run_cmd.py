@@ -15,17 +15,16 @@ import os
 import time
 from typing import Any
 
-from stalesim.cli.common import int_type, nonneg_int, positive_seconds, print_json
+from stalesim.cli.common import add_threads_arg, nonneg_int, positive_seconds, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
-from stalesim.limits import MAX_THREADS
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", "--ranks", dest="devices", required=False, default=None,
                    help="the ranks: cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
                         "must equal the schedule's device count (S, or --fold D, or P workers)")
-    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=1, help="torch threads per CPU rank")
+    add_threads_arg(p, "per CPU rank")
     p.add_argument("--timeout", type=positive_seconds, default=60.0,
                    help="seconds a rank may wait on a peer before the run is aborted")
     p.add_argument("--out", default=None, help="run folder (default runs/run-<model>-<schedule>-<time>)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import int_type, print_json
+from stalesim.cli.common import add_threads_arg, int_type, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.limits import MAX_COUNT, MAX_JOBS
 
@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run emulations over a grid in parallel processes and write results.jsonl, "
                     "table.csv, table.md (mean ± std over seeds) and accuracy_vs_staleness.png.")
     add_train_args(p)
+    add_threads_arg(p, "per parallel process (--jobs)")
     p.add_argument("--schedules", type=_csv, default=["sequential", "stale"],
                    help="comma-separated schedules (default sequential,stale)")
     p.add_argument("--placements", default="S2",
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
                                                "runs": [rid for rid, _ in points]})
         results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
                             mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
-                            continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0)
+                            continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0,
+                            threads=args.threads)
         rows = aggregate(results)
         write_table(rows, out)
         fig = plot(rows, out)

@@ -12,15 +12,14 @@ import shlex
 import sys
 
 from stalesim.cli.common import (
+    add_threads_arg,
     int_list,
-    int_type,
     nonneg_int,
     positive_int,
     positive_seconds,
     print_json,
     seed_int,
 )
-from stalesim.limits import MAX_THREADS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--iterations", type=positive_int, default=40, help="mini-batches per run")
     p.add_argument("--batch-size", type=positive_int, default=64, help="global mini-batch size")
     p.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches (gpipe/1f1b/2bw)")
-    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=1, help="torch threads per CPU rank")
+    add_threads_arg(p, "per CPU rank")
     p.add_argument("--dataset", default="synthetic", help="synthetic | mnist | fashion-mnist | cifar10")
     p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
     p.add_argument("--ppv", type=int_list, default=None, help="partition (default: min-max over the profile)")

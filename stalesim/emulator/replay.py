@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -435,13 +434,13 @@ class Emulator:
         return time.perf_counter() - self._t0
 
     def _bar(self):
-        show = self.progress if self.progress is not None else sys.stderr.isatty()
-        if not show:
+        """A bar on a terminal, else a line every ~10 s (see stalesim.progress); None with progress=False."""
+        if self.progress is False:
             return None
-        from tqdm import tqdm
+        from stalesim.progress import Progress
 
-        return tqdm(total=self.total, initial=len(self.state.losses), unit="batch", file=sys.stderr,
-                    desc=f"{self.cfg.schedule} S={self.S}", leave=False)
+        return Progress(self.total, f"{self.cfg.schedule} S={self.S}", "batch", initial=len(self.state.losses),
+                        enabled=self.progress)
 
     def _replay(self, bar) -> None:
         st = self.state
@@ -460,8 +459,7 @@ class Emulator:
                 return
             if ev is not None:
                 if bar is not None:
-                    bar.n = ev["done"]
-                    bar.refresh()
+                    bar.goto(ev["done"])
                 for e in ev["epoch_end"]:
                     self._end_epoch(e)
                 if ev["checkpoint"]:

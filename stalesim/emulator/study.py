@@ -1,7 +1,7 @@
 """Studies: a grid of emulations (schedule x placement x mitigation x seed) in parallel.
 
 Each grid point is one :func:`~stalesim.emulator.replay.emulate` run in its own
-process (``jobs`` at a time, torch threads split between them) with its own run
+process (``jobs`` at a time, ``threads`` torch threads each) with its own run
 folder; the table aggregates over seeds (mean and sample std) and is written as
 CSV and markdown, with a plot of test accuracy against staleness depth.
 
@@ -34,7 +34,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
@@ -234,7 +233,7 @@ def _check_memory(todo: list[tuple[str, TrainConfig]],
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None, *,
               resume: bool = True, batched: bool = False, batch_runs: int | None = None,
-              continue_runs: bool = False, checkpoint_every: int = 0) -> list[dict]:
+              continue_runs: bool = False, checkpoint_every: int = 0, threads: int = 1) -> list[dict]:
     """Run every point (``jobs`` processes, or ``jobs`` batches at a time when ``batched``),
     return the summaries (also results.jsonl); see the module doc for batching.
 
@@ -246,13 +245,13 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
     with folder_lock(out):  # one study per folder: a second one is refused, naming this one
         return _run_study(points, out, jobs, progress, mitigation_of, resume=resume, batched=batched,
                           batch_runs=batch_runs, continue_runs=continue_runs,
-                          checkpoint_every=checkpoint_every)
+                          checkpoint_every=checkpoint_every, threads=threads)
 
 
 def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, progress: bool | None,
                mitigation_of: dict[str, str] | None, *, resume: bool, batched: bool,
-               batch_runs: int | None, continue_runs: bool, checkpoint_every: int) -> list[dict]:
-    threads = max(1, (os.cpu_count() or 1) // max(jobs, 1))
+               batch_runs: int | None, continue_runs: bool, checkpoint_every: int,
+               threads: int) -> list[dict]:
     results: list[dict] = []
     done: dict[str, dict] = {}
     if resume:
@@ -266,12 +265,11 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
 
         for _, members in batches:  # every batch fits before any starts
             BatchedEmulator.preflight([cfg for _, cfg in members])
-    show = progress if progress is not None else sys.stderr.isatty()
     bar = None
-    if show:
-        from tqdm import tqdm
+    if progress is not False:
+        from stalesim.progress import Progress
 
-        bar = tqdm(total=len(points), initial=len(done), unit="run", file=sys.stderr, desc="study")
+        bar = Progress(len(points), "study", "run", initial=len(done), enabled=progress)
     t0 = time.perf_counter()
     import multiprocessing as mp
 
@@ -386,6 +384,9 @@ def plot(rows: list[dict], out: Path) -> Path:
         ax.errorbar([r["depth"] for r in rs], [scale * r[f"{key}_mean"] for r in rs],
                     yerr=[scale * r[f"{key}_std"] for r in rs], marker="o", capsize=3, label=label)
     ax.set_xlabel("staleness depth (max over stages of u - 1 - v_F)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a depth is a whole number of updates
     ax.set_ylabel("validation loss (nats/char)" if lm else "test accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

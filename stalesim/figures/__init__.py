@@ -2,7 +2,7 @@
 
 Each figure is a function ``f(out, ctx) -> [paths]`` that writes a CSV holding
 every plotted number and a PNG. Simulator figures cost seconds; accuracy
-figures only read stored study tables (``docs/results/``, then ``runs/``).
+figures only read stored study tables (``docs/results/``, never ``runs/``).
 ``FIGURES`` maps a name to (function, what it shows, data it reads).
 """
 
@@ -38,7 +38,7 @@ FIGURES: dict[str, tuple[Callable[..., list[Path]], str, str]] = {
                         "ResNet-56 shape profile + V100 roofline, fast path (event path checked)"),
     "lenet5_accuracy_vs_depth": (study_figs.lenet5_accuracy_vs_depth,
                                  "LeNet-5/MNIST test accuracy vs staleness depth, mitigations and hybrid",
-                                 "stored study tables (docs/results/*/table.csv, else runs/*/table.csv)"),
+                                 "stored study tables (docs/results/*/table.csv; never runs/)"),
 }
 
 

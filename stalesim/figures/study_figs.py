@@ -2,8 +2,10 @@
 
 A study (``stalesim study --out DIR``) leaves ``DIR/study.json`` (its base
 config) and ``DIR/table.csv`` (mean ± std over seeds). The figures collect
-every study of a model/dataset found under the search roots (``docs/results``
-first, then ``runs``), and each CSV row names the study folder it came from.
+every study of a model/dataset stored under ``docs/results``, and each CSV row
+names the study folder it came from. ``runs/`` is deliberately not searched: it
+holds the user's own runs, and a committed figure must regenerate byte-identical
+whatever the user trained (a study there would change the figure and its baseline).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def _spec(row: dict[str, Any]) -> Any:
 
     return get_spec(row["schedule"])
 
-SEARCH_ROOTS = (Path("docs/results"), Path("runs"))
+# only stored, committed artifacts (see the module docstring for why not runs/)
+SEARCH_ROOTS = (Path("docs/results"),)
 
 
 def find_studies(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -> list[Path]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.units import fmt_bandwidth, fmt_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import Hardware, LinkSpec
@@ -238,15 +239,15 @@ class SimHardware:
     def describe(self) -> str:
         ov = "overlaps compute" if self.comm_overlaps_compute else \
             f"occupies the core {self.cpu_comm_occupancy:g} of its time"
-        bw = "unlimited" if math.isinf(self.bandwidth_Bps) else f"{self.bandwidth_Bps:.3g} B/s"
-        text = (f"device {self.device}; link {self.link} (latency {self.latency_ns / NS:.3g} s, "
+        bw = fmt_bandwidth(self.bandwidth_Bps)
+        text = (f"device {self.device}; link {self.link} (latency {fmt_seconds(self.latency_ns / NS)}, "
                 f"bandwidth {bw}, topology {self.topology}); communication {ov}; "
                 f"all-reduce {self.allreduce_algorithm}")
         c = self.cluster
         if c is not None:
-            ibw = "unlimited" if math.isinf(c.inter_bandwidth_Bps) else f"{c.inter_bandwidth_Bps:.3g} B/s"
+            ibw = fmt_bandwidth(c.inter_bandwidth_Bps)
             text += (f"; nodes of {c.node_size} devices, link {self.link} inside a node, "
-                     f"{c.inter_link} between nodes (latency {c.inter_latency_ns / NS:.3g} s, bandwidth {ibw}), "
+                     f"{c.inter_link} between nodes (latency {fmt_seconds(c.inter_latency_ns / NS)}, bandwidth {ibw}), "
                      f"hierarchical all-reduce ({c.inter_algorithm} across nodes)")
         return text
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stalesim.sim.model import NS
+from stalesim.units import fmt_bytes
 from stalesim.workloads.scaling import worst_source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -252,7 +253,7 @@ def check_memory(result: SimResult, costs: StageCosts, sched: Schedule,
         over = [d for d, p in enumerate(result.peak_memory_bytes) if p > cap]
         if over:
             worst = max(result.peak_memory_bytes)
-            out.append(f"memory: device(s) {over} need up to {worst / 1e9:.3g} GB, more than the "
-                       f"{cap / 1e9:.3g} GB of {getattr(hw, 'device', 'the device')}: this configuration "
+            out.append(f"memory: device(s) {over} need up to {fmt_bytes(worst)}, more than the "
+                       f"{fmt_bytes(cap)} of {getattr(hw, 'device', 'the device')}: this configuration "
                        f"does not fit (more stages, micro-batches or a smaller batch)")
     return out

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.sim.model import NS
 from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
+from stalesim.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.events import Timeline
@@ -95,27 +96,26 @@ class SimResult:
 
     def summary(self) -> str:
         """A few human lines (the CLI's text output)."""
-        ms = self.iteration_time_s * 1e3
         util = " ".join(f"{u:.2f}" for u in self.utilization)
-        mem = " ".join(_fmt_bytes(b) for b in self.peak_memory_bytes)
+        mem = ", ".join(fmt_bytes(b) for b in self.peak_memory_bytes)
         lines = [
             (f"schedule {self.schedule}: S={self.stages} M={self.microbatches} P={self.workers} "
              f"batches={self.batches} batch_size={self.batch_size} devices={self.devices} "
              f"({self.method} path)"),
             f"hardware: {self.hardware_note}",
             f"partition: ppv={self.partition.get('ppv')} cuts={self.partition.get('cuts')}",
-            (f"iteration time   {ms:.4g} ms per mini-batch (steady state; fill+drain "
-             f"{self.fill_drain_s * 1e3:.4g} ms, makespan {self.makespan_s * 1e3:.4g} ms)"),
-            f"throughput       {self.throughput_samples_per_s:.4g} samples/s",
+            (f"iteration time   {fmt_seconds(self.iteration_time_s)} per mini-batch (steady state; fill+drain "
+             f"{fmt_seconds(self.fill_drain_s)}, makespan {fmt_seconds(self.makespan_s)})"),
+            f"throughput       {_fmt_rate(self.throughput_samples_per_s)} samples/s",
             (f"speed-up         {self.speedup:.3f}x over one device running sequential "
-             f"({self.sequential_time_s * 1e3:.4g} ms per batch)"),
+             f"({fmt_seconds(self.sequential_time_s)} per batch)"),
             f"utilization      {util}  (bubble {self.bubble_fraction:.3f})",
             f"peak memory      {mem}",
             f"staleness        {self.staleness}  versions kept {self.versions.get('versions_kept')}",
             f"costs            {self.cost_source}{_cost_range(self.cost_detail)}",
         ]
         if self.fast_iteration_time_s is not None and self.method == "event":
-            lines.append(f"fast path        {self.fast_iteration_time_s * 1e3:.4g} ms ({self.fast_formula})")
+            lines.append(f"fast path        {fmt_seconds(self.fast_iteration_time_s)} ({self.fast_formula})")
         if self.device_roles:
             c = self.cluster
             lines.append(f"cluster          {c.get('replicas')} replicas x {c.get('devices_per_replica')} devices "
@@ -123,14 +123,14 @@ class SimResult:
                          f" ({c.get('placement')} placement)")
             for r in self.device_roles:
                 lines.append(f"  {r['role']:<18} stages {r['stages']}  x{r['devices']}  util {r['utilization']:.3f}"
-                             f"  peak {_fmt_bytes(r['peak_memory_bytes'])}")
+                             f"  peak {fmt_bytes(r['peak_memory_bytes'])}")
         if self.allreduce_s:
-            ar = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_s)
-            ex = " ".join(f"{x * 1e3:.4g}" for x in self.allreduce_exposed_s)
-            lines.append(f"all-reduce ms    {ar}  (per stage; exposed {ex})")
+            ar = " ".join(fmt_seconds(x) for x in self.allreduce_s)
+            ex = " ".join(fmt_seconds(x) for x in self.allreduce_exposed_s)
+            lines.append(f"all-reduce       {ar}  (per stage; exposed {ex})")
         if self.symmetry:
             y = self.symmetry
-            how = (f"period of {y['period_batches']} batch(es) = {y['period_s'] * 1e3:.4g} ms extrapolated"
+            how = (f"period of {y['period_batches']} batch(es) = {fmt_seconds(y['period_s'])} extrapolated"
                    if y.get("extrapolated") else "no extrapolation")
             lines.append(f"simulated        {y['representatives_simulated']} representative replica(s) of "
                          f"{y['replica_classes']} class(es), {y['batches_simulated']} batch(es); {how}")
@@ -201,12 +201,8 @@ def _cost_range(detail: dict[str, Any]) -> str:
     return out + (f", extrapolation rule {rule}" if rule else "")
 
 
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(b) < 1000 or unit == "TB":
-            return f"{b:.3g}{unit}"
-        b /= 1000
-    return f"{b}"  # pragma: no cover
+def _fmt_rate(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"  # 84,010 not 8.401e+04
 
 
 def ns_to_s(x: float) -> float:

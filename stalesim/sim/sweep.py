@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.units import fmt_bytes
 
 COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "microbatches", "workers", "devices",
            "ppv", "device", "link",
@@ -267,7 +268,7 @@ def table(rows: Sequence[dict[str, Any]], limit: int | None = 30) -> str:
             f"{r['workers']:>4} {r['devices']:>7}  {(r['ppv'] or '-'):<14} {(r['device'] or 'profile'):<14} "
             f"{(r['link'] or 'ideal'):<12} {r['iteration_time_s'] * 1e3:>10.4g} "
             f"{r['throughput_samples_per_s']:>11.4g} {r['speedup']:>7.3f}{mark(r):<2} "
-            f"{r['bubble_fraction']:>6.3f} {r['max_peak_memory_bytes'] / 1e6:>7.4g}MB "
+            f"{r['bubble_fraction']:>6.3f} {fmt_bytes(r['max_peak_memory_bytes']):>9} "
             f"{r['max_staleness']:>5}  {r.get('cost_source') or '-'}")
     if limit and len(ok) > limit:
         lines.append(f"... {len(ok) - limit} more (see --csv)")

@@ -11,7 +11,8 @@ pipeline placement vectors (PPVs) count.
 Models: ``lenet5`` (MNIST), ``alexnet`` and ``vgg16`` (CIFAR-10 forms whose
 parameter counts match the weight memory in Zhang & Abdelrahman's Table 9:
 88.9 MiB and 58.2 MiB), and CIFAR ResNets ``resnet<6n+2>`` (He et al. 2016,
-section 4.2, option-A shortcuts), e.g. resnet20/32/44/56/110/224/362.
+section 4.2, option-A shortcuts), e.g. resnet20/32/44/56/110/224/362 (the ImageNet
+names resnet18/34/50/101/152 are refused: see zoo_facts.IMAGENET_RESNET_DEPTHS).
 Dropout is left out on purpose: its RNG stream would differ between the
 emulator (one process) and the executor (one process per stage), and the
 product promises identical losses.

@@ -47,6 +47,11 @@ _FIXED = {
 
 # the ResNet depths of He et al. (and two deeper ones) listed by ``model_names``
 RESNET_DEPTHS = (20, 32, 44, 56, 110, 224, 362)
+# The ImageNet ResNets' names (He et al. Table 1, torchvision). In this field "resnet50" means the
+# 25.6 M-parameter bottleneck net; 50 and 152 are also 6n+2, so the zoo would silently build a
+# 0.76 M-parameter CIFAR net under that name. Refused, all five, with the depths the zoo builds.
+IMAGENET_RESNET_DEPTHS = (18, 34, 50, 101, 152)
+_COLLIDING = tuple(d for d in IMAGENET_RESNET_DEPTHS if (d - 2) % 6 == 0)  # 50, 152
 
 
 def model_names() -> list[str]:
@@ -70,6 +75,12 @@ def model_facts(name: str) -> ModelFacts | None:
         return None
     digits = m.group(1)
     depth = int(digits[-12:])  # (a longer number is deeper than allowed either way)
+    if len(digits) <= 12 and depth in IMAGENET_RESNET_DEPTHS:
+        raise StalesimError(
+            f"model {name!r}: the zoo has no ImageNet ResNet-{depth}; its ResNets are CIFAR ResNets "
+            f"(He et al. section 4.2, depth 6n+2): {', '.join(f'resnet{d}' for d in RESNET_DEPTHS)}, "
+            f"or any other resnet<6n+2> but {' and '.join(f'resnet{d}' for d in _COLLIDING)} "
+            "(the ImageNet names)")
     if len(digits) > 12:
         depth = 6 * MAX_RESNET_DEPTH + 2
     elif depth < 8 or (depth - 2) % 6 != 0:
