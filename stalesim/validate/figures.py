@@ -56,9 +56,11 @@ def iteration_time_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLik
         if isinstance(e, (int, float)) and math.isfinite(e):
             ax1.text(i, max(p[i], m[i]) * 1.02, f"{e:+.1%}", ha="center", va="bottom", fontsize=8)
     ax1.set_ylabel("iteration time (ms)")
-    ax1.legend(fontsize=8, loc="upper left")
+    ax1.set_ylim(0, max([*p, *m, 1e-9]) * 1.15)  # room for the error labels above the bars
+    # above the axes, beside the title: over the bars it hid the tallest schedule's pair
+    ax1.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
     if title:
-        ax1.set_title(title, fontsize=10)
+        ax1.set_title(title, fontsize=10, loc="left")
     pu = [r.get("predicted_utilization_mean") or 0.0 for r in rows]
     mu = [r.get("measured_utilization_mean") or 0.0 for r in rows]
     ax2.bar([i - w / 2 for i in x], pu, w, color="#4C72B0")
