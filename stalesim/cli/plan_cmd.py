@@ -228,6 +228,14 @@ def run(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise StalesimError(f"emulate_device: {args.emulate_device} requested but no CUDA device is visible")
+    # flags only: checked before any profile or hardware is read
+    if args.check and accuracy:
+        raise StalesimError("check: compares time to a loss target; use --target-loss")
+    if args.check and (args.target or args.node):
+        raise StalesimError("check: runs on this machine's CPU ranks, so it checks a plan of this machine "
+                            "(--profile measured here, --hardware from `stalesim calibrate`), not --target/--node")
+    if args.check and args.devices > 64:
+        raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
     out = check_writable_dir(Path(args.out))
     base = _base_config(args, horizon, accuracy)
     warmups = tuple(args.warmups) if args.warmups is not None else (0, max(1, horizon // 10) if not accuracy else 0)
@@ -253,13 +261,6 @@ def run(args: argparse.Namespace) -> int:
                       out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
                       batched=args.batched, progress=False if args.quiet else None,
                       sim_options={**opts, "method": args.method})
-    if args.check and accuracy:
-        raise StalesimError("check: compares time to a loss target; use --target-loss")
-    if args.check and (args.target or args.node):
-        raise StalesimError("check: runs on this machine's CPU ranks, so it checks a plan of this machine "
-                            "(--profile measured here, --hardware from `stalesim calibrate`), not --target/--node")
-    if args.check and args.devices > 64:
-        raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
     plan = make_plan(req)
     if args.check:
         _check(args, plan, req)
