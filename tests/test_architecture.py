@@ -8,6 +8,9 @@
   imports only from its own layer or below; no consumer imports another consumer; nothing
   below the CLI imports ``stalesim.cli``.
 * No import cycle between modules (top-level and function-level imports alike).
+* Action kinds are grouped in one place: no module outside ``stalesim/schedule/`` spells a
+  set of two or more kind names (``("F", "B", "U", "LOSS")``); it imports the sets of
+  :mod:`stalesim.schedule.actions` instead. Dicts keyed by kind (colour tables) are allowed.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from pathlib import Path
 import pytest
 
 from stalesim.schedule import schedule_names
+from stalesim.schedule.actions import Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stalesim", "executor")
 NAMES = set(schedule_names())
+KIND_NAMES = {k.value for k in Kind}
 
 # layer of each top-level area (lower number = lower layer)
 LAYER = {
@@ -129,6 +134,35 @@ def test_no_schedule_name_is_compared_outside_the_ir() -> None:
                                                                         or ast.Constant(None)):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.pattern.lineno}")
     assert not offenders, "schedule names compared outside stalesim/schedule: " + ", ".join(offenders)
+
+
+def _kind_set_literals(tree: ast.AST) -> Iterator[int]:
+    """Line of every tuple/list/set literal (also ``frozenset({...})``'s) naming 2+ action kinds."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            kinds = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in KIND_NAMES}
+            if len(kinds) >= 2:
+                yield node.lineno
+
+
+def test_no_kind_set_is_spelled_outside_the_ir() -> None:
+    offenders = []
+    paths = [p for m, p in MODULES.items() if not m.startswith("stalesim.schedule")]
+    paths += sorted((ROOT / "benchmarks").rglob("*.py"))
+    for path in paths:
+        for line in _kind_set_literals(ast.parse(path.read_text(), str(path))):
+            offenders.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not offenders, ("action-kind sets spelled outside stalesim/schedule (import them from "
+                           "stalesim.schedule.actions): " + ", ".join(offenders))
+
+
+@pytest.mark.parametrize("snippet, hit", [
+    ('_C = ("F", "B", "U", "LOSS")', True), ('k in {"SEND_F", "RECV_F"}', True),
+    ('x = frozenset(["I", "W"])', True), ('c = {"F": "red", "B": "blue"}', False),
+    ('u = ("B", "KiB", "MiB")', False), ('k == "F" or k == "B"', False),
+])
+def test_the_kind_set_check_itself(snippet: str, hit: bool) -> None:
+    assert bool(list(_kind_set_literals(ast.parse(snippet)))) is hit
 
 
 def test_layers_consumers_and_the_cli() -> None:

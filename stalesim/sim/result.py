@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stalesim.schedule.actions import COMPUTE_KIND_NAMES
 from stalesim.sim.model import NS
 from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
 from stalesim.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.events import Timeline
-
-_COMPUTE = {"F", "B", "I", "W", "U", "LOSS"}
-
 
 @dataclass
 class SimResult:
@@ -153,7 +151,7 @@ class SimResult:
         for gid, a in enumerate(prog.actions):
             d = prog.device_of_gid[gid]
             k = a.kind.value
-            if k in _COMPUTE:
+            if k in COMPUTE_KIND_NAMES:
                 events.append(TraceEvent(labels[gid], tl.start[gid] * us,
                                          (tl.end[gid] - tl.start[gid]) * us, d, "compute", k))
             elif k.startswith("SEND"):
