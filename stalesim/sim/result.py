@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stalesim.schedule.actions import COMPUTE_KIND_NAMES
-from stalesim.sim.model import NS
 from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
 from stalesim.units import fmt_bytes, fmt_seconds
 
@@ -201,7 +200,3 @@ def _cost_range(detail: dict[str, Any]) -> str:
 
 def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"  # 84,010 not 8.401e+04
-
-
-def ns_to_s(x: float) -> float:
-    return x / NS

@@ -473,8 +473,7 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
     """The same stage costs with every per-action cost replaced by the *measured* one.
 
     Compute actions (F/B/U/LOSS): the median span per kind and stage. With
-    ``overheads`` also what the runtime spends besides them (see
-    :mod:`stalesim.validate.breakdown`): the median gap after each action kind per
+    ``overheads`` also what the runtime spends besides them: the median gap after each action kind per
     stage (``gap_ns``), the median span of sends and all-reduce starts (posting) and
     the 10th-percentile span of receives and all-reduce waits (completing a message
     that is already there: the spans above it are waiting) (``comm_ns``).
