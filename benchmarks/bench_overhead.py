@@ -196,7 +196,7 @@ def messages(model: str, batch: int, micro: int, reps: int) -> dict[str, float]:
     import torch
     import torch.multiprocessing as mp
 
-    from executor.launch import free_port
+    from stalesim.rendezvous import free_port
     from stalesim.workloads.zoo import build_model
 
     m = build_model(model, seed=0)

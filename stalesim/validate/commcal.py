@@ -39,6 +39,7 @@ from typing import Any
 
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
+from stalesim.rendezvous import LOCAL_ADDR, free_port
 
 QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
 
@@ -96,7 +97,7 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
     from stalesim.runtime.allreduce import pack, unpack_mean
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=LOCAL_ADDR, MASTER_PORT=str(port))
     dev = torch.device(devices[rank])
     backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
@@ -204,8 +205,6 @@ def measure_comm(sizes: Sequence[int], *, repeats: int = 20, devices: Devices | 
     returns per quantity the median seconds per size and the fit
     (``{"alpha_s", "beta_s_per_byte"}``), plus the sizes, repeats and rank devices."""
     import torch.multiprocessing as mp
-
-    from stalesim.workloads.calibrate import free_port
 
     rank_devs = comm_rank_devices(devices)
     sizes = sorted({max(4, int(n)) for n in sizes})
