@@ -1,4 +1,4 @@
-"""Executor overhead per component (issue 12, item 6): what a rank pays besides the arithmetic.
+"""Executor overhead per component: what a rank pays besides the arithmetic.
 
 ``python -m benchmarks.bench_overhead [--model lenet5] [--batch 64] [--micro 4] [--reps N] [--json]``
 

@@ -133,7 +133,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         for text, v in entries:
             if text in expect and expect[text] != v:
                 mismatches.append(f"{text}: used v{v}, IR v{expect[text]}")
-    win = sched.steady_window()  # issue 12: the simulator's window, so run and simulate agree
+    win = sched.steady_window()  # the simulator's window, so run and simulate agree
     timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size,
                        window=win, whole_run=win is None)
     states: dict[str, Any] = {}

@@ -58,7 +58,7 @@ class CostModel:
     overhead_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
     notes: list[str] = field(default_factory=list)
     dispatch_s: float = 0.0  # executor loop time between two consecutive actions of a rank
-    # issue 12: the runtime's time after each action kind (dispatch loop, memory sample),
+    # the runtime's time after each action kind (dispatch loop, memory sample),
     # from the 1-rank run's gaps ("comm": after a send or receive), and the per-message
     # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
     gaps_s: dict[str, float] = field(default_factory=dict)
