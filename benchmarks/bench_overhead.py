@@ -187,8 +187,9 @@ def _msg_worker(rank: int, port: int, shape: list[int], labels: int, reps: int, 
     dist.all_gather_object(box, res)
     if rank == 0:
         merged = {k: v for r in box for k, v in r.items() if v}
-        with open(out, "w") as fh:
-            json.dump({k: _med_us(v) for k, v in merged.items()}, fh)
+        from stalesim.atomic import write_json_atomic  # the parent never reads a half-written file
+
+        write_json_atomic(out, {k: _med_us(v) for k, v in merged.items()}, compact=True)
     dist.destroy_process_group()
 
 

@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from stalesim.atomic import write_json_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 from stalesim.rendezvous import LOCAL_ADDR, free_port
@@ -194,8 +195,8 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
             for n in sizes:
                 vals = [v for r in box for v in r[q].get(n, [])]
                 merged[q][str(n)] = statistics.median(vals) if vals else 0.0
-        with open(out, "w") as fh:
-            json.dump(merged, fh)
+        # atomic (docs/CONTRACTS.md): the parent never reads a half-written file
+        write_json_atomic(out, merged, compact=True)
     dist.destroy_process_group()
 
 
