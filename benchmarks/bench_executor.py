@@ -150,7 +150,7 @@ def stage_example_inputs(model: Any, stages: list[Any], micro_batch: int) -> lis
 
 def _pippy(model: str, schedule: str, iterations: int, batch: int, micro: int,
            ppv: list[int] | None = None) -> dict:
-    from executor.launch import free_port
+    from stalesim.rendezvous import free_port
 
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"

@@ -1,4 +1,5 @@
-"""The fidelity campaign of issue 12: every goal, measured, next to its target, with the load.
+"""The fidelity campaign (simulator vs executor, docs/validate.md): every goal, measured,
+next to its target, with the load.
 
 ``python -m benchmarks.bench_fidelity [--quick] [--out DIR] [--repeats K] [--only main,grid,executor]``
 
@@ -232,7 +233,7 @@ def executor_targets(rounds: int, quick: bool, say=print) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- scope
-# the ten schedules issue 12 started with, then a few of the newer ones (interleaved
+# the ten schedules the fidelity goals were first set for, then a few of the newer ones (interleaved
 # virtual stages, split backward) where this build registers them
 ORIGINAL_SCHEDULES = ("sequential", "gpipe", "1f1b", "pipedream", "2bw", "stale", "hybrid", "local", "dp",
                       "pipe-sgd")

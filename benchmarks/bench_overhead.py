@@ -1,4 +1,4 @@
-"""Executor overhead per component (issue 12, item 6): what a rank pays besides the arithmetic.
+"""Executor overhead per component: what a rank pays besides the arithmetic.
 
 ``python -m benchmarks.bench_overhead [--model lenet5] [--batch 64] [--micro 4] [--reps N] [--json]``
 
@@ -187,8 +187,9 @@ def _msg_worker(rank: int, port: int, shape: list[int], labels: int, reps: int, 
     dist.all_gather_object(box, res)
     if rank == 0:
         merged = {k: v for r in box for k, v in r.items() if v}
-        with open(out, "w") as fh:
-            json.dump({k: _med_us(v) for k, v in merged.items()}, fh)
+        from stalesim.atomic import write_json_atomic  # the parent never reads a half-written file
+
+        write_json_atomic(out, {k: _med_us(v) for k, v in merged.items()}, compact=True)
     dist.destroy_process_group()
 
 
@@ -196,7 +197,7 @@ def messages(model: str, batch: int, micro: int, reps: int) -> dict[str, float]:
     import torch
     import torch.multiprocessing as mp
 
-    from executor.launch import free_port
+    from stalesim.rendezvous import free_port
     from stalesim.workloads.zoo import build_model
 
     m = build_model(model, seed=0)

@@ -113,7 +113,7 @@ def _torch_worker(args: argparse.Namespace) -> None:
 
 
 def theirs(model: str, schedule: str, iterations: int, batch: int, micro: int, ppv: list[int]) -> float:
-    from executor.launch import free_port
+    from stalesim.rendezvous import free_port
 
     cls, placement = PAIRS[schedule]
     with tempfile.TemporaryDirectory() as d:

@@ -1,7 +1,7 @@
 """Simulator benchmarks: event-path speed, a 1,000-configuration sweep, fast vs event.
 
 Run: ``python -m benchmarks.bench_sim`` (or ``python -m benchmarks sim``).
-Goals (issue 4): event path >= 300,000 actions/s; a 1,000-configuration sweep
+Goals (the simulator must make sweeps cheap): event path >= 300,000 actions/s; a 1,000-configuration sweep
 <= 30 s on 2 processes; fast path >= 10x faster than the event path.
 """
 

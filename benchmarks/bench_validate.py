@@ -1,7 +1,7 @@
 """Fidelity of the simulator against the executor on this machine (``stalesim validate``).
 
 ``python -m benchmarks.bench_validate [--model resnet20] [--iterations 24] [--out DIR] [--repeat K]``
-(the full campaign of issue 12 is ``benchmarks/bench_fidelity.py``)
+(the full fidelity campaign is ``benchmarks/bench_fidelity.py``)
 
 Runs ``validate`` on 2 CPU ranks over every schedule and prints, per schedule,
 predicted vs measured iteration time, utilization and speed-up, then the

@@ -1,4 +1,4 @@
-"""Re-run issue 13's probe of bad inputs against the real CLI, each case in a fresh process.
+"""Re-run the probe of bad inputs (docs/failure.md) against the real CLI, each case in a fresh process.
 
     python -m benchmarks.probe_inputs              # every case (about 3 min on 2 quiet cores)
     python -m benchmarks.probe_inputs 0 5 17       # only these cases (numbers as printed)
@@ -83,7 +83,7 @@ def cases(W: str) -> list[tuple[str, str]]:
         ("ok", f"simulate --profile {PROF} --schedule gpipe -S 2 --trace {W}/no/such/t.json"),  # parents are made
         ("err", f"sweep --profile {PROF} --schedules gpipe -S 2 --csv {W}/fifo"),
         ("err", f"profile --model lenet5 --batch-size 8 --repeats 1 -o {W}/fifo"),
-        # new cases (not in the issue's list)
+        # cases added after the first probe list
         ("err", f"emulate {E} --schedule stale -S 2 --lr nan --out {W}/o_n1"),
         ("err", f"emulate {E} --schedule stale -S 2 --momentum inf --out {W}/o_n2"),
         ("err", f"emulate {E} --schedule stale -S 0 --out {W}/o_n3"),

@@ -9,11 +9,9 @@ wraps each in a :class:`StageRuntime`.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import MutableMapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -234,7 +232,3 @@ def _stage_states(runtimes: dict[tuple[int, int], Any]) -> dict[str, Any]:
         if w == 0:
             out[str(s)] = {k: v.detach().cpu() for k, v in rt.module.state_dict().items()}
     return out
-
-
-def load_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())

@@ -41,17 +41,11 @@ from typing import Any
 from stalesim.atomic import ensure_dir, write_text_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
-from stalesim.rendezvous import PrivateStoreDir, check_master_addr
+from stalesim.rendezvous import LOCAL_ADDR, PrivateStoreDir, check_master_addr, free_port
 
 
 class ExecutorError(StalesimError):
     """The distributed run failed (a rank crashed, hung or raised)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    from stalesim.rendezvous import free_port as _free
-
-    return _free(host)
 
 
 def _child_stdout() -> int | None:
@@ -86,7 +80,7 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
     addr = master_addr or os.environ.get("STALESIM_MASTER_ADDR") or None
     if addr is not None:  # an explicit TCP rendezvous: check it before spawning anything
         addr = check_master_addr(addr, "--master-addr" if master_addr else "STALESIM_MASTER_ADDR")
-        port = free_port(addr if addr != "localhost" else "127.0.0.1")
+        port = free_port(addr if addr != "localhost" else LOCAL_ADDR)
     single = isinstance(jobs, dict)
     job_list = [jobs] if single else list(jobs)
     world = devs.count

@@ -27,6 +27,7 @@ import torch
 
 from executor.measure import COMPUTE, summarize
 from stalesim.atomic import ensure_dir, write_lines_atomic, write_text_atomic
+from stalesim.schedule.actions import VERSIONED_KINDS
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
@@ -47,11 +48,12 @@ def divergence(losses: list[float | None]) -> int | None:
 
 
 def ir_versions(sched: Any) -> dict[str, int]:
-    """Action text (no version) -> version the IR says it reads, for every F and B."""
+    """Action text (no version) -> version the IR says it reads, for every action that reads
+    weights (F, B and a split backward's I and W)."""
     out: dict[str, int] = {}
     for acts in sched.device_actions:
         for a in acts:
-            if a.version is not None and a.kind.value in ("F", "B"):
+            if a.version is not None and a.kind in VERSIONED_KINDS:
                 out[str(a.with_version(None))] = a.version
     return out
 
@@ -131,7 +133,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         for text, v in entries:
             if text in expect and expect[text] != v:
                 mismatches.append(f"{text}: used v{v}, IR v{expect[text]}")
-    win = sched.steady_window()  # issue 12: the simulator's window, so run and simulate agree
+    win = sched.steady_window()  # the simulator's window, so run and simulate agree
     timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size,
                        window=win, whole_run=win is None)
     states: dict[str, Any] = {}

@@ -32,6 +32,7 @@ from typing import Any
 from stalesim.errors import StalesimError
 
 LOOPBACK_NAMES = ("lo", "lo0")
+LOCAL_ADDR = "127.0.0.1"  # where a local run (and a calibration) listens
 
 
 def loopback_ifname() -> str | None:
@@ -69,7 +70,7 @@ def check_master_addr(addr: str, what: str = "--master-addr") -> str:
     return text
 
 
-def free_port(host: str, what: str = "--master-addr") -> int:
+def free_port(host: str = LOCAL_ADDR, what: str = "--master-addr") -> int:
     """A TCP port free on ``host`` right now (one-line error if ``host`` is not this machine's)."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:

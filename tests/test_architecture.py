@@ -8,6 +8,11 @@
   imports only from its own layer or below; no consumer imports another consumer; nothing
   below the CLI imports ``stalesim.cli``.
 * No import cycle between modules (top-level and function-level imports alike).
+* Action kinds are grouped in one place: no module outside ``stalesim/schedule/`` spells a
+  set of two or more kind names (``("F", "B", "U", "LOSS")``); it imports the sets of
+  :mod:`stalesim.schedule.actions` instead. Dicts keyed by kind (colour tables) are allowed.
+* Files are written through ``stalesim/atomic.py`` (docs/CONTRACTS.md): no plain
+  ``open(path, "w")`` elsewhere, bar the one live log listed in ``LIVE_WRITERS``.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from pathlib import Path
 import pytest
 
 from stalesim.schedule import schedule_names
+from stalesim.schedule.actions import Kind
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stalesim", "executor")
 NAMES = set(schedule_names())
+KIND_NAMES = {k.value for k in Kind}
 
 # layer of each top-level area (lower number = lower layer)
 LAYER = {
@@ -129,6 +136,65 @@ def test_no_schedule_name_is_compared_outside_the_ir() -> None:
                                                                         or ast.Constant(None)):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.pattern.lineno}")
     assert not offenders, "schedule names compared outside stalesim/schedule: " + ", ".join(offenders)
+
+
+def _kind_set_literals(tree: ast.AST) -> Iterator[int]:
+    """Line of every tuple/list/set literal (also ``frozenset({...})``'s) naming 2+ action kinds."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            kinds = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in KIND_NAMES}
+            if len(kinds) >= 2:
+                yield node.lineno
+
+
+def test_no_kind_set_is_spelled_outside_the_ir() -> None:
+    offenders = []
+    paths = [p for m, p in MODULES.items() if not m.startswith("stalesim.schedule")]
+    paths += sorted((ROOT / "benchmarks").rglob("*.py"))
+    for path in paths:
+        for line in _kind_set_literals(ast.parse(path.read_text(), str(path))):
+            offenders.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not offenders, ("action-kind sets spelled outside stalesim/schedule (import them from "
+                           "stalesim.schedule.actions): " + ", ".join(offenders))
+
+
+@pytest.mark.parametrize("snippet, hit", [
+    ('_C = ("F", "B", "U", "LOSS")', True), ('k in {"SEND_F", "RECV_F"}', True),
+    ('x = frozenset(["I", "W"])', True), ('c = {"F": "red", "B": "blue"}', False),
+    ('u = ("B", "KiB", "MiB")', False), ('k == "F" or k == "B"', False),
+])
+def test_the_kind_set_check_itself(snippet: str, hit: bool) -> None:
+    assert bool(list(_kind_set_literals(ast.parse(snippet)))) is hit
+
+
+# modules allowed a plain write, and why: a live log must keep what a killed step printed
+LIVE_WRITERS = {"stalesim.gpucheck.runner"}
+
+
+def _plain_writes(tree: ast.AST) -> Iterator[int]:
+    """Line of every builtin ``open(...)`` whose mode writes (w, a, x or +)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) \
+                    and set(mode.value) & set("wax+"):
+                yield node.lineno
+
+
+def test_files_are_written_atomically() -> None:
+    offenders = [f"{path.relative_to(ROOT)}:{line}" for mod, path in MODULES.items()
+                 if mod != "stalesim.atomic" and mod not in LIVE_WRITERS
+                 for line in _plain_writes(ast.parse(path.read_text(), str(path)))]
+    assert not offenders, "plain open(..., 'w') outside stalesim/atomic.py: " + ", ".join(offenders)
+
+
+@pytest.mark.parametrize("snippet, hit", [
+    ('open(p, "w")', True), ('open(p, mode="ab")', True), ('open(p)', False), ('open(p, "rb")', False),
+    ('atomic_open(p, "w")', False), ('gzip.open(p, "wb")', False),
+])
+def test_the_write_check_itself(snippet: str, hit: bool) -> None:
+    assert bool(list(_plain_writes(ast.parse(snippet)))) is hit
 
 
 def test_layers_consumers_and_the_cli() -> None:

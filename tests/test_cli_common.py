@@ -32,7 +32,7 @@ def test_positive_seconds_like_types_refuse(text: str) -> None:
 
 
 def test_int_list_refuses_empty_items() -> None:
-    """issue 13 probe: `--ppv 1,,2` silently became [1, 2]."""
+    """Bad-input probe: `--ppv 1,,2` silently became [1, 2]."""
     assert int_list("2,5") == [2, 5] and int_list(" 7 ") == [7]
     for bad in ["1,,2", "2,", ",", "", "1,x", "1," * 3]:
         with pytest.raises(argparse.ArgumentTypeError):

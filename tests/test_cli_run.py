@@ -98,7 +98,7 @@ def no_launch(monkeypatch):
     (["--threads", "100000"], "argument --threads"),
 ])
 def test_bad_input_refused_before_any_rank_starts(tmp_path, capsys, no_launch, extra, needle):
-    """issue 13 probe: `run --master-addr` with a bad host raised socket.gaierror; it and the
+    """Bad-input probe: `run --master-addr` with a bad host raised socket.gaierror; it and the
     other run-level checks now come before the run folder is made and any rank starts."""
     from stalesim.cli import main
 

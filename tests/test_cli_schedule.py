@@ -61,7 +61,7 @@ def _fails_fast(capsys, argv, needle):
 
 
 def test_huge_schedules_refused_up_front(capsys):
-    """issue 13 probe: -S/-N/-M/-P of a million hung; now one line at once."""
+    """Bad-input probe: -S/-N/-M/-P of a million hung; now one line at once."""
     _fails_fast(capsys, ["schedule", "gpipe", "-N", "1000000"], "more than this command prints")
     _fails_fast(capsys, ["schedule", "stale", "-S", "1000000"], "actions")
     _fails_fast(capsys, ["schedule", "gpipe", "-M", "1000000"], "actions")
@@ -74,7 +74,7 @@ def test_argparse_errors_name_the_command_with_the_stalesim_prefix(capsys):
 
 
 def test_workers_for_a_pipeline_only_schedule_are_refused(capsys):
-    """issue 13 probe: `schedule gpipe -P 2` dropped -P silently (exit 0); emulate refused it."""
+    """Bad-input probe: `schedule gpipe -P 2` dropped -P silently (exit 0); emulate refused it."""
     _fails_fast(capsys, ["schedule", "gpipe", "-S", "2", "-P", "2"], "workers: schedule 'gpipe' is not data-parallel")
     _fails_fast(capsys, ["schedule", "stale", "-S", "2", "--workers", "3"], "is not data-parallel")
     assert main(["schedule", "dp", "-P", "2"]) == 0

@@ -127,7 +127,7 @@ def test_bad_extrapolate_exit_2(capsys, prof_path):
 
 
 def test_roofline_batch_scaling_matches_figure_code(capsys):
-    """Issue 16: the CLI (roofline at the profile's batch 8, simulated at 128) and the figure
+    """Regression: the CLI (roofline at the profile's batch 8, simulated at 128) and the figure
     code (profile scaled to 128, then roofline) give the same sequential time."""
     from pathlib import Path
 
@@ -206,7 +206,7 @@ def _one_line(capsys, argv, needle):
 
 
 def test_probe_items_bad_numbers(capsys, prof_path, tmp_path):
-    """issue 13 probe: -N 1e6 hung, 1e300 s raised OverflowError, NaN loss time, a .txt plot."""
+    """Bad-input probe: -N 1e6 hung, 1e300 s raised OverflowError, NaN loss time, a .txt plot."""
     p = str(prof_path)
     _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "4", "-N", "1000000"], "actions")
     _one_line(capsys, ["simulate", "--profile", p, "--schedule", "stale", "-S", "2", "--loss-time", "nan"],

@@ -112,7 +112,7 @@ def _err(capsys, argv):
 
 
 def test_empty_invalid_or_huge_grids_are_errors(capsys, prof_path):
-    """issue 13 probe: an empty or entirely invalid grid exited 0 with nothing."""
+    """Bad-input probe: an empty or entirely invalid grid exited 0 with nothing."""
     base = ["sweep", "--profile", prof_path]
     assert "an empty item" in _err(capsys, [*base, "--schedules", "", "--stages", "2"])
     assert "an empty item" in _err(capsys, [*base, "--schedules", "stale,,dp", "--stages", "2"])

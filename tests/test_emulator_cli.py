@@ -159,7 +159,7 @@ def no_training(monkeypatch):
     (["--iterations", "1", "--data-dir", "/no/such/folder"], "is not a folder"),
 ])
 def test_absurd_input_refused_before_building(capsys, no_training, argv, needle):
-    """issue 13 probe: `emulate -S 1000000` hung building a schedule; every such input is now
+    """Bad-input probe: `emulate -S 1000000` hung building a schedule; every such input is now
     answered before the model, the data or the schedule is built."""
     argv = ["emulate", "--dataset", "synthetic", "--synthetic-size", "128", "--batch-size", "16", *argv]
     try:
@@ -171,7 +171,7 @@ def test_absurd_input_refused_before_building(capsys, no_training, argv, needle)
 
 
 def test_run_folder_problems_refused_before_building(capsys, no_training, tmp_path):
-    """issue 13 probe: `emulate --out FILE` failed after loading data and building the model."""
+    """Bad-input probe: `emulate --out FILE` failed after loading data and building the model."""
     f = tmp_path / "a-file"
     f.write_text("x")
     rc, _, err = _run(capsys, SYN + ["--iterations", "1", "--out", str(f)])

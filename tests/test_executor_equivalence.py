@@ -127,7 +127,7 @@ def _predicted_peaks(cfg: TrainConfig) -> list[int]:
 
 
 def test_memory_model_counts_what_the_ranks_hold(two_rank_results):
-    """Issue 12: predicted and measured peak memory per device count the same bytes. Exact
+    """Predicted and measured peak memory per device count the same bytes. Exact
     but for a gradient whose send has not completed when a rank samples (a few percent at
     most); mitigations (predicted weights) and compressed all-reduce buckets are not
     modelled and are left out here."""

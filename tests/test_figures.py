@@ -158,7 +158,7 @@ def test_schedules_figure_names_its_ppv_and_merges(tmp_path):
                                          (",", "expected comma-separated figure names"),
                                          ("staleness_table,nosuch", "unknown figure 'nosuch'")])
 def test_only_must_name_figures(tmp_path: Path, capsys, only: str, needle: str) -> None:
-    """issue 13 probe: `figures --only ''` regenerated every figure (exit 0)."""
+    """Bad-input probe: `figures --only ''` regenerated every figure (exit 0)."""
     assert main(["figures", "--only", only, "--out", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1

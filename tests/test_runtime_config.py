@@ -77,7 +77,7 @@ def test_lr_schedules():
      "epochs: 1000000 epochs of 8 batches"),
 ])
 def test_size_and_type_checks_before_anything_is_built(kw, needle):
-    """issue 13: every number is checked up front, so `emulate -S 1000000` and friends are
+    """Bad input: every number is checked up front, so `emulate -S 1000000` and friends are
     answered at once, naming the field, not after minutes of building."""
     with pytest.raises(StalesimError) as exc:
         TrainConfig(**kw).check()

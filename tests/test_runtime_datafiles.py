@@ -115,7 +115,7 @@ def test_a_data_folder_without_the_dataset_does_not_fall_back_to_the_cache(tiny_
 
 @pytest.mark.parametrize("damage", [b"garbage", b"", "truncated"])
 def test_a_warm_cache_does_not_mask_a_corrupt_data_folder(tiny_mnist, tmp_path, damage):
-    """Probe (issue 13): with a verified cache from an earlier run, a corrupt,
+    """Bad-input probe: with a verified cache from an earlier run, a corrupt,
     empty or truncated file in the given folder must still be an error naming it."""
     data_dir, _ = tiny_mnist
     load_dataset(_cfg(data_dir))  # fills the cache with verified files

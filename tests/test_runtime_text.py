@@ -85,7 +85,7 @@ def test_missing_and_given_files(tmp_path, monkeypatch):
 
 
 def test_a_given_data_folder_is_the_only_source(tmp_path, monkeypatch):
-    """issue 13's rule for datasets, kept for the text: a text in the cache is not used when
+    """As for the datasets: a text in the cache is not used when
     --data-dir is given and lacks it; an empty file is one line (torch.frombuffer raised)."""
     cache = tmp_path / "cache"
     (cache / "shakespeare").mkdir(parents=True)

@@ -146,6 +146,16 @@ def test_iteration_below_busiest_device_compute_is_flagged() -> None:
     assert "exceeds the 2 device(s)" in s and "is shorter than the devices' work" in s
 
 
+def test_device_work_counts_a_split_backward() -> None:
+    """zero-bubble runs I and W instead of B: both are compute the device does (left out,
+    the iteration check's lower bound dropped the whole backward)."""
+    costs = uniform_costs(2, 1000, 3000, 100, loss_ns=50, bi_ns=1000, bw_ns=2000)
+    sched = build_schedule(ScheduleConfig("zb-h1", stages=2, batches=1, microbatches=4))
+    # per device: 4 x (F + I + W) + U; the last stage also 4 LOSS
+    assert device_work_ns(sched, costs) == [4 * (1000 + 1000 + 2000) + 100,
+                                            4 * (1000 + 1000 + 2000) + 100 + 4 * 50]
+
+
 def test_memory_below_weights_and_above_capacity() -> None:
     p = _prof()
     r = sim(p, "pipedream", stages=2, keep_timeline=False)

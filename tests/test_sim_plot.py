@@ -42,6 +42,14 @@ def _capture(monkeypatch, module):
     return seen
 
 
+def test_every_action_kind_has_a_colour_and_a_legend_label():
+    """A kind added to the IR gets a colour and a legend line, not the fallback grey."""
+    from stalesim.schedule.actions import Kind
+    from stalesim.sim.plot import COLORS, LEGEND_LABELS
+
+    assert {k.value for k in Kind} <= set(COLORS) and set(LEGEND_LABELS) == set(COLORS)
+
+
 def test_split_backward_has_its_own_colours_and_legend(tmp_path, monkeypatch):
     """zero-bubble's I and W: own colours (not LOSS's grey), in a legend outside the axes."""
     from matplotlib.colors import to_rgba

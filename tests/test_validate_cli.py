@@ -96,7 +96,7 @@ def no_validation_work(monkeypatch):
 ])
 def test_broken_hardware_refused_before_profiling(tmp_path: Path, capsys, no_validation_work, content,
                                                    needle) -> None:
-    """issue 13 probe: a truncated --hardware failed after 16 s of profiling."""
+    """Bad-input probe: a truncated --hardware failed after 16 s of profiling."""
     hw = tmp_path / "hw.json"
     hw.write_text(content)
     rc = main(["validate", "--out", str(tmp_path / "o"), "--hardware", str(hw)])
@@ -144,7 +144,7 @@ def no_demo_work(monkeypatch):
     (["--model", "nosuch"], "--model: unknown 'nosuch'"),
 ])
 def test_demo_refuses_bad_flags_before_step_1(tmp_path: Path, capsys, no_demo_work, argv, needle) -> None:
-    """issue 13 probe: `demo --schedules nosuch` ran every step and exited 0; `--iterations -1`
+    """Bad-input probe: `demo --schedules nosuch` ran every step and exited 0; `--iterations -1`
     was refused after 33 s of profiling."""
     try:
         rc = main(["demo", "--out", str(tmp_path / "demo"), *argv])

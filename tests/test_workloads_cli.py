@@ -83,7 +83,7 @@ def test_partition_comm_and_memory(prof_path: Path, capsys) -> None:
         (["profile", "--roofline", "tpu9", "--from", "{p}", "-o", "{out}"], "device: unknown"),
         (["profile", "--model", "lenet5", "-o", "{out}"], "--batch-size: required"),
         (["profile", "--batch-size", "8", "-o", "{out}"], "--model: required"),
-        # issue 13 probe items
+        # bad-input probe items
         (["partition", "--profile", "{p}", "--ppv", "1,,2"], "argument --ppv: .*an empty item"),
         (["partition", "--profile", "{p}", "--stages", "2", "--hardware", "{trunc}"],
          "--hardware: only used with --include-comm"),
@@ -159,7 +159,7 @@ def test_profile_roofline_what_if(prof_path: Path, tmp_path: Path, capsys) -> No
 
 def test_partition_of_a_huge_profile_is_refused_before_its_layers_are_read(tmp_path: Path, capsys,
                                                                            monkeypatch) -> None:
-    """issue 13 probe: a 10^6-layer profile hung the partitioner; profiles hold at most
+    """Bad-input probe: a 10^6-layer profile hung the partitioner; profiles hold at most
     MAX_LAYERS blocks (checked before each layer is validated)."""
     import stalesim.workloads.profile as profile
 

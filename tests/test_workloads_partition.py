@@ -206,7 +206,7 @@ def test_default_partition_works_on_a_float64_model():
     assert [len(s) for s in split_stages(m64, stages=3)] == [len(s) for s in split_stages(m32, stages=3)]
 
 
-# ---------------------------------------------------------------- the bisection path (issue 13)
+# ---------------------------------------------------------------- the bisection path (huge inputs)
 def _both(*args, **kw):
     """(DP result, bisection result) of the same problem (or the error each raises)."""
     import stalesim.workloads.partition as part
@@ -241,7 +241,7 @@ def test_bisection_equals_the_dp_ties_included(data, n: int) -> None:
 
 
 def test_large_partitions_are_exact_and_do_not_take_the_dp() -> None:
-    """issue 13 probe: 10^4 layers into 100 stages hung in the O(S L^2) DP."""
+    """Bad-input probe: 10^4 layers into 100 stages hung in the O(S L^2) DP."""
     import stalesim.workloads.partition as part
 
     n, S = 10_000, 100

@@ -162,7 +162,7 @@ def test_weight_layers_may_be_omitted_in_a_hand_written_profile() -> None:
     ({"device": "h100-sxm (roofline)"}, r"device: unknown"),  # a roofline device needs its meta
 ])
 def test_absurd_values_and_unknown_names_refused(change: dict, pattern: str) -> None:
-    """issue 13 probe: a layer time of 1e300 ended in OverflowError in the simulator; unknown
+    """Bad-input probe: a layer time of 1e300 ended in OverflowError in the simulator; unknown
     dtype/device values were accepted."""
     d = _doc()
     for key, value in change.items():

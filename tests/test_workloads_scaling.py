@@ -176,7 +176,7 @@ def _shape(b: int = 8) -> Profile:
 
 
 def test_roofline_retimes_counts_at_any_batch_size() -> None:
-    """Issue 16: re-batching a roofline profile scaled its launch overhead with the batch."""
+    """Regression: re-batching a roofline profile scaled its launch overhead with the batch."""
     shape = _shape(8)
     r8 = roofline_profile(shape, "h100-sxm")
     a = r8.at_batch_size(128)  # what the CLI does (roofline, then simulate at 128)

@@ -22,6 +22,7 @@ import time
 
 from stalesim.cli.common import add_extrapolate_arg, int_type, positive_int
 from stalesim.limits import MAX_REPEATS
+from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -206,7 +207,7 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     step.note(f"one training step at batch {B}: {prof.whole_model_s * 1e3:.1f} ms alone"
               + (f", x{ratio:.2f} with the other rank busy" if ratio else "")
               + "; per-action runtime overhead F/B/U/LOSS "
-              + "/".join(f"{overhead[k] * 1e6:.0f}" for k in ("F", "B", "U", "LOSS")) + " us")
+              + "/".join(f"{overhead[k] * 1e6:.0f}" for k in UNSPLIT_COMPUTE_NAMES) + " us")
 
     # 3. calibrate ---------------------------------------------------------------------
     from stalesim.sim.model import SimHardware

@@ -66,7 +66,7 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
 
 
 def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) -> None:
-    """Issue 15: optimizers, lr warm-up/floor, clipping, optimizer-aware mitigations."""
+    """Optimizers, lr warm-up/floor, clipping, optimizer-aware mitigations."""
     o = p.add_argument_group("optimizer")
     o.add_argument("--optimizer", default="sgd",
                    help="sgd | adam | adamw (decoupled weight decay) | muon (Muon on hidden "

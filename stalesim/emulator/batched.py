@@ -416,9 +416,3 @@ def memory_estimate(cfgs: Sequence[TrainConfig], sched: Any, mods: Any, device: 
                                element_size=torch.empty((), dtype=cfg.torch_dtype).element_size())
     check_fits(est, device, len(cfgs))
     return est
-
-
-def emulate_batched(cfgs: Sequence[TrainConfig], **kw: Any) -> list[dict[str, Any]]:
-    """Build and run a batched emulation; returns one summary per run."""
-    resume = kw.pop("resume", False)
-    return BatchedEmulator(cfgs, **kw).run(resume=resume)

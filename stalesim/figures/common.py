@@ -84,10 +84,6 @@ def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):
     return prof
 
 
-def fmt_mb(nbytes: float) -> str:
-    return f"{nbytes / 2**20:.2f}"
-
-
 def first(items: Iterable[Any], default: Any = None) -> Any:
     return next(iter(items), default)
 

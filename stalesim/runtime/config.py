@@ -82,8 +82,8 @@ class TrainConfig:
     pipemare_correction: bool = False
     pipemare_gamma: float = 0.9
     staleness_lr: bool = False
-    # --- optimizers, lr warm-up/floor, clipping and optimizer-aware mitigations (issue 15;
-    # stalesim.runtime.optim, checked by _check_optimizer)
+    # --- optimizers, lr warm-up/floor, clipping and optimizer-aware mitigations
+    # (stalesim.runtime.optim, checked by _check_optimizer)
     optimizer: str = "sgd"
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8
@@ -100,7 +100,7 @@ class TrainConfig:
     muon_momentum: float = 0.95
     muon_ns_steps: int = 5
     eval_windows: int = 256
-    # --- end issue 15
+    # --- end of the optimizer fields
     # data details
     num_classes: int = 10
     synthetic_size: int = 1024

@@ -56,6 +56,27 @@ INPUT_GRAD_KINDS = frozenset({Kind.B, Kind.I})
 WEIGHT_GRAD_KINDS = frozenset({Kind.B, Kind.W})
 COMM_KINDS = frozenset({Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B})
 COLLECTIVE_KINDS = frozenset({Kind.AR, Kind.ARW})
+# everything the communication path runs, point-to-point and collective: what a trace
+# draws on the comm track and what the runtime's per-message costs are calibrated for
+TRANSFER_KINDS = COMM_KINDS | COLLECTIVE_KINDS
+# kinds that read a weight version (annotated by stalesim.schedule.versions once its
+# pass has run): the forward and every form of the backward
+VERSIONED_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W})
+
+# Ordered forms, for output and position-indexed tables (the simulator's kind codes,
+# StageCosts' per-kind cost tables): their order is part of every printed row and
+# stored table, so it is fixed here once.
+# The halves of a split backward (input gradient, then weight gradient).
+SPLIT_BACKWARD_KINDS = (Kind.I, Kind.W)
+# The compute kinds of a schedule that splits no backward, in enum order (F, B, U,
+# LOSS): what the 1-rank calibration measures and what reports print per kind.
+UNSPLIT_COMPUTE_NAMES = tuple(k.value for k in Kind if k in COMPUTE_KINDS and k not in SPLIT_BACKWARD_KINDS)
+# Every compute kind: the unsplit ones, then I and W (the order the cost tables grew in).
+COMPUTE_NAMES_ORDERED = UNSPLIT_COMPUTE_NAMES + tuple(k.value for k in SPLIT_BACKWARD_KINDS)
+# Every transfer kind: sends before receives, forward before backward, then the
+# all-reduce start and wait (the order of the per-kind communication cost tables).
+TRANSFER_NAMES_ORDERED = tuple(k.value for k in (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B,
+                                                 Kind.AR, Kind.ARW))
 
 # Longest alternatives first so that "ARW" is not read as "AR" + "W...".
 _KIND_ALT = "|".join(sorted((k.value for k in Kind), key=len, reverse=True))

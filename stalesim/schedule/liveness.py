@@ -144,8 +144,9 @@ def backward_reads(table: VersionTable, stage: int, worker: int = 0) -> Counter[
 
 @dataclass(frozen=True)
 class MemorySample:
-    """What one device holds right after one of its compute actions (issue 12: the memory
-    model and the executor's accounting sample the same points).
+    """What one device holds right after one of its compute actions (the memory
+    model and the executor's accounting sample the same points, so predicted and measured
+    peaks can be compared to the byte).
 
     ``stages``: per (worker, stage) on the device, (worker, stage, weight versions alive,
     activations in flight, gradient buffers, all-reduce buckets in flight, deferred

@@ -225,7 +225,7 @@ def simulate(
         stage_costs=costs.to_dict(),
         timeline=timeline if opts.keep_timeline else None,
     )
-    # ---- plausibility pass (issue 17): cost provenance + physical-limit checks -> warnings
+    # ---- plausibility pass: cost provenance + physical-limit checks -> warnings
     from stalesim.sim.plausibility import finish
 
     return finish(result, costs, sched, hw)

@@ -42,15 +42,15 @@ from functools import lru_cache
 import simpy
 
 from stalesim.errors import StalesimError
-from stalesim.schedule.actions import Action, Kind
+from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, TRANSFER_KINDS, TRANSFER_NAMES_ORDERED, Action, Kind
 from stalesim.schedule.deps import dependencies
 from stalesim.schedule.ir import Schedule, ScheduleConfig
 from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes
 COMPUTE, SEND, RECV, AR, ARW = 0, 1, 2, 3, 4
-_KIND_CODE = {Kind.F: 0, Kind.B: 1, Kind.U: 2, Kind.LOSS: 3, Kind.I: 4, Kind.W: 5}
-_COMM_TRACK = frozenset({Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B, Kind.AR, Kind.ARW})
+# a compute action's kind code: its position in the ordered compute kinds (the cost tables' order)
+_KIND_CODE = {Kind(k): i for i, k in enumerate(COMPUTE_NAMES_ORDERED)}
 
 
 @dataclass
@@ -388,7 +388,10 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     return Timeline(prog, start, end, xfer, coll_span, cpu_jobs, makespan, batch_done, busy)
 
 
-_OP_KINDS = ((("F", "B", "U", "LOSS", "I", "W")), ("SEND_F", "SEND_B"), ("RECV_F", "RECV_B"), ("AR",), ("ARW",))
+# per op (compute, send, receive, all-reduce start, wait), the kinds its kind codes stand
+# for, in code order: compute as _KIND_CODE, a send or receive 0 forward / 1 backward
+_OP_KINDS = (COMPUTE_NAMES_ORDERED, TRANSFER_NAMES_ORDERED[0:2], TRANSFER_NAMES_ORDERED[2:4],
+             TRANSFER_NAMES_ORDERED[4:5], TRANSFER_NAMES_ORDERED[5:6])
 
 
 def _op_tables(table: dict[str, tuple[int, ...]], S: int) -> list[list[list[int]]]:
@@ -403,7 +406,7 @@ def busy_in_window(tl: Timeline, lo: int, hi: int) -> list[int]:
     dev_of = prog.device_of_gid
     start, end = tl.start, tl.end
     for gid, a in enumerate(prog.actions):
-        if a.kind in _COMM_TRACK:
+        if a.kind in TRANSFER_KINDS:
             continue
         s0, e0 = start[gid], end[gid]
         if e0 <= lo or s0 >= hi or e0 == s0:

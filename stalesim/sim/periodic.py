@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stalesim.schedule.actions import Kind
-from stalesim.sim.events import _COMM_TRACK, Timeline
+from stalesim.schedule.actions import TRANSFER_KINDS, Kind
+from stalesim.sim.events import Timeline
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def busy_at(tl: Timeline, times: list[int]) -> np.ndarray:
     D = prog.sched.num_devices
     per: list[list[tuple[int, int]]] = [[] for _ in range(D)]
     for g, a in enumerate(prog.actions):
-        if a.kind not in _COMM_TRACK and tl.end[g] > tl.start[g]:  # compute, as busy_in_window counts it
+        if a.kind not in TRANSFER_KINDS and tl.end[g] > tl.start[g]:  # compute, as busy_in_window counts it
             per[prog.device_of_gid[g]].append((tl.start[g], tl.end[g]))
     for dd, s0, e0, _ in tl.cpu_jobs:
         per[dd].append((s0, e0))

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from stalesim.schedule.actions import COMPUTE_KIND_NAMES
 from stalesim.sim.model import NS
 from stalesim.units import fmt_bytes
 from stalesim.workloads.scaling import worst_source
@@ -40,7 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 REL_TOL = 1e-6  # integer-ns rounding: a limit counts as crossed beyond this
 SPEEDUP = "speed-up "  # how every speed-up warning starts (see without_speedup)
-_COMPUTE = ("F", "B", "U", "LOSS")
 
 
 def finish(result: SimResult, costs: StageCosts, sched: Schedule, hw: SimHardware | None = None) -> SimResult:
@@ -101,13 +101,14 @@ def cost_note(detail: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------- work
 def device_work_ns(sched: Schedule, costs: StageCosts) -> list[float]:
-    """Per device: compute (F, B, U, LOSS) per mini-batch, averaged over the IR's batches.
+    """Per device: compute (F, B, I, W, U, LOSS) per mini-batch, averaged over the IR's batches.
 
     The same durations the engine charges (``f_ns[stage]``, ...); communication
     and CPU time of transfers are not included, so this is a lower bound on
     what a device does per mini-batch.
     """
-    table = {"F": costs.f_ns, "B": costs.b_ns, "U": costs.u_ns}
+    bi, bw = costs.split_ns()  # a split backward's halves: the durations the engine charges
+    table = {"F": costs.f_ns, "B": costs.b_ns, "I": bi, "W": bw, "U": costs.u_ns}
     n = max(1, int(sched.batches))
     out = []
     for acts in sched.device_actions:
@@ -240,7 +241,7 @@ def check_memory(result: SimResult, costs: StageCosts, sched: Schedule,
         if d >= len(held):
             break
         for a in acts:
-            if a.kind.value in _COMPUTE:
+            if a.kind.value in COMPUTE_KIND_NAMES:
                 held[d].add((a.worker, a.stage))
     for d, peak in enumerate(result.peak_memory_bytes):
         need = sum(costs.param_bytes[s] for _w, s in held[d])

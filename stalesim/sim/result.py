@@ -12,15 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stalesim.sim.model import NS
+from stalesim.schedule.actions import COMPUTE_KIND_NAMES
 from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
 from stalesim.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.events import Timeline
-
-_COMPUTE = {"F", "B", "I", "W", "U", "LOSS"}
-
 
 @dataclass
 class SimResult:
@@ -153,7 +150,7 @@ class SimResult:
         for gid, a in enumerate(prog.actions):
             d = prog.device_of_gid[gid]
             k = a.kind.value
-            if k in _COMPUTE:
+            if k in COMPUTE_KIND_NAMES:
                 events.append(TraceEvent(labels[gid], tl.start[gid] * us,
                                          (tl.end[gid] - tl.start[gid]) * us, d, "compute", k))
             elif k.startswith("SEND"):
@@ -203,7 +200,3 @@ def _cost_range(detail: dict[str, Any]) -> str:
 
 def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"  # 84,010 not 8.401e+04
-
-
-def ns_to_s(x: float) -> float:
-    return x / NS

@@ -20,7 +20,6 @@ table marks both and :func:`plot` draws them.
 
 from __future__ import annotations
 
-import csv
 import io
 import itertools
 import os
@@ -235,15 +234,6 @@ def rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, r in enumerate(ok, 1):
         r["rank"] = i
     return ok + bad
-
-
-def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow(r)
-    return buf.getvalue()
 
 
 def write_csv(path: str | os.PathLike[str], rows: Sequence[dict[str, Any]]) -> Path:

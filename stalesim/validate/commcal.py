@@ -37,8 +37,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from stalesim.atomic import write_json_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
+from stalesim.rendezvous import LOCAL_ADDR, free_port
 
 QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
 
@@ -96,7 +98,7 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
     from stalesim.runtime.allreduce import pack, unpack_mean
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=LOCAL_ADDR, MASTER_PORT=str(port))
     dev = torch.device(devices[rank])
     backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
@@ -193,8 +195,8 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
             for n in sizes:
                 vals = [v for r in box for v in r[q].get(n, [])]
                 merged[q][str(n)] = statistics.median(vals) if vals else 0.0
-        with open(out, "w") as fh:
-            json.dump(merged, fh)
+        # atomic (docs/CONTRACTS.md): the parent never reads a half-written file
+        write_json_atomic(out, merged, compact=True)
     dist.destroy_process_group()
 
 
@@ -204,8 +206,6 @@ def measure_comm(sizes: Sequence[int], *, repeats: int = 20, devices: Devices | 
     returns per quantity the median seconds per size and the fit
     (``{"alpha_s", "beta_s_per_byte"}``), plus the sizes, repeats and rank devices."""
     import torch.multiprocessing as mp
-
-    from stalesim.workloads.calibrate import free_port
 
     rank_devs = comm_rank_devices(devices)
     sizes = sorted({max(4, int(n)) for n in sizes})

@@ -148,7 +148,8 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# The fidelity goals of issue 12 (docs/validate.md), next to which every aggregate is printed.
+# The simulator-vs-measurement fidelity goals (docs/validate.md, "Fidelity on this machine"),
+# next to which every aggregate is printed.
 GOALS = {"median_abs_time_error": 0.03, "max_abs_time_error": 0.08,
          "max_abs_utilization_error_points": 3.0, "max_abs_speedup_error": 0.05,
          "max_abs_memory_error": 0.05, "median_abs_replay_error": 0.02, "max_abs_replay_error": 0.05}

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.profile import Profile
@@ -52,7 +53,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         x = torch.randn(2, 8, device=dev)
         y = torch.randint(0, 8, (2,), device=dev)
         sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-        measured = ("F", "B", "U", "LOSS")
+        measured = UNSPLIT_COMPUTE_NAMES
         rt_t: dict[str, list[float]] = {k: [] for k in measured}
         for t in range(n + 2):
             acts = [a for a in sched.device_actions[0] if a.batch == t]
@@ -317,8 +318,7 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
                 if t >= 2:
                     times.setdefault((hooked, "F"), []).append(t1 - t0)
                     times.setdefault((hooked, "B"), []).append(t3 - t2)
-            row = {k: max(0.0, statistics.median(times[(True, k)]) - statistics.median(times[(False, k)]))
-                   for k in ("F", "B")}
+            row = {"F": _hook_cost(times, "F"), "B": _hook_cost(times, "B")}
             if (False, "LOSS") in times:
                 row["LOSS"] = statistics.median(times[(False, "LOSS")] + times[(True, "LOSS")])
             out.append(row)
@@ -327,6 +327,11 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
         return out
     finally:
         torch.set_num_threads(old)
+
+
+def _hook_cost(times: dict[tuple[bool, str], list[float]], kind: str) -> float:
+    """Median time of ``kind`` with the hooks on less without them (never below zero)."""
+    return max(0.0, statistics.median(times[(True, kind)]) - statistics.median(times[(False, kind)]))
 
 
 def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: int, repeats: int,

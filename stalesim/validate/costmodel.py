@@ -38,12 +38,15 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, SPLIT_BACKWARD_KINDS, TRANSFER_NAMES_ORDERED, Kind
+
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.model import SimHardware, StageCosts
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
-KINDS = ("F", "B", "U", "LOSS", "I", "W")  # I, W: the halves of a split backward
+KINDS = COMPUTE_NAMES_ORDERED  # F, B, U, LOSS, then I, W: the halves of a split backward
+_SPLIT = tuple(k.value for k in SPLIT_BACKWARD_KINDS)
 
 
 @dataclass
@@ -55,7 +58,7 @@ class CostModel:
     overhead_s: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
     notes: list[str] = field(default_factory=list)
     dispatch_s: float = 0.0  # executor loop time between two consecutive actions of a rank
-    # issue 12: the runtime's time after each action kind (dispatch loop, memory sample),
+    # the runtime's time after each action kind (dispatch loop, memory sample),
     # from the 1-rank run's gaps ("comm": after a send or receive), and the per-message
     # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
     gaps_s: dict[str, float] = field(default_factory=dict)
@@ -143,7 +146,7 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
         f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
         bi, bw = alone.split_ns()
     # a split backward's halves are dispatched like a backward: B's overhead each unless measured
-    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in ("I", "W") else 0.0)
+    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in _SPLIT else 0.0)
          for k in KINDS}
     dc = dispatch or {}
 
@@ -160,9 +163,6 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
                    bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
                    bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
                    loss_ns=alone.loss_ns + loss_extra)
-
-
-COMM_KINDS = ("SEND_F", "SEND_B", "RECV_F", "RECV_B", "AR", "ARW")
 
 
 def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahead: int = 8,
@@ -195,9 +195,9 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
         loop = cm.gaps_s.get("comm", min(cm.gaps_s.values()))
         for k in KINDS:  # the halves of a split backward: B's gap unless measured (the
             # 1-rank baseline splits no backward)
-            dflt = cm.gaps_s.get("B", loop) if k in ("I", "W") else loop
+            dflt = cm.gaps_s.get("B", loop) if k in _SPLIT else loop
             gap[k] = [to_ns(cm.gaps_s.get(k, dflt))] * S
-        for k in COMM_KINDS:
+        for k in TRANSFER_NAMES_ORDERED:
             gap[k] = [to_ns(loop)] * S
     com: dict[str, list[int]] = {}
     c = cm.comm
@@ -208,7 +208,7 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
         for acts in sched.device_actions:
             for a in acts:
                 k = a.kind.value
-                if k in ("SEND_F", "RECV_F"):
+                if k == "SEND_F" or k == "RECV_F":  # forward messages (they carry the labels)
                     (sends if k == "SEND_F" else recvs)[a.stage] += 1
                     key = (k, a.worker, a.stage, a.batch)
                     if key not in firsts:
@@ -232,7 +232,7 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
                 acts = sched.device_actions[d]
                 released = Counter(j for j in rel.values() if j < len(acts))
                 for j, a in enumerate(acts):
-                    if a.kind.value in ("RECV_F", "RECV_B"):
+                    if a.kind.value.startswith("RECV"):
                         n_recv[(a.kind.value, a.stage)] += 1
                         per_recv[(a.kind.value, a.stage)] += released.get(j, 0)
             for (k, st), n in n_recv.items():
@@ -473,8 +473,7 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
     """The same stage costs with every per-action cost replaced by the *measured* one.
 
     Compute actions (F/B/U/LOSS): the median span per kind and stage. With
-    ``overheads`` also what the runtime spends besides them (see
-    :mod:`stalesim.validate.breakdown`): the median gap after each action kind per
+    ``overheads`` also what the runtime spends besides them: the median gap after each action kind per
     stage (``gap_ns``), the median span of sends and all-reduce starts (posting) and
     the 10th-percentile span of receives and all-reduce waits (completing a message
     that is already there: the spans above it are waiting) (``comm_ns``).
@@ -518,7 +517,8 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
     gap = {k: tuple(to_ns(statistics.median(gaps[(k, s)])) if gaps.get((k, s)) else 0 for s in range(S))
            for k in {k for k, _s in gaps}}
     comm = {}
-    for k in ("SEND_F", "SEND_B", "AR"):
+    # the posting kinds (a send, the all-reduce start): the action's own duration is the cost
+    for k in (n for n in TRANSFER_NAMES_ORDERED if n.startswith("SEND_") or n == Kind.AR.value):
         if any((k, s) in durs for s in range(S)):
             comm[k] = tuple(to_ns(statistics.median(durs[(k, s)])) if durs.get((k, s)) else 0
                             for s in range(S))
@@ -555,7 +555,7 @@ def message_delays(rows_by_rank: dict[str, list[list[Any]]],
     out: dict[str, Any] = {}
     for label, r in by.items():
         kind = r[1]
-        if kind not in ("RECV_F", "RECV_B"):
+        if not str(kind).startswith("RECV_"):
             continue
         if window_s is not None and (r[7] < window_s[0] or r[6] > window_s[1]):
             continue

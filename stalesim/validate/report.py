@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.atomic import write_text_atomic
+from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
 
 
 def write_outputs(out: Path, summary: dict[str, Any], *, sims: dict[str, Any],
@@ -152,7 +153,7 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("| parameter | value |")
     L.append("| --- | --- |")
     L.append("| per-action overhead F / B / U / LOSS | " +
-             " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in ("F", "B", "U", "LOSS")) + " |")
+             " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in UNSPLIT_COMPUTE_NAMES) + " |")
     L.append(f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |")
     cr = cm.get("contention_ratio")
     L.append(f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |")

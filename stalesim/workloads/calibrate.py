@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -35,18 +34,11 @@ from stalesim.devices import Devices
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_RANKS, MAX_REPEATS, check_int
 
-__all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "free_port", "rank_devices"]
+__all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "rank_devices"]
 
 DEFAULT_SIZES: tuple[int, ...] = tuple(4 * 4**k for k in range(12))  # 4 B .. 16 MiB
 MAX_MESSAGE_BYTES = 1 << 30  # one message, allocated on every rank
 _AR_SIZES = (4096, 262144, 4194304)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float, float]:
