@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from stalesim.validate.busy import QUIET_LOAD, background_load, busy_warning, cores_used
+from stalesim.validate.busy import (
+    QUIET_LOAD,
+    CpuSample,
+    background_load,
+    busy_warning,
+    cores_used,
+    cpu_sample,
+    other_work_cores,
+)
 
 
 def test_cores_used_counts_threads_on_cpu_ranks_only() -> None:
@@ -19,6 +27,52 @@ def test_background_load_is_the_larger_of_before_and_after_minus_own() -> None:
     assert background_load([0.1], [1.2], used=2) == pytest.approx(0.1)
     assert background_load(None, [1.0], used=2) == 0.0  # never negative
     assert background_load(None, None, used=2) is None
+
+
+def test_other_work_is_the_machines_busy_time_minus_our_own() -> None:
+    a = CpuSample(wall_s=100.0, machine_busy_s=1000.0, own_s=50.0)
+    # 10 s of run: the machine was busy 25 core-seconds, 18 of them ours -> 0.7 cores of others
+    assert other_work_cores(a, CpuSample(110.0, 1025.0, 68.0)) == pytest.approx(0.7)
+    assert other_work_cores(a, CpuSample(110.0, 1010.0, 70.0)) == 0.0  # rounding: never negative
+    assert other_work_cores(a, None) is None and other_work_cores(None, a) is None
+    assert other_work_cores(a, a) is None  # no time passed
+
+
+def test_cpu_sample_reads_proc_stat(tmp_path) -> None:
+    import os
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 20 30 5000 40 5 6 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    s = cpu_sample(str(stat))
+    assert s is not None
+    hz = os.sysconf("SC_CLK_TCK")
+    assert s.machine_busy_s == pytest.approx((100 + 20 + 30 + 5 + 6 + 7) / hz)  # idle and iowait left out
+    assert s.own_s >= 0 and s.wall_s > 0
+    (tmp_path / "bad").write_text("intr 1 2 3\n")
+    assert cpu_sample(str(tmp_path / "bad")) is None
+    assert cpu_sample(str(tmp_path / "missing")) is None
+
+
+def test_own_work_is_not_other_work() -> None:
+    """Busy work in this process (what demo's earlier steps are) does not count as others'."""
+    import time
+
+    before = cpu_sample()
+    if before is None:
+        pytest.skip("no /proc/stat")
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+    after = cpu_sample()
+    assert after is not None
+    # the spin is in our own time, so it is subtracted from the machine's (whatever else runs)
+    assert after.own_s - before.own_s >= 0.2
+    assert after.machine_busy_s - before.machine_busy_s >= 0.2
+
+
+def test_the_warning_names_its_measure() -> None:
+    w = busy_warning(1.7, 2, 2, None, None, measure="CPU use (cores busy on average during the run)")
+    assert w is not None and "other work's CPU use (cores busy on average during the run) 1.70" in w
 
 
 def test_quiet_machine_no_warning() -> None:

@@ -1,23 +1,70 @@
-"""Was the machine busy while ``validate`` measured? (pure functions)
+"""Was the machine busy while ``validate`` measured?
 
 A validation's time errors describe the cost model only if the ranks had the
 cores they were given. Two signs say they did not: other work kept more cores
-busy than the run left free (the load average), or the run-to-run noise of the
-measured times is larger than the error being reported (so a repeat could have
-landed anywhere within it). Either one puts a warning in the report and in the
-CLI's summary line, so that nobody reads a loaded run's errors as the model's.
+busy than the run left free, or the run-to-run noise of the measured times is
+larger than the error being reported (so a repeat could have landed anywhere
+within it). Either one puts a warning in the report and in the CLI's summary
+line, so that nobody reads a loaded run's errors as the model's.
+
+Other work is measured, not guessed: the machine's busy CPU time over the run
+(``/proc/stat``) minus this process's and its finished children's (``os.times``),
+per second of the run (:func:`cpu_sample`, :func:`other_work_cores`). The 1-minute
+load average is only the fallback where ``/proc/stat`` is missing: it also counts
+the command's own earlier work (``stalesim demo`` profiles and calibrates just
+before it validates) and decays over minutes, so on a quiet machine it warned
+about work that was the command's own.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 # The 1-minute load an otherwise idle machine shows (daemons, the shell, the tail of a
 # previous command): the benchmarks and the `quiet` wrapper wait for a load below this
 # before they measure, so a run is "busy" only when the other work exceeds the free
 # cores by more than it.
 QUIET_LOAD = 0.6
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """CPU seconds spent so far: by every core of the machine (busy, not idle or iowait)
+    and by this process with its waited-for children; and the wall clock."""
+
+    wall_s: float
+    machine_busy_s: float
+    own_s: float
+
+
+def cpu_sample(stat_path: str = "/proc/stat") -> CpuSample | None:
+    """Now, or None where the kernel does not expose ``/proc/stat`` (not Linux)."""
+    try:
+        with open(stat_path, encoding="ascii") as f:
+            fields = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 8:
+        return None
+    ticks = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]  # guest is inside user
+    t = os.times()
+    return CpuSample(wall_s=t.elapsed, machine_busy_s=(user + nice + system + irq + softirq + steal) / hz,
+                     own_s=t.user + t.system + t.children_user + t.children_system)
+
+
+def other_work_cores(before: CpuSample | None, after: CpuSample | None) -> float | None:
+    """Cores other work kept busy on average between the two samples (never negative);
+    None when either is unknown or no time passed. A child still running at ``after`` is
+    counted as other work (its time reaches ``os.times`` only once it was waited for)."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
+        return None
+    other = (after.machine_busy_s - before.machine_busy_s) - (after.own_s - before.own_s)
+    return round(max(0.0, other / (after.wall_s - before.wall_s)), 2)
 
 
 def cores_used(ranks: int, threads: int, device_kind: str) -> int:
@@ -44,10 +91,11 @@ def background_load(before: Sequence[float] | None, after: Sequence[float] | Non
 
 
 def busy_warning(load: float | None, cores: int | None, used: int, noise_floor: float | None,
-                 error: float | None) -> str | None:
+                 error: float | None, *, measure: str = "1-minute load") -> str | None:
     """Why this run's errors may be the machine's rather than the model's, or None.
 
-    ``load``: the other work's 1-minute load (:func:`background_load`); ``cores``: the
+    ``load``: the other work's busy cores (:func:`other_work_cores`, ``measure`` names it)
+    or, without ``/proc/stat``, its 1-minute load (:func:`background_load`); ``cores``: the
     machine's (``os.cpu_count()``); ``used``: the run's (:func:`cores_used`);
     ``noise_floor``: the measured run-to-run noise (median over schedules, IQR / median);
     ``error``: the reported |time error| (median over schedules). Unknown inputs
@@ -57,7 +105,7 @@ def busy_warning(load: float | None, cores: int | None, used: int, noise_floor: 
     if load is not None and cores is not None and math.isfinite(load):
         free = max(0, int(cores) - int(used))
         if load > free + QUIET_LOAD:
-            reasons.append(f"machine busy: other work's 1-minute load {load:.2f} exceeds the {free} "
+            reasons.append(f"machine busy: other work's {measure} {load:.2f} exceeds the {free} "
                            f"core(s) this run left free ({cores} cores, {used} used by its ranks), "
                            "so the measured times include waiting for that work")
     if (noise_floor is not None and error is not None and math.isfinite(noise_floor)

@@ -53,14 +53,17 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
     v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say)
     timings: dict[str, float] = {}
+    from stalesim.validate.busy import cpu_sample
+
     load_before = _loadavg()
+    cpu_before = cpu_sample()
     t_all = time.perf_counter()
     for name, step in STEP_ORDER:
         t0 = time.perf_counter()
         step(v)
         timings[f"{name}_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    summary = _summary(v, timings, load_before)
+    summary = _summary(v, timings, load_before, cpu_before)
     from stalesim.atomic import write_json_atomic
     from stalesim.validate.report import write_outputs, write_report
 
@@ -75,17 +78,21 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     return clean(summary)
 
 
-def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None) -> dict[str, Any]:
-    from stalesim.validate.busy import background_load, busy_warning, cores_used
+def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None,
+             cpu_before: Any = None) -> dict[str, Any]:
+    from stalesim.validate.busy import background_load, busy_warning, cores_used, cpu_sample, other_work_cores
     from stalesim.validate.compare import aggregate, goals_met
 
     agg = aggregate(v.rows)
     load_after = _loadavg()
     used = cores_used(v.n, v.cfg.threads, v.devs.kind)
-    other = background_load(load_before, load_after, used)
+    other = other_work_cores(cpu_before, cpu_sample())
+    measure = "CPU use (cores busy on average during the run)"
+    if other is None:  # no /proc/stat: the load average, which also holds the command's own earlier work
+        other, measure = background_load(load_before, load_after, used), "1-minute load"
     busy = {"warning": busy_warning(other, os.cpu_count(), used, agg["median_noise_floor"],
-                                    agg["median_abs_time_error"]),
-            "other_load": other, "cores": os.cpu_count(), "cores_used": used}
+                                    agg["median_abs_time_error"], measure=measure),
+            "other_load": other, "other_load_measure": measure, "cores": os.cpu_count(), "cores_used": used}
     return {
         "command": v.cfg.command or "stalesim validate",
         "config": v.cfg.to_dict(),
