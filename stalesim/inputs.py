@@ -29,25 +29,7 @@ def read_text(path: str | os.PathLike[str], what: str, max_bytes: int | None = N
     StalesimError ``"<what> '<path>': <reason>"`` otherwise (a FIFO is refused before
     it is opened, so a read never blocks; ``/dev/zero`` is not read forever)."""
     name = f"{what} {os.fspath(path)!r}"
-    if max_bytes is None:
-        max_bytes = MAX_DOCUMENT_BYTES
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise StalesimError(f"{name}: cannot read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise StalesimError(f"{name}: cannot read ({kind})")
-    if st.st_size > max_bytes:
-        raise StalesimError(f"{name}: {st.st_size:,} bytes is larger than this tool reads "
-                            f"({max_bytes:,})")
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise StalesimError(f"{name}: cannot read ({exc.strerror})") from None
-    if len(raw) > max_bytes:  # grew since the stat
-        raise StalesimError(f"{name}: larger than this tool reads ({max_bytes:,} bytes)")
+    raw = read_bytes(path, what, MAX_DOCUMENT_BYTES if max_bytes is None else max_bytes)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -73,9 +73,10 @@ class Progress:
 
 @contextmanager
 def heartbeat(desc: str, *, enabled: bool | None = None, every_s: float = EVERY_S,
-              stream: TextIO | None = None) -> Iterator[None]:
+              stream: TextIO | None = None, status: Callable[[], str] | None = None) -> Iterator[None]:
     """For a step with no count to report (a profile, a calibration): a background thread shows
-    the elapsed time (a tqdm bar on a terminal, else a line every ``every_s`` seconds)."""
+    the elapsed time (a tqdm bar on a terminal, else a line every ``every_s`` seconds; ``status``:
+    what the line says besides the time, read at each line, default "still running")."""
     if enabled is False:
         yield
         return
@@ -94,7 +95,8 @@ def heartbeat(desc: str, *, enabled: bool | None = None, every_s: float = EVERY_
             if bar is not None:
                 bar.refresh()
             else:
-                print(f"{desc}: still running ({time.monotonic() - t0:.0f} s)", file=stream, flush=True)
+                what = status() if status is not None else "still running"
+                print(f"{desc}: {what} ({time.monotonic() - t0:.0f} s)", file=stream, flush=True)
 
     th = threading.Thread(target=beat, daemon=True)
     th.start()

@@ -5,10 +5,7 @@ resolved, as ``simulate`` resolves them) and calls :func:`make_plan`."""
 from __future__ import annotations
 
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, g
 from stalesim.plan.compose import Row, compose
 from stalesim.plan.convergence import Convergence, EmulationStore, Target, converge
 from stalesim.plan.timing import Timing, time_candidate
+from stalesim.progress import heartbeat
 from stalesim.runtime.config import TrainConfig
 
 
@@ -141,33 +139,19 @@ def make_plan(req: PlanRequest) -> Plan:
     return Plan(rows, header, skipped, store, paths)
 
 
-@contextmanager
-def _heartbeat(log: Path, ids: set[str], *, enabled: bool, every_s: float = 15.0) -> Iterator[None]:
+def _heartbeat(log: Path, ids: set[str], *, enabled: bool, every_s: float = 15.0) -> Any:
     """A line every ``every_s`` seconds while emulations run and stderr is not a terminal
     (where the study's own bar shows): how many of the runs ``ids`` have finished (the
     study's results.jsonl has a line per finished run)."""
-    if not enabled or sys.stderr.isatty():
-        yield
-        return
-    stop = threading.Event()
-    t0 = time.perf_counter()
+    def finished() -> str:
+        try:
+            text = log.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        done = sum(1 for rid in ids if f'"run_id": "{rid}"' in text)
+        return f"{done}/{len(ids)} emulation(s) finished"
 
-    def beat() -> None:
-        while not stop.wait(every_s):
-            try:
-                text = log.read_text(encoding="utf-8")
-            except OSError:
-                text = ""
-            done = sum(1 for rid in ids if f'"run_id": "{rid}"' in text)
-            _log(f"plan: {done}/{len(ids)} emulation(s) finished, {time.perf_counter() - t0:.0f} s")
-
-    th = threading.Thread(target=beat, daemon=True)
-    th.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        th.join(timeout=1.0)
+    return heartbeat("plan", enabled=enabled and not sys.stderr.isatty(), every_s=every_s, status=finished)
 
 
 def _batches_per_epoch(cfg: TrainConfig) -> int:
