@@ -124,7 +124,8 @@ def sender_positions(sched: Schedule) -> dict[tuple[int, int], int]:
     return out
 
 
-def posting_sequence(sched: Schedule, device: int, *, order: str = "sender") -> list[int]:
+def posting_sequence(sched: Schedule, device: int, *, order: str = "sender",
+                     spos: dict[tuple[int, int], int] | None = None) -> list[int]:
     """The order in which ``device`` posts its receives.
 
     ``sender``: walk the receives in list order; before each, every receive of its edge
@@ -138,7 +139,8 @@ def posting_sequence(sched: Schedule, device: int, *, order: str = "sender") -> 
     recvs = [i for i, a in enumerate(acts) if a.kind in RECV_KINDS]
     if order == "list":
         return recvs
-    spos = sender_positions(sched)
+    if spos is None:  # a caller walking every device passes it once (it spans all devices)
+        spos = sender_positions(sched)
     queues: dict[Edge, list[int]] = {}
     for i in recvs:
         queues.setdefault(edge_of(sched, acts[i]), []).append(i)
@@ -171,8 +173,9 @@ def posting_plan(sched: Schedule, *, recv_ahead: int, order: str = "sender") -> 
         raise ScheduleError(f"recv_ahead: must be >= 0, got {recv_ahead}")
     before: list[dict[int, tuple[int, ...]]] = []
     post_at: list[dict[int, int]] = []
+    spos = sender_positions(sched) if order == "sender" else None
     for d, acts in enumerate(sched.device_actions):
-        seq = posting_sequence(sched, d, order=order)
+        seq = posting_sequence(sched, d, order=order, spos=spos)
         at: dict[int, int] = {}
         plan: dict[int, tuple[int, ...]] = {}
         p = 0
