@@ -88,7 +88,9 @@ class RankContext:
 
         init_process_group(rendezvous, backend=backend, rank=rank, world=world, timeout=td,
                            device_id=dev if backend == "nccl" else None)
-        return cls(rank, world, local_rank, dev, backend, timeout_s, beacon, strict=env_flag(STRICT_ENV))
+        # strict mode emulates NCCL's rules on gloo; on NCCL itself the real rules apply
+        return cls(rank, world, local_rank, dev, backend, timeout_s, beacon,
+                   strict=env_flag(STRICT_ENV) and backend == "gloo")
 
     @property
     def legacy_layout(self) -> bool:
