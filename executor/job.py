@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +63,11 @@ def prepare_determinism(deterministic: bool, device: torch.device,
     return {"deterministic": bool(deterministic), "warn_only": bool(deterministic and cuda),
             "CUBLAS_WORKSPACE_CONFIG": env.get("CUBLAS_WORKSPACE_CONFIG") if cuda else None}
 
+# a folder: each CUDA rank records the allocator's history of its run and writes it there (a
+# diagnosis of predicted vs measured peaks; costs time, so never on by default)
+MEMORY_HISTORY_ENV = "STALESIM_CUDA_MEMORY_HISTORY"
+MEMORY_HISTORY_ENTRIES = 200_000
+
 
 class CudaPeak:
     """The CUDA allocator's peak of one run: from the end of setup (the allocator counts
@@ -72,8 +78,29 @@ class CudaPeak:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.setup_peak = int(torch.cuda.max_memory_allocated(device))  # from process start
+        # what is allocated when the run starts (the model's parameters, buffers, optimizer state,
+        # and anything an earlier job of this process left): the peak is an absolute count
+        self.base = int(torch.cuda.memory_allocated(device))
         self._peak = 0
         torch.cuda.reset_peak_memory_stats(device)
+        self.history = os.environ.get(MEMORY_HISTORY_ENV) or None
+        if self.history:
+            # the allocator's own record of every allocation with its Python stack: what is live at
+            # the peak, by who allocated it (torch.cuda.memory._snapshot; view it at pytorch.org/memory_viz)
+            torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES, stacks="python")
+
+    def dump_history(self, name: str) -> None:
+        """Write the allocation history of the run to ``$STALESIM_CUDA_MEMORY_HISTORY/<name>.pickle``."""
+        if not self.history:
+            return
+        import pickle
+
+        from stalesim.atomic import write_bytes_atomic
+
+        folder = Path(self.history)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(folder / f"{name}.pickle", pickle.dumps(torch.cuda.memory._snapshot(self.device)))
+        torch.cuda.memory._record_memory_history(enabled=None)
 
     def around(self, hook: Any) -> Any:
         """``hook`` (the rank's per-action checkpoint hook) with its allocations left out."""
@@ -186,6 +213,8 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     rows = rank.rec.finish()
     ctx.beacon.set("gathering results")
     peak = rank.peak_bytes if cuda_peak is None else cuda_peak.peak()
+    if cuda_peak is not None:
+        cuda_peak.dump_history(f"{job.get('label') or cfg.schedule}-rank{ctx.rank}")
     payload = {
         "rank": ctx.rank,
         "rows": rows,
@@ -196,6 +225,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         # CUDA: the allocator's peak from process start through setup (the reported peak
         # counts from the end of setup)
         "setup_peak_memory_bytes": None if cuda_peak is None else cuda_peak.setup_peak,
+        "run_start_allocated_bytes": None if cuda_peak is None else cuda_peak.base,
         "stash_peak_bytes": int(sum(rt.stash_peak_bytes for rt in runtimes.values())),
         "bytes_sent": rank.tr.bytes_sent,
         "setup_s": setup_s,

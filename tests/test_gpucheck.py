@@ -175,7 +175,7 @@ def test_dry_mode_numbers(dry_run):
     assert b["K"] == 2 and b["max_rel_loss_diff"] <= 1e-3 and b["loop_steps_per_s"] > 0
     for key in ("resnet20", "gpt-char"):
         assert by["emulator_speed"]["numbers"][key]["steps_per_s"] > 0
-        assert by["profile"]["numbers"][key]["wall_step_s"] > 0
+        assert by["profile"]["numbers"][key]["wall_s"] > 0
     assert by["pytest_gpu"]["numbers"]["collected"] > 0 and by["reproduce_plan"]["numbers"]["jobs"] > 0
 
 

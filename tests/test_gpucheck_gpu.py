@@ -13,20 +13,22 @@ from stalesim.gpucheck.report import Context  # noqa: E402
 
 @pytest.mark.gpu
 def test_cuda_event_profile_agrees_with_the_wall_clock(tmp_path):
-    """ResNet-20 and the char-GPT: the CUDA-event per-block sum within PROFILE_REL_TOL and the
-    event-timed whole step within EVENT_WALL_REL_TOL of the host wall clock of whole steps; the
-    precision flags are recorded."""
+    """The CUDA-event timer agrees with the host wall clock on the same isolated whole step
+    (ResNet-20, the char-GPT, ResNet-20 at batch 1024), and where the step is compute-bound
+    the per-block sum agrees with the whole step; the precision flags are recorded."""
     from stalesim.gpucheck.measure import profile_step
 
     o = profile_step(Context(tmp_path, dry=False, gpus=torch.cuda.device_count()))
     assert o.numbers["precision"]["tf32_conv"] in (True, False)
-    bad = [(c.name, c.value) for c in o.checks if not c.ok]
+    bad = [(c.name, c.value) for c in o.checks if not c.ok and c.enforced]
     assert not bad, bad
-    for key in ("resnet20", "gpt-char"):
+    for key in ("resnet20", "gpt-char", "resnet20-b1024"):
         n = o.numbers[key]
         assert n["timer"] == "cuda-events"
-        assert abs(n["layer_sum_over_wall"] - 1) <= PROFILE_REL_TOL
-        assert abs(n["whole_events_over_wall"] - 1) <= EVENT_WALL_REL_TOL
+        assert abs(n["events_over_wall"] - 1) <= EVENT_WALL_REL_TOL
+        if n["compute_bound"]:
+            assert abs(n["layer_sum_over_wall"] - 1) <= PROFILE_REL_TOL
+    assert o.numbers["resnet20-b1024"]["compute_bound"], o.numbers["resnet20-b1024"]
 
 
 @pytest.mark.gpu

@@ -159,9 +159,9 @@ def test_model_with_measured_facts_equals_the_ranks_peak() -> None:
     assert predicted == [rank.peak_bytes]
 
 
-def test_cuda_term_of_the_facts_reaches_the_memory_report() -> None:
-    """A stage fact's ``cuda_extra`` (measured on a GPU) becomes the costs' transient bytes and
-    adds, per device, the largest term of its stages to the peak; without it nothing changes."""
+def test_cuda_terms_of_the_facts_reach_the_memory_report() -> None:
+    """A stage fact's ``cuda_transient`` and ``cuda_library`` (measured on a GPU) become the
+    costs' per-kind transient table and library bytes; without them nothing changes."""
     from stalesim.schedule import ScheduleConfig, build_schedule
     from stalesim.sim.memory import memory_report
     from stalesim.sim.model import uniform_costs
@@ -170,11 +170,12 @@ def test_cuda_term_of_the_facts_reaches_the_memory_report() -> None:
     sched = build_schedule(ScheduleConfig("stale", stages=3, batches=6, fold=1))  # one device
     facts = [{"params": 1000, "activation": 100, "buffers": 0, "message": 10} for _ in range(3)]
     base = memory_report(sched, with_memory_facts(uniform_costs(3, 1, 1), facts)).peak_bytes
-    cuda = [dict(f, cuda_extra=e) for f, e in zip(facts, (7, 500, 30))]
+    cuda = [dict(f, cuda_transient={"B": e, "U": 1}, cuda_library=64) for f, e in zip(facts, (7, 500, 30))]
     costs = with_memory_facts(uniform_costs(3, 1, 1), cuda)
-    assert costs.transient_bytes == (7, 500, 30)
+    assert costs.transient_table() == {"B": (7, 500, 30), "U": (1, 1, 1)} and costs.library_bytes == 64
     rep = memory_report(sched, costs)
-    assert rep.peak_bytes == [base[0] + 500]  # one device runs one action at a time: the largest term
+    assert base[0] + 64 < rep.peak_bytes[0] <= base[0] + 500 + 64
+    assert rep.breakdown[0]["cuda_library"] == 64 and rep.breakdown[0]["cuda_transient"] in (7, 500, 30)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "pipedream", "stale", "local"])
@@ -205,9 +206,9 @@ def ScheduleConfigFor(name: str):  # noqa: N802 - a tiny helper for the parametr
 def test_cuda_term_is_zero_on_the_cpu() -> None:
     """The CPU's memory is exact (the test above): no CUDA term, and nothing is built."""
     from stalesim.runtime.config import TrainConfig
-    from stalesim.runtime.memfacts import stage_cuda_extra_bytes
+    from stalesim.runtime.memfacts import CudaMemoryTerms, stage_cuda_memory_terms
     from stalesim.schedule import build_schedule
 
     cfg = TrainConfig(model="lenet5", schedule="stale", ppv=[2], iterations=4, batch_size=8).check()
     sched = build_schedule(cfg.schedule_config(4))
-    assert stage_cuda_extra_bytes(cfg, sched, device="cpu") == [0, 0]
+    assert stage_cuda_memory_terms(cfg, sched, device="cpu") == CudaMemoryTerms({}, 0)

@@ -105,20 +105,44 @@ def test_consecutive_stages_on_one_device_share_the_boundary_tensor():
         assert got == pairs  # V placement: device 1 holds stages 1 and 2
 
 
-def test_cuda_term_adds_the_largest_of_a_devices_stages_once():
-    """``transient_bytes`` (the measured CUDA term per stage) adds, per device, the largest
-    entry of the stages it runs; absent, the report is unchanged (the CPU: exact)."""
-    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=4, microbatches=2))
+def test_cuda_transient_is_added_at_the_action_that_has_it():
+    """An action's CUDA transient is added to the larger of the states around that action,
+    not to the device's largest state; the library bytes once per device; without either
+    the report is unchanged (the CPU: exact)."""
+    from dataclasses import replace
+
+    sched = build_schedule(ScheduleConfig("gpipe", stages=2, batches=3, fold=1))
+    assert sched.num_devices == 1
     c = uniform_costs(2, 1, 1, param_bytes=100, saved_bytes=10, msg_bytes=7)
     plain = memory_report(sched, c)
-    zero = memory_report(sched, c, transient_bytes=[0, 0])
-    assert zero.peak_bytes == plain.peak_bytes and "cuda_transient" not in plain.breakdown[0]
-    cuda = memory_report(sched, c, transient_bytes=[50, 9])
-    assert cuda.peak_bytes == [plain.peak_bytes[0] + 50, plain.peak_bytes[1] + 9]
-    assert [b["cuda_transient"] for b in cuda.breakdown] == [50, 9]
-    assert all(p == sum(b.values()) for p, b in zip(cuda.peak_bytes, cuda.breakdown))
-    # one device running both stages (virtual stages / fold): the larger term, once
-    folded = build_schedule(ScheduleConfig("gpipe", stages=2, batches=3, fold=1))
-    assert folded.num_devices == 1
-    one = memory_report(folded, c, transient_bytes=[50, 9])
-    assert one.peak_bytes == [memory_report(folded, c).peak_bytes[0] + 50]
+    assert "cuda_transient" not in plain.breakdown[0] and "cuda_library" not in plain.breakdown[0]
+    assert memory_report(sched, replace(c, transient_bytes=(("B", (0, 0)),))).peak_bytes == plain.peak_bytes
+
+    # a transient on any one (kind, stage) shows in the breakdown at the peak it makes
+    for kind, stage in (("B", 0), ("B", 1), ("F", 1), ("U", 0)):
+        tb = tuple((k, tuple(1000 if (k, s) == (kind, stage) else 0 for s in range(2))) for k in ("B", "F", "U"))
+        rep = memory_report(sched, replace(c, transient_bytes=tb))
+        assert rep.breakdown[0]["cuda_transient"] == 1000
+        assert plain.peak_bytes[0] < rep.peak_bytes[0] == sum(rep.breakdown[0].values())
+    lib = memory_report(sched, replace(c, library_bytes=64))
+    assert lib.peak_bytes == [plain.peak_bytes[0] + 64] and lib.breakdown[0]["cuda_library"] == 64
+
+
+def test_cuda_transient_of_a_stage_whose_state_is_gone_adds_less_than_the_largest_state():
+    """Sequential on one device: when stage 0's backward runs, stage 1's activations are
+    gone, so stage 0's backward transient sits on a smaller state than the peak after
+    stage 1's forward (the over-prediction the old rule -- largest transient on largest
+    state -- made)."""
+    from dataclasses import replace
+
+    sched = build_schedule(ScheduleConfig("gpipe", stages=2, batches=1, fold=1))
+    c = uniform_costs(2, 1, 1, param_bytes=0, saved_bytes=100, msg_bytes=0)
+    plain = memory_report(sched, c).peak_bytes[0]
+    assert plain == 200  # both stages' activations after stage 1's forward
+    rep = memory_report(sched, replace(c, transient_bytes=(("B", (50, 0)),))).peak_bytes[0]
+    # stage 0's B starts from stage 0's activations alone (stage 1's B freed its own)
+    assert rep == 200  # max(200 after F1, 100 + 50 inside B0)
+    rep = memory_report(sched, replace(c, transient_bytes=(("B", (150, 0)),))).peak_bytes[0]
+    assert rep == 250  # inside B0: 100 + 150
+    rep = memory_report(sched, replace(c, transient_bytes=(("B", (0, 30)),))).peak_bytes[0]
+    assert rep == 230  # inside B1: the larger state around it (200) + 30

@@ -18,12 +18,15 @@ TOTAL_LIMIT_S = 25 * 60
 ENV_BUDGET_S = 30  # the environment read (nvidia-smi, torch) that opens every part
 
 # Tolerances (docs/gpu-check.md says why each is what it is).
-# CUDA-event sum of per-block forward+backward+update vs the host wall clock of whole steps: the
-# per-block round launches the same kernels plus a detach per block and one optimizer call per
-# block, which on a small, launch-bound model is a visible share of the step.
-PROFILE_REL_TOL = 0.25
-# the whole step timed by CUDA events (the profiler's) vs the same step on the host clock: the same
-# kernels, so only the host work at either end (zero_grad, the first launch) differs
+# CUDA-event sum of per-block forward+backward+update vs the isolated whole step on the host clock,
+# enforced only where the step is compute-bound (kernels busy >= COMPUTE_BOUND_SHARE of it): the
+# per-block round launches the same kernels plus, per block, a detach, a backward call and an
+# optimizer call, host work the GPU hides when it is the bottleneck. On a launch-bound step that
+# host work is the step (measured on an H200: 1.25-1.5x for ResNet-20 at batch 128): reported.
+PROFILE_REL_TOL = 0.10
+COMPUTE_BOUND_SHARE = 0.8
+# the whole step timed by CUDA events vs the same isolated step on the host clock (synchronized
+# at both ends, medians): the same kernels, so only the host work at either end differs
 EVENT_WALL_REL_TOL = 0.10
 # executor vs emulator losses on the same GPU, float32 with TF32 convolutions (cuDNN's default):
 # the two run the same kernels in the same order, so only nondeterministic reductions (atomics

@@ -9,6 +9,7 @@ bytes its record keeps (input, output, saved tensors, by unique storage).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
     schedule's action batch, without training anything, on ``device``: the CPU by default;
     for a GPU prediction on the GPU, whose kernels may save other tensors than the CPU's
     (cuDNN's batch norm keeps a reserve buffer). The bytes inside actions and the CUDA
-    allocator's own are :func:`stage_cuda_extra_bytes`'s.
+    allocator's own are :func:`stage_cuda_memory_terms`'s.
     """
     from dataclasses import replace
 
@@ -76,45 +77,52 @@ def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
     return out
 
 
-def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str = "cpu",
-                           ppv: list[int] | None = None) -> list[int]:
-    """Per stage, the CUDA bytes the memory model does not count: 0 on the CPU.
+@dataclass(frozen=True)
+class CudaMemoryTerms:
+    """What a CUDA device holds beyond the tensors the memory model counts between actions.
 
-    The model counts what a rank holds *between* actions (what
-    :mod:`stalesim.runtime.memory` counts, exact on the CPU). A CUDA device also holds,
-    at its peak, what exists only *inside* an action (the gradients of intermediate
-    activations during a backward, cuDNN's convolution workspace, the optimizer's
-    temporaries) and allocations no tensor of the run owns (cuBLAS's workspace, kept per
-    handle and stream; the allocator's rounding of every block to 512 bytes). Measured once
-    per stage, on ``device``, with the run's model and stages at the schedule's action batch:
+    ``transient``: per action kind (``Kind`` value) and stage, the bytes an action holds at
+    its peak beyond the larger of the allocations before and after it (the gradients of
+    intermediate activations and cuDNN's workspace in a backward, the optimizer's
+    temporaries in an update). ``library``: bytes no tensor of the run owns, per process:
+    cuBLAS's workspace, one per thread and stream that runs matrix products (torch keeps
+    it until the process ends; 32 MiB each on Hopper by default, and a rank runs its
+    forwards on its own thread and its backwards on autograd's device thread), and the
+    allocator's rounding of the static state to 512-byte blocks."""
 
-    * every stage runs one training step (F, LOSS, B, the optimizer step) as warm-up, so
-      optimizer state and library workspaces exist; what the allocator then holds beyond
-      the parameters, buffers and optimizer state the model counts (and the inputs held
-      here) is the persistent part, common to the stages of one process;
-    * each stage runs a second step under ``torch.cuda.max_memory_allocated`` (reset just
-      before): its peak minus the largest allocation at an action boundary is the
-      transient part of that stage.
+    transient: dict[str, list[int]]
+    library: int
 
-    Entry s is transient(s) + persistent. A device runs one action at a time, so the
-    model adds, per device, the largest entry of its stages
-    (:func:`stalesim.sim.memory.memory_report`'s ``transient_bytes``).
+
+def stage_cuda_memory_terms(cfg: Any, sched: Any, *, device: torch.device | str = "cpu",
+                            ppv: list[int] | None = None) -> CudaMemoryTerms:
+    """The CUDA terms of the memory model, measured on ``device`` with the run's model and
+    stages at the schedule's action batch; nothing on a CPU (its count is exact).
+
+    cuBLAS's workspaces are freed first, so that the count does not depend on what this
+    process ran before (a workspace that already exists would be missed). Every stage then
+    runs one training step as warm-up (the optimizer's state and the workspaces now exist):
+    what the allocator holds beyond the parameters, buffers and optimizer state (and the
+    inputs held here) is ``library``. A second step measures each action: the allocator's
+    peak inside it (reset just before) minus the larger of the allocations before and after
+    it. A stage that splits its backward is measured as ``I`` then ``W``, as it runs.
     """
     from dataclasses import replace
 
     from stalesim.runtime.build import build_stage_modules, stage_runtimes
-    from stalesim.runtime.optim import state_copies
     from stalesim.schedule import Action, Kind
 
     dev = torch.device(device)
     if dev.type != "cuda":
-        return [0] * sched.stages
+        return CudaMemoryTerms({}, 0)
     if ppv is not None:
         cfg = replace(cfg, ppv=list(ppv), stages=None)
     mods = build_stage_modules(cfg, sched)  # on the CPU: the sample batch runs the whole model
     B = sched.action_batch_size(cfg.batch_size)
     x0, y0 = mods.model.random_batch(B, torch.Generator().manual_seed(0), cfg.torch_dtype)
     torch.cuda.synchronize(dev)
+    with torch.cuda.device(dev):
+        torch._C._cuda_clearCublasWorkspaces()
     base = torch.cuda.memory_allocated(dev)
     rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=dev,
                          total=max(1, sched.batches))
@@ -127,46 +135,54 @@ def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str =
             x = rts[s].module(x)
     del x
     m = 0 if sched.uses_micro else None
+    transient: dict[str, list[int]] = {}
 
-    def step(s: int, t: int) -> int:
-        """One training step of stage s; the largest allocation at an action boundary."""
+    def measured(kind: Kind, s: int, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` (one action of stage s) and keep its transient."""
+        torch.cuda.synchronize(dev)
+        before = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        out = fn(*args)
+        torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev)
+        after = torch.cuda.memory_allocated(dev)
+        row = transient.setdefault(kind.value, [0] * sched.stages)
+        row[s] = max(row[s], max(0, int(peak) - max(before, after)))
+        return out
+
+    def step(s: int, t: int) -> None:
+        """One training step of stage s, action by action, as a rank runs it."""
         rt = rts[s]
-        alloc = [torch.cuda.memory_allocated(dev)]
         xin = xs[s].detach()
         if s > 0 and not sched.local_loss:
             xin.requires_grad_(True)
-        out = rt.forward(Action(Kind.F, s, t, m, 0), xin)
-        alloc.append(torch.cuda.memory_allocated(dev))
+        out = measured(Kind.F, s, rt.forward, Action(Kind.F, s, t, m, 0), xin)
         if rt.is_loss_stage:
-            rt.loss(Action(Kind.LOSS, s, t, m, 0), labels)
+            measured(Kind.LOSS, s, rt.loss, Action(Kind.LOSS, s, t, m, 0), labels)
         gy = None if rt.is_loss_stage else torch.ones_like(out)
         del out
-        alloc.append(torch.cuda.memory_allocated(dev))
-        rt.backward(Action(Kind.B, s, t, m, 0), gy)
-        del gy
-        alloc.append(torch.cuda.memory_allocated(dev))
+        if rt.split:
+            measured(Kind.I, s, rt.backward_input, Action(Kind.I, s, t, m, 0), gy)
+            del gy
+            measured(Kind.W, s, rt.backward_weight, Action(Kind.W, s, t, m, 0))
+        else:
+            measured(Kind.B, s, rt.backward, Action(Kind.B, s, t, m, 0), gy)
+            del gy
         grads = rt.grads(t)
         del rt.buffers[t]
-        rt.opt.step(grads, rt.lr_for(t))
+        measured(Kind.U, s, rt.opt.step, grads, rt.lr_for(t))
         del grads
-        alloc.append(torch.cuda.memory_allocated(dev))
-        return max(alloc)
 
     for s in range(sched.stages):
         step(s, 0)
     static = 0
     for s in range(sched.stages):
         st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
-        state = rts[s].opt.state_nbytes() if cfg.optimizer == "muon" else st["params"] * state_copies(cfg)
-        static += st["params"] + state + st["buffers"]  # Muon: one tensor per matrix, two elsewhere
-    held: dict[int, int] = {}
-    for t in [*xs, labels]:
-        held[int(t.untyped_storage().data_ptr())] = storage_nbytes(t)
-    persistent = max(0, torch.cuda.memory_allocated(dev) - base - static - sum(held.values()))
-    out: list[int] = []
+        static += st["params"] + rts[s].opt.state_nbytes() + st["buffers"]
+    held = {int(t.untyped_storage().data_ptr()): storage_nbytes(t) for t in [*xs, labels]}
+    torch.cuda.synchronize(dev)
+    library = max(0, torch.cuda.memory_allocated(dev) - base - static - sum(held.values()))
+    transient.clear()  # the warm-up's first actions also allocated the workspaces
     for s in range(sched.stages):
-        torch.cuda.reset_peak_memory_stats(dev)
-        top = step(s, 1)
-        out.append(max(0, int(torch.cuda.max_memory_allocated(dev)) - top) + persistent)
-    return out
-
+        step(s, 1)
+    return CudaMemoryTerms(transient, int(library))

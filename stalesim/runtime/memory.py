@@ -21,8 +21,8 @@ Labels (a few bytes per sample) and the transient tensors inside one action
 (the gradients of intermediate activations during a backward) are not counted,
 by the executor nor by the model (:mod:`stalesim.sim.memory`). On CUDA the
 executor reports ``max_memory_allocated`` since the end of setup instead, which does
-include them; the model adds them as a measured per-stage term
-(:func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`).
+include them; the model adds them as measured terms per action kind and stage, and per
+process (:func:`stalesim.runtime.memfacts.stage_cuda_memory_terms`).
 """
 
 from __future__ import annotations

@@ -293,10 +293,14 @@ class StageCosts:
       there; AR: packing and starting the collective).
 
     ``buffer_bytes``: per stage, non-trainable state (BatchNorm statistics) for
-    memory (empty: none). ``transient_bytes``: per stage, the CUDA bytes that exist only
-    inside an action or belong to no tensor of the run (workspaces, backward transients,
-    allocator rounding; :func:`stalesim.runtime.memfacts.stage_cuda_extra_bytes`), added
-    once per device by the memory model (empty: none, as on a CPU). ``optimizer_bytes``:
+    memory (empty: none). ``transient_bytes``: per action kind and stage, as
+    ``((kind, (bytes per stage, ...)), ...)``, the CUDA bytes an action of that kind holds
+    at its peak beyond the larger of the states before and after it (gradients of
+    intermediate activations, cuDNN's workspace, the optimizer's temporaries);
+    ``library_bytes``: the CUDA bytes of a device that no tensor of the run owns (cuBLAS's
+    workspace per thread that runs matrix products, the allocator's rounding). Both from
+    :func:`stalesim.runtime.memfacts.stage_cuda_memory_terms`; empty / 0 on a CPU, where
+    the count is exact. ``optimizer_bytes``:
     per stage, the optimizer state the stage's optimizer holds once every parameter was
     updated (Adam: two moments, Muon's matrices: one, error feedback: one more), measured
     from the run's optimizer; empty: ``optimizer_state_factor`` x the parameter bytes.
@@ -324,16 +328,19 @@ class StageCosts:
     bi_ns: tuple[int, ...] = ()
     bw_ns: tuple[int, ...] = ()
     wgrad_bytes: tuple[int, ...] = ()
-    transient_bytes: tuple[int, ...] = ()
+    transient_bytes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    library_bytes: int = 0
     optimizer_bytes: tuple[int, ...] = ()  # measured optimizer state per stage (empty: factor x params)
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
-        for name in ("gap_ns", "comm_ns"):
+        for name in ("gap_ns", "comm_ns", "transient_bytes"):
             for kind, per in getattr(self, name):
                 if len(per) != S or any(int(v) < 0 for v in per):
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
-        for name in ("buffer_bytes", "transient_bytes", "optimizer_bytes"):
+        if int(self.library_bytes) < 0:
+            raise StalesimError(f"library_bytes: expected >= 0, got {self.library_bytes}")
+        for name in ("buffer_bytes", "optimizer_bytes"):
             per = getattr(self, name)
             if per and len(per) != S:
                 raise StalesimError(f"{name}: expected {S} values, got {len(per)}")
@@ -345,6 +352,10 @@ class StageCosts:
     def gap_table(self) -> dict[str, tuple[int, ...]]:
         """``gap_ns`` as {kind: per-stage ns}."""
         return {k: tuple(int(x) for x in v) for k, v in self.gap_ns}
+
+    def transient_table(self) -> dict[str, tuple[int, ...]]:
+        """``transient_bytes`` as {kind: per-stage bytes}."""
+        return {k: tuple(int(x) for x in v) for k, v in self.transient_bytes}
 
     def comm_table(self) -> dict[str, tuple[int, ...]]:
         """``comm_ns`` as {kind: per-stage ns}."""

@@ -382,28 +382,35 @@ def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> 
     if len(facts) != costs.stages:
         raise ValueError(f"memory facts for {len(facts)} stages, costs have {costs.stages}")
     wg = tuple(f.get("deferred_w", 0) for f in facts)
-    cuda = tuple(f.get("cuda_extra", 0) for f in facts)  # measured on a GPU only
+    # measured on a GPU only: per stage {kind: bytes}, and the process's library bytes
+    kinds = sorted({k for f in facts for k in f.get("cuda_transient", {})})
+    transient = tuple((k, tuple(int(f.get("cuda_transient", {}).get(k, 0)) for f in facts)) for k in kinds)
+    library = max((int(f.get("cuda_library", 0)) for f in facts), default=0)
     return replace(costs, param_bytes=tuple(f["params"] for f in facts),
                    saved_bytes=tuple(f["activation"] for f in facts),
                    buffer_bytes=tuple(f["buffers"] for f in facts),
                    wgrad_bytes=wg if any(wg) else costs.wgrad_bytes,
-                   transient_bytes=cuda if any(cuda) else costs.transient_bytes,
+                   transient_bytes=transient or costs.transient_bytes,
+                   library_bytes=library or costs.library_bytes,
                    optimizer_bytes=tuple(f["optimizer"] for f in facts) if all("optimizer" in f for f in facts)
                    else costs.optimizer_bytes)
 
 
 def measured_memory_facts(cfg: Any, sched: Any, *, device: str = "cpu",
-                          ppv: list[int] | None = None) -> list[dict[str, int]]:
+                          ppv: list[int] | None = None) -> list[dict[str, Any]]:
     """Per stage, the bytes the memory model reads, measured on ``device`` as the executor
     counts them (:func:`stalesim.runtime.memfacts.stage_memory_facts`), plus on a GPU the
-    stage's CUDA term (``cuda_extra``: workspaces and backward transients, measured once per
-    stage under ``torch.cuda.max_memory_allocated``; absent on a CPU, where the count is exact)."""
-    from stalesim.runtime.memfacts import stage_cuda_extra_bytes, stage_memory_facts
+    CUDA terms (:func:`stalesim.runtime.memfacts.stage_cuda_memory_terms`): ``cuda_transient``
+    ({action kind: bytes an action holds beyond the states around it}) and ``cuda_library``
+    (the process's bytes no tensor owns, the same on every stage); absent on a CPU, where
+    the count is exact."""
+    from stalesim.runtime.memfacts import stage_cuda_memory_terms, stage_memory_facts
 
-    facts = stage_memory_facts(cfg, sched, ppv=ppv, device=device)
+    facts: list[dict[str, Any]] = list(stage_memory_facts(cfg, sched, ppv=ppv, device=device))
     if str(device).startswith("cuda"):
-        extra = stage_cuda_extra_bytes(cfg, sched, ppv=ppv, device=device)
-        facts = [dict(f, cuda_extra=int(e)) for f, e in zip(facts, extra)]
+        terms = stage_cuda_memory_terms(cfg, sched, ppv=ppv, device=device)
+        facts = [dict(f, cuda_transient={k: int(v[s]) for k, v in terms.transient.items()},
+                      cuda_library=terms.library) for s, f in enumerate(facts)]
     return facts
 
 
