@@ -177,6 +177,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         # CUDA: peak_memory_bytes counts from the end of setup without checkpoint writes; this
         # is the allocator's peak from process start through setup (None on the CPU)
         "setup_peak_memory_bytes": {str(p["rank"]): p.get("setup_peak_memory_bytes") for p in gathered},
+        "run_start_allocated_bytes": {str(p["rank"]): p.get("run_start_allocated_bytes") for p in gathered},
         "peak_memory_kind": "cuda.max_memory_allocated" if device.type == "cuda"
         else ("tracked by unique storage (stalesim.runtime.memory): params + buffers + optimizer + "
               "stashed versions + grad buffers + in-flight inputs/outputs/saved tensors + receive "

@@ -171,6 +171,7 @@ def test_dry_mode_numbers(dry_run):
     assert all(row["max_rel_loss_diff"] == 0 for row in one["cases"].values())  # CPU: bitwise
     for row in by["memory"]["numbers"]["cases"].values():
         assert row["rel_error"] <= 0.05 and row["measured_bytes"] > 0
+    assert any(label.endswith(":adamw") for label in by["memory"]["numbers"]["cases"])  # an optimizer's state
     b = by["batched"]["numbers"]
     assert b["K"] == 2 and b["max_rel_loss_diff"] <= 1e-3 and b["loop_steps_per_s"] > 0
     for key in ("resnet20", "gpt-char"):

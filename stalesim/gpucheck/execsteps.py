@@ -76,7 +76,8 @@ def rel_diff(got: list[Any], want: list[Any]) -> float:
 
 
 def _label(c: Any) -> str:
-    return f"{c.schedule}:{c.model}:S{c.num_stages}" + (f":P{c.workers}" if c.workers > 1 else "")
+    return (f"{c.schedule}:{c.model}:S{c.num_stages}" + (f":P{c.workers}" if c.workers > 1 else "")
+            + (f":{c.optimizer}" if c.optimizer != "sgd" else ""))
 
 
 def compare(o: Outcome, cases: list[Any], results: list[dict[str, Any]], where: str, dry: bool) -> None:

@@ -100,4 +100,10 @@ def memory_cases(device: str, dry: bool) -> list[TrainConfig]:
     shape: dict[str, Any] = ({"model": "lenet5", "batch_size": 24, "synthetic_size": 96} if dry else
                              {"model": "resnet20", "batch_size": 128, "synthetic_size": 512})
     names = ("gpipe", "stale") if dry else ("sequential", "gpipe", "1f1b", "stale", "zb-h1")
-    return [executor_config(n, 1, fold=1, device=device, iterations=4, **shape) for n in names]
+    cases = [executor_config(n, 1, fold=1, device=device, iterations=4, **shape) for n in names]
+    # the optimizers' state (AdamW: two moments; Muon: one for its matrices, AdamW's two elsewhere)
+    # under stale weights' stash, where a wrong count of state or versions shows most
+    for opt in (("adamw",) if dry else ("adamw", "muon")):
+        cases.append(executor_config("stale", 1, fold=1, device=device, iterations=4, optimizer=opt,
+                                     lr=1e-3, **shape))
+    return cases
