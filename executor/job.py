@@ -93,12 +93,10 @@ class CudaPeak:
 def plan(cfg: Any, batches_per_epoch: int | None = None):
     """(total batches, schedule) for a config; usable without torch. The schedule comes
     from the one IR call every consumer makes with the run's config."""
-    from stalesim.schedule import build_schedule
-
     if cfg.iterations is None and batches_per_epoch is None:
         raise StalesimError("epochs: the executor needs the dataset size to count batches")
     N = cfg.total_iterations(batches_per_epoch or 0)
-    return N, build_schedule(cfg.schedule_config(N, batches_per_epoch))
+    return N, cfg.build_schedule(N, batches_per_epoch)
 
 
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
@@ -133,9 +131,12 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
     cfg.check()
     prepare_determinism(bool(job.get("deterministic")), ctx.device)
-    from stalesim.workloads.zoo import build_model
+    from stalesim.plugins import add_import_roots
+    from stalesim.runtime.build import run_model
 
-    base = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+    # the user's --model/--dataset modules, importable here as they were where the run started
+    add_import_roots(job.get("import_roots") or ())
+    base = run_model(cfg)
     # batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data
     # set when counting by epochs; the count is broadcast.
     stream = None

@@ -36,6 +36,20 @@ class StageModules:
     heads: list[nn.Module | None]
 
 
+def run_model(cfg: TrainConfig) -> Any:
+    """The run's full model, seeded: the zoo's, or the user's (``--model pkg.module:factory``,
+    whose input shape may come from the data set). What the emulator and every rank build."""
+    from stalesim.plugins import is_plugin
+    from stalesim.workloads.zoo import build_model
+
+    shape = None
+    if is_plugin(cfg.model):
+        from stalesim.runtime.data import dataset_input_shape
+
+        shape = dataset_input_shape(cfg)
+    return build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed, input_shape=shape)
+
+
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
                         device: torch.device | str | None = None) -> StageModules:
     """The run's model (``model`` or the zoo's, seeded), split into ``sched.stages`` stages.
@@ -44,11 +58,9 @@ def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
     leaves it on the CPU and moves only its own stages.
     """
     from stalesim.workloads.partition import default_ppv
-    from stalesim.workloads.zoo import build_model
 
     S = sched.stages
-    base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
-                                                       seed=cfg.seed)
+    base = model if model is not None else run_model(cfg)
     # the FLOP-balanced cut is found on the model as built (float32), on every consumer
     ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, S) if S > 1 else [])
     base.to(dtype=cfg.torch_dtype)
