@@ -29,10 +29,15 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
     versions each runtime used (tests); ``deterministic``: the ranks run deterministic
     kernels (:func:`prepare_determinism`).
     """
+    from stalesim.plugins import import_roots
+
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    # the user's --model/--dataset modules (pkg.module:factory): the ranks, other processes,
+    # put the folders they were imported from here on their sys.path before importing them
+    roots = import_roots([d.get("model"), d.get("dataset")])
     return {"train": d, "out": out, "checkpoint_every": int(checkpoint_every or 0),
             "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
-            "deterministic": bool(deterministic)}
+            "deterministic": bool(deterministic), "import_roots": roots}
 
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or

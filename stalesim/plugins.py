@@ -105,6 +105,9 @@ def import_roots(specs: Iterable[str | None]) -> list[str]:
         if not is_plugin(text):
             continue
         modname, _ = split_spec(str(text), "module")
+        if modname == "__main__":
+            raise StalesimError(f"model: {text} is defined in __main__ (a notebook or a script); the ranks "
+                                "are other processes and import it by name: put it in a module file")
         module = sys.modules.get(modname)
         path = getattr(module, "__file__", None)
         if not path:

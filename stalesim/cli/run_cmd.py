@@ -84,10 +84,6 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
         raise StalesimError(f"--resume: no checkpoint in {ck}")
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
                    resume=out if args.resume else None, evaluate=not args.no_eval)
-    from stalesim.plugins import import_roots
-
-    # the ranks import the user's --model/--dataset modules from where they were found here
-    job["import_roots"] = import_roots([cfg.model, cfg.dataset])
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
     return job
 

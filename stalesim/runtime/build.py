@@ -37,17 +37,22 @@ class StageModules:
 
 
 def run_model(cfg: TrainConfig) -> Any:
-    """The run's full model, seeded: the zoo's, or the user's (``--model pkg.module:factory``,
-    whose input shape may come from the data set). What the emulator and every rank build."""
+    """The run's full model, seeded: what the emulator and every rank build."""
+    return model_of(cfg.model, cfg.dataset, seed=cfg.seed, num_classes=cfg.num_classes)
+
+
+def model_of(name: str, dataset: str | None = None, *, seed: int | None = 0, num_classes: int = 10) -> Any:
+    """Zoo model ``name``, or the user's (``pkg.module:factory``) whose input shape, when the
+    model does not state one, is ``dataset``'s (:func:`stalesim.runtime.data.input_shape_of`)."""
     from stalesim.plugins import is_plugin
     from stalesim.workloads.zoo import build_model
 
     shape = None
-    if is_plugin(cfg.model):
-        from stalesim.runtime.data import dataset_input_shape
+    if is_plugin(name):
+        from stalesim.runtime.data import input_shape_of
 
-        shape = dataset_input_shape(cfg)
-    return build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed, input_shape=shape)
+        shape = input_shape_of(dataset, seed or 0)
+    return build_model(name, num_classes=num_classes, seed=seed, input_shape=shape)
 
 
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,

@@ -92,15 +92,20 @@ def load_dataset(cfg: TrainConfig, input_shape: tuple[int, ...] | None = None) -
 
 
 def dataset_input_shape(cfg: TrainConfig) -> tuple[int, ...] | None:
-    """Per-sample input shape of ``cfg.dataset``: the built-in image sets' (known), a user's
+    """Per-sample input shape of ``cfg.dataset`` (see :func:`input_shape_of`)."""
+    return input_shape_of(cfg.dataset, cfg.seed)
+
+
+def input_shape_of(dataset: str | None, seed: int = 0) -> tuple[int, ...] | None:
+    """Per-sample input shape of a data set: the built-in image sets' (known), a user's
     (loaded once per process), None for synthetic and text data (the model's decides)."""
     from stalesim.plugins import is_plugin
 
-    if is_plugin(cfg.dataset):
+    if dataset is not None and is_plugin(dataset):
         from stalesim.runtime.owndata import own_input_shape
 
-        return own_input_shape(cfg.dataset, cfg.seed)
-    return INPUT_SHAPES.get(cfg.dataset)
+        return own_input_shape(dataset, seed)
+    return INPUT_SHAPES.get(dataset or "")
 
 
 def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Dataset:

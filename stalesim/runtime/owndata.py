@@ -33,11 +33,17 @@ MAX_ITEMS = 10_000_000
 @functools.lru_cache(maxsize=4)
 def load_own_dataset(spec: str, seed: int = 0) -> Any:
     """The :class:`~stalesim.runtime.data.Dataset` ``spec``'s factory returns (module doc)."""
-    from stalesim.runtime.data import Dataset
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         got = call_factory(spec, FLAG)
+    return as_dataset(got, spec)
+
+
+def as_dataset(got: Any, spec: str) -> Any:
+    """A factory's result (``(train, test)`` or ``train``, see the module doc) as the in-memory
+    :class:`~stalesim.runtime.data.Dataset` named ``spec``; also what the Python API takes."""
+    from stalesim.runtime.data import Dataset
+
     if isinstance(got, tuple) and len(got) == 2:
         train, test = got
     else:

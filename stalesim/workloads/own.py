@@ -41,6 +41,16 @@ def build_own_model(spec: str, *, seed: int | None = 0,
     return as_layered(built, spec, input_shape)
 
 
+def own_model(spec: str, dataset: str | None = None, *, seed: int = 0) -> LayeredModel:
+    """The user's model as the commands without a training config build it (``profile``,
+    ``plan``): the input shape from the model or from ``dataset``, checked by one forward."""
+    from stalesim.runtime.build import model_of
+
+    net = model_of(spec, dataset, seed=seed)
+    check_own_model(net, spec)
+    return net
+
+
 def as_layered(built: Any, spec: str, input_shape: tuple[int, ...] | None = None) -> LayeredModel:
     """``built`` (a factory's result) as a LayeredModel named ``spec``."""
     if isinstance(built, LayeredModel):
@@ -54,7 +64,7 @@ def as_layered(built: Any, spec: str, input_shape: tuple[int, ...] | None = None
                             "non-empty list of nn.Module blocks, or a stalesim LayeredModel")
     shape = getattr(built, "input_shape", None) or input_shape
     if shape is None:
-        raise StalesimError(f"{FLAG}: {spec}() returned an {type(built).__name__} without an input shape: "
+        raise StalesimError(f"{FLAG}: {spec}() returned blocks ({type(built).__name__}) without an input shape: "
                             "set its input_shape attribute (e.g. seq.input_shape = (1, 28, 28)), return "
                             "LayeredModel.from_sequential(..., input_shape=...), or give --dataset")
     try:
