@@ -64,7 +64,7 @@ def profile(model: ModelArg, batch_sizes: int | Sequence[int], *, dataset: DataA
     assert name is not None
     net: Any = name
     if is_plugin(name):
-        from stalesim.workloads.own import own_model
+        from stalesim.runtime.build import own_model
 
         net = own_model(name, spec_of(dataset, "dataset"), seed=seed)
     return profile_model(net, batch_sizes, device=device, threads=threads, repeats=repeats, warmup=warmup,
@@ -155,6 +155,9 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     run_cfg = cfg if cfg is not None else config(**fields)
     if cfg is not None and fields:
         raise StalesimError(f"{next(iter(fields))}: give a config or its fields, not both")
+    from stalesim.runtime.build import check_own_code
+
     run_cfg.check_runnable()
+    check_own_code(run_cfg)
     job = make_job(run_cfg, out=None if out is None else os.fspath(out))
     return run_local(job, devices, timeout_s=timeout_s, threads=threads)  # type: ignore[no-any-return]

@@ -53,7 +53,7 @@ def profile_here(model: str, dataset: str | None, batch_size: int) -> Any:
 
     net: Any = model
     if is_plugin(model):
-        from stalesim.workloads.own import own_model
+        from stalesim.runtime.build import own_model
 
         net = own_model(model, dataset)
     elif model_facts(model) is None:

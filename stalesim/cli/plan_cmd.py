@@ -150,10 +150,14 @@ def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
     length = {"epochs": horizon} if accuracy else {"iterations": horizon}
     for opt in args.optimizers:
         TrainConfig(optimizer=opt, iterations=1)._check_optimizer()
-    return TrainConfig(model=args.model, dataset=args.dataset or default_dataset, schedule="sequential",
-                       batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                       weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
-                       synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+    from stalesim.runtime.build import check_own_code
+
+    cfg = TrainConfig(model=args.model, dataset=args.dataset or default_dataset, schedule="sequential",
+                      batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+                      weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
+                      synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+    check_own_code(cfg)  # the user's --model/--dataset, if any, before any emulation starts
+    return cfg
 
 
 def _profile(args: argparse.Namespace, out, sizes: list[int]):

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = args.model
     if is_plugin(args.model):  # the user's model: imported, built and checked now
-        from stalesim.workloads.own import own_model
+        from stalesim.runtime.build import own_model
 
         model = own_model(args.model, args.dataset, seed=args.seed)
     elif args.dataset is not None:

@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         return torchrun_rank(args)
+    from stalesim.runtime.build import check_own_code
+
     cfg = train_config(args).check_runnable()
+    check_own_code(cfg)  # the user's --model/--dataset, imported and checked before any rank starts
     if args.devices is None:
         raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
     if args.master_addr is not None:  # resolved now, before the run folder or any rank

@@ -23,6 +23,9 @@ MODEL_HELP = ("zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
               "(returns an nn.Sequential or a list of blocks; docs/api.md)")
 DATASET_HELP = ("mnist | fashion-mnist | cifar10 | shakespeare | synthetic, or your own as "
                 "pkg.module:factory (returns (train, test) torch Datasets of (x, y); docs/api.md)")
+# the schedule of emulate/run without --schedule (the default None tells "not given" apart,
+# which --schedule-file needs)
+DEFAULT_SCHEDULE = "sequential"
 SCHEDULE_FILE_HELP = ("your own schedule instead of --schedule: our action-list JSON (as `stalesim "
                       "schedule NAME --json` prints) or torch.distributed.pipelining's CSV; it fixes "
                       "the stages and micro-batches (a JSON file also the iterations)")
@@ -41,7 +44,8 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
     p.add_argument("--model", default="lenet5", help=MODEL_HELP)
     p.add_argument("--dataset", default=None, help=DATASET_HELP + " (default: the model's; synthetic "
                    "for your own model)")
-    p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
+    p.add_argument("--schedule", default=None,
+                   help=f"schedule name (see `stalesim schedule`; default {DEFAULT_SCHEDULE})")
     add_schedule_args(p, devices_alias=devices_alias)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
@@ -143,6 +147,8 @@ def train_config_from_args(args: argparse.Namespace):
 
         dataset = build_model(args.model).default_dataset
     schedule_file = getattr(args, "schedule_file", None)
+    if schedule_file is None and args.schedule is None:
+        args.schedule = DEFAULT_SCHEDULE
     if schedule_file is not None:
         import os
 
@@ -174,7 +180,7 @@ def _apply_schedule_file(args: argparse.Namespace, iterations: int | None) -> in
     iterations of a JSON file unless given. The schedule's name is the file's."""
     from stalesim.schedule.userfile import file_batches, load_schedule_file
 
-    if args.schedule != "sequential":
+    if args.schedule is not None:
         raise StalesimError("--schedule-file: give a schedule name or a schedule file, not both")
     if args.epochs is not None:
         raise StalesimError("--schedule-file: a schedule file runs --iterations, not --epochs")

@@ -566,7 +566,10 @@ def check_request(cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None
     and the data loaded: the config (model shape, batch, the run's schedule), a zoo model
     name, the data folder, the run folder (writable, not a file) and the checkpoint to
     resume from. A mistake here costs nothing; found after loading it costs minutes."""
+    from stalesim.runtime.build import check_own_code
+
     cfg.check_runnable(own_model=own_model)
+    check_own_code(cfg, model=not own_model)  # the user's pkg.module:factory code, if any
     if resume and out is None:
         raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
     if out is not None:

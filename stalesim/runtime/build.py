@@ -55,6 +55,46 @@ def model_of(name: str, dataset: str | None = None, *, seed: int | None = 0, num
     return build_model(name, num_classes=num_classes, seed=seed, input_shape=shape)
 
 
+def own_model(spec: str, dataset: str | None = None, *, seed: int = 0) -> Any:
+    """The user's model as the commands without a training config build it (``profile``,
+    ``simulate --model``): :func:`model_of`, checked by one forward of its input shape."""
+    from stalesim.workloads.own import check_own_model
+
+    net = model_of(spec, dataset, seed=seed)
+    check_own_model(net, spec)
+    return net
+
+
+def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
+    """The user's ``--dataset``/``--model`` (``pkg.module:factory``), built once here, before
+    any rank starts: importable, the factories return what they must, and the model reads
+    the data set's inputs and gives one logit per class. One line naming the flag if not."""
+    from stalesim.plugins import is_plugin
+
+    if is_plugin(cfg.dataset):
+        from stalesim.runtime.owndata import load_own_dataset
+
+        data = load_own_dataset(cfg.dataset, cfg.seed)
+        if cfg.batch_size > data.train_size:
+            raise StalesimError(f"batch_size: {cfg.batch_size} is larger than the training set of "
+                                f"{cfg.dataset} ({data.train_size:,} samples)")
+    if model and is_plugin(cfg.model):
+        from stalesim.workloads.own import check_own_model
+
+        net = run_model(cfg)
+        if net.input_shape and cfg.dataset != "synthetic":
+            from stalesim.runtime.data import dataset_input_shape
+
+            shape = dataset_input_shape(cfg)
+            if shape is not None and tuple(shape) != tuple(net.input_shape):
+                raise StalesimError(f"--model: {cfg.model} reads inputs of shape {tuple(net.input_shape)}, "
+                                    f"but data set {cfg.dataset} has {tuple(shape)}")
+        if cfg.num_stages > len(net.block_names):
+            raise StalesimError(f"stages: {cfg.num_stages} stages requested but model {cfg.model!r} has "
+                                f"only {len(net.block_names)} blocks")
+        check_own_model(net, cfg.model)
+
+
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
                         device: torch.device | str | None = None) -> StageModules:
     """The run's model (``model`` or the zoo's, seeded), split into ``sched.stages`` stages.

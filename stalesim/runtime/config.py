@@ -327,13 +327,12 @@ class TrainConfig:
     def check_runnable(self, *, own_model: bool = False) -> TrainConfig:
         """:meth:`check`, plus what a run needs before it builds anything: a zoo model
         (unless the caller brings its own module; asked of the zoo without building one)
-        and an existing data folder."""
+        and an existing data folder. A user's ``pkg.module:factory`` code is checked by
+        :func:`stalesim.runtime.build.check_own_code` (it builds what it checks)."""
         from stalesim.plugins import is_plugin
 
         self.check()
-        if is_plugin(self.model) or is_plugin(self.dataset):
-            check_own_code(self, model=not own_model)
-        elif not own_model:
+        if not own_model and not is_plugin(self.model):
             from stalesim.workloads.zoo import model_factory
 
             try:
@@ -495,37 +494,6 @@ class TrainConfig:
         if unknown:
             raise StalesimError(f"{unknown[0]}: unknown training config field")
         return cls(**d)
-
-
-def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
-    """The user's ``--dataset``/``--model`` (``pkg.module:factory``), built once here, before
-    any rank starts: importable, the factories return what they must, and the model reads
-    the data set's inputs and gives one logit per class. One line naming the flag if not."""
-    from stalesim.plugins import is_plugin
-
-    if is_plugin(cfg.dataset):
-        from stalesim.runtime.owndata import load_own_dataset
-
-        data = load_own_dataset(cfg.dataset, cfg.seed)
-        if cfg.batch_size > data.train_size:
-            raise StalesimError(f"batch_size: {cfg.batch_size} is larger than the training set of "
-                                f"{cfg.dataset} ({data.train_size:,} samples)")
-    if model and is_plugin(cfg.model):
-        from stalesim.runtime.build import run_model
-        from stalesim.workloads.own import check_own_model
-
-        net = run_model(cfg)
-        if net.input_shape and cfg.dataset != "synthetic":
-            from stalesim.runtime.data import dataset_input_shape
-
-            shape = dataset_input_shape(cfg)
-            if shape is not None and tuple(shape) != tuple(net.input_shape):
-                raise StalesimError(f"--model: {cfg.model} reads inputs of shape {tuple(net.input_shape)}, "
-                                    f"but data set {cfg.dataset} has {tuple(shape)}")
-        if cfg.num_stages > len(net.block_names):
-            raise StalesimError(f"stages: {cfg.num_stages} stages requested but model {cfg.model!r} has "
-                                f"only {len(net.block_names)} blocks")
-        check_own_model(net, cfg.model)
 
 
 def _positive_int(name: str, value: Any) -> None:

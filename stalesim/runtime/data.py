@@ -83,7 +83,9 @@ def load_dataset(cfg: TrainConfig, input_shape: tuple[int, ...] | None = None) -
     if is_plugin(cfg.dataset):
         from stalesim.runtime.owndata import load_own_dataset
 
-        return load_own_dataset(cfg.dataset, cfg.seed)
+        own = load_own_dataset(cfg.dataset, cfg.seed)  # used as given: no augmentation, no normalising
+        return Dataset(cfg.dataset, own.train_x, own.train_y, own.test_x, own.test_y, None, None, False,
+                       f"user data set {cfg.dataset}")
     if cfg.dataset == "synthetic":
         return synthetic_dataset(cfg, input_shape or (1, 28, 28))
     if cfg.dataset in _TV_NAME:

@@ -17,7 +17,7 @@ loading the batches later reads the files once.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,20 +30,30 @@ FLAG = "--dataset"
 MAX_ITEMS = 10_000_000
 
 
+class OwnData(NamedTuple):
+    """A user's data set as tensors (:mod:`stalesim.runtime.data` wraps it as its ``Dataset``)."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor | None
+    test_y: torch.Tensor | None
+
+    @property
+    def train_size(self) -> int:
+        return int(self.train_x.shape[0])
+
+
 @functools.lru_cache(maxsize=4)
-def load_own_dataset(spec: str, seed: int = 0) -> Any:
-    """The :class:`~stalesim.runtime.data.Dataset` ``spec``'s factory returns (module doc)."""
+def load_own_dataset(spec: str, seed: int = 0) -> OwnData:
+    """The tensors of the data set ``spec``'s factory returns (module doc), checked."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         got = call_factory(spec, FLAG)
     return as_dataset(got, spec)
 
 
-def as_dataset(got: Any, spec: str) -> Any:
-    """A factory's result (``(train, test)`` or ``train``, see the module doc) as the in-memory
-    :class:`~stalesim.runtime.data.Dataset` named ``spec``; also what the Python API takes."""
-    from stalesim.runtime.data import Dataset
-
+def as_dataset(got: Any, spec: str) -> OwnData:
+    """A factory's result (``(train, test)`` or ``train``, see the module doc) as checked tensors."""
     if isinstance(got, tuple) and len(got) == 2:
         train, test = got
     else:
@@ -55,7 +65,7 @@ def as_dataset(got: Any, spec: str) -> Any:
         if test_x.shape[1:] != train_x.shape[1:]:
             raise StalesimError(f"{FLAG}: {spec}: test inputs are {tuple(test_x.shape[1:])}, "
                                 f"train inputs {tuple(train_x.shape[1:])}")
-    return Dataset(spec, train_x, train_y, test_x, test_y, None, None, False, f"user data set {spec}")
+    return OwnData(train_x, train_y, test_x, test_y)
 
 
 def own_input_shape(spec: str, seed: int = 0) -> tuple[int, ...]:

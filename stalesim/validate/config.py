@@ -121,13 +121,12 @@ def check_out_dir(path: str) -> Path:
 def _own_blocks(cfg: ValidateConfig) -> int:
     """Blocks of the user's model, built and checked now (with its data set, when that is the
     user's too), before anything is measured."""
-    from stalesim.runtime.config import TrainConfig, check_own_code
+    from stalesim.runtime.build import check_own_code, run_model
+    from stalesim.runtime.config import TrainConfig
 
     tc = TrainConfig(model=cfg.model, dataset=cfg.dataset, iterations=1, batch_size=cfg.batch_size,
                      seed=cfg.seed)
     check_own_code(tc)
-    from stalesim.runtime.build import run_model
-
     return len(run_model(tc).block_names)
 
 

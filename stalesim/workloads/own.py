@@ -41,16 +41,6 @@ def build_own_model(spec: str, *, seed: int | None = 0,
     return as_layered(built, spec, input_shape)
 
 
-def own_model(spec: str, dataset: str | None = None, *, seed: int = 0) -> LayeredModel:
-    """The user's model as the commands without a training config build it (``profile``,
-    ``plan``): the input shape from the model or from ``dataset``, checked by one forward."""
-    from stalesim.runtime.build import model_of
-
-    net = model_of(spec, dataset, seed=seed)
-    check_own_model(net, spec)
-    return net
-
-
 def as_layered(built: Any, spec: str, input_shape: tuple[int, ...] | None = None) -> LayeredModel:
     """``built`` (a factory's result) as a LayeredModel named ``spec``."""
     if isinstance(built, LayeredModel):
