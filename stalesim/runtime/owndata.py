@@ -80,6 +80,9 @@ def _tensors(ds: Any, spec: str, part: str) -> tuple[torch.Tensor, torch.Tensor]
 
     if isinstance(ds, TensorDataset) and len(ds.tensors) == 2:
         x, y = ds.tensors
+    elif isinstance(ds, torch.nn.Module):  # indexable too (a Sequential), but a model: say so
+        raise StalesimError(f"{FLAG}: {spec}() returned {type(ds).__name__}, a model, for the {part} set; "
+                            "expected a torch Dataset of (x, y) pairs (e.g. TensorDataset)")
     elif isinstance(ds, TorchDataset) or (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
         try:
             n = len(ds)  # type: ignore[arg-type]
