@@ -118,6 +118,11 @@ def config(model: ModelArg = "lenet5", dataset: DataArg = None, **fields: Any) -
     name = spec_of(model, "model")
     assert name is not None
     data = spec_of(dataset, "dataset")
+    if fields.get("schedule_file") is not None:  # the file fixes the schedule's name and shape
+        from stalesim.schedule.userfile import fill_from_file
+
+        fields["schedule_file"] = os.path.abspath(fields["schedule_file"])  # the ranks read it too
+        fields = fill_from_file(fields["schedule_file"], fields)
     if data is None:
         if is_plugin(name):
             data = "synthetic"

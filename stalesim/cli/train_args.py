@@ -175,24 +175,13 @@ def train_config_from_args(args: argparse.Namespace):
 
 
 def _apply_schedule_file(args: argparse.Namespace, iterations: int | None) -> int | None:
-    """Read ``--schedule-file`` up front (the IR checks it) and take the shape it fixes:
-    stages, micro-batches and workers where the flags were left at their defaults, the
-    iterations of a JSON file unless given. The schedule's name is the file's."""
-    from stalesim.schedule.userfile import file_batches, load_schedule_file
+    """Read ``--schedule-file`` up front (the IR checks it) and take the shape it fixes
+    (:func:`stalesim.schedule.userfile.fill_from_file`); returns the iterations."""
+    from stalesim.schedule.userfile import fill_from_file
 
-    if args.schedule is not None:
-        raise StalesimError("--schedule-file: give a schedule name or a schedule file, not both")
-    if args.epochs is not None:
-        raise StalesimError("--schedule-file: a schedule file runs --iterations, not --epochs")
-    fixed = file_batches(args.schedule_file)
-    if iterations is None:
-        iterations = fixed
-    sched = load_schedule_file(args.schedule_file, iterations or 1)
-    args.schedule = sched.name
-    if args.stages is None and args.ppv is None:
-        args.stages = sched.stages
-    if args.microbatches == 1:
-        args.microbatches = sched.microbatches
-    if args.workers == 1:
-        args.workers = sched.workers
-    return iterations
+    names = ("schedule", "epochs", "stages", "ppv", "microbatches", "workers")
+    filled = fill_from_file(args.schedule_file, {"iterations": iterations,
+                                                 **{k: getattr(args, k) for k in names}})
+    for k in names:
+        setattr(args, k, filled[k])
+    return filled["iterations"]

@@ -38,6 +38,28 @@ MAX_JSON_BYTES = 64 << 20  # ~1.5 M action texts
 _PER_MICRO = frozenset({Kind.F, Kind.B, Kind.I, Kind.W, Kind.LOSS})
 
 
+def fill_from_file(path: str | os.PathLike[str], fields: dict[str, Any]) -> dict[str, Any]:
+    """Training-config fields (missing or None: not given) completed with what the schedule
+    file fixes: its name as the schedule, its stages (unless a PPV gives them), micro-batches
+    and workers where left at 1, and the iterations of a JSON file. The file is read and
+    checked by the IR here; what disagrees is left for the config's own check to name."""
+    out = dict(fields)
+    if out.get("schedule") is not None:
+        raise ScheduleError(f"{FLAG}: give a schedule name or a schedule file, not both")
+    if out.get("epochs") is not None:
+        raise ScheduleError(f"{FLAG}: a schedule file runs --iterations, not --epochs")
+    if out.get("iterations") is None:
+        out["iterations"] = file_batches(path)
+    sched = load_schedule_file(path, out["iterations"] or 1)
+    out["schedule"] = sched.name
+    if out.get("stages") is None and out.get("ppv") is None:
+        out["stages"] = sched.stages
+    for name, value in (("microbatches", sched.microbatches), ("workers", sched.workers)):
+        if out.get(name) in (None, 1):
+            out[name] = value
+    return out
+
+
 def file_batches(path: str | os.PathLike[str]) -> int | None:
     """Batches a schedule file fixes (our JSON), or None when the run chooses (torch CSV)."""
     if _suffix(path) == ".csv":
