@@ -233,6 +233,7 @@ class TrainConfig:
         if self.iterations is None:
             raise StalesimError("iterations: a schedule file runs a given number of iterations, not epochs")
         _positive_int("iterations", self.iterations)
+        assert self.schedule_file is not None  # (the caller's condition)
         sched = load_schedule_file(self.schedule_file, self.iterations)
         shape = {"stages": (self.num_stages, sched.stages), "microbatches": (self.microbatches, sched.microbatches),
                  "workers": (self.workers, sched.workers)}

@@ -85,7 +85,7 @@ def _tensors(ds: Any, spec: str, part: str) -> tuple[torch.Tensor, torch.Tensor]
                             "expected a torch Dataset of (x, y) pairs (e.g. TensorDataset)")
     elif isinstance(ds, TorchDataset) or (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
         try:
-            n = len(ds)  # type: ignore[arg-type]
+            n = len(ds)
         except TypeError:
             raise StalesimError(f"{FLAG}: {spec}: the {part} set has no length (an iterable data set); "
                                 "return a map-style data set such as TensorDataset") from None
