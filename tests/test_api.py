@@ -73,3 +73,18 @@ def test_config_and_argument_errors():
         stalesim.emulate(cfg, iterations=2)
     with pytest.raises(stalesim.StalesimError, match="schedule: expected a name"):
         stalesim.simulate(None, 3)  # type: ignore[arg-type]
+
+
+def three_logits():
+    seq = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+    seq.input_shape = (4,)
+    return seq
+
+
+def test_labels_the_model_cannot_predict_are_refused_up_front():
+    """Synthetic data has 10 classes: a 3-logit model would fail mid-run in cross-entropy."""
+    with pytest.raises(stalesim.StalesimError, match=r"^--model: .*gives 3 logits, but the labels of data set "
+                                                      r"synthetic go up to class 9"):
+        stalesim.emulate(model=three_logits, iterations=2)
+    s = stalesim.emulate(model=three_logits, num_classes=3, iterations=2, batch_size=8)
+    assert len(s["losses"]) == 2

@@ -71,6 +71,7 @@ def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
     the data set's inputs and gives one logit per class. One line naming the flag if not."""
     from stalesim.plugins import is_plugin
 
+    classes = None  # classes the data set's labels need
     if is_plugin(cfg.dataset):
         from stalesim.runtime.owndata import load_own_dataset
 
@@ -78,6 +79,9 @@ def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
         if cfg.batch_size > data.train_size:
             raise StalesimError(f"batch_size: {cfg.batch_size} is larger than the training set of "
                                 f"{cfg.dataset} ({data.train_size:,} samples)")
+        classes = int(data.train_y.max()) + 1
+    elif cfg.dataset == "synthetic":
+        classes = cfg.num_classes
     if model and is_plugin(cfg.model):
         from stalesim.workloads.own import check_own_model
 
@@ -92,7 +96,10 @@ def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
         if cfg.num_stages > len(net.block_names):
             raise StalesimError(f"stages: {cfg.num_stages} stages requested but model {cfg.model!r} has "
                                 f"only {len(net.block_names)} blocks")
-        check_own_model(net, cfg.model)
+        logits = check_own_model(net, cfg.model)
+        if classes is not None and logits < classes:
+            raise StalesimError(f"--model: {cfg.model} gives {logits} logits, but the labels of data set "
+                                f"{cfg.dataset} go up to class {classes - 1}")
 
 
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
