@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from stalesim.cli.common import DEFAULT_THREADS
 from stalesim.errors import StalesimError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,17 +136,27 @@ def config(model: ModelArg = "lenet5", dataset: DataArg = None, **fields: Any) -
 
 
 def emulate(cfg: TrainConfig | None = None, *, out: str | os.PathLike[str] | None = None,
-            progress: bool = False, **fields: Any) -> dict[str, Any]:
+            progress: bool = False, threads: int | None = DEFAULT_THREADS, **fields: Any) -> dict[str, Any]:
     """Train on this process with exactly the schedule's weight staleness (``stalesim
     emulate``); returns the summary (``losses``, ``final_test_accuracy``, ``staleness``, ...).
-    Give a config, or its fields as keywords (see :func:`config`)."""
+    Give a config, or its fields as keywords (see :func:`config`). ``threads``: torch CPU
+    threads while it trains (default 1, as ``stalesim emulate`` and every rank of
+    :func:`run`: the sums' order, so the losses, depend on it; None: leave torch's setting)."""
+    import torch
+
     from stalesim.emulator.replay import emulate as _emulate
 
     _fresh()
     run_cfg = cfg.check() if cfg is not None else config(**fields)
     if cfg is not None and fields:
         raise StalesimError(f"{next(iter(fields))}: give a config or its fields, not both")
-    return _emulate(run_cfg, out=out, progress=progress)
+    old = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _emulate(run_cfg, out=out, progress=progress)
+    finally:
+        torch.set_num_threads(old)
 
 
 def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os.PathLike[str] | None = None,
