@@ -147,6 +147,18 @@ def test_study_with_the_users_model(user_dir):
 
 
 @pytest.mark.slow
+def test_plan_with_the_users_model(user_dir):
+    out = user_dir / "plan"
+    p = stalesim(user_dir, "plan", *MODEL, "--devices", "2", "--target-loss", "1.0", "--iterations", "8",
+                 "--max-horizon", "8", "--schedules", "stale", "--seeds", "0", "--batch-size", "32",
+                 "--out", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr[-2000:]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["model"] == "userzoo:net" and plan["dataset"] == "userzoo:data"
+    assert "stale" in {r["schedule"] for r in plan["rows"]}
+
+
+@pytest.mark.slow
 def test_validate_with_the_users_model(user_dir):
     out = user_dir / "val"
     s = ok_json(user_dir, "validate", *MODEL, "--devices", "cpu:2", "--schedules", "gpipe,stale",
