@@ -24,7 +24,7 @@ def _capture_update(target_stage: int, target_batch: int):
             box["rt"] = rt
             box["w"] = [p.detach().clone() for p in rt.params]
             box["g"] = [g.clone() for g in rt.grads(a.batch)]
-            box["v"] = [None if b is None else b.clone() for b in rt._bufs()]
+            box["v"] = [None if b is None else b.clone() for b in rt._bufs(box["w"])]
             box["D"] = rt.mit.batch_delay(a.batch)
             orig = rt.update
 
@@ -98,7 +98,7 @@ def test_weight_prediction_forward_and_backward_horizons():
     def forward(self, action, x, **kw):
         if self.stage == 0 and action.batch == 6 and not kw:
             seen["w"] = [p.detach().clone() for p in self.params]
-            seen["v"] = [None if b is None else b.clone() for b in self._bufs()]
+            seen["v"] = [None if b is None else b.clone() for b in self._bufs(seen["w"])]
             seen["D"] = self.mit.delay_forward(6)
             seen["Db"] = self.mit.delay_backward(6)
             y = orig_forward(self, action, x, **kw)

@@ -101,7 +101,7 @@ def _ef_one_parameter(delays: list[bool]) -> list[float]:
     out = []
     for i, delayed in enumerate(delays, start=1):
         opt.step([torch.full((1,), float(i), dtype=torch.float64)], 1.0, delayed=delayed)
-        out.append(float(p[0]))
+        out.append(float(p[0].detach()))
     return out
 
 
