@@ -16,7 +16,7 @@ from stalesim.cli.common import (
 )
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
-from stalesim.runtime.config import MUON_MAX_NS_STEPS
+from stalesim.runtime.config import LOOKAHEAD_MOMENTA, MUON_MAX_NS_STEPS
 
 MODEL_HELP = ("zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
               "gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T), or your own as pkg.module:factory "
@@ -104,7 +104,13 @@ def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) 
                    help="language model: validation windows for val loss / bits per character")
     m.add_argument("--nesterov-lookahead", action="store_true",
                    help="Nesterov look-ahead for async pipelines (Ajanthan et al. 2025): "
-                        "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W), mu=beta1")
+                        "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W) "
+                        "(the paper recommends --betas 0.99,0.999)")
+    m.add_argument("--lookahead-momentum", choices=LOOKAHEAD_MOMENTA, default="nadam",
+                   help="Adam look-ahead's momentum mu_t: nadam = torch's NAdam schedule "
+                        "beta1*(1-0.5*0.96^(t*psi)) as the paper's code (default); constant = beta1")
+    m.add_argument("--nadam-momentum-decay", type=positive_float, default=0.004,
+                   help="psi of the nadam momentum schedule (torch's momentum_decay)")
     m.add_argument("--error-feedback", action="store_true",
                    help="delayed steps get + beta*(step_t - step_{t-1}) (error feedback for one-step delay)")
     m.add_argument("--error-feedback-beta", type=positive_float, default=1.0,
@@ -124,7 +130,8 @@ def _betas(text: str) -> list[float]:
 
 def _optimizer_fields(args: argparse.Namespace) -> dict:
     names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
-             "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta",
+             "eval_windows", "nesterov_lookahead", "lookahead_momentum", "nadam_momentum_decay",
+             "error_feedback", "error_feedback_beta",
              "muon_lr", "muon_momentum", "muon_ns_steps")
     return {k: getattr(args, k) for k in names}
 

@@ -25,6 +25,8 @@ LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+# momentum coefficient of the Adam look-ahead (NAdam): torch's schedule (the paper's code) or beta1
+LOOKAHEAD_MOMENTA = ("nadam", "constant")
 # Newton-Schulz iterations of Muon: torch.optim.Muon refuses 100 or more
 MUON_MAX_NS_STEPS = 99
 # training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
@@ -92,6 +94,8 @@ class TrainConfig:
     lr_min: float = 0.0
     clip_grad_norm: float | None = None
     nesterov_lookahead: bool = False
+    lookahead_momentum: str = "nadam"
+    nadam_momentum_decay: float = 0.004
     error_feedback: bool = False
     error_feedback_beta: float = 1.0
     # Muon (stalesim.runtime.muon): its learning rate for the hidden matrices (lr is AdamW's
@@ -394,6 +398,12 @@ class TrainConfig:
         if not _finite(self.error_feedback_beta) or self.error_feedback_beta <= 0:
             raise StalesimError(
                 f"error_feedback_beta: expected a finite number > 0, got {self.error_feedback_beta!r}")
+        if self.lookahead_momentum not in LOOKAHEAD_MOMENTA:
+            raise StalesimError(f"lookahead_momentum: unknown {self.lookahead_momentum!r} "
+                                f"(known: {', '.join(LOOKAHEAD_MOMENTA)})")
+        if not _finite(self.nadam_momentum_decay) or self.nadam_momentum_decay <= 0:
+            raise StalesimError(
+                f"nadam_momentum_decay: expected a finite number > 0, got {self.nadam_momentum_decay!r}")
         self._check_muon()
         sgd = self.optimizer == "sgd"
         if self.nesterov and not (sgd and self.momentum > 0):
