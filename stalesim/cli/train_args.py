@@ -89,6 +89,15 @@ def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) 
     m.add_argument("--nesterov-lookahead", action="store_true",
                    help="Nesterov look-ahead for async pipelines (Ajanthan et al. 2025): "
                         "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W), mu=beta1")
+    m.add_argument("--basis-rotation", action="store_true",
+                   help="Adam/AdamW in each weight matrix's approximate eigenbasis (Jung et al. 2026; "
+                        "SOAP-style Kronecker factors)")
+    m.add_argument("--basis-rotation-freq", type=positive_int, default=10,
+                   help="basis rotation: refresh the eigenbasis every K updates")
+    m.add_argument("--basis-rotation-beta", type=float_type(0.0, 1.0), default=None,
+                   help="basis rotation: EMA decay of the Kronecker factors, in [0, 1) (default: beta2)")
+    m.add_argument("--basis-rotation-max-dim", type=positive_int, default=10_000,
+                   help="basis rotation: matrix sides longer than this are not rotated")
     m.add_argument("--error-feedback", action="store_true",
                    help="delayed steps get + beta*(step_t - step_{t-1}) (error feedback for one-step delay)")
     m.add_argument("--error-feedback-beta", type=positive_float, default=1.0,
@@ -109,7 +118,8 @@ def _betas(text: str) -> list[float]:
 def _optimizer_fields(args: argparse.Namespace) -> dict:
     names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
              "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta",
-             "muon_lr", "muon_momentum", "muon_ns_steps")
+             "muon_lr", "muon_momentum", "muon_ns_steps", "basis_rotation", "basis_rotation_freq",
+             "basis_rotation_beta", "basis_rotation_max_dim")
     return {k: getattr(args, k) for k in names}
 
 

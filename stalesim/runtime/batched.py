@@ -87,6 +87,9 @@ def check_batch(cfgs: Sequence[TrainConfig]) -> None:
     """Raise a one-line StalesimError unless the runs can train as one batch."""
     if not cfgs:
         raise StalesimError("batched: no runs")
+    if any(c.basis_rotation for c in cfgs):
+        raise StalesimError("batched: --basis-rotation is not supported by the batched path "
+                            "(per-run eigendecompositions); run the study without --batched")
     ref = cfgs[0].to_dict()
     for i, c in enumerate(cfgs[1:], 1):
         d = c.to_dict()
