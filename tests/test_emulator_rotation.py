@@ -28,6 +28,7 @@ the emulator differs from it by 4.7e-12 to 5.6e-11, the same rounding noise.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -217,8 +218,11 @@ def test_rotation_resume_is_bitwise_identical(tmp_path, name, kw):
 
 def test_executor_equals_emulator_with_rotation():
     """Two gloo ranks (a stale and a split-backward virtual schedule) train bit for bit as
-    the emulator (basis refreshes included: every second update)."""
+    the emulator (basis refreshes included: every second update), and hold the memory the
+    memory model predicts with the rotation's factors and bases in the optimizer state."""
     from executor import make_job, run_local
+    from executor.rank import RECV_AHEAD
+    from stalesim.validate.costmodel import predicted_peaks
 
     for schedule, kw in (("stale", {"stages": 2}), ("zb-v", {"stages": 4, "microbatches": 2})):
         cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule=schedule, iterations=6,
@@ -227,6 +231,14 @@ def test_executor_equals_emulator_with_rotation():
         res = run_local(make_job(cfg, evaluate=False), "cpu:2", timeout_s=120)
         torch.set_num_threads(1)
         assert res["losses"] == Emulator(cfg, progress=False).run()["losses"], schedule
+        measured = [res["peak_memory_bytes"][k] for k in sorted(res["peak_memory_bytes"], key=int)]
+        predicted = predicted_peaks(cfg, recv_ahead=RECV_AHEAD)
+        without = predicted_peaks(replace(cfg, basis_rotation=False), recv_ahead=RECV_AHEAD)
+        for d, (p, m) in enumerate(zip(predicted, measured)):
+            assert abs(p - m) <= 0.03 * m, f"{schedule}: device {d}: predicted {p} B, measured {m} B"
+        # the factors and bases of lenet5's three linear layers (120 x 400, 84 x 120, 10 x 84),
+        # float32: 1.6 MB, 6.6 x the parameters
+        assert sum(predicted) - sum(without) == 4 * 2 * sum(n * n for n in (120, 400, 84, 120, 10, 84))
 
 
 @pytest.mark.parametrize("kw,field", [

@@ -111,6 +111,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_llm_args(p)
     p.add_argument("--dp", type=positive_int, dest="workers", default=argparse.SUPPRESS, metavar="P",
                    help="alias of -P: the data-parallel degree")
+    p.add_argument("--basis-rotation", action="store_true",
+                   help="price basis rotation (Adam in each matrix's eigenbasis): its factors in each stage's "
+                        "optimizer state (with Adam's two moments) and its matrix products in each update")
+    p.add_argument("--basis-rotation-freq", type=positive_int, default=10, metavar="K",
+                   help="with --basis-rotation: eigenbasis refresh every K updates (default 10)")
+    p.add_argument("--basis-rotation-max-dim", type=positive_int, default=10_000, metavar="N",
+                   help="with --basis-rotation: matrix sides longer than N are not rotated")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -149,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
-    r = simulate(prof, cfg, hw, opts)
+    r = simulate(_rotation_costs(args, prof, cfg, opts) if args.basis_rotation else prof, cfg, hw, opts)
     written = {}
     if args.trace:
         written["trace"] = str(r.write_trace(args.trace))
@@ -166,6 +173,23 @@ def run(args: argparse.Namespace) -> int:
         for k, v in written.items():
             print(f"{k}: {v}")
     return 0
+
+
+def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
+    """The profile's stage costs with basis rotation's state and update time added
+    (:mod:`stalesim.sim.rotation_cost`)."""
+    from stalesim.errors import StalesimError
+    from stalesim.schedule import build_schedule
+    from stalesim.sim.model import resolve_cuts, stage_costs
+    from stalesim.sim.rotation_cost import with_basis_rotation
+
+    if opts.replicas > 1 or getattr(args, "node", None):
+        raise StalesimError("basis_rotation: priced for one pipeline; drop --replicas/--node")
+    B = opts.batch_size or prof.batch_size
+    ab = build_schedule(cfg).action_batch_size(B)
+    cuts, ppv = resolve_cuts(prof, cfg.stages, opts.ppv, B)
+    costs = stage_costs(prof, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv)
+    return with_basis_rotation(costs, prof, freq=args.basis_rotation_freq, max_dim=args.basis_rotation_max_dim)
 
 
 def _run_workload(args: argparse.Namespace) -> int:

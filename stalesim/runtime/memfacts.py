@@ -157,8 +157,9 @@ def stage_cuda_extra_bytes(cfg: Any, sched: Any, *, device: torch.device | str =
     static = 0
     for s in range(sched.stages):
         st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
-        state = rts[s].opt.state_nbytes() if cfg.optimizer == "muon" else st["params"] * state_copies(cfg)
-        static += st["params"] + state + st["buffers"]  # Muon: one tensor per matrix, two elsewhere
+        exact = cfg.optimizer == "muon" or cfg.basis_rotation  # state not a multiple of the parameters
+        state = rts[s].opt.state_nbytes() if exact else st["params"] * state_copies(cfg)
+        static += st["params"] + state + st["buffers"]  # Muon: one tensor per matrix; rotation: + factors
     held: dict[int, int] = {}
     for t in [*xs, labels]:
         held[int(t.untyped_storage().data_ptr())] = storage_nbytes(t)
