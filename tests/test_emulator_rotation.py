@@ -275,3 +275,50 @@ def test_batched_path_refuses_in_one_line():
 
     with pytest.raises(StalesimError, match="^batched: --basis-rotation"):
         check_batch([_cfg("pipedream"), _cfg("pipedream", seed=1)])
+
+
+def _cli(capsys, argv):
+    from stalesim.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+STUDY = ["study", "--model", "gpt-char:n_layer=1,n_embd=8,n_head=2,block_size=8", "--dataset", "synthetic",
+         "--synthetic-size", "32", "--batch-size", "8", "--eval-windows", "4",
+         "--iterations", "3", "--quiet", "--seeds", "0", "--jobs", "1", "--optimizer", "adamw",
+         "--schedules", "sequential,stale", "--placements", "S2"]
+
+
+def test_study_compares_basis_rotation_and_refuses_batched(capsys, tmp_path):
+    rc, out, err = _cli(capsys, [*STUDY, "--mitigations", "none,basis-rotation", "--out", str(tmp_path / "a"),
+                                 "--json"])
+    assert rc == 0, err
+    import json
+
+    rows = json.loads(out)
+    assert {(r["schedule"], r["mitigation"]) for r in rows} >= {("stale", "none"), ("stale", "basis-rotation")}
+    rot = [r for r in rows if r["mitigation"] == "basis-rotation"][0]
+    plain = [r for r in rows if r["mitigation"] == "none" and r["schedule"] == rot["schedule"]][0]
+    assert rot["val_loss_mean"] != plain["val_loss_mean"]
+    rc, _, err = _cli(capsys, [*STUDY, "--mitigations", "basis-rotation", "--batched", "--out", str(tmp_path / "b")])
+    assert rc == 2 and err.strip().splitlines() == [
+        "stalesim: error: batched: --basis-rotation is not supported by the batched path (per-run "
+        "eigendecompositions); run the study without --batched"]
+
+
+def test_plan_refuses_what_it_cannot_price(capsys, tmp_path):
+    from stalesim.plan.candidates import mitigation_fields
+
+    assert mitigation_fields("basis-rotation") == {"basis_rotation": True}
+    rc, _, err = _cli(capsys, ["plan", "--model", "lenet5", "--dataset", "synthetic", "--batch-size", "32",
+                               "--devices", "2", "--optimizers", "adamw", "--mitigations", "none,basis-rotation",
+                               "--target-loss", "1.0", "--iterations", "10", "--target", "h100-sxm",
+                               "--out", str(tmp_path / "p")])
+    assert rc == 2 and err.strip().splitlines() == [
+        "stalesim: error: mitigations: plan does not price basis-rotation's state and update time; compare "
+        "it with study and price it with simulate --basis-rotation"]

@@ -56,6 +56,7 @@ MITIGATIONS = {
     "staleness-lr": {"staleness_lr": True},
     "nesterov-lookahead": {"nesterov_lookahead": True},
     "error-feedback": {"error_feedback": True},
+    "basis-rotation": {"basis_rotation": True},
 }
 
 

@@ -96,83 +96,85 @@ class RotatedAdam(torch.optim.Optimizer):
                     continue
                 st = self.state[p]
                 if not st:
-                    self._init_state(st, p, group["max_dim"])
+                    st["step"] = 0
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st.update(new_factors(p, p.shape, max_dim=group["max_dim"]))
                 st["step"] += 1
                 k = st["step"]
                 if wd and not group["decoupled"]:
                     g = g.add(p, alpha=wd)
+                st["exp_avg_sq"] = update_basis(st, g, k, beta=beta, freq=group["freq"], v=st["exp_avg_sq"])
                 ql, qr = st.get("Q_L"), st.get("Q_R")
-                if "L" in st or "R" in st:
-                    self._statistics(st, g, beta)
-                    if k == 1:
-                        self._decompose(st)
-                    elif k % group["freq"] == 0:
-                        self._refresh(st)
-                    ql, qr = st.get("Q_L"), st.get("Q_R")
                 m, v = st["exp_avg"], st["exp_avg_sq"]
                 m.lerp_(g, 1 - b1)
-                gr = _rotate(g, ql, qr)
+                gr = rotate(g, ql, qr)
                 v.mul_(b2).addcmul_(gr, gr, value=1 - b2)
                 denom = (v / (1 - b2**k)).sqrt_().add_(eps)
-                n = _rotate(m, ql, qr).div_(1 - b1**k).div_(denom)
+                n = rotate(m, ql, qr).div_(1 - b1**k).div_(denom)
                 if wd and group["decoupled"]:
                     p.mul_(1 - lr * wd)
-                p.add_(_rotate_back(n, ql, qr), alpha=-lr)
+                p.add_(rotate_back(n, ql, qr), alpha=-lr)
 
-    @staticmethod
-    def _init_state(st: dict[str, Any], p: torch.Tensor, max_dim: int) -> None:
-        st["step"] = 0
-        st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        left, right = _sides(p.shape, max_dim)
-        if left:
-            st["L"] = p.new_zeros(p.shape[0], p.shape[0])
-            st["Q_L"] = p.new_zeros(p.shape[0], p.shape[0])
-        if right:
-            st["R"] = p.new_zeros(p.shape[1], p.shape[1])
-            st["Q_R"] = p.new_zeros(p.shape[1], p.shape[1])
 
-    @staticmethod
-    def _statistics(st: dict[str, Any], g: torch.Tensor, beta: float) -> None:
-        if "L" in st:
-            st["L"].lerp_(g @ g.T, 1 - beta)
-        if "R" in st:
-            st["R"].lerp_(g.T @ g, 1 - beta)
+# The rotation's own operations, on one matrix ([r, c]) or a stack of them ([K, r, c], the
+# batched path's K runs, each on its own): factors and bases are keyed "L", "Q_L", "R", "Q_R"
+# (a side that is not rotated has none).
+def new_factors(like: torch.Tensor, shape: Sequence[int], *, max_dim: int) -> dict[str, torch.Tensor]:
+    """Zero factors and bases for a matrix of ``shape`` (its last two dimensions), on
+    ``like``'s dtype and device; leading dimensions are the stack."""
+    if len(shape) < 2:
+        return {}
+    left, right = _sides(shape[-2:], max_dim)
+    lead, (r, c) = tuple(shape[:-2]), tuple(shape[-2:])
+    out = {}
+    if left:
+        out["L"], out["Q_L"] = like.new_zeros(*lead, r, r), like.new_zeros(*lead, r, r)
+    if right:
+        out["R"], out["Q_R"] = like.new_zeros(*lead, c, c), like.new_zeros(*lead, c, c)
+    return out
 
-    @staticmethod
-    def _decompose(st: dict[str, Any]) -> None:
-        """The first basis: eigenvectors by decreasing eigenvalue."""
+
+def update_basis(st: dict[str, Any], g: torch.Tensor, k: int, *, beta: float, freq: int,
+                 v: torch.Tensor) -> torch.Tensor:
+    """Steps 1 and 2 of the module doc for the k-th update with gradient ``g``: the factors'
+    EMA, then the first decomposition (k = 1) or a refresh (k a multiple of ``freq``).
+    Returns the second moment ``v`` with its entries following their directions."""
+    if "L" in st:
+        st["L"].lerp_(g @ g.mT, 1 - beta)
+    if "R" in st:
+        st["R"].lerp_(g.mT @ g, 1 - beta)
+    if k == 1:
         for f, q in (("L", "Q_L"), ("R", "Q_R")):
-            if f in st:
+            if f in st:  # eigenvectors by decreasing eigenvalue
                 st[q].copy_(torch.linalg.eigh(st[f]).eigenvectors.flip(-1))
-
-    @staticmethod
-    def _refresh(st: dict[str, Any]) -> None:
-        """One warm-started power step per side, V's entries following their directions."""
-        for f, q, axis in (("L", "Q_L", 0), ("R", "Q_R", 1)):
+    elif k % freq == 0:
+        for f, q, axis in (("L", "Q_L", -2), ("R", "Q_R", -1)):
             if f not in st:
                 continue
             mat, basis = st[f], st[q]
-            est = ((mat @ basis) * basis).sum(0)  # diag(Q^T M Q)
-            order = torch.argsort(est, descending=True, stable=True)
-            basis = basis.index_select(1, order)
-            st["exp_avg_sq"] = st["exp_avg_sq"].index_select(axis, order)
+            est = ((mat @ basis) * basis).sum(-2)  # diag(Q^T M Q)
+            order = torch.argsort(est, dim=-1, descending=True, stable=True)
+            basis = basis.gather(-1, order.unsqueeze(-2).expand_as(basis))
+            idx = order.unsqueeze(-1) if axis == -2 else order.unsqueeze(-2)
+            v = v.gather(axis, idx.expand_as(v))
             st[q].copy_(torch.linalg.qr(mat @ basis).Q)
+    return v
 
 
-def _rotate(x: torch.Tensor, ql: torch.Tensor | None, qr: torch.Tensor | None) -> torch.Tensor:
-    """Q_L^T x Q_R (a missing side is the identity)."""
+def rotate(x: torch.Tensor, ql: torch.Tensor | None, qr: torch.Tensor | None) -> torch.Tensor:
+    """Q_L^T x Q_R (a missing side is the identity); a new tensor."""
     if ql is not None:
-        x = ql.T @ x
+        x = ql.mT @ x
     if qr is not None:
         x = x @ qr
     return x if (ql is not None or qr is not None) else x.clone()
 
 
-def _rotate_back(x: torch.Tensor, ql: torch.Tensor | None, qr: torch.Tensor | None) -> torch.Tensor:
+def rotate_back(x: torch.Tensor, ql: torch.Tensor | None, qr: torch.Tensor | None) -> torch.Tensor:
     """Q_L x Q_R^T."""
     if qr is not None:
-        x = x @ qr.T
+        x = x @ qr.mT
     if ql is not None:
         x = ql @ x
     return x
