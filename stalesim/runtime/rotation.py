@@ -135,11 +135,12 @@ def new_factors(like: torch.Tensor, shape: Sequence[int], *, max_dim: int) -> di
     return out
 
 
-def update_basis(st: dict[str, Any], g: torch.Tensor, k: int, *, beta: float, freq: int,
+def update_basis(st: dict[str, Any], g: torch.Tensor, k: int, *, beta: float | torch.Tensor, freq: int,
                  v: torch.Tensor) -> torch.Tensor:
     """Steps 1 and 2 of the module doc for the k-th update with gradient ``g``: the factors'
-    EMA, then the first decomposition (k = 1) or a refresh (k a multiple of ``freq``).
-    Returns the second moment ``v`` with its entries following their directions."""
+    EMA (``beta``: a number, or per stacked matrix a tensor that broadcasts), then the first
+    decomposition (k = 1) or a refresh (k a multiple of ``freq``). Returns the second moment
+    ``v`` with its entries following their directions."""
     if "L" in st:
         st["L"].lerp_(g @ g.mT, 1 - beta)
     if "R" in st:
