@@ -22,8 +22,8 @@ wd W added to G first, AdamW's decoupled decay applied to W at the end):
    V <- b2 V + (1 - b2) G'^2 (in the rotated coordinates), M' = Q_L^T M Q_R,
    N = (M' / (1 - b1^k)) / (sqrt(V / (1 - b2^k)) + eps), W <- W - lr Q_L N Q_R^T.
 
-Which parameters rotate: every 2-D parameter (linear layers,
-embeddings, the output layer: the paper's code rotates every matrix); a side longer than
+Which parameters rotate: every 2-D parameter (linear layers, embeddings, the output layer:
+the paper's code rotates every matrix); a side longer than
 ``max_dim`` keeps the identity (SOAP's guard: a 50k-token embedding would need a 50k x 50k
 factor). Other parameters (biases, norms, convolution kernels) take plain Adam / AdamW, which
 is the same rule with both rotations the identity.
@@ -31,7 +31,8 @@ is the same rule with both rotations the identity.
 State per rotated matrix, beyond Adam's M and V: L, Q_L (r x r) and R, Q_R (c x c)
 (:func:`rotation_nbytes`); compute per update beyond Adam's: two Gram products and three
 two-sided rotations, plus the refresh every ``freq`` updates (:func:`rotation_flops`).
-Nothing here reads a value on the host.
+Nothing here reads a value on the host but ``torch.linalg.eigh``'s error check, on CUDA
+once per matrix at its first update (the refreshes use QR, which checks nothing).
 """
 
 from __future__ import annotations
