@@ -71,7 +71,8 @@ def measure(profile_path: str, stages: int, repeats: int = 7) -> list[dict]:
     return rows
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = argv or []
     path = argv[0] if argv else str(ROOT / "docs/results/plan-check/profile_here.json")
     stages = int(argv[1]) if len(argv) > 1 else 4
     print(f"profile {path}, {stages} stages, freq {FREQ}, one thread (CPU time per update)")
