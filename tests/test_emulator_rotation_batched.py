@@ -32,6 +32,7 @@ def _rot(model: str, schedule: str, dtype: str = "float64", **kw) -> list[TrainC
     base = TrainConfig(**d).check()
     return [replace(base, seed=0).check(),
             replace(base, seed=1, lr=1e-3, betas=[0.8, 0.99], weight_decay=1e-3).check(),
+            replace(base, seed=3, basis_rotation_beta=0.5).check(),
             replace(base, seed=2, error_feedback=True, clip_grad_norm=0.5).check()]
 
 

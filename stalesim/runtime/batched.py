@@ -80,7 +80,7 @@ PER_RUN_FIELDS = frozenset({
     "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_warmup",
     "pipemare_correction", "pipemare_gamma", "staleness_lr",
     "nesterov_lookahead", "error_feedback", "error_feedback_beta",
-    "muon_lr", "muon_momentum",
+    "muon_lr", "muon_momentum", "basis_rotation_beta",
 })
 
 
