@@ -71,6 +71,11 @@ def test_simulate_shows_the_cost(capsys):
     plain, rot = run(), run("--basis-rotation")
     assert all(b > a for a, b in zip(plain["peak_memory_bytes"], rot["peak_memory_bytes"]))
     assert rot["iteration_time_s"] > plain["iteration_time_s"]
+    extra = rot["basis_rotation"]  # what the mitigation adds, per stage
+    assert "basis_rotation" not in plain and len(extra["factor_bytes"]) == 4
+    assert all(b > 0 for b in extra["factor_bytes"]) and all(x > 0 for x in extra["update_extra_s"])
+    assert [o - f for o, f in zip(extra["optimizer_state_bytes"], extra["factor_bytes"])] == \
+        [2 * p for p in (924160, 793088, 793088, 859648)]  # Adam's two moments of the stages' parameters
     assert main(["simulate", "--profile", str(GPT), "--schedule", "pipedream", "--stages", "4", "-P", "2",
                  "--basis-rotation"]) == 2
     assert capsys.readouterr().err.strip() == \

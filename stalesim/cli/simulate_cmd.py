@@ -156,8 +156,15 @@ def run(args: argparse.Namespace) -> int:
     cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
-    r = simulate(_rotation_costs(args, prof, cfg, opts) if args.basis_rotation else prof, cfg, hw, opts)
-    written = {}
+    rotation = _rotation_costs(args, prof, cfg, opts) if args.basis_rotation else None
+    r = simulate(rotation[1] if rotation else prof, cfg, hw, opts)
+    written: dict = {}
+    if rotation:  # what the mitigation adds per stage, beside the result
+        base, priced = rotation
+        written["basis_rotation"] = {
+            "optimizer_state_bytes": list(priced.optimizer_bytes),
+            "factor_bytes": [o - 2 * p for o, p in zip(priced.optimizer_bytes, base.param_bytes)],
+            "update_extra_s": [(a - b) / 1e9 for a, b in zip(priced.u_ns, base.u_ns)]}
     if args.trace:
         written["trace"] = str(r.write_trace(args.trace))
     if args.plot:
@@ -171,12 +178,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(r.summary())
         for k, v in written.items():
-            print(f"{k}: {v}")
+            if k == "basis_rotation":
+                mib = ", ".join(f"{b / 2**20:.3g}" for b in v["factor_bytes"])
+                us = ", ".join(f"{x * 1e6:.3g}" for x in v["update_extra_s"])
+                print(f"basis rotation   per stage +[{mib}] MiB of factors (beside Adam's two moments), "
+                      f"+[{us}] us per update")
+            else:
+                print(f"{k}: {v}")
     return 0
 
 
 def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
-    """The profile's stage costs with basis rotation's state and update time added
+    """The profile's stage costs, without and with basis rotation's state and update time
     (:mod:`stalesim.sim.rotation_cost`)."""
     from stalesim.errors import StalesimError
     from stalesim.schedule import build_schedule
@@ -189,7 +202,8 @@ def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
     ab = build_schedule(cfg).action_batch_size(B)
     cuts, ppv = resolve_cuts(prof, cfg.stages, opts.ppv, B)
     costs = stage_costs(prof, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv)
-    return with_basis_rotation(costs, prof, freq=args.basis_rotation_freq, max_dim=args.basis_rotation_max_dim)
+    return costs, with_basis_rotation(costs, prof, freq=args.basis_rotation_freq,
+                                      max_dim=args.basis_rotation_max_dim)
 
 
 def _run_workload(args: argparse.Namespace) -> int:
