@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.atomic import check_writable_dir
     from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
     from stalesim.cli.simulate_cmd import resolve_cli_hardware
-    from stalesim.plan.candidates import GridRequest, mitigation_fields
+    from stalesim.plan.candidates import UNPRICED_MITIGATIONS, GridRequest, mitigation_fields
     from stalesim.plan.convergence import Target
     from stalesim.plan.report import table
     from stalesim.plan.workflow import PlanRequest, make_plan
@@ -226,9 +226,12 @@ def run(args: argparse.Namespace) -> int:
     if "all" in args.mitigations:
         from stalesim.emulator.study import MITIGATIONS
 
-        args.mitigations = list(MITIGATIONS)
+        args.mitigations = [m for m in MITIGATIONS if m not in UNPRICED_MITIGATIONS]
     for m in args.mitigations:
         mitigation_fields(m)
+        if m in UNPRICED_MITIGATIONS:
+            raise StalesimError(f"mitigations: plan does not price {m}'s state and update time; compare it with "
+                                "study and price it with simulate --basis-rotation")
     dev = args.emulate_device
     if not (dev == "cpu" or dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise StalesimError(f"emulate_device: expected cpu or cuda[:N], got {dev!r}")

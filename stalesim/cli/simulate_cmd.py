@@ -117,6 +117,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_llm_args(p)
     p.add_argument("--dp", type=positive_int, dest="workers", default=argparse.SUPPRESS, metavar="P",
                    help="alias of -P: the data-parallel degree")
+    p.add_argument("--basis-rotation", action="store_true",
+                   help="price basis rotation (Adam in each matrix's eigenbasis): its factors in each stage's "
+                        "optimizer state (with Adam's two moments) and its matrix products in each update")
+    p.add_argument("--basis-rotation-freq", type=positive_int, default=10, metavar="K",
+                   help="with --basis-rotation: eigenbasis refresh every K updates (default 10)")
+    p.add_argument("--basis-rotation-max-dim", type=positive_int, default=10_000, metavar="N",
+                   help="with --basis-rotation: matrix sides longer than N are not rotated")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
@@ -164,8 +171,15 @@ def run(args: argparse.Namespace) -> int:
     cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
-    r = simulate(prof, cfg, hw, opts)
-    written = {}
+    rotation = _rotation_costs(args, prof, cfg, opts) if args.basis_rotation else None
+    r = simulate(rotation[1] if rotation else prof, cfg, hw, opts)
+    written: dict = {}
+    if rotation:  # what the mitigation adds per stage, beside the result
+        base, priced = rotation
+        written["basis_rotation"] = {
+            "optimizer_state_bytes": list(priced.optimizer_bytes),
+            "factor_bytes": [o - 2 * p for o, p in zip(priced.optimizer_bytes, base.param_bytes)],
+            "update_extra_s": [(a - b) / 1e9 for a, b in zip(priced.u_ns, base.u_ns)]}
     if args.trace:
         written["trace"] = str(r.write_trace(args.trace))
     if args.plot:
@@ -179,7 +193,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(r.summary())
         for k, v in written.items():
-            print(f"{k}: {v}")
+            if k == "basis_rotation":
+                mib = ", ".join(f"{b / 2**20:.3g}" for b in v["factor_bytes"])
+                us = ", ".join(f"{x * 1e6:.3g}" for x in v["update_extra_s"])
+                print(f"basis rotation   per stage +[{mib}] MiB of factors (beside Adam's two moments), "
+                      f"+[{us}] us per update")
+            else:
+                print(f"{k}: {v}")
     return 0
 
 
@@ -205,6 +225,24 @@ def _file_schedule(args: argparse.Namespace) -> Any:
     if batches is None and str(args.schedule_file).lower().endswith(".csv"):
         batches = CSV_BATCHES
     return load_schedule_file(args.schedule_file, batches)
+
+
+def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
+    """The profile's stage costs, without and with basis rotation's state and update time
+    (:mod:`stalesim.sim.rotation_cost`)."""
+    from stalesim.errors import StalesimError
+    from stalesim.schedule import build_schedule
+    from stalesim.sim.model import resolve_cuts, stage_costs
+    from stalesim.sim.rotation_cost import with_basis_rotation
+
+    if opts.replicas > 1 or getattr(args, "node", None):
+        raise StalesimError("basis_rotation: priced for one pipeline; drop --replicas/--node")
+    B = opts.batch_size or prof.batch_size
+    ab = build_schedule(cfg).action_batch_size(B)
+    cuts, ppv = resolve_cuts(prof, cfg.stages, opts.ppv, B)
+    costs = stage_costs(prof, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv)
+    return costs, with_basis_rotation(costs, prof, freq=args.basis_rotation_freq,
+                                      max_dim=args.basis_rotation_max_dim)
 
 
 def _run_workload(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mitigations", type=_csv, default=["none"],
                    help="comma-separated: none, weight-prediction, spike-compensation, pipemare, "
                         "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
-                        "nesterov-lookahead-constant, error-feedback")
+                        "nesterov-lookahead-constant, error-feedback, basis-rotation")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
     p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2,
                    help="parallel processes (with --batched: batches at a time)")

@@ -111,6 +111,15 @@ def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) 
                         "beta1*(1-0.5*0.96^(t*psi)) as the paper's code (default); constant = beta1")
     m.add_argument("--nadam-momentum-decay", type=positive_float, default=0.004,
                    help="psi of the nadam momentum schedule (torch's momentum_decay)")
+    m.add_argument("--basis-rotation", action="store_true",
+                   help="Adam/AdamW in each weight matrix's approximate eigenbasis (Jung et al. 2026; "
+                        "SOAP-style Kronecker factors)")
+    m.add_argument("--basis-rotation-freq", type=positive_int, default=10,
+                   help="basis rotation: refresh the eigenbasis every K updates")
+    m.add_argument("--basis-rotation-beta", type=float_type(0.0, 1.0), default=None,
+                   help="basis rotation: EMA decay of the Kronecker factors, in [0, 1) (default: beta2)")
+    m.add_argument("--basis-rotation-max-dim", type=positive_int, default=10_000,
+                   help="basis rotation: matrix sides longer than this are not rotated")
     m.add_argument("--error-feedback", action="store_true",
                    help="delayed steps get + beta*(step_t - step_{t-1}) (error feedback for one-step delay)")
     m.add_argument("--error-feedback-beta", type=positive_float, default=1.0,
@@ -132,7 +141,8 @@ def _optimizer_fields(args: argparse.Namespace) -> dict:
     names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
              "eval_windows", "nesterov_lookahead", "lookahead_momentum", "nadam_momentum_decay",
              "error_feedback", "error_feedback_beta",
-             "muon_lr", "muon_momentum", "muon_ns_steps")
+             "muon_lr", "muon_momentum", "muon_ns_steps", "basis_rotation", "basis_rotation_freq",
+             "basis_rotation_beta", "basis_rotation_max_dim")
     return {k: getattr(args, k) for k in names}
 
 

@@ -53,6 +53,7 @@ from stalesim.runtime.build import build_stage_modules, replicate
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import batch_stream
 from stalesim.runtime.muon import muon_mask
+from stalesim.runtime.rotation import rotation_nbytes
 from stalesim.runtime.tasks import evaluate_runs, task_of
 from stalesim.schedule import Action
 from stalesim.schedule.liveness import stage_liveness
@@ -411,8 +412,13 @@ def memory_estimate(cfgs: Sequence[TrainConfig], sched: Any, mods: Any, device: 
     live = [lv for lv in stage_liveness(sched) if lv.worker == 0]
     P = sched.workers
     M = sched.microbatches if sched.uses_micro else 1
+    esize = torch.empty((), dtype=cfg.torch_dtype).element_size()
+    # basis rotation's factors and bases per run (the same in every run of a batch)
+    extra = [sum(rotation_nbytes(p, cfg.basis_rotation_max_dim) // p.element_size() * esize
+                 for m in (st, h) if m is not None for p in m.parameters())
+             for st, h in zip(mods.stages, mods.heads)] if cfg.basis_rotation else []
     est = estimate_batch_bytes(runs=len(cfgs) * P, stage_params=params, act_per_sample=acts,
                                micro_batch=cfg.batch_size // (P * M), liveness=live, cfgs=cfgs,
-                               element_size=torch.empty((), dtype=cfg.torch_dtype).element_size())
+                               element_size=esize, extra_state=extra)
     check_fits(est, device, len(cfgs))
     return est

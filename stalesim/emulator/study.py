@@ -58,6 +58,7 @@ MITIGATIONS = {
     # the Adam look-ahead with mu = beta1 instead of NAdam's schedule (the paper's code)
     "nesterov-lookahead-constant": {"nesterov_lookahead": True, "lookahead_momentum": "constant"},
     "error-feedback": {"error_feedback": True},
+    "basis-rotation": {"basis_rotation": True},
 }
 
 

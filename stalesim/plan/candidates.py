@@ -26,7 +26,9 @@ BASELINE = "sequential"
 FLUSH = "gpipe"
 # mitigation names -> TrainConfig fields: the study's table, so a plan and a study agree
 MITIGATION_FIELDS = ("weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_correction",
-                     "staleness_lr", "nesterov_lookahead", "error_feedback")
+                     "staleness_lr", "nesterov_lookahead", "error_feedback", "basis_rotation")
+# mitigations whose cost (state, update time) the plan's timing does not price: refused there
+UNPRICED_MITIGATIONS = ("basis-rotation",)
 
 
 @dataclass(frozen=True)

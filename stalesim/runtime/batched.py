@@ -71,6 +71,7 @@ from stalesim.runtime.devio import upload
 from stalesim.runtime.mitigations import Mitigations, compress, pipemare_exponent
 from stalesim.runtime.muon import lr_ratio, newton_schulz
 from stalesim.runtime.optim import lookahead_decay, nadam_mu
+from stalesim.runtime.rotation import new_factors, rotate, rotate_back, update_basis
 from stalesim.runtime.stage import StageRuntime, _Inflight
 
 #: TrainConfig fields that may differ between the runs of one batch.
@@ -80,7 +81,7 @@ PER_RUN_FIELDS = frozenset({
     "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_warmup",
     "pipemare_correction", "pipemare_gamma", "staleness_lr",
     "nesterov_lookahead", "lookahead_momentum", "nadam_momentum_decay", "error_feedback", "error_feedback_beta",
-    "muon_lr", "muon_momentum",
+    "muon_lr", "muon_momentum", "basis_rotation_beta",
 })
 
 
@@ -412,6 +413,9 @@ class BatchedOptimizer:
         self.m: list[torch.Tensor] | None = None
         self.v: list[torch.Tensor] | None = None
         self.prev_step: list[torch.Tensor] | None = None
+        # --basis-rotation (the same in every run of a batch): per parameter its factors and
+        # bases, stacked over the runs (empty for a parameter that does not rotate)
+        self.rot: list[dict[str, torch.Tensor]] | None = None
         c = self.cfgs
         self.mu = [x.momentum for x in c]
         self.wd = [x.weight_decay for x in c]
@@ -463,6 +467,8 @@ class BatchedOptimizer:
         elif self.kind == "muon":
             self._muon(grads, lr)
             self._adam(grads, lr, skip=self.muon_mask)
+        elif self.cfgs[0].basis_rotation:
+            self._rotated(grads, lr)
         else:
             self._adam(grads, lr)
         if old is not None:
@@ -556,6 +562,36 @@ class BatchedOptimizer:
                 p.sub_(_bc(_floats(cg, p), p) * (g / denom))
             p.sub_(_bc(_floats(cm, p), p) * (m / denom))
 
+    def _rotated(self, grads: list[torch.Tensor], lr: Sequence[float]) -> None:
+        """Adam / AdamW in each run's matrix eigenbasis (:mod:`stalesim.runtime.rotation`:
+        the factors' EMA, decomposition and refreshes per run's matrix, stacked), the single
+        run's :class:`~stalesim.runtime.rotation.RotatedAdam` per run."""
+        c0 = self.cfgs[0]
+        decoupled = self.kind == "adamw"
+        if self.m is None or self.v is None or self.rot is None:
+            self.m = [torch.zeros_like(p) for p in self.params]
+            self.v = [torch.zeros_like(p) for p in self.params]
+            self.rot = [new_factors(p, p.shape, max_dim=c0.basis_rotation_max_dim) if p.dim() == 3 else {}
+                        for p in self.params]
+        self.steps += 1
+        t = self.steps
+        # the factors' EMA: --basis-rotation-beta, else each run's own beta2
+        beta = [b2 if c.basis_rotation_beta is None else c.basis_rotation_beta for b2, c in zip(self.b2, self.cfgs)]
+        for i, (p, g, m, st) in enumerate(zip(self.params, grads, self.m, self.rot)):
+            if any(self.wd) and not decoupled:
+                g = g.add(_bc(_floats(self.wd, p), p) * p)
+            v = self.v[i] = update_basis(st, g, t, beta=_bc(_floats(beta, p), p), freq=c0.basis_rotation_freq,
+                                         v=self.v[i])
+            ql, qr = st.get("Q_L"), st.get("Q_R")
+            m.lerp_(g, _bc(_floats([1 - b1 for b1 in self.b1], p), p))
+            gr = rotate(g, ql, qr)
+            v.mul_(_bc(_floats(self.b2, p), p)).add_(_bc(_floats([1 - b2 for b2 in self.b2], p), p) * gr * gr)
+            denom = (v / _bc(_floats([1 - b2**t for b2 in self.b2], p), p)).sqrt_().add_(_bc(_floats(self.eps, p), p))
+            n = rotate(m, ql, qr).div_(_bc(_floats([1 - b1**t for b1 in self.b1], p), p)).div_(denom)
+            if any(self.wd) and decoupled:
+                p.mul_(_bc(_floats([1 - lr_k * wd for lr_k, wd in zip(lr, self.wd)], p), p))
+            p.sub_(_bc(_floats(list(lr), p), p) * rotate_back(n, ql, qr))
+
     # --------------------------------------------------------------- prediction
     def directions(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """Per parameter, each run's next step per unit lr (stacked) from the weights ``base``;
@@ -586,8 +622,9 @@ class BatchedOptimizer:
         def cl(xs: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
             return None if xs is None else [x.clone() for x in xs]
 
+        rot = None if self.rot is None else [{k: x.clone() for k, x in st.items()} for st in self.rot]
         return {"steps": self.steps, "buf": cl(self.buf), "m": cl(self.m), "v": cl(self.v),
-                "prev_step": cl(self.prev_step), "mu_prod": list(self.mu_prod)}
+                "prev_step": cl(self.prev_step), "mu_prod": list(self.mu_prod), "rot": rot}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps = int(state["steps"])
@@ -598,6 +635,7 @@ class BatchedOptimizer:
         else:  # a checkpoint written before the look-ahead's schedule existed
             self.mu_prod = [math.prod(nadam_mu(b1, i, psi) for i in range(1, self.steps + 1))
                             for b1, psi in zip(self.b1, self.nadam_decay)]
+        self.rot = state.get("rot")
 
 
 # ----------------------------------------------------------------- mitigations
@@ -835,8 +873,10 @@ def saved_bytes_per_sample(stages: Sequence[nn.Module], example: torch.Tensor) -
 
 def estimate_batch_bytes(*, runs: int, stage_params: Sequence[int], act_per_sample: Sequence[int],
                          micro_batch: int, liveness: Sequence[Any], cfgs: Sequence[TrainConfig],
-                         element_size: int) -> dict[str, int]:
-    """Bytes the K runs of a batch hold at their peak (an upper estimate).
+                         element_size: int, extra_state: Sequence[int] = ()) -> dict[str, int]:
+    """Bytes the K runs of a batch hold at their peak (an upper estimate); ``extra_state``:
+    per stage, optimizer state of one run that is not a multiple of its parameters (basis
+    rotation's factors and bases).
 
     Per stage s (``liveness`` of :func:`stalesim.schedule.liveness.stage_liveness`,
     worker 0 x workers): weights x (live + versions kept + gradient buffers +
@@ -855,7 +895,7 @@ def estimate_batch_bytes(*, runs: int, stage_params: Sequence[int], act_per_samp
         n = stage_params[s] * element_size
         copies = (lv.versions_kept + lv.grad_buffers + copies_opt + (1 if pmc else 0) + 3
                   + (lv.max_in_flight if wp else 0))
-        weights += n * copies
+        weights += n * copies + (extra_state[s] if extra_state else 0)
         acts += lv.max_in_flight * micro_batch * act_per_sample[s]
     return {"weights": runs * weights, "activations": runs * acts, "total": runs * (weights + acts)}
 

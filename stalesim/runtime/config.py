@@ -103,6 +103,13 @@ class TrainConfig:
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
     muon_ns_steps: int = 5
+    # basis rotation (stalesim.runtime.rotation): Adam/AdamW in each matrix's approximate
+    # eigenbasis, refreshed every freq updates; beta: the factors' EMA (None: beta2);
+    # max_dim: longer sides keep the identity (the paper's and SOAP's defaults)
+    basis_rotation: bool = False
+    basis_rotation_freq: int = 10
+    basis_rotation_beta: float | None = None
+    basis_rotation_max_dim: int = 10_000
     eval_windows: int = 256
     # --- end of the optimizer fields
     # data details
@@ -405,6 +412,7 @@ class TrainConfig:
             raise StalesimError(
                 f"nadam_momentum_decay: expected a finite number > 0, got {self.nadam_momentum_decay!r}")
         self._check_muon()
+        self._check_rotation()
         sgd = self.optimizer == "sgd"
         if self.nesterov and not (sgd and self.momentum > 0):
             raise StalesimError("nesterov: Nesterov momentum needs --optimizer sgd with --momentum > 0 "
@@ -452,6 +460,23 @@ class TrainConfig:
                 raise StalesimError(f"{flag}: reads the optimizer's next direction, which Muon does not "
                                     "define (its orthogonalised step exists only at an update); "
                                     "use --optimizer sgd/adam/adamw")
+
+    def _check_rotation(self) -> None:
+        """Basis rotation's hyper-parameters, and what it does not combine with."""
+        check_int("basis_rotation_freq", self.basis_rotation_freq, lo=1, hi=MAX_COUNT)
+        check_int("basis_rotation_max_dim", self.basis_rotation_max_dim, lo=1, hi=MAX_COUNT)
+        b = self.basis_rotation_beta
+        if b is not None and (not _finite(b) or not 0 <= b < 1):
+            raise StalesimError(f"basis_rotation_beta: expected a number in [0, 1), got {b!r}")
+        if not self.basis_rotation:
+            return
+        if self.optimizer not in ("adam", "adamw"):
+            raise StalesimError(f"basis_rotation: rotates Adam's coordinates; it needs --optimizer adam or "
+                                f"adamw, not {self.optimizer}")
+        for flag in ("weight_prediction", "nesterov_lookahead"):
+            if getattr(self, flag):
+                raise StalesimError(f"{flag}: not defined with --basis-rotation (its direction or NAdam step "
+                                    "would be taken in the unrotated coordinates); drop one of the two")
 
     # --------------------------------------------------------------- helpers
     @property

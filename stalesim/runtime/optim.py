@@ -69,6 +69,7 @@ import torch
 
 from stalesim.runtime.config import OPTIMIZERS  # noqa: F401  (re-export)
 from stalesim.runtime.muon import MuonAdamW
+from stalesim.runtime.rotation import RotatedAdam, rotation_nbytes
 
 
 def nadam_mu(beta1: float, step: int, momentum_decay: float | None) -> float:
@@ -190,7 +191,7 @@ class StageOptimizer:
         self.muon_mask = list(muon_mask) if muon_mask is not None else [False] * len(params)
         self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
         self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
-        self.torch: torch.optim.Optimizer | MuonAdamW | None = None
+        self.torch: torch.optim.Optimizer | MuonAdamW | RotatedAdam | None = None
         # updates applied: torch's per-parameter step count, kept as a Python int so that
         # weight prediction never reads torch's step tensor (a device read when torch keeps
         # it on the device: capturable / fused optimizers)
@@ -207,6 +208,10 @@ class StageOptimizer:
             self.torch = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=wd, **kw)
             if cfg.nesterov_lookahead:
                 self.lr_scale = 1.0 - cfg.momentum
+        elif cfg.basis_rotation:  # Adam / AdamW in each matrix's eigenbasis (stalesim.runtime.rotation)
+            self.torch = RotatedAdam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd,
+                                     decoupled=kind == "adamw", freq=cfg.basis_rotation_freq,
+                                     beta=cfg.basis_rotation_beta, max_dim=cfg.basis_rotation_max_dim)
         elif cfg.nesterov_lookahead:
             self.torch = LookaheadAdam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd,
                                        decoupled=kind == "adamw", momentum_decay=lookahead_decay(cfg))
@@ -257,9 +262,12 @@ class StageOptimizer:
 
     def state_nbytes(self) -> int:
         """Bytes of optimizer state once every parameter has been updated (the memory
-        model's figure, exact per parameter: Muon's matrices hold one tensor)."""
-        return sum(state_copies(self.cfg, muon=m) * p.untyped_storage().nbytes()
-                   for p, m in zip(self.params, self.muon_mask))
+        model's figure, exact per parameter: Muon's matrices hold one tensor; basis rotation
+        adds its factors and bases)."""
+        rot = sum(rotation_nbytes(p, self.cfg.basis_rotation_max_dim) for p in self.params) \
+            if getattr(self.cfg, "basis_rotation", False) else 0
+        return rot + sum(state_copies(self.cfg, muon=m) * p.untyped_storage().nbytes()
+                         for p, m in zip(self.params, self.muon_mask))
 
     # -------------------------------------------------------------- prediction
     def directions(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
