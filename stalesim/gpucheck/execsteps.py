@@ -77,7 +77,9 @@ def rel_diff(got: list[Any], want: list[Any]) -> float:
 
 def _label(c: Any) -> str:
     return (f"{c.schedule}:{c.model}:S{c.num_stages}" + (f":P{c.workers}" if c.workers > 1 else "")
-            + (f":{c.optimizer}" if c.optimizer != "sgd" else ""))
+            + (f":{c.optimizer}" if c.optimizer != "sgd" else "")
+            + "".join(f":{tag}" for tag, on in (("ef", c.error_feedback), ("wp", c.weight_prediction),
+                                                 ("rot", c.basis_rotation)) if on))
 
 
 def compare(o: Outcome, cases: list[Any], results: list[dict[str, Any]], where: str, dry: bool) -> None:

@@ -65,7 +65,20 @@ def one_gpu_cases(device: str, iterations: int = 6) -> list[TrainConfig]:
     resnet: dict[str, Any] = {"model": "resnet8", "batch_size": 8, "synthetic_size": 64}
     cases.append(executor_config("stale", 1, fold=1, device=device, iterations=4, **resnet))
     cases.append(executor_config("zb-v", 1, fold=1, device=device, iterations=4, **resnet))
+    # the optimizers and the mitigations whose state is versioned with the weights, on the GPU's
+    # kernels (Muon's Newton-Schulz in bf16-free float32, the rotation's eigendecompositions)
+    for name, over in OPTIMIZER_CASES:
+        cases.append(executor_config(name, 1, fold=1, device=device, iterations=iterations, **over))
     return cases
+
+
+# (schedule, overrides): one case per optimizer / mitigation with state of its own
+OPTIMIZER_CASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("2bw", {"optimizer": "adamw", "lr": 1e-3, "error_feedback": True}),
+    ("2bw", {"optimizer": "muon", "lr": 1e-3}),
+    ("pipedream", {"optimizer": "adamw", "lr": 1e-3, "weight_prediction": True}),
+    ("stale", {"optimizer": "adamw", "lr": 1e-3, "basis_rotation": True}),
+)
 
 
 def multi_gpu_device_counts(gpus: int) -> list[int]:
@@ -106,4 +119,7 @@ def memory_cases(device: str, dry: bool) -> list[TrainConfig]:
     for opt in (("adamw",) if dry else ("adamw", "muon")):
         cases.append(executor_config("stale", 1, fold=1, device=device, iterations=4, optimizer=opt,
                                      lr=1e-3, **shape))
+    if not dry:  # the rotation's factors and bases (2r^2 + 2c^2 per matrix) beside Adam's moments
+        cases.append(executor_config("pipedream", 1, fold=1, device=device, iterations=4, optimizer="adamw",
+                                     lr=1e-3, basis_rotation=True, **shape))
     return cases
