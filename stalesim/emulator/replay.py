@@ -56,7 +56,6 @@ def read_every_default(device: torch.device) -> int:
     return 1 if device.type == "cpu" else READ_EVERY_CUDA
 
 
-
 class Emulator:
     """Build once, then :meth:`run`. ``out`` (a run folder) enables logs and checkpoints."""
 
