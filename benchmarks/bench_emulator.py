@@ -77,7 +77,7 @@ def _contender(name: str, model: str, dataset: str, batch: int, iters: int, data
         pos["i"] = end
 
     def info() -> dict:
-        return {"stash": sum(r.stash_peak_bytes for row in emu.rts for r in row),
+        return {"stash": sum(r.stash_peak_bytes for r in emu.rts.values()),
                 "inflight": emu.peak_inflight_bytes}
 
     return run, info

@@ -2,10 +2,11 @@
 
 No schedule logic lives here: the order is ``sched.device_actions[rank]``, the
 weight versions and mitigations are :class:`StageRuntime`'s (the same code the
-emulator runs), and this module only moves tensors. The dispatcher calls
-``_F``, ``_LOSS``, ``_B``, ``_I``, ``_W``, ``_U``, ``_SEND_F``, ``_RECV_F``,
-``_SEND_B``, ``_RECV_B``, ``_AR``, ``_ARW`` by the action's kind (``I``/``W``:
-the two halves of a split backward, :mod:`stalesim.runtime.stage`).
+emulator runs), and this module only moves tensors. The dispatcher calls one
+``_exec_*`` method per action kind, named as the emulator's
+(:data:`stalesim.schedule.dispatch.EXEC_METHODS`: ``_exec_forward``, ``_exec_loss``,
+``_exec_backward``, ``_exec_backward_input``/``_exec_backward_weight`` for the two
+halves of a split backward, ``_exec_update``, ``_exec_send_activation``, ...).
 
 Inputs and labels: only stage 0 reads the data: each ``F`` reads just its
 (worker, micro-batch) slice of batch t (``BatchStream.part``, bit-identical to
@@ -46,6 +47,7 @@ from stalesim.runtime.devio import LossSums, to_device
 from stalesim.schedule import Action, Kind
 from stalesim.schedule.actions import COMPUTE_KINDS
 from stalesim.schedule.comm import Edge, edge_of, edges, label_carriers, posting_plan
+from stalesim.schedule.dispatch import dispatch_table
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
 RECV_AHEAD = 8
@@ -212,7 +214,7 @@ class Rank:
 
             check_comm_order(sched, self.plan, release=release)
         self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
-        self._handlers = {k: getattr(self, f"_{k.name}") for k in Kind}
+        self._handlers = dispatch_table(self)  # the emulator's method names (stalesim.schedule.dispatch)
         self.on_action_done = None  # hook (checkpointing): called with the index just finished
         self.loss_labels: dict[tuple, torch.Tensor] = {}  # labels of losses whose B is pending
         self.retain_sends: dict[int, list[int]] = {}  # send index -> checkpoints that re-send it
@@ -284,7 +286,7 @@ class Rank:
                              "a re-sent gradient", self.groups.get(edge_of(self.sched, a)))
         self.resend = []
         for a in self.restart_ar:
-            self._AR(a)
+            self._exec_allreduce_start(a)
         self.restart_ar = []
 
     def _keep_sent(self, a: Action, tensors: list[torch.Tensor]) -> None:
@@ -354,7 +356,7 @@ class Rank:
             y = self.store.labels[key] = to_device(y, self.device)
         return y
 
-    def _F(self, a: Action) -> None:
+    def _exec_forward(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         st = self.store
         if s == 0:
@@ -374,7 +376,7 @@ class Rank:
         if s < self.S - 1:
             st.outputs[(w, s, t, m)] = y_out
 
-    def _LOSS(self, a: Action) -> None:
+    def _exec_loss(self, a: Action) -> None:
         key = (a.worker, a.batch)
         labels = self.store.labels[key]
         if self.M > 1 or a.micro is not None:
@@ -404,7 +406,7 @@ class Rank:
         self.msg_mem.pop(("B", w, s, t, m), None)  # the backward's record holds it from now on
         return st.grads_in.pop((w, s, t, m))
 
-    def _B(self, a: Action) -> None:
+    def _exec_backward(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         rt = self.rts[(w, s)]
         st = self.store
@@ -413,7 +415,7 @@ class Rank:
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 
-    def _I(self, a: Action) -> None:
+    def _exec_backward_input(self, a: Action) -> None:
         """Input gradient only (split backward); the output gradient arrives as for B."""
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         st = self.store
@@ -421,16 +423,16 @@ class Rank:
         if s > 0 and not self.sched.local_loss and gx is not None:
             st.grads_out[(w, s, t, m)] = gx
 
-    def _W(self, a: Action) -> None:
+    def _exec_backward_weight(self, a: Action) -> None:
         """The deferred weight gradient; the loss labels are no longer needed after it."""
         self.rts[(a.worker, a.stage)].backward_weight(a)
         self.loss_labels.pop((a.worker, a.stage, a.batch, a.micro), None)
 
-    def _U(self, a: Action) -> None:
+    def _exec_update(self, a: Action) -> None:
         self.rts[(a.worker, a.stage)].update(a)
 
     # ---------------------------------------------------------- point to point
-    def _SEND_F(self, a: Action) -> None:
+    def _exec_send_activation(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         y = self.store.outputs.pop((w, s, t, m))
         dst = self.sched.device_of(s + 1, w)
@@ -450,14 +452,14 @@ class Rank:
             self._keep_sent(a, [y, labels])
         self._used_labels(key)
 
-    def _RECV_F(self, a: Action) -> None:
+    def _exec_recv_activation(self, a: Action) -> None:
         p, q = self._take_posted(a)
         x = self.tr.wait(p)
         self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
         if q is not None:
             self.store.labels[(a.worker, a.batch)] = self.tr.wait(q)
 
-    def _SEND_B(self, a: Action) -> None:
+    def _exec_send_grad(self, a: Action) -> None:
         w, s, t, m = a.worker, a.stage, a.batch, a.micro
         g = self.store.grads_out.pop((w, s, t, m))
         label = self.texts[self.cur]
@@ -466,18 +468,18 @@ class Rank:
         if self.retain_sends:
             self._keep_sent(a, [g])
 
-    def _RECV_B(self, a: Action) -> None:
+    def _exec_recv_grad(self, a: Action) -> None:
         p, _ = self._take_posted(a)
         self.store.grads_in[(a.worker, a.stage, a.batch, a.micro)] = self.tr.wait(p)
 
     # -------------------------------------------------------------- all-reduce
-    def _AR(self, a: Action) -> None:
+    def _exec_allreduce_start(self, a: Action) -> None:
         gs = self.rts[(a.worker, a.stage)].grads(a.batch)
         flat = pack(gs, self.cfg.compression, dtype=self.dtype, device=self.device)
         p = self.tr.all_reduce_start(flat, label_of(a))
         self.ar[(a.worker, a.stage, a.batch)] = (p, gs, flat)
 
-    def _ARW(self, a: Action) -> None:
+    def _exec_allreduce_wait(self, a: Action) -> None:
         p, gs, flat = self.ar.pop((a.worker, a.stage, a.batch))
         p.action = label_of(a)
         self.tr.wait(p)

@@ -27,7 +27,7 @@ import torch
 
 from executor.measure import COMPUTE, summarize
 from stalesim.atomic import ensure_dir, write_lines_atomic, write_text_atomic
-from stalesim.schedule.actions import VERSIONED_KINDS
+from stalesim.summary import RunSummary, config_fields, schedule_fields, version_facts
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
@@ -45,26 +45,6 @@ def divergence(losses: list[float | None]) -> int | None:
         if v is not None and not math.isfinite(v):
             return t
     return None
-
-
-def ir_versions(sched: Any) -> dict[str, int]:
-    """Action text (no version) -> version the IR says it reads, for every action that reads
-    weights (F, B and a split backward's I and W)."""
-    out: dict[str, int] = {}
-    for acts in sched.device_actions:
-        for a in acts:
-            if a.version is not None and a.kind in VERSIONED_KINDS:
-                out[str(a.with_version(None))] = a.version
-    return out
-
-
-def measured_staleness(sched: Any, versions_used: dict[str, list]) -> list[int]:
-    """Per stage, max over batches of u - 1 - v_F, from the versions the runtimes *used*
-    (the IR's version table built from the log instead of from the action lists)."""
-    from stalesim.schedule import Action, VersionTable
-
-    entries = ((Action.parse(text), v) for rows in versions_used.values() for text, v in rows)
-    return VersionTable.from_log(sched.stages, entries).complete_rows().staleness()
 
 
 def _rows_to_events(rows_by_rank: dict[int, list]):
@@ -127,12 +107,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     versions_used: dict[str, list] = {}
     for p in gathered:
         versions_used.update(p["versions_used"])
-    expect = ir_versions(sched)
-    mismatches = []
-    for entries in versions_used.values():
-        for text, v in entries:
-            if text in expect and expect[text] != v:
-                mismatches.append(f"{text}: used v{v}, IR v{expect[text]}")
+    facts = version_facts(sched, (u for entries in versions_used.values() for u in entries))
     win = sched.steady_window()  # the simulator's window, so run and simulate agree
     timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size,
                        window=win, whole_run=win is None)
@@ -145,56 +120,36 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     metrics: dict[str, Any] = {}
     if job.get("evaluate", True) and states and diverged_at is None:
         metrics = evaluate(model, stages, states, stream, device, task)
-    summary: dict[str, Any] = {
-        "executor": True,
-        "label": job.get("label"),
-        "model": cfg.model,
-        "dataset": cfg.dataset,
-        "data_note": getattr(getattr(stream, "data", None), "note", None),
-        "schedule": sched.name,
-        "stages": S,
-        "workers": P,
-        "microbatches": sched.microbatches,
-        "devices": sched.num_devices,
-        "device_kind": device.type,
-        "batch_size": cfg.batch_size,
-        "iterations": N,
-        "losses": losses,
-        "final_loss": losses[-1] if losses else None,
-        "steps_done": len(losses),
-        "diverged": diverged_at is not None,
-        "diverged_at": diverged_at,
-        "test_accuracy": metrics.get("test_accuracy"),
-        "task": task,
-        "val_loss": metrics.get("val_loss"),
-        "val_bpc": metrics.get("val_bpc"),
-        "optimizer": cfg.optimizer,
+    evaluated = any(v is not None for v in metrics.values())
+    out = job.get("out")
+    summary = RunSummary(
+        producer="run", label=job.get("label"), **schedule_fields(sched), **config_fields(cfg), **facts,
+        task=task, data_note=getattr(getattr(stream, "data", None), "note", None),
+        device_kind=device.type, iterations=N,
+        batches_per_epoch=getattr(stream, "batches_per_epoch", None),
+        run_dir=str(out) if out else None,
+        steps_done=len(losses), losses=losses, final_loss=losses[-1] if losses else None,
+        diverged=diverged_at is not None, diverged_at=diverged_at, stage_losses=stage_losses,
+        final_test_accuracy=metrics.get("test_accuracy"), final_val_loss=metrics.get("val_loss"),
+        final_val_bpc=metrics.get("val_bpc"),
+        epoch_metrics=[{"epoch": None, **metrics}] if evaluated else [],
         **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
                                   "utilization_whole_run", "wall_s", "warmup_batches_skipped",
-                                  "timing_window")},
-        "peak_memory_bytes": {str(p["rank"]): p["peak_memory_bytes"] for p in gathered},
-        "peak_memory_parts": {str(p["rank"]): p.get("peak_memory_parts") for p in gathered},
+                                  "timing_window", "time_by_kind_s")},
+        setup_s=max(p["setup_s"] for p in gathered),
+        stash_peak_bytes=sum(int(p.get("stash_peak_bytes") or 0) for p in gathered),
+        peak_memory_bytes={str(p["rank"]): p["peak_memory_bytes"] for p in gathered},
+        peak_memory_parts={str(p["rank"]): p.get("peak_memory_parts") for p in gathered},
         # CUDA: peak_memory_bytes counts from the end of setup without checkpoint writes; this
         # is the allocator's peak from process start through setup (None on the CPU)
-        "setup_peak_memory_bytes": {str(p["rank"]): p.get("setup_peak_memory_bytes") for p in gathered},
-        "run_start_allocated_bytes": {str(p["rank"]): p.get("run_start_allocated_bytes") for p in gathered},
-        "peak_memory_kind": "cuda.max_memory_allocated" if device.type == "cuda"
+        setup_peak_memory_bytes={str(p["rank"]): p.get("setup_peak_memory_bytes") for p in gathered},
+        run_start_allocated_bytes={str(p["rank"]): p.get("run_start_allocated_bytes") for p in gathered},
+        peak_memory_kind="cuda.max_memory_allocated" if device.type == "cuda"
         else ("tracked by unique storage (stalesim.runtime.memory): params + buffers + optimizer + "
               "stashed versions + grad buffers + in-flight inputs/outputs/saved tensors + receive "
               "buffers + unfinished sends + all-reduce buckets"),
-        "staleness": measured_staleness(sched, versions_used),
-        "staleness_ir": sched.versions.staleness(),
-        "schedule_fingerprint": sched.fingerprint(),
-        "versions_match_ir": not mismatches,
-        "version_mismatches": mismatches[:20],
-        "time_by_kind_s": timing["time_by_kind_s"],
-        "setup_s": max(p["setup_s"] for p in gathered),
-    }
-    if stage_losses is not None:
-        summary["stage_losses"] = stage_losses
-    out = job.get("out")
+    ).to_dict()
     if out:
-        summary["run_dir"] = str(out)
         _write_run_dir(Path(out), job, cfg, sched, summary, timing, versions_used, rows_by_rank,
                        stage_losses, all_losses)
     if job.get("keep_rows"):

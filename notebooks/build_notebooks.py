@@ -192,7 +192,7 @@ n = base.iterations or None
 hy_cfg = replace(base, schedule="hybrid", stages=None, ppv=[1, 2, 3, 4],
                  **({"switch": base.iterations // 2} if SHORT else {"switch_epoch": 1}))
 hy = emulate(hy_cfg, out=WORK / "hybrid", progress=False)
-print("hybrid", hy["staleness"], "test accuracy", hy["final_test_accuracy"], "final loss", round(hy["final_loss"], 4))
+print("hybrid", hy["staleness_ir"], "test accuracy", hy["final_test_accuracy"], "final loss", round(hy["final_loss"], 4))
 fig, ax = plt.subplots(figsize=(6, 3))
 for r in results:
     if r["seed"] == 0:
@@ -230,7 +230,7 @@ for model, ppv in (("resnet20", [7]), ("alexnet", [3])):
                           momentum=0.9, weight_decay=5e-4, data_dir=DATA_DIR, synthetic_size=256,
                           iterations=6 if SHORT else 400, **kw)
         s = emulate(cfg, progress=False)
-        cifar.append({"model": model, "schedule": sched, "ppv": s["ppv"], "staleness": s["staleness"],
+        cifar.append({"model": model, "schedule": sched, "ppv": s["ppv"], "staleness": s["staleness_ir"],
                       "iterations": s["iterations"], "final loss": s["final_loss"],
                       "test accuracy": s["final_test_accuracy"], "data": s["data_note"]})
 pd.DataFrame(cifar)
@@ -357,7 +357,7 @@ for sched, comp in (("dp", "none"), ("pipe-sgd", "none"), ("pipe-sgd", "fp16"), 
                       batch_size=64 if SHORT else 128, lr=0.01, momentum=0.9, data_dir=DATA_DIR,
                       **({"iterations": 30} if SHORT else {"epochs": 2}))
     s = emulate(cfg, progress=False)
-    acc.append({"schedule": sched, "compression": comp, "staleness": s["staleness"],
+    acc.append({"schedule": sched, "compression": comp, "staleness": s["staleness_ir"],
                 "final loss": s["final_loss"], "test accuracy": s["final_test_accuracy"], "data": s["data_note"]})
 pd.DataFrame(acc)
 """), ("md", """

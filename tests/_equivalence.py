@@ -29,8 +29,7 @@ def emulate(cfg: TrainConfig) -> tuple[dict, dict]:
     torch.use_deterministic_algorithms(True)
     emu = Emulator(cfg, progress=False)
     summary = emu.run()
-    versions = {f"{w}:{s}": [list(x) for x in rt.versions_used]
-                for w, row in enumerate(emu.rts) for s, rt in enumerate(row)}
+    versions = {f"{w}:{s}": [list(x) for x in rt.versions_used] for (w, s), rt in emu.rts.items()}
     return summary, versions
 
 
@@ -39,8 +38,8 @@ def check_equal(cfg: TrainConfig, res: dict, what: str) -> dict:
     same staleness, losses (bitwise in float64, 1e-6 relative in float32) and versions used.
     Returns the emulator's summary for the caller's own checks."""
     emu, emu_versions = emulate(cfg)
-    assert res["versions_match_ir"], what
-    assert res["staleness"] == res["staleness_ir"] == emu["staleness"], what
+    assert res["versions_match_ir"] and emu["versions_match_ir"], what
+    assert res["staleness_measured"] == res["staleness_ir"] == emu["staleness_ir"] == emu["staleness_measured"], what
     got, want = res["losses"], emu["losses"]
     assert len(got) == len(want) == cfg.iterations, what
     tol = 0.0 if cfg.dtype == "float64" else 1e-6

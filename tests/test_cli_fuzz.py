@@ -67,6 +67,7 @@ from hypothesis import strategies as st
 from stalesim.cli import build_parser, main
 from stalesim.cli.common import int_list
 from stalesim.schedule import schedule_names
+from stalesim.summary import RunSummary
 from stalesim.workloads.hardware import device_names, link_names, node_names
 
 LIMIT_S = float(os.environ.get("STALESIM_FUZZ_LIMIT_S", "8"))  # generous: CI boxes are shared
@@ -315,25 +316,27 @@ class _FakeEmulator:
 
     def run(self, resume: bool = False) -> dict[str, Any]:
         c = self.cfg
-        return {"schedule": c.schedule, "model": c.model, "dataset": c.dataset, "stages": c.num_stages,
-                "ppv": c.ppv, "staleness": [0] * c.num_stages, "steps_done": 1, "iterations": 1,
-                "final_loss": 0.5, "final_test_accuracy": None, "wall_time_s": 0.0, "diverged": False,
-                "diverged_at": None, "data_note": "stand-in", "versions_match": True}
+        return RunSummary(producer="emulate", schedule=c.schedule, model=c.model, dataset=c.dataset,
+                          stages=c.num_stages, ppv=c.ppv, staleness_ir=[0] * c.num_stages,
+                          staleness_measured=[0] * c.num_stages, steps_done=1, iterations=1, losses=[0.5],
+                          final_loss=0.5, wall_s=0.0, wall_time_s=0.0, data_note="stand-in",
+                          versions_match_ir=True).to_dict()
 
 
 def _fake_run_study(points: list, out: Path, jobs: int = 2, progress: Any = None,
                     mitigation_of: dict | None = None, **_options: Any) -> list[dict]:
-    return [{"schedule": c.schedule, "ppv": c.ppv, "stages": c.num_stages, "staleness": [0] * c.num_stages,
-             "diverged": False, "final_test_accuracy": 0.5, "final_loss": 0.5, "wall_time_s": 0.0,
+    return [{**RunSummary(producer="emulate", schedule=c.schedule, ppv=c.ppv, stages=c.num_stages,
+                          staleness_ir=[0] * c.num_stages, staleness_measured=[0] * c.num_stages,
+                          final_test_accuracy=0.5, final_loss=0.5, wall_time_s=0.0).to_dict(),
              "mitigation": (mitigation_of or {}).get(rid, "none"), "run_id": rid} for rid, c in points]
 
 
 def _fake_run_local(job: Any, devs: Any, **kw: Any) -> dict[str, Any]:
-    return {"utilization": {"0": 0.5}, "peak_memory_bytes": {"0": 1024}, "test_accuracy": None,
-            "final_loss": 0.5, "schedule": job["train"]["schedule"], "devices": str(devs),
-            "device_kind": devs.kind, "iterations": 1, "diverged": False, "diverged_at": None,
-            "iteration_time_s": 1e-3, "throughput_samples_per_s": 1.0, "staleness": [0],
-            "staleness_ir": [0], "versions_match_ir": True, "run_dir": job.get("out")}
+    return RunSummary(producer="run", utilization={"0": 0.5}, peak_memory_bytes={"0": 1024}, final_loss=0.5,
+                      losses=[0.5], schedule=job["train"]["schedule"], devices=devs.count,
+                      device_kind=devs.kind, iterations=1, iteration_time_s=1e-3, throughput_samples_per_s=1.0,
+                      staleness_measured=[0], staleness_ir=[0], versions_match_ir=True,
+                      run_dir=job.get("out")).to_dict()
 
 
 def _fake_profile_model(model: str, batch_sizes: list[int], **kw: Any) -> Any:

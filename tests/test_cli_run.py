@@ -45,7 +45,7 @@ def test_acceptance_command(tmp_path):
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
     assert len(s["losses"]) == 50 and all(isinstance(x, float) for x in s["losses"])
-    assert s["staleness"] == [2, 0] and s["versions_match_ir"]
+    assert s["staleness_measured"] == [2, 0] and s["versions_match_ir"]
     assert s["iteration_time_s"] > 0 and s["throughput_samples_per_s"] > 0
     assert set(s["utilization"]) == set(s["peak_memory_bytes"]) == {"0", "1"}
     for name in ("config.json", "metrics.jsonl", "trace.json", "versions.json", "summary.json"):
@@ -69,7 +69,7 @@ def test_epochs_and_fold_on_real_ranks(tmp_path):
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
     assert s["iterations"] == 8 and s["devices"] == 2 and s["stages"] == 3
-    assert s["staleness"] == s["staleness_ir"] == [4, 2, 0] and s["versions_match_ir"]
+    assert s["staleness_measured"] == s["staleness_ir"] == [4, 2, 0] and s["versions_match_ir"]
 
 
 def test_python_m_executor_flags_point_to_the_new_torchrun_entry():

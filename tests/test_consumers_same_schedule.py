@@ -87,6 +87,6 @@ def test_simulated_emulated_and_executed_schedules_are_identical(executed) -> No
         assert summary["schedule_fingerprint"] == want.fingerprint(), what
         assert res["schedule_fingerprint"] == want.fingerprint(), what
         assert res["devices"] == want.num_devices == 2, what
-        assert res["versions_match_ir"] and summary["versions_match"], what
+        assert res["versions_match_ir"] and summary["versions_match_ir"], what
         for t, (a, b) in enumerate(zip(res["losses"], summary["losses"], strict=True)):
             assert abs(a - b) <= 1e-6 * abs(b), f"{what}: step {t}: executor {a!r} emulator {b!r}"

@@ -59,7 +59,7 @@ def _compare(cfgs, rel, **kw):
         for key in ("final_val_loss", "final_test_accuracy"):
             if s[key] is not None:
                 assert b[key] == pytest.approx(s[key], rel=rel, abs=1e-12 if key == "final_val_loss" else 0.02)
-        assert b["staleness"] == s["staleness"] and b["batched"] == len(cfgs)
+        assert b["staleness_ir"] == s["staleness_ir"] and b["batched"] == len(cfgs)
     # the runs really differ (seed / lr / mitigation), so equality is not trivial
     assert len({b["losses"][-1] for b in batched}) == len(cfgs)
     return singles, batched

@@ -24,10 +24,10 @@ def test_emulate_json_and_run_folder(capsys, tmp_path):
                                      "--out", str(tmp_path), "--json"])
     assert rc == 0
     s = json.loads(out)
-    assert s["staleness"] == [6, 4, 2, 0]
+    assert s["staleness_ir"] == [6, 4, 2, 0]
     assert len(s["losses"]) == 10 and all(math.isfinite(x) for x in s["losses"])
     assert s["final_test_accuracy"] is not None and s["diverged"] is False
-    assert s["data_note"] == "synthetic data" and s["wall_time_s"] > 0 and s["versions_match"]
+    assert s["data_note"] == "synthetic data" and s["wall_time_s"] > 0 and s["versions_match_ir"]
     for name in ("config.json", "metrics.jsonl", "versions.jsonl", "summary.json"):
         assert (tmp_path / name).is_file()
     lines = [json.loads(x) for x in (tmp_path / "versions.jsonl").read_text().splitlines()]
@@ -52,6 +52,20 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
         rc, err = exc.code, capsys.readouterr().err
     assert rc == 2
     assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_batches_is_the_deprecated_spelling_of_iterations(capsys):
+    """The run length of a training command is --iterations; --batches/-N (the schedule
+    commands' N) still works for one release, with a warning, and is not in --help."""
+    rc, out, err = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--json"])
+    assert rc == 0 and json.loads(out)["iterations"] == 3 and len(json.loads(out)["losses"]) == 3
+    assert "deprecated" in err and "--iterations" in err
+    rc, _, err = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--iterations", "3"])
+    assert rc == 2 and "batches: give one of --iterations or --epochs" in err
+    with pytest.raises(SystemExit):
+        main(["emulate", "--help"])
+    text = capsys.readouterr().out
+    assert "--iterations" in text and "--batches" not in text
 
 
 def test_bad_flag_via_argparse_exits_2(capsys):
@@ -129,8 +143,8 @@ def test_lenet5_mnist_stale_real_data(capsys, real_data_dir):
                                "--json", "--quiet"])
     assert rc == 0
     s = json.loads(out)
-    assert s["staleness"] == [6, 4, 2, 0]
-    assert s["versions_match"] and not s["diverged"]
+    assert s["staleness_ir"] == [6, 4, 2, 0]
+    assert s["versions_match_ir"] and not s["diverged"]
     assert math.isfinite(s["final_loss"]) and s["final_loss"] < s["losses"][0] - 0.2
     assert s["final_test_accuracy"] > 0.3  # chance is 0.1
 

@@ -30,7 +30,7 @@ def test_summary_reports_validation_nats_and_bits_per_character():
     assert s["task"] == "lm" and s["optimizer"] == "adamw"
     assert s["final_test_accuracy"] is None
     assert s["final_val_loss"] > 0 and s["final_val_bpc"] == pytest.approx(s["final_val_loss"] / math.log(2))
-    assert s["staleness"] == [1, 1, 1] and s["versions_match"]
+    assert s["staleness_ir"] == [1, 1, 1] and s["versions_match_ir"]
     # fresh model: the loss starts near ln(128) (uniform over the ASCII vocabulary)
     assert abs(s["losses"][0] - math.log(128)) < 0.2
 

@@ -179,16 +179,16 @@ def _run(schedule: str, N: int = 10, **kw):
                       batch_size=8, dtype="float64", num_classes=CLASSES, synthetic_size=64,
                       **{**extra, **kw}).check()
     emu = Emulator(cfg, model=tiny_mlp(), progress=False)
-    init = {s: [p.detach().clone() for p in emu.rts[0][s].params] for s in range(S)}
+    init = {s: [p.detach().clone() for p in emu.rts[(0, s)].params] for s in range(S)}
     ref = OptRef(emu, init)
     summary = emu.run()
-    assert not summary["diverged"] and summary["versions_match"]
+    assert not summary["diverged"] and summary["versions_match_ir"]
     torch.testing.assert_close(torch.tensor(summary["losses"]), torch.tensor(ref.losses(N)),
                                rtol=1e-10, atol=1e-12)
     table = emu.sched.versions
     for s in range(S):
         last = max(n for (_w, ss, _t), n in table.upd.items() if ss == s)
-        for got, want in zip(emu.rts[0][s].params, ref.weights(s, last)):
+        for got, want in zip(emu.rts[(0, s)].params, ref.weights(s, last)):
             torch.testing.assert_close(got.detach(), want, rtol=1e-10, atol=1e-12)
     return emu, ref
 

@@ -85,7 +85,7 @@ def test_resume_is_bitwise_identical(tmp_path, name, kw):
     assert res["losses"] == ref["losses"]  # bitwise
     for a, b in zip(_weights(second), ref_w):
         assert torch.equal(a, b)
-    assert res["versions_match"]
+    assert res["versions_match_ir"]
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
              if "step" in json.loads(line)]
     assert steps == sorted(set(steps)) and len(steps) == cfg.iterations

@@ -34,7 +34,7 @@ def gpipe_losses() -> dict:
 @pytest.mark.parametrize("name", SYNC)
 def test_synchronous_schedules_train_like_gpipe(name, gpipe_losses):
     out = run(name)
-    assert out["versions_match"] and out["staleness"] == [0, 0, 0, 0]
+    assert out["versions_match_ir"] and out["staleness_ir"] == [0, 0, 0, 0]
     for a, b in zip(out["losses"], gpipe_losses["lenet5"], strict=True):
         assert a == pytest.approx(b, rel=1e-6)
 
@@ -50,6 +50,6 @@ def test_split_backward_through_batchnorm_blocks(name, gpipe_losses):
                                          ("interleaved-2bw", [1, 1, 1, 1])])
 def test_async_interleaved_variants_replay_their_versions(name, stale, gpipe_losses):
     out = run(name, iterations=8)
-    assert out["versions_match"] and out["staleness"] == stale
+    assert out["versions_match_ir"] and out["staleness_ir"] == stale
     assert out["losses"][0] == gpipe_losses["lenet5"][0]  # nothing stale yet
     assert out["losses"][2] != gpipe_losses["lenet5"][2]  # stale weights change the run

@@ -78,7 +78,7 @@ def test_divergence_is_recorded_and_only_loopback_listens(tmp_path):
         assert [v is None for v in s["losses"]] == [v is None for v in emu["losses"]], cfg.schedule
         assert [v for v in s["losses"] if v is not None] == pytest.approx(
             [v for v in emu["losses"] if v is not None], rel=1e-5), cfg.schedule
-        assert s["losses"][-1] is None and s["final_loss"] is None and s["test_accuracy"] is None
+        assert s["losses"][-1] is None and s["final_loss"] is None and s["final_test_accuracy"] is None
         folder = tmp_path / cfg.schedule
         on_disk = json.loads((folder / "summary.json").read_text())  # strict JSON (no NaN)
         assert on_disk["diverged_at"] == s["diverged_at"]

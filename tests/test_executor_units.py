@@ -157,16 +157,3 @@ def test_p2p_order_matches_on_every_pair_and_direction(name):
                     src = sched.device_of(peer(a)[2], a.worker)
                     recvs.setdefault((src, d, a.kind is Kind.RECV_F), []).append(a.key)
         assert sends == recvs, f"{name} on {R} devices: send and receive orders differ"
-
-
-def test_ir_versions_cover_a_split_backward():
-    """The run's versions are checked against the IR for every action that reads weights:
-    a zero-bubble schedule's I and W too, not only F and B."""
-    from executor.results import ir_versions
-    from stalesim.schedule import ScheduleConfig
-
-    sched = build_schedule(ScheduleConfig("zb-h1", stages=2, batches=2, microbatches=2))
-    v = ir_versions(sched)
-    assert {k[1] for k in v} == {"F", "I", "W"}
-    assert (v["0F1.0"], v["0I1.0"], v["1W1.1"]) == (1, 1, 1)
-    assert len(v) == 2 * 2 * 2 * 3  # stages x batches x micro x (F, I, W)

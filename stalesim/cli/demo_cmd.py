@@ -363,9 +363,9 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
                   f"load average {vsum['load_average']['before']}"
                   + (f"; {busy}" if (busy := busy_line(vsum)) else ""))))
     for r in study or []:
-        acc = r.get("test_accuracy")
+        acc = r.get("final_test_accuracy")
         rows.append(("staleness study", f"LeNet-5/MNIST {r['schedule']}",
-                     (f"staleness {r['staleness']}, loss {r['final_loss_mean20']:.3f}, "
+                     (f"staleness {r['staleness_ir']}, loss {r['final_loss_mean20']:.3f}, "
                       f"test accuracy {'n/a' if acc is None else f'{acc:.4f}'} after {r['iterations']} it.")))
     lines.append(_table(rows))
     from stalesim.validate.demo import ideal_line_statement

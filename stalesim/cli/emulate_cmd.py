@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     metric = (f"val_loss={fmt(summary.get('final_val_loss'))} val_bpc={fmt(summary.get('final_val_bpc'))}"
               if summary.get("task") == "lm" else f"test_accuracy={fmt(acc)}")
     print(f"{summary['schedule']} {summary['model']}/{summary['dataset']} S={summary['stages']} "
-          f"ppv={summary['ppv']} staleness={summary['staleness']}")
+          f"ppv={summary['ppv']} staleness={summary['staleness_ir']}")
     print(f"steps={summary['steps_done']}/{summary['iterations']} final_loss="
           f"{fmt(loss)} {metric} wall={summary['wall_time_s']:.1f}s"
           + (f" DIVERGED at step {summary['diverged_at']}" if summary["diverged"] else ""))
-    print(f"data: {summary['data_note']}; versions match the IR table: {summary['versions_match']}")
+    print(f"data: {summary['data_note']}; versions match the IR table: {summary['versions_match_ir']}")
     return 0

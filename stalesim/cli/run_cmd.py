@@ -156,17 +156,17 @@ def _check_cuda(devs: Any) -> None:
 def _print_text(s: dict[str, Any]) -> None:
     util = ", ".join(f"{d}: {u:.0%}" for d, u in s["utilization"].items())
     mem = ", ".join(f"{d}: {b / 2**20:.1f} MiB" for d, b in s["peak_memory_bytes"].items())
-    acc = s.get("test_accuracy")
+    acc = s.get("final_test_accuracy")
     loss = "n/a" if s.get("final_loss") is None else f"{s['final_loss']:.4f}"
     extra = f", test accuracy {acc:.4f}" if acc is not None else ""
-    if s.get("val_loss") is not None:
-        extra = f", validation {s['val_loss']:.4f} nats = {s['val_bpc']:.4f} bits/char"
+    if s.get("final_val_loss") is not None:
+        extra = f", validation {s['final_val_loss']:.4f} nats = {s['final_val_bpc']:.4f} bits/char"
     print(f"{s['schedule']} on {s['devices']} {s['device_kind']} rank(s): {s['iterations']} iterations, "
           f"final loss {loss}" + extra
           + (f" DIVERGED at step {s['diverged_at']}" if s.get("diverged") else ""))
     print(f"iteration {s['iteration_time_s'] * 1e3:.2f} ms, {s['throughput_samples_per_s']:.1f} samples/s")
     print(f"utilization {util}; peak memory {mem}")
-    print(f"staleness {s['staleness']} (IR {s['staleness_ir']}), versions match IR: {s['versions_match_ir']}")
+    print(f"staleness {s['staleness_measured']} (IR {s['staleness_ir']}), versions match IR: {s['versions_match_ir']}")
     if s.get("run_dir"):
         print(f"run folder: {s['run_dir']}")
 

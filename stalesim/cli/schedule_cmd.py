@@ -11,15 +11,19 @@ from stalesim.cli.common import nonneg_int, positive_int, print_json
 MAX_SHOWN = 100_000
 
 
-def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
+def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True,
+                      batches_alias: bool = False) -> None:
     """Schedule-shape flags shared with simulate/emulate/run (-> ScheduleConfig fields).
 
     ``--fold D`` places the S stages on D devices. ``--devices N`` was its spelling
     before 0.2 and stays as a hidden alias on the commands where ``--devices`` is
-    not the rank list of a real run (``devices_alias``).
+    not the rank list of a real run (``devices_alias``). ``batches_alias``: a training
+    command, whose run length is ``--iterations``; ``--batches``/``-N`` stay there as a
+    hidden, deprecated alias for one release.
     """
     p.add_argument("--stages", "-S", type=positive_int, default=None, help="pipeline stages S")
-    p.add_argument("--batches", "-N", type=positive_int, default=None, help="mini-batches N")
+    p.add_argument("--batches", "-N", type=positive_int, default=None,
+                   help=argparse.SUPPRESS if batches_alias else "mini-batches N")
     p.add_argument("--microbatches", "-M", type=positive_int, default=1, help="micro-batches per batch M")
     p.add_argument("--workers", "-P", type=positive_int, default=1, help="data-parallel workers P")
     p.add_argument("--fold", type=positive_int, default=None, metavar="D",

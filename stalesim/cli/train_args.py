@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from stalesim.cli.common import (
     float_type,
@@ -35,6 +36,11 @@ def add_schedule_file_arg(p: argparse.ArgumentParser) -> None:
     """``--schedule-file`` of the commands that run one schedule (simulate, emulate, run)."""
     p.add_argument("--schedule-file", default=None, metavar="FILE.json|FILE.csv", help=SCHEDULE_FILE_HELP)
 
+# A training run's length is --iterations (TrainConfig.iterations, the summary's `iterations`);
+# --batches/-N, which the schedule-only commands use for the schedule's N, was accepted too.
+BATCHES_DEPRECATED = ("stalesim: warning: --batches/-N is deprecated on training commands and will be "
+                      "removed in the next release; use --iterations (same meaning)")
+
 
 def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
     """Model, data, schedule, optimizer and mitigation flags (names match TrainConfig).
@@ -46,12 +52,13 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
                    "for your own model)")
     p.add_argument("--schedule", default=None,
                    help=f"schedule name (see `stalesim schedule`; default {DEFAULT_SCHEDULE})")
-    add_schedule_args(p, devices_alias=devices_alias)
+    add_schedule_args(p, devices_alias=devices_alias, batches_alias=True)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=positive_int, default=None, help="full passes over the data")
-    length.add_argument("--iterations", type=positive_int, default=None, help="mini-batches to run")
+    length.add_argument("--iterations", type=positive_int, default=None,
+                        help="mini-batches (optimizer steps) to run: the run length (the schedule's N)")
     p.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
     p.add_argument("--lr", type=positive_float, default=0.01)
     p.add_argument("--momentum", type=nonneg_float, default=0.9)
@@ -150,9 +157,11 @@ def train_config_from_args(args: argparse.Namespace):
     from stalesim.runtime.config import TrainConfig
 
     iterations = args.iterations
-    if args.batches is not None:
+    if args.batches is not None:  # the deprecated spelling of --iterations on training commands
         if iterations is not None or args.epochs is not None:
-            raise StalesimError("batches: give one of --batches/--iterations/--epochs")
+            raise StalesimError("batches: give one of --iterations or --epochs (--batches is the old "
+                                "spelling of --iterations)")
+        print(BATCHES_DEPRECATED, file=sys.stderr)
         iterations = args.batches
     from stalesim.plugins import is_plugin
 

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +129,7 @@ class BatchedEmulator(Emulator):
             return [c.lr_at(t, total) for c in cfgs]
 
         what = f"model {cfg.model!r}"
-        self.rts = []
+        self.rts = {}
         self.stage_mods = []
         for w in range(self.P):
             row = []
@@ -143,7 +143,7 @@ class BatchedEmulator(Emulator):
                 row.append(BatchedStageRuntime(wmod, cfgs=cfgs, stage=s, num_stages=self.S, schedule=self.sched,
                                                device=self.device, worker=w, head=head, lr_fn=lr_fn,
                                                muon_mask=mask))
-            self.rts.append(row)  # type: ignore[arg-type]
+            self.rts.update({(w, s): rt for s, rt in enumerate(row)})
             self.stage_mods.append([rt.module for rt in row])
         self.models = self.stage_mods
         del per_run, reps
@@ -200,10 +200,10 @@ class BatchedEmulator(Emulator):
         return {f"run{k}.{name}": v for k, c in enumerate(self.cfgs) for name, v in c.to_dict().items()}
 
     # ------------------------------------------------------------- actions
-    def _loss(self, a: Action) -> None:
+    def _exec_loss(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         y = self._slice(self._data(t)[1], r, m)
-        rt = self.rts[r][s]
+        rt = self.rts[(r, s)]
         values = rt.loss(a, y)  # [K], on the device: read by _read_out
         if s == self.S - 1:
             st = self.state
@@ -241,14 +241,14 @@ class BatchedEmulator(Emulator):
         if st.diverged_at is None and all(d is not None for d in st.run_diverged_at):
             st.diverged_at = t
 
-    def _allreduce_start(self, a: Action) -> None:
+    def _exec_allreduce_start(self, a: Action) -> None:
         key = (a.stage, a.batch)
         n = self.state.ar_issued.get(key, 0) + 1
         if n < self.P:
             self.state.ar_issued[key] = n
             return
         self.state.ar_issued.pop(key, None)
-        mean_runs_in_process([self.rts[r][a.stage].grads(a.batch) for r in range(self.P)], self.cfg.compression)
+        mean_runs_in_process([self.rts[(r, a.stage)].grads(a.batch) for r in range(self.P)], self.cfg.compression)
 
     # ------------------------------------------------------------- logging
     def _alive(self, k: int, t: int) -> bool:
@@ -329,6 +329,7 @@ class BatchedEmulator(Emulator):
         bar = self._bar()
         try:
             self._replay(bar)
+            self._replay_s = round(time.perf_counter() - self._t0, 4)
         finally:
             if bar is not None:
                 bar.close()
@@ -342,60 +343,35 @@ class BatchedEmulator(Emulator):
 
     def finish(self) -> list[dict[str, Any]]:  # type: ignore[override]
         st = self.state
-        key = "val_loss" if self.task == "lm" else "test_accuracy"
         final_eval: list[dict[str, float | None]] | None = None
+
+        def metrics_of(k: int) -> Callable[[], dict[str, Any]]:
+            def metrics() -> dict[str, Any]:  # one evaluation of all K runs, on first need
+                nonlocal final_eval
+                if final_eval is None:
+                    final_eval = self.evaluate_metrics()
+                return final_eval[k]
+            return metrics
+
         versions = self.versions_log()
-        match = self.versions_match()
+        facts = self.version_facts()
         wall = round(self._now(), 4)
+        stash = sum(r.stash_peak_bytes for r in self.rts.values()) // self.K
         out = []
         for k, c in enumerate(self.cfgs):
             dk = st.run_diverged_at[k]
-            diverged = dk is not None
             losses = [st.losses[t][k] for t in sorted(st.losses) if dk is None or t <= dk]
-            epochs = list(st.run_epochs[k])
-            if not diverged and (not epochs or c.epochs is None):
-                if final_eval is None:
-                    final_eval = self.evaluate_metrics()
-                metrics = final_eval[k]
-                if metrics.get(key) is not None and (not epochs or epochs[-1].get(key) is None):
-                    epochs.append({"epoch": None, **metrics})
-            final = epochs[-1] if epochs and not diverged else {}
-            summary = {
-                "schedule": c.schedule, "model": c.model, "dataset": c.dataset,
-                "stages": self.S, "ppv": self.ppv, "workers": self.P, "microbatches": self.M,
-                "batch_size": c.batch_size, "lr": c.lr, "momentum": c.momentum,
-                "weight_decay": c.weight_decay, "lr_schedule": c.lr_schedule,
-                "seed": c.seed, "iterations": self.total, "batches_per_epoch": self.bpe,
-                "epochs": c.epochs, "steps_done": len(losses),
-                "losses": [x if math.isfinite(x) else None for x in losses],
-                "final_loss": (losses[-1] if losses and math.isfinite(losses[-1]) else None),
-                "final_test_accuracy": final.get("test_accuracy"),
-                "task": self.task,
-                "final_val_loss": final.get("val_loss"),
-                "final_val_bpc": final.get("val_bpc"),
-                "optimizer": c.optimizer,
-                "epoch_metrics": epochs,
-                "staleness": self.sched.versions.staleness(),
-                "weight_inconsistent_stages": self.sched.versions.inconsistent_stages(),
-                "policy": self.sched.policy.value,
-                "schedule_fingerprint": self.sched.fingerprint(),
-                "versions_match": match,
-                "wall_time_s": wall,
-                "diverged": diverged,
-                "diverged_at": dk,
-                "data_note": self.streams[k].data.note,
-                "stash_peak_bytes": sum(r.stash_peak_bytes for row in self.rts for r in row) // self.K,
-                "inflight_peak_bytes": self.peak_inflight_bytes // self.K,
-                "mitigations": {n: getattr(c, n) for n in (
-                    "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_correction",
-                    "staleness_lr", "warmup", "compression", "nesterov_lookahead", "error_feedback")},
-                "batched": self.K,
-            }
-            out.append(summary)
+            epochs = self._final_epochs(c, st.run_epochs[k], dk is not None, metrics_of(k))
+            summary = self._summary(
+                c, losses=losses, diverged_at=dk, epochs=epochs, data_note=self.streams[k].data.note,
+                facts=facts, stash_peak_bytes=stash, inflight_peak_bytes=self.peak_inflight_bytes // self.K,
+                wall_time_s=wall, batched=self.K)
+            summary.run_dir = None if self.run_dirs is None else str(self.run_dirs[k])
+            d = summary.to_dict()
+            out.append(d)
             if self.run_dirs is not None:
-                d = self.run_dirs[k]
-                write_lines_atomic(d / "versions.jsonl", (json.dumps(rec) for rec in versions))
-                write_json_atomic(d / "summary.json", summary)
+                write_lines_atomic(self.run_dirs[k] / "versions.jsonl", (json.dumps(rec) for rec in versions))
+                write_json_atomic(self.run_dirs[k] / "summary.json", d)
         return out
 
 

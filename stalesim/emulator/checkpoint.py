@@ -37,6 +37,11 @@ KEYS = ("format", "config", "checkpoint_every", "run", "runtimes", "acts", "grad
         "peak_inflight")
 
 
+def _rows(emu: Emulator) -> list[list[Any]]:
+    """The runtimes as checkpoints store them: one list per worker, in stage order."""
+    return [[emu.rts[(w, s)] for s in range(emu.S)] for w in range(emu.P)]
+
+
 def save(emu: Emulator, path: Path) -> None:
     st = emu.state
     run = dataclasses.asdict(st)
@@ -46,9 +51,10 @@ def save(emu: Emulator, path: Path) -> None:
         "config": emu.checkpoint_config(),
         "checkpoint_every": emu.checkpoint_every,
         "run": run,
+        # one row per worker, stage order (the format since the first checkpoint)
         "runtimes": [[{"state": rt.state_dict(), "inflight": rt.inflight_state(),
                        "versions_used": list(rt.versions_used), "stash_peak": rt.stash_peak_bytes}
-                      for rt in row] for row in emu.rts],
+                      for rt in row] for row in _rows(emu)],
         "acts": emu._acts,
         "grads": emu._grads,
         "batch_left": emu._batch_left,
@@ -60,7 +66,7 @@ def save(emu: Emulator, path: Path) -> None:
 def load(emu: Emulator, path: Path) -> None:
     # bounded by what this run could have written: its length, its runs when batched, its tensors
     tensors = sum(len(rt.module.state_dict()) + (0 if rt.head is None else len(rt.head.state_dict()))
-                  for row in emu.rts for rt in row)
+                  for rt in emu.rts.values())
     state = read_checkpoint(path, what="resume", map_location=emu.device, steps=emu.total,
                             runs=getattr(emu, "K", 1), tensors=tensors)
     if state.get("format") != FORMAT:
@@ -90,14 +96,14 @@ def _apply(emu: Emulator, state: dict[str, Any]) -> None:
     run = state["run"]
     emu.state = type(emu.state)(**run)
     saved_modules = []
-    for row, srow in zip(emu.rts, state["runtimes"]):
+    for row, srow in zip(_rows(emu), state["runtimes"]):
         for rt, sv in zip(row, srow):
             rt.load_state_dict(sv["state"])
             rt.versions_used = list(sv["versions_used"])
             rt.stash_peak_bytes = sv["stash_peak"]
             saved_modules.append((rt, sv["state"]))
     # rebuild the in-flight graphs: recompute each forward with the weights it read
-    for r, (row, srow) in enumerate(zip(emu.rts, state["runtimes"])):
+    for r, (row, srow) in enumerate(zip(_rows(emu), state["runtimes"])):
         for s, (rt, sv) in enumerate(zip(row, srow)):
             for (t, m), rec in sorted(sv["inflight"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
                 x = rec["x"]
@@ -124,4 +130,4 @@ def _apply(emu: Emulator, state: dict[str, Any]) -> None:
     emu._batch_left = state["batch_left"]
     emu.peak_inflight_bytes = state["peak_inflight"]
     for w, s, v in emu._ck_release.get(emu.state.index - 1, []):
-        emu.rts[w][s].release(v)
+        emu.rts[(w, s)].release(v)

@@ -39,7 +39,9 @@ from stalesim.runtime.devio import read_values, to_device
 from stalesim.runtime.stage import StageRuntime
 from stalesim.runtime.tasks import correct_count, task_of
 from stalesim.runtime.tasks import evaluate as task_evaluate
-from stalesim.schedule import Action, Kind, Schedule, dry_run
+from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
+from stalesim.schedule.dispatch import dispatch_table
+from stalesim.summary import RunSummary, config_fields, schedule_fields, version_facts
 
 CKPT_NAME = "checkpoint.pt"
 
@@ -53,9 +55,6 @@ def read_every_default(device: torch.device) -> int:
     on a GPU (a read waits for the device to finish everything queued)."""
     return 1 if device.type == "cpu" else READ_EVERY_CUDA
 
-
-def _nothing(a: Action) -> None:
-    """Sends, receives and all-reduce waits move nothing in one process."""
 
 class Emulator:
     """Build once, then :meth:`run`. ``out`` (a run folder) enables logs and checkpoints."""
@@ -91,11 +90,13 @@ class Emulator:
         replicas = [first] + [replicate(first, cfg, self.sched) for _ in range(self.P - 1)]
         self.models = [r.model for r in replicas]
         self.stage_mods: list[list[torch.nn.Module]] = [r.stages for r in replicas]
-        self.rts: list[list[StageRuntime]] = []
+        # keyed (worker, stage) as the executor's Rank keys its runtimes; worker-major order
+        # (the order checkpoints store them in)
+        self.rts: dict[tuple[int, int], StageRuntime] = {}
         for w, mods in enumerate(replicas):
             rts = stage_runtimes(cfg, self.sched, mods, worker=w, stages=range(self.S),
                                  device=self.device, total=self.total)
-            self.rts.append([rts[s] for s in range(self.S)])
+            self.rts.update({(w, s): rts[s] for s in range(self.S)})
         self._init_replay(read_every)
 
     def _init_replay(self, read_every: int | None = None) -> None:
@@ -110,22 +111,15 @@ class Emulator:
         self.state = RunState()
         self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
         self._events = self._plan_events()
+        self._replay_s: float | None = None  # seconds of this process's replay (the summary's wall_s)
         self._acts: dict[tuple, torch.Tensor] = {}
         self._grads: dict[tuple, torch.Tensor] = {}
         self._batch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._batch_left: dict[int, int] = {}
         self.loss_actions_per_batch = self.P * self.M
         self.peak_inflight_bytes = 0
-        # one method per action kind, as the executor's Rank dispatches; sends and
-        # receives are the in-process hand-off dictionaries, the ARW waits for nothing
-        # (the all-reduce completes at the last worker's AR)
-        self._handlers: dict[Kind, Callable[[Action], None]] = {
-            Kind.F: self._forward, Kind.LOSS: self._loss, Kind.B: self._backward,
-            Kind.I: self._backward_input, Kind.W: self._backward_weight,
-            Kind.U: self._update, Kind.AR: self._allreduce_start,
-            Kind.SEND_F: _nothing, Kind.RECV_F: _nothing, Kind.SEND_B: _nothing,
-            Kind.RECV_B: _nothing, Kind.ARW: _nothing,
-        }
+        # one method per action kind, named as in the executor's Rank (stalesim.schedule.dispatch)
+        self._handlers = dispatch_table(self)
 
     # ------------------------------------------------------------ planning
     def _plan_events(self) -> dict[int, dict[str, Any]]:
@@ -186,7 +180,7 @@ class Emulator:
             while j < len(ck) and ck[j] < bi:
                 w, s, t, m = key
                 v = table.v_f(s, t, m, w)
-                self.rts[w][s].reserve(v)
+                self.rts[(w, s)].reserve(v)
                 self._ck_release[ck[j]].append((w, s, v))
                 j += 1
 
@@ -220,7 +214,7 @@ class Emulator:
             z = shard(z, self.M, micro)
         return z
 
-    def _forward(self, a: Action) -> None:
+    def _exec_forward(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         if s == 0:
             x = self._slice(self._data(t)[0], r, m)
@@ -228,14 +222,14 @@ class Emulator:
             x = self._acts.pop((r, s, t, m))
             if not self.sched.local_loss:
                 x.requires_grad_(True)
-        y = self.rts[r][s].forward(a, x)
+        y = self.rts[(r, s)].forward(a, x)
         if s < self.S - 1:
             self._acts[(r, s + 1, t, m)] = y.detach()
 
-    def _loss(self, a: Action) -> None:
+    def _exec_loss(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         y = self._slice(self._data(t)[1], r, m)
-        rt = self.rts[r][s]
+        rt = self.rts[(r, s)]
         value = rt.loss(a, y)
         if s == self.S - 1:
             st = self.state
@@ -299,42 +293,49 @@ class Emulator:
         if not math.isfinite(loss) and st.diverged_at is None:
             st.diverged_at = t
 
-    def _backward(self, a: Action) -> None:
+    def _exec_backward(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         gy = None
         if not (self.sched.local_loss or s == self.S - 1):
             gy = self._grads.pop((r, s, t, m))
-        gx = self.rts[r][s].backward(a, gy)
+        gx = self.rts[(r, s)].backward(a, gy)
         if s > 0 and not self.sched.local_loss:
             self._grads[(r, s - 1, t, m)] = gx
 
-    def _backward_input(self, a: Action) -> None:
+    def _exec_backward_input(self, a: Action) -> None:
         """I: the input gradient only (split backward); hands it to the previous stage."""
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         gy = None if s == self.S - 1 else self._grads.pop((r, s, t, m))
-        gx = self.rts[r][s].backward_input(a, gy)
+        gx = self.rts[(r, s)].backward_input(a, gy)
         if s > 0:
             self._grads[(r, s - 1, t, m)] = gx
 
-    def _backward_weight(self, a: Action) -> None:
+    def _exec_backward_weight(self, a: Action) -> None:
         """W: the deferred weight gradient of a backward whose I ran."""
-        self.rts[a.worker][a.stage].backward_weight(a)
+        self.rts[(a.worker, a.stage)].backward_weight(a)
 
     def _step(self, a: Action) -> None:
         """Dispatch one action to its kind's method (the executor's Rank does the same)."""
         self._handlers[a.kind](a)
 
-    def _update(self, a: Action) -> None:
-        self.rts[a.worker][a.stage].update(a)
+    def _exec_nothing(self, a: Action) -> None:
+        """Sends, receives and all-reduce waits move nothing in one process (the hand-off
+        dictionaries are the messages; the all-reduce completes at the last worker's AR)."""
 
-    def _allreduce_start(self, a: Action) -> None:
+    _exec_send_activation = _exec_recv_activation = _exec_nothing
+    _exec_send_grad = _exec_recv_grad = _exec_allreduce_wait = _exec_nothing
+
+    def _exec_update(self, a: Action) -> None:
+        self.rts[(a.worker, a.stage)].update(a)
+
+    def _exec_allreduce_start(self, a: Action) -> None:
         key = (a.stage, a.batch)
         n = self.state.ar_issued.get(key, 0) + 1
         if n < self.P:
             self.state.ar_issued[key] = n
             return
         self.state.ar_issued.pop(key, None)
-        mean_in_process([self.rts[r][a.stage].grads(a.batch) for r in range(self.P)],
+        mean_in_process([self.rts[(r, a.stage)].grads(a.batch) for r in range(self.P)],
                         self.cfg.compression)
 
     # ------------------------------------------------------------- logging
@@ -417,6 +418,7 @@ class Emulator:
         bar = self._bar()
         try:
             self._replay(bar)
+            self._replay_s = round(time.perf_counter() - self._t0, 4)
         finally:
             if bar is not None:
                 bar.close()
@@ -467,7 +469,7 @@ class Emulator:
 
                     ckpt.save(self, self.out / CKPT_NAME)
                     for w, s, v in self._ck_release.get(i - 1, []):
-                        self.rts[w][s].release(v)
+                        self.rts[(w, s)].release(v)
                     self._track_memory()
             if a.kind is Kind.F:
                 self._track_memory()
@@ -475,78 +477,65 @@ class Emulator:
         st.index = i
 
     def _track_memory(self) -> None:
-        b = sum(r.stash_bytes() for row in self.rts for r in row)
-        b += sum(rec.x.numel() * rec.x.element_size() for row in self.rts for r in row
+        b = sum(r.stash_bytes() for r in self.rts.values())
+        b += sum(rec.x.numel() * rec.x.element_size() for r in self.rts.values()
                  for rec in [*r.inflight.values(), *r.deferred.values()])
         self.peak_inflight_bytes = max(self.peak_inflight_bytes, b)
 
     # ------------------------------------------------------------ results
     def versions_log(self) -> list[dict[str, Any]]:
         out = []
-        for r, row in enumerate(self.rts):
-            for s, rt in enumerate(row):
-                for text, v in rt.versions_used:
-                    out.append({"worker": r, "stage": s, "action": text, "version": v})
+        for (r, s), rt in self.rts.items():
+            for text, v in rt.versions_used:
+                out.append({"worker": r, "stage": s, "action": text, "version": v})
         return out
 
-    def versions_match(self) -> bool:
-        """Every F/B read the version the IR's table says, every U produced u(s,t)."""
-        table = self.sched.versions
-        for rec in self.versions_log():
-            a = Action.parse(rec["action"])
-            if a.kind is Kind.F:
-                ok = table.v_f(a.stage, a.batch, a.micro, a.worker) == rec["version"]
-            elif a.kind in (Kind.B, Kind.I, Kind.W):  # W reads the version its I read
-                ok = table.v_b(a.stage, a.batch, a.micro, a.worker) == rec["version"]
-            else:
-                ok = table.u(a.stage, a.batch, a.worker) == rec["version"]
-            if not ok:
-                return False
-        return True
+    def version_facts(self) -> dict[str, Any]:
+        """The summary's version fields (:func:`stalesim.summary.version_facts`): the IR's and
+        the measured staleness, and whether every action used the IR's version."""
+        return version_facts(self.sched, (u for rt in self.rts.values() for u in rt.versions_used))
+
+    def _final_epochs(self, cfg: TrainConfig, epochs: list[dict[str, Any]], diverged: bool,
+                      metrics: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+        """The epoch records plus a final evaluation (``{"epoch": None, ...}``) when the run
+        did not end on an epoch's own (diverged runs are not evaluated)."""
+        key = "val_loss" if self.task == "lm" else "test_accuracy"
+        epochs = list(epochs)
+        if not diverged and (not epochs or cfg.epochs is None):
+            m = metrics()
+            if m.get(key) is not None and (not epochs or epochs[-1].get(key) is None):
+                epochs.append({"epoch": None, **m})
+        return epochs
+
+    def _summary(self, cfg: TrainConfig, *, losses: list[float], diverged_at: int | None,
+                 epochs: list[dict[str, Any]], data_note: str | None, facts: dict[str, Any],
+                 stash_peak_bytes: int, inflight_peak_bytes: int, wall_time_s: float,
+                 batched: int | None = None) -> RunSummary:
+        """One run's :class:`~stalesim.summary.RunSummary` (also each run of a batch)."""
+        final = epochs[-1] if epochs and diverged_at is None else {}
+        return RunSummary(
+            producer="emulate", **schedule_fields(self.sched), **config_fields(cfg), **facts,
+            task=self.task, data_note=data_note, device_kind=self.device.type, ppv=self.ppv,
+            iterations=self.total, batches_per_epoch=self.bpe, batched=batched,
+            run_dir=None if self.out is None else str(self.out),
+            steps_done=len(losses), losses=[x if math.isfinite(x) else None for x in losses],
+            final_loss=losses[-1] if losses and math.isfinite(losses[-1]) else None,
+            diverged=diverged_at is not None, diverged_at=diverged_at,
+            final_test_accuracy=final.get("test_accuracy"), final_val_loss=final.get("val_loss"),
+            final_val_bpc=final.get("val_bpc"), epoch_metrics=epochs,
+            wall_s=self._replay_s, wall_time_s=wall_time_s,
+            stash_peak_bytes=stash_peak_bytes, inflight_peak_bytes=inflight_peak_bytes)
 
     def finish(self) -> dict[str, Any]:
         st = self.state
-        diverged = st.diverged_at is not None
         losses = [st.losses[t] for t in sorted(st.losses)]
-        epochs = list(st.epochs)
-        key = "val_loss" if self.task == "lm" else "test_accuracy"
-        if not diverged and (not epochs or self.cfg.epochs is None):
-            metrics = self.evaluate_metrics()
-            if metrics.get(key) is not None and (not epochs or epochs[-1].get(key) is None):
-                epochs.append({"epoch": None, **metrics})
-        final = epochs[-1] if epochs and not diverged else {}
-        final_acc = final.get("test_accuracy")
-        summary = {
-            "schedule": self.cfg.schedule, "model": self.cfg.model, "dataset": self.cfg.dataset,
-            "stages": self.S, "ppv": self.ppv, "workers": self.P, "microbatches": self.M,
-            "batch_size": self.cfg.batch_size, "lr": self.cfg.lr, "momentum": self.cfg.momentum,
-            "weight_decay": self.cfg.weight_decay, "lr_schedule": self.cfg.lr_schedule,
-            "seed": self.cfg.seed, "iterations": self.total, "batches_per_epoch": self.bpe,
-            "epochs": self.cfg.epochs,
-            "steps_done": len(losses),
-            "losses": [x if math.isfinite(x) else None for x in losses],
-            "final_loss": (losses[-1] if losses and math.isfinite(losses[-1]) else None),
-            "final_test_accuracy": final_acc,
-            "task": self.task,
-            "final_val_loss": final.get("val_loss"),
-            "final_val_bpc": final.get("val_bpc"),
-            "optimizer": self.cfg.optimizer,
-            "epoch_metrics": epochs,
-            "staleness": self.sched.versions.staleness(),
-            "weight_inconsistent_stages": self.sched.versions.inconsistent_stages(),
-            "policy": self.sched.policy.value,
-            "schedule_fingerprint": self.sched.fingerprint(),
-            "versions_match": self.versions_match(),
-            "wall_time_s": round(self._now(), 4),
-            "diverged": diverged,
-            "diverged_at": st.diverged_at,
-            "data_note": self.stream.data.note,
-            "stash_peak_bytes": sum(r.stash_peak_bytes for row in self.rts for r in row),
-            "inflight_peak_bytes": self.peak_inflight_bytes,
-            "mitigations": {k: getattr(self.cfg, k) for k in (
-                "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_correction",
-                "staleness_lr", "warmup", "compression", "nesterov_lookahead", "error_feedback")},
-        }
+        epochs = self._final_epochs(self.cfg, st.epochs, st.diverged_at is not None, self.evaluate_metrics)
+        facts = self.version_facts()
+        summary = self._summary(
+            self.cfg, losses=losses, diverged_at=st.diverged_at, epochs=epochs,
+            data_note=self.stream.data.note, facts=facts,
+            stash_peak_bytes=sum(r.stash_peak_bytes for r in self.rts.values()),
+            inflight_peak_bytes=self.peak_inflight_bytes, wall_time_s=round(self._now(), 4)).to_dict()
         if self.out is not None:
             write_lines_atomic(self.out / "versions.jsonl", (json.dumps(rec) for rec in self.versions_log()))
             write_json_atomic(self.out / "summary.json", summary)

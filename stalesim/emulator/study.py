@@ -45,6 +45,7 @@ from stalesim.errors import StalesimError
 from stalesim.lifetime import die_with_parent
 from stalesim.outlock import folder_lock
 from stalesim.runtime.config import TrainConfig
+from stalesim.summary import get as summary_get
 
 MITIGATIONS = {
     "none": {},
@@ -329,12 +330,13 @@ def aggregate(results: list[dict]) -> list[dict[str, Any]]:
         groups.setdefault(key, []).append(r)
     rows = []
     for (sched, ppv, mit), rs in groups.items():
-        acc_m, acc_s = _mean_std([r["final_test_accuracy"] for r in rs])
+        acc_m, acc_s = _mean_std([summary_get(r, "final_test_accuracy") for r in rs])
         loss_m, loss_s = _mean_std([r["final_loss"] for r in rs])
-        val_m, val_s = _mean_std([r.get("final_val_loss") for r in rs])
+        val_m, val_s = _mean_std([summary_get(r, "final_val_loss") for r in rs])
+        staleness = summary_get(rs[0], "staleness_ir")  # the IR's (a study row's one column)
         rows.append({
             "schedule": sched, "ppv": json.loads(ppv), "stages": rs[0]["stages"], "mitigation": mit,
-            "staleness": rs[0]["staleness"], "depth": max(rs[0]["staleness"]),
+            "staleness": staleness, "depth": max(staleness),
             "seeds": len(rs), "diverged": sum(bool(r["diverged"]) for r in rs),
             "test_acc_mean": acc_m, "test_acc_std": acc_s, "final_loss_mean": loss_m,
             "final_loss_std": loss_s, "val_loss_mean": val_m, "val_loss_std": val_s,

@@ -16,6 +16,7 @@ from typing import Any
 
 from stalesim.figures import paper
 from stalesim.figures.common import pyplot, read_csv, save, write_csv
+from stalesim.summary import get as summary_get
 
 
 def _spec(row: dict[str, Any]) -> Any:
@@ -149,7 +150,7 @@ def per_seed(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -
             acc = r.get("final_test_accuracy")
             div = bool(r.get("diverged")) or acc is None
             out.append({"schedule": r["schedule"], "ppv": r["ppv"], "mitigation": r.get("mitigation", "none"),
-                        "depth": max(r["staleness"]), "seed": r["seed"],
+                        "depth": max(summary_get(r, "staleness_ir")), "seed": r["seed"],
                         "test_acc_pct": None if div else 100 * acc, "diverged": div,
                         "collapsed": (not div) and acc <= COLLAPSED, "length": length, "source": str(d),
                         "switch_epoch": base.get("switch_epoch")})

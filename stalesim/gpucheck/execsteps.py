@@ -94,8 +94,8 @@ def compare(o: Outcome, cases: list[Any], results: list[dict[str, Any]], where: 
             continue
         emu = emulate(c, dry)
         rel = rel_diff(res.get("losses", []), emu["losses"])
-        same_ir = bool(res.get("versions_match_ir")) and res.get("staleness") == res.get("staleness_ir") \
-            == emu["staleness"]
+        same_ir = bool(res.get("versions_match_ir")) and res.get("staleness_measured") \
+            == res.get("staleness_ir") == emu["staleness_ir"]
         rows[_label(c)] = {"max_rel_loss_diff": rel, "versions_match_ir": same_ir,
                            "iteration_time_s": res.get("iteration_time_s"), "device_kind": res.get("device_kind")}
         o.check(label, same_ir and rel <= LOSS_REL_TOL, rel, LOSS_REL_TOL)

@@ -172,7 +172,7 @@ def _length(cfg: TrainConfig) -> tuple[str, int]:
 # what a stored emulation keeps of the emulator's summary (the rest is in its run folder)
 _KEEP = ("schedule", "stages", "ppv", "microbatches", "workers", "seed", "iterations", "batches_per_epoch",
          "steps_done", "losses", "final_loss", "final_test_accuracy", "final_val_loss", "epoch_metrics",
-         "staleness", "diverged", "diverged_at", "wall_time_s", "data_note")
+         "staleness_ir", "diverged", "diverged_at", "wall_time_s", "data_note")
 
 
 @dataclass

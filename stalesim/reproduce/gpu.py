@@ -38,6 +38,7 @@ from typing import Any
 
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_JOBS, check_int
+from stalesim.summary import get as summary_get
 
 CIFAR_TRAIN = 50_000
 PAPER_4STAGE = {"alexnet": "3", "vgg16": "2", "resnet20": "7"}  # the paper's "4-stage" PPVs (our S = 2)
@@ -346,8 +347,9 @@ def run_job(job: Job, out: Path, cli: Callable[[list[str]], int] | None = None) 
     done: dict[str, Any] = {"job": job.name, "argv": argv, "wall_s": time.perf_counter() - t0}
     if job.kind == "run":
         summ = json.loads((folder / "run" / "summary.json").read_text())
-        done.update({k: summ.get(k) for k in ("schedule", "iteration_time_s", "test_accuracy", "final_loss",
-                                              "diverged", "steps_done", "devices", "device_kind")})
+        done.update({k: summary_get(summ, k) for k in ("schedule", "iteration_time_s", "final_test_accuracy",
+                                                       "final_loss", "diverged", "steps_done", "devices",
+                                                       "device_kind")})
         done.update({"model": job.model, "ppv": job.ppv})
     write_text_atomic(folder / "done.json", json.dumps(done, indent=1) + "\n")
 

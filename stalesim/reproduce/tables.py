@@ -29,6 +29,7 @@ from typing import Any
 from stalesim.errors import StalesimError
 from stalesim.reproduce.stats import paired_difference
 from stalesim.reproduce.store import seed_records
+from stalesim.summary import get as summary_get
 
 RES = Path("docs/results")
 FIG = Path("figures")
@@ -425,7 +426,8 @@ def gpu_2gpu(root: Path) -> str:
             r = got.get(s)
             if r is None:
                 return "not run"
-            a = "diverged" if r["diverged"] or r["test_accuracy"] is None else pct(r["test_accuracy"])
+            acc = summary_get(r, "final_test_accuracy")  # records from before the run summary schema too
+            a = "diverged" if r["diverged"] or acc is None else pct(acc)
             return a if is_baseline(s) else f"{a} / {t1 / r['iteration_time_s']:.2f}×"
 
         out.append([f"{ref['model']}, ({ref['ppv'][0]})", cell("sequential"), cell("stale"), cell("hybrid"),

@@ -184,6 +184,11 @@ def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[st
     return _save(fig, path)
 
 
+#: What the demo keeps of each emulation's run summary (same keys, same meaning).
+STUDY_KEYS = ("schedule", "staleness_ir", "iterations", "final_test_accuracy", "losses", "versions_match_ir",
+              "data_note", "wall_time_s")
+
+
 def staleness_study(data_dir: str, *, iterations: int = 300, batch_size: int = 64, lr: float = 0.01,
                     device: str = "cpu", progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Emulate LeNet-5 on MNIST: sequential vs the stale-weights pipeline (S=2, PPV (2))."""
@@ -200,11 +205,10 @@ def staleness_study(data_dir: str, *, iterations: int = 300, batch_size: int = 6
         s = Emulator(cfg, progress=False).run()
         losses = [x for x in s["losses"] if x is not None]
         tail = losses[-20:]
-        out.append({"schedule": name, "staleness": s["staleness"], "iterations": iterations,
-                    "final_loss_mean20": sum(tail) / len(tail) if tail else None,
-                    "test_accuracy": s.get("final_test_accuracy"), "losses": s["losses"],
-                    "versions_match": s.get("versions_match"), "data_note": s.get("data_note"),
-                    "wall_time_s": s.get("wall_time_s")})
+        # the run summary's own keys (stalesim.summary), plus the smoothed final loss
+        row = {k: s[k] for k in STUDY_KEYS}
+        row["final_loss_mean20"] = sum(tail) / len(tail) if tail else None
+        out.append(row)
     return out
 
 
@@ -217,8 +221,8 @@ def staleness_figure(study: Sequence[dict[str, Any]], path: str | os.PathLike[st
         ys = [y for y in r["losses"] if y is not None]
         k = 10
         smooth = [sum(ys[max(0, i - k + 1):i + 1]) / len(ys[max(0, i - k + 1):i + 1]) for i in range(len(ys))]
-        acc = r.get("test_accuracy")
-        ax.plot(smooth, label=f"{r['schedule']} (staleness {r['staleness']}, "
+        acc = r.get("final_test_accuracy")
+        ax.plot(smooth, label=f"{r['schedule']} (staleness {r['staleness_ir']}, "
                               f"test acc {acc:.3f})" if acc is not None else r["schedule"])
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss (10-step mean)")
