@@ -39,7 +39,7 @@ from stalesim.runtime.devio import read_values, to_device
 from stalesim.runtime.stage import StageRuntime
 from stalesim.runtime.tasks import correct_count, task_of
 from stalesim.runtime.tasks import evaluate as task_evaluate
-from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
+from stalesim.schedule import Action, Kind, Schedule, dry_run
 from stalesim.schedule.dispatch import dispatch_table
 from stalesim.summary import RunSummary, config_fields, schedule_fields, version_facts
 
