@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.predict_schedules import best_configs, main, rows_on, table
+from stalesim.figures.common import SHAPE_PROFILES
+from stalesim.reproduce.schedules import best_configs, main, rows_on, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [("schedules_resnet56_h100", (16, 256)), ("schedules_gptchar_h100", (4, 64))]
@@ -17,9 +18,9 @@ SHAPES = {"schedules_resnet56_h100": "resnet56_b8_shape.json", "schedules_gptcha
 
 @pytest.mark.parametrize(("folder", "micros"), CASES)
 def test_stored_sweeps_equal_a_rerun(folder: str, micros: tuple[int, ...], tmp_path: Path, capsys) -> None:
-    """Re-run the folder's commands (benchmarks.predict_schedules) and compare every sweep row
+    """Re-run the folder's commands (python -m stalesim.reproduce schedules) and compare every sweep row
     and the table with what is stored: a stale artifact fails here, naming the first difference."""
-    shape = ROOT / "figures" / "profiles" / SHAPES[folder]
+    shape = SHAPE_PROFILES / SHAPES[folder]
     assert main(["--shape", str(shape), "--micro", ",".join(map(str, micros)), "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     d = ROOT / "docs" / "results" / folder

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.limits import MAX_JOBS, check_int
 
 CIFAR_TRAIN = 50_000
@@ -373,7 +374,7 @@ def store(jobs: list[Job], out: Path, results: Path) -> None:
 
 def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: str | None = None,
               two_gpus: bool | None = None, data_dir: str | None = None, dry_run: bool = False,
-              results_md: Path | None = None, root: Path = Path("."), profiles: Path | None = None,
+              results_md: Path | None = None, root: Path = Path("."), profiles: Path = SHAPE_PROFILES,
               jobs: int | None = None, log: Callable[[str], None] = print) -> list[Job]:
     """Plan, estimate, run what is not done, store artifacts, regenerate the GPU tables.
 
@@ -418,7 +419,6 @@ def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: s
         else:
             jobs = 1
     plan_jobs = plan(scale, two_gpus=two_gpus, data_dir=data_dir, jobs=jobs)
-    profiles = profiles or root / "figures" / "profiles"
     precision = cuda_precision() if scale.device == "cuda" else None
     est = estimate(plan_jobs, device_class, profiles, scale, precision=precision)
     log(format_estimate(plan_jobs, est, device_class, measured_ratio(out, plan_jobs, est), out))

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.reproduce import lm_staleness
 from stalesim.reproduce.stats import paired_difference
 from stalesim.reproduce.store import seed_records
 
@@ -198,7 +199,7 @@ def write_local_speedups(root: Path) -> Path:
     from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.hardware import roofline_profile
 
-    prof = shape_profile("lenet5", root / FIG / "profiles").at_batch_size(128)
+    prof = shape_profile("lenet5").at_batch_size(128)
     rows = []
     for dev in ("cpu-core", "v100-sxm2"):
         rp = roofline_profile(prof, dev)
@@ -613,7 +614,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
-    "lm-staleness": stored_markdown("gptchar_shakespeare_staleness"),
+    "lm-staleness": lambda root: lm_staleness.table(root / lm_staleness.DEFAULT),
     "lenet5-depth-5ep": lambda root: lenet5_depth(root, LENET_5EP),
     "lenet5-depth-5ep-paired": lambda root: paired_vs_sequential(root, LENET_5EP),
     "lenet5-depth-2ep": lambda root: lenet5_depth(root, LENET_2EP),
