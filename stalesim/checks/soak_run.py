@@ -80,7 +80,7 @@ def one_job(i: int, work: Path, timeout_s: float) -> dict:
         p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, stdout = -999, exc.stdout or ""
+        rc, stdout = -999, (exc.stdout or "") if isinstance(exc.stdout, str) else ""
         stderr = (exc.stderr or "") if isinstance(exc.stderr, str) else ""
         stderr += f"\nsoak: timed out after {timeout_s:.0f} s"
     wall = time.perf_counter() - t0

@@ -332,7 +332,9 @@ def run_job(job: Job, out: Path, cli: Callable[[list[str]], int] | None = None) 
     if (folder / "done.json").exists():
         return
     if cli is None:
-        from stalesim.cli import main as cli
+        from stalesim.cli import main
+
+        cli = main
     argv = list(job.argv)
     if job.kind == "study":
         argv += ["--out", str(folder)]
