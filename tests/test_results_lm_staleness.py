@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stalesim.reproduce.__main__ import main
 from stalesim.reproduce.lm_staleness import DEFAULT, table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +20,12 @@ def test_results_table_equals_the_stored_study_tables() -> None:
     rebuilt = table(STUDY)
     assert rebuilt == (STUDY / "table.md").read_text()
     assert rebuilt in (ROOT / "docs" / "RESULTS.md").read_text()
+
+
+def test_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m stalesim.reproduce lm-staleness DIR` (the command RESULTS.md cites)."""
+    assert main(["lm-staleness", str(STUDY)]) == 0
+    assert capsys.readouterr().out == (STUDY / "table.md").read_text()
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adamw"])

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from stalesim.figures.common import SHAPE_PROFILES
-from stalesim.reproduce.schedules import best_configs, main, rows_on, table
+from stalesim.reproduce.__main__ import main
+from stalesim.reproduce.schedules import best_configs, rows_on, table
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [("schedules_resnet56_h100", (16, 256)), ("schedules_gptchar_h100", (4, 64))]
@@ -21,7 +22,8 @@ def test_stored_sweeps_equal_a_rerun(folder: str, micros: tuple[int, ...], tmp_p
     """Re-run the folder's commands (python -m stalesim.reproduce schedules) and compare every sweep row
     and the table with what is stored: a stale artifact fails here, naming the first difference."""
     shape = SHAPE_PROFILES / SHAPES[folder]
-    assert main(["--shape", str(shape), "--micro", ",".join(map(str, micros)), "--out", str(tmp_path)]) == 0
+    argv = ["schedules", "--shape", str(shape), "--micro", ",".join(map(str, micros)), "--out", str(tmp_path)]
+    assert main(argv) == 0
     capsys.readouterr()
     d = ROOT / "docs" / "results" / folder
     for m in micros:
