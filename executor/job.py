@@ -30,10 +30,15 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
     versions each runtime used (tests); ``deterministic``: the ranks run deterministic
     kernels (:func:`prepare_determinism`).
     """
+    from stalesim.plugins import import_roots
+
     d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    # the user's --model/--dataset modules (pkg.module:factory): the ranks, other processes,
+    # put the folders they were imported from here on their sys.path before importing them
+    roots = import_roots([d.get("model"), d.get("dataset")])
     return {"train": d, "out": out, "checkpoint_every": int(checkpoint_every or 0),
             "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
-            "deterministic": bool(deterministic)}
+            "deterministic": bool(deterministic), "import_roots": roots}
 
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
@@ -120,12 +125,10 @@ class CudaPeak:
 def plan(cfg: Any, batches_per_epoch: int | None = None):
     """(total batches, schedule) for a config; usable without torch. The schedule comes
     from the one IR call every consumer makes with the run's config."""
-    from stalesim.schedule import build_schedule
-
     if cfg.iterations is None and batches_per_epoch is None:
         raise StalesimError("epochs: the executor needs the dataset size to count batches")
     N = cfg.total_iterations(batches_per_epoch or 0)
-    return N, build_schedule(cfg.schedule_config(N, batches_per_epoch))
+    return N, cfg.build_schedule(N, batches_per_epoch)
 
 
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
@@ -160,9 +163,12 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
     cfg.check()
     prepare_determinism(bool(job.get("deterministic")), ctx.device)
-    from stalesim.workloads.zoo import build_model
+    from stalesim.plugins import add_import_roots
+    from stalesim.runtime.build import run_model
 
-    base = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+    # the user's --model/--dataset modules, importable here as they were where the run started
+    add_import_roots(job.get("import_roots") or ())
+    base = run_model(cfg)
     # batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data
     # set when counting by epochs; the count is broadcast.
     stream = None

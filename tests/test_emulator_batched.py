@@ -85,7 +85,8 @@ def test_vmap_path_equals_folded_path():
 
 
 def test_sgd_mitigations_per_run_in_one_batch():
-    base = _base("lenet5", "pipedream")
+    # 6 steps: error feedback's first correction (second delayed update) reaches the last loss
+    base = _base("lenet5", "pipedream", iterations=6)
     cfgs = [replace(base, **kw).check() for kw in (
         {"nesterov_lookahead": True}, {"spike_compensation": True, "staleness_lr": True},
         {"pipemare_lr": True, "pipemare_correction": True}, {"error_feedback": True})]

@@ -8,12 +8,18 @@ equations, independently of torch's optimizers and of ``stalesim.runtime.optim``
 * SGD with Nesterov momentum (torch's convention), Adam (L2 decay), AdamW (decoupled
   decay), per-stage gradient clipping to a global L2 norm, linear lr warm-up then a
   cosine schedule to a floor;
-* (a) weight prediction along Adam's step m_hat/(sqrt(v_hat)+eps) (+ wd w for AdamW);
+* (a) weight prediction along the optimizer's step (SGD: the momentum buffer; Adam:
+  m_hat/(sqrt(v_hat)+eps), + wd w for AdamW with w the weights predicted from), with the
+  state of the forward's version; under stashing (pipedream, 2bw) the backward reads the
+  forward's predicted weights (XPipe, PipeOptim), under the latest policy (stale) its own
+  prediction from the live weights;
 * (b) the Nesterov look-ahead of Ajanthan et al. (ICML 2025) in the paper's own
   coordinates: d_t = gamma (w_t - w_{t-1}), w_{t+1} = w_t + d_t - eta (1 - gamma)
   grad f(w_bar + d_bar), where the pipeline's stored weights are the look-ahead points
-  w + d (SGD), and its Adam form, NAdam with constant momentum mu = beta1 (Dozat 2016);
-* (c) error feedback for one-step delay: applied step Delta_t + beta (Delta_t - Delta_{t-1}).
+  w + d (SGD), and its Adam form as the paper's code runs it: NAdam (Dozat 2016) with
+  torch's momentum schedule mu_t = beta1 (1 - 0.5 * 0.96^(t psi)) (default) or mu = beta1;
+* (c) error feedback for one-step delay: a delayed step applies Delta_t + beta (Delta_t -
+  Delta_{t-1}) when the previous step was delayed too (an undelayed step has no error).
 
 Every case: losses and final weights equal the reference to 1e-10 relative.
 """
@@ -36,6 +42,7 @@ class OptRef(Reference):
     def __init__(self, emu, init):
         super().__init__(emu, init)
         self.total = self.cfg.total_iterations(self.stream.batches_per_epoch)
+        self.stashes = emu.sched.policy.backward_reads_forward_version
 
     # --------------------------------------------------------------- schedule
     def lr(self, t: int) -> float:
@@ -61,7 +68,8 @@ class OptRef(Reference):
         if n == 0:
             zero = tuple(torch.zeros_like(p) for p in self.init[s])
             return tuple(self.init[s]), {"t": 0, "m": zero, "v": zero, "w": tuple(self.init[s]),
-                                         "w_prev": tuple(self.init[s]), "buf": None, "delta": None}
+                                         "w_prev": tuple(self.init[s]), "buf": None, "delta": None,
+                                         "P": 1.0}
         t = self.by_update[(0, s, n)]
         y, st = self.version(s, n - 1)
         g = list(self.grad(s, t))
@@ -97,24 +105,38 @@ class OptRef(Reference):
             v = [b2 * vi + (1 - b2) * gi * gi for vi, gi in zip(st["v"], gt)]
             new["m"], new["v"] = tuple(m), tuple(v)
             denom = [torch.sqrt(vi / (1 - b2**k)) + c.eps for vi in v]
-            if c.nesterov_lookahead:  # NAdam, constant mu = beta1 (Dozat 2016)
-                out = [bi - lr * ((1 - b1) * gi / (1 - b1**k) + b1 * mi / (1 - b1 ** (k + 1))) / di
+            if c.nesterov_lookahead:  # NAdam (Dozat 2016) as torch.optim.NAdam
+                mu, mu_next = self.nadam_mu(k), self.nadam_mu(k + 1)
+                new["P"] = P = st["P"] * mu
+                out = [bi - lr * ((1 - mu) * gi / (1 - P) + mu_next * mi / (1 - P * mu_next)) / di
                        for bi, gi, mi, di in zip(base, gt, m, denom)]
             else:
                 out = [bi - lr * (mi / (1 - b1**k)) / di for bi, mi, di in zip(base, m, denom)]
         if c.error_feedback:
             delta = [o - yi for o, yi in zip(out, y)]
-            if self.delay(s, t) >= 1 and st["delta"] is not None:
+            delayed = self.delay(s, t) >= 1
+            if delayed and st["delta"] is not None:
                 out = [o + c.error_feedback_beta * (d - dp) for o, d, dp in zip(out, delta, st["delta"])]
-            new["delta"] = tuple(delta)
+            new["delta"] = tuple(delta) if delayed else None
         return tuple(out), new
+
+    def nadam_mu(self, k: int) -> float:
+        """mu_k of NAdam: beta1 (1 - 0.5 * 0.96^(k psi)), psi = 0.004 in the paper's code."""
+        b1 = self.cfg.betas[0]
+        if self.cfg.lookahead_momentum == "constant":
+            return b1
+        return b1 * (1 - 0.5 * 0.96 ** (k * self.cfg.nadam_momentum_decay))
 
     # ------------------------------------------------- (a) weight prediction
     def direction(self, s: int, n: int):
-        """Adam's step per unit lr at version n (None before the first update)."""
+        """The optimizer's step per unit lr at version n (None before the first update):
+        SGD's momentum buffer, Adam's m_hat/(sqrt(v_hat)+eps) (+ wd w for AdamW, w = version
+        n's weights, the ones predicted from)."""
         y, st = self.version(s, n)
         if st["t"] == 0:
             return None
+        if self.cfg.optimizer == "sgd":
+            return st["buf"]
         b1, b2 = self.cfg.betas
         k = st["t"]
         out = [(mi / (1 - b1**k)) / (torch.sqrt(vi) / math.sqrt(1 - b2**k) + self.cfg.eps)
@@ -141,7 +163,10 @@ class OptRef(Reference):
 
     def _bwd(self, s, t, m, w):
         h, a, _ = self.fwd(s, t, m, w)
-        v = self.table.v_b(s, t, m, w)  # == the stage's version when B runs (latest policy)
+        if self.stashes:
+            v = self.table.v_f(s, t, m, w)  # the forward's weights, predicted as the forward's
+        else:
+            v = self.table.v_b(s, t, m, w)  # == the stage's version when B runs (latest policy)
         p = self.read(s, t, m, w, v, self.table.u(s, t, w) - 1 - v)
         y = self.data(t, w, m)[1]
         gz = self.dloss(a, y) if s == S - 1 else self.bwd(s + 1, t, m, w)[1] * (1 - a * a)
@@ -182,16 +207,26 @@ CASES = [
     # (a) weight prediction along Adam's direction (stale: latest policy)
     ("stale", {"optimizer": "adam", "weight_prediction": True, **ADAM}),
     ("stale", {"optimizer": "adamw", "weight_decay": 0.1, "weight_prediction": True, **ADAM}),
-    # (b) Nesterov look-ahead: SGD in the paper's (w, d) coordinates, Adam form = NAdam(mu = beta1)
+    # ... under stashing: the backward reads the forward's prediction
+    ("pipedream", {"optimizer": "adam", "weight_prediction": True, **ADAM}),
+    ("2bw", {"optimizer": "adamw", "weight_decay": 0.1, "weight_prediction": True, **ADAM}),
+    ("pipedream", {"optimizer": "sgd", "lr": 0.2, "momentum": 0.6, "weight_decay": 0.01,
+                   "weight_prediction": True}),
+    ("stale", {"optimizer": "sgd", "lr": 0.2, "momentum": 0.6, "weight_prediction": True}),
+    # (b) Nesterov look-ahead: SGD in the paper's (w, d) coordinates, Adam form = NAdam
     ("pipedream", {"optimizer": "sgd", "lr": 0.2, "momentum": 0.9, "nesterov_lookahead": True}),
     ("stale", {"optimizer": "sgd", "lr": 0.2, "momentum": 0.8, "weight_decay": 0.01,
                "nesterov_lookahead": True}),
     ("pipedream", {"optimizer": "adamw", "weight_decay": 0.1, "nesterov_lookahead": True, **ADAM}),
     ("stale", {"optimizer": "adam", "nesterov_lookahead": True, **ADAM}),
-    # (c) error feedback for one-step delay
+    ("pipedream", {"optimizer": "adamw", "weight_decay": 0.1, "nesterov_lookahead": True,
+                   "nadam_momentum_decay": 0.3, **ADAM}),
+    ("stale", {"optimizer": "adam", "nesterov_lookahead": True, "lookahead_momentum": "constant", **ADAM}),
+    # (c) error feedback for one-step delay (2bw fills the pipeline with undelayed steps first)
     ("2bw", {"optimizer": "adamw", "weight_decay": 0.1, "error_feedback": True, **ADAM}),
     ("2bw", {"optimizer": "sgd", "lr": 0.2, "momentum": 0.6, "error_feedback": True,
              "error_feedback_beta": 0.5}),
+    ("2bw", {"optimizer": "adam", "error_feedback": True, "warmup": 3, **ADAM}),
     ("pipedream", {"optimizer": "adam", "error_feedback": True, **ADAM}),
 ]
 
@@ -211,4 +246,30 @@ def test_reference_sees_the_mitigations():
     plain = _run("stale", optimizer="adam", **ADAM)[0].state.losses
     pred = _run("stale", optimizer="adam", weight_prediction=True, **ADAM)[0].state.losses
     la = _run("stale", optimizer="adam", nesterov_lookahead=True, **ADAM)[0].state.losses
-    assert plain != pred and plain != la
+    const = _run("stale", optimizer="adam", nesterov_lookahead=True, lookahead_momentum="constant",
+                 **ADAM)[0].state.losses
+    assert plain != pred and plain != la and la != const
+    stashed = _run("pipedream", optimizer="adam", **ADAM)[0].state.losses
+    assert stashed != _run("pipedream", optimizer="adam", weight_prediction=True, **ADAM)[0].state.losses
+
+
+def test_stashed_prediction_backward_reads_the_forward_weights():
+    """Under pipedream with prediction, every backward reads exactly the tensors its forward
+    read (the old behaviour re-predicted at the backward with the state then)."""
+    from stalesim.runtime import stage as stage_mod
+
+    seen = []
+    orig = stage_mod.StageRuntime._backward_base
+
+    def spy(self, rec, v_b):
+        out = orig(self, rec, v_b)
+        if rec.predicted:
+            seen.append(all(torch.equal(a, b.detach()) for a, b in zip(out, rec.leaves)))
+        return out
+
+    stage_mod.StageRuntime._backward_base = spy
+    try:
+        _run("pipedream", optimizer="adam", weight_prediction=True, **ADAM)
+    finally:
+        stage_mod.StageRuntime._backward_base = orig
+    assert seen and all(seen)

@@ -48,6 +48,7 @@ CASES = [
     ("local", {}),
     ("pipe-sgd", {"compression": "int8"}),
     ("stale", {"weight_prediction": True, "pipemare_correction": True}),
+    ("pipedream", {"weight_prediction": True}),  # the backward reuses the forward's prediction
     # split backward (flushed per batch, so a checkpoint never falls between an I and its W;
     # that case is tested on the runtime, test_runtime_split_backward)
     ("zb-h1", {"microbatches": 2}),

@@ -66,6 +66,11 @@ def test_two_ranks_new_optimizers_and_mitigations():
         _cfg("pipedream", 2, nesterov_lookahead=True, betas=[0.99, 0.999]),
         _cfg("stale", 2, optimizer="sgd", lr=0.1, nesterov_lookahead=True, momentum=0.9),
         _cfg("stale", 2, optimizer="adam", weight_prediction=True),
+        # under stashing the backward reuses the forward's predicted weights
+        _cfg("pipedream", 2, optimizer="adamw", weight_decay=0.1, weight_prediction=True),
+        _cfg("2bw", 2, optimizer="sgd", lr=0.1, momentum=0.9, weight_prediction=True),
+        _cfg("pipedream", 2, nesterov_lookahead=True, lookahead_momentum="constant"),
+        _cfg("2bw", 2, error_feedback=True, warmup=2),
         _cfg("local", 2),
         _cfg("dp", 1, workers=2),
         _cfg("2bw", 2, dtype="float64", error_feedback=True, clip_grad_norm=1.0),
@@ -77,7 +82,8 @@ def test_executor_resume_keeps_adam_and_error_feedback_state(tmp_path):
     """A run resumed from a mid-run checkpoint (Adam moments, step counts and the
     error-feedback step restored on every rank) gives the uninterrupted run's losses."""
     cases = [_cfg("2bw", 2, error_feedback=True, iterations=9),
-             _cfg("pipedream", 2, nesterov_lookahead=True, betas=[0.99, 0.999], iterations=9)]
+             _cfg("pipedream", 2, nesterov_lookahead=True, betas=[0.99, 0.999], iterations=9),
+             _cfg("pipedream", 2, optimizer="adam", weight_prediction=True, iterations=9)]
     outs = [str(tmp_path / f"r{i}") for i in range(len(cases))]
     full = run_local([make_job(c, out=o, checkpoint_every=4, evaluate=False) for c, o in zip(cases, outs)],
                      "cpu:2", timeout_s=60)

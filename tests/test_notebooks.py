@@ -22,7 +22,7 @@ TIMEOUT_S = {"03_validate.ipynb": 420, "04_pipe_sgd.ipynb": 420}
 
 def test_notebooks_present():
     assert NOTEBOOKS == ["01_predict_speedup.ipynb", "02_stale_weights.ipynb", "03_validate.ipynb",
-                         "04_pipe_sgd.ipynb", "05_local_updates.ipynb"]
+                         "04_pipe_sgd.ipynb", "05_local_updates.ipynb", "06_own_model.ipynb"]
 
 
 def test_notebooks_committed_without_outputs():

@@ -73,6 +73,8 @@ def test_batchnorm_models_are_refused_in_one_line():
     ("sgd", [{}, {"lr": 0.05, "weight_decay": 1e-3}, {"nesterov": True}, {"nesterov_lookahead": True},
              {"error_feedback": True, "clip_grad_norm": 0.5}]),
     ("adamw", [{}, {"lr": 3e-3, "weight_decay": 0.0}, {"nesterov_lookahead": True},
+               {"nesterov_lookahead": True, "lookahead_momentum": "constant", "weight_decay": 0.1},
+               {"nesterov_lookahead": True, "nadam_momentum_decay": 0.5, "betas": (0.99, 0.999)},
                {"error_feedback": True, "betas": (0.8, 0.95)}, {"clip_grad_norm": 0.1, "eps": 1e-6}]),
     ("adam", [{}, {"weight_decay": 0.01}]),
 ])
@@ -87,17 +89,19 @@ def test_batched_optimizer_equals_stage_optimizer_per_run_float64(kind, extra):
     singles = [[nn.Parameter(t[k].clone()) for t in init] for k in range(K)]
     bo = BatchedOptimizer(stacked, cfgs)
     so = [StageOptimizer(ps, c) for ps, c in zip(singles, cfgs)]
-    for step in range(5):
+    for step in range(6):
         grads = [torch.randn(K, *s, generator=g, dtype=torch.float64) for s in shapes]
         lrs = [c.lr * (1 + 0.1 * step) for c in cfgs]
-        bo.step([x.clone() for x in grads], lrs, delayed=step > 0)
+        delayed = step not in (0, 3)  # an undelayed step in the middle resets error feedback
+        bo.step([x.clone() for x in grads], lrs, delayed=delayed)
         for k in range(K):
-            so[k].step([x[k].clone() for x in grads], lrs[k], delayed=step > 0)
+            so[k].step([x[k].clone() for x in grads], lrs[k], delayed=delayed)
         for k in range(K):
             for p, q in zip(stacked, singles[k]):
                 torch.testing.assert_close(p[k], q.detach(), rtol=1e-12, atol=1e-14)
+    base = [t * 0.5 for t in init]  # a prediction's start other than the live weights
     for k in range(K):
-        for d, e in zip(bo.directions(), so[k].directions()):
+        for d, e in zip(bo.directions(base), so[k].directions([t[k] for t in base])):
             if e is None:
                 continue
             torch.testing.assert_close(d[k], e, rtol=1e-12, atol=1e-14)
@@ -147,12 +151,13 @@ def test_batched_muon_equals_stage_optimizer_per_run_float64():
     singles = [[nn.Parameter(t[k].clone()) for t in init] for k in range(K)]
     bo = BatchedOptimizer(stacked, cfgs, muon_mask=mask)
     so = [StageOptimizer(ps, c, muon_mask=mask) for ps, c in zip(singles, cfgs)]
-    for step in range(5):
+    for step in range(6):
         grads = [torch.randn(K, *s, generator=g, dtype=torch.float64) for s in shapes]
         lrs = [c.lr * (1 + 0.1 * step) for c in cfgs]
-        bo.step([x.clone() for x in grads], lrs, delayed=step > 0)
+        delayed = step not in (0, 3)  # an undelayed step in the middle resets error feedback
+        bo.step([x.clone() for x in grads], lrs, delayed=delayed)
         for k in range(K):
-            so[k].step([x[k].clone() for x in grads], lrs[k], delayed=step > 0)
+            so[k].step([x[k].clone() for x in grads], lrs[k], delayed=delayed)
         for k in range(K):
             for p, q in zip(stacked, singles[k]):
                 torch.testing.assert_close(p[k], q.detach(), rtol=1e-12, atol=1e-14)

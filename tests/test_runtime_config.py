@@ -103,3 +103,27 @@ def test_check_runnable_needs_a_zoo_model_and_a_data_folder(tmp_path):
     TrainConfig(model="tiny", dataset="synthetic", iterations=1).check_runnable(own_model=True)
     with pytest.raises(StalesimError, match="data_dir: .* is not a folder"):
         TrainConfig(iterations=1, data_dir=str(tmp_path / "none")).check_runnable()
+
+
+def test_schedule_file_fixes_the_shape(tmp_path):
+    """A user's schedule file replaces the registered schedule: its shape must be the config's,
+    and build_schedule returns its order (what the emulator and the executor run)."""
+    import json
+
+    from stalesim.schedule import ScheduleConfig, build_schedule
+
+    ours = build_schedule(ScheduleConfig("1f1b", stages=2, batches=4, microbatches=2))
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(ours.to_dict()))
+    base = dict(model="lenet5", dataset="synthetic", schedule="file:mine.json", schedule_file=str(path),
+                iterations=4, batch_size=8)
+    cfg = TrainConfig(stages=2, microbatches=2, **base).check()
+    assert cfg.build_schedule(4).device_actions == ours.device_actions
+    with pytest.raises(StalesimError, match=r"^stages: 3 disagrees with the schedule file's 2"):
+        TrainConfig(stages=3, microbatches=2, **base).check()
+    with pytest.raises(StalesimError, match=r"^microbatches: 1 disagrees"):
+        TrainConfig(stages=2, **base).check()
+    with pytest.raises(StalesimError, match=r"^fold: the schedule file fixes the order"):
+        TrainConfig(stages=2, microbatches=2, fold=1, **base).check()
+    with pytest.raises(StalesimError, match="holds 4 batch"):
+        TrainConfig(stages=2, microbatches=2, **{**base, "iterations": 5}).check()

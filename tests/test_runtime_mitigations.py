@@ -24,7 +24,7 @@ def _capture_update(target_stage: int, target_batch: int):
             box["rt"] = rt
             box["w"] = [p.detach().clone() for p in rt.params]
             box["g"] = [g.clone() for g in rt.grads(a.batch)]
-            box["v"] = [None if b is None else b.clone() for b in rt._bufs()]
+            box["v"] = [None if b is None else b.clone() for b in rt._bufs(box["w"])]
             box["D"] = rt.mit.batch_delay(a.batch)
             orig = rt.update
 
@@ -98,7 +98,7 @@ def test_weight_prediction_forward_and_backward_horizons():
     def forward(self, action, x, **kw):
         if self.stage == 0 and action.batch == 6 and not kw:
             seen["w"] = [p.detach().clone() for p in self.params]
-            seen["v"] = [None if b is None else b.clone() for b in self._bufs()]
+            seen["v"] = [None if b is None else b.clone() for b in self._bufs(seen["w"])]
             seen["D"] = self.mit.delay_forward(6)
             seen["Db"] = self.mit.delay_backward(6)
             y = orig_forward(self, action, x, **kw)
@@ -117,19 +117,24 @@ def test_weight_prediction_forward_and_backward_horizons():
         torch.testing.assert_close(leaf, w - LR * seen["D"] * v, rtol=1e-12, atol=1e-14)
 
 
-def test_weight_prediction_backward_horizon_pipedream():
-    # pipedream stashes: v_B = v_F, so D_B = D_F and the backward also predicts
-    cfg = TrainConfig(schedule="pipedream", stages=3, iterations=6, weight_prediction=True,
-                      lr=LR, momentum=MU)
+@pytest.mark.parametrize("schedule,stashes", [("pipedream", True), ("2bw", True), ("stale", False)])
+def test_weight_prediction_backward_under_each_policy(schedule, stashes):
+    # stashing (pipedream, 2bw): the backward reads its forward's predicted weights, which the
+    # runtime passes as the base, so the mitigation predicts nothing more; latest (stale):
+    # the backward predicts from the live weights over its own delay D_B
+    kw = {"microbatches": 2} if schedule == "2bw" else {}
+    cfg = TrainConfig(schedule=schedule, stages=3, iterations=6, weight_prediction=True,
+                      lr=LR, momentum=MU, **kw)
     sched = _sched(cfg, 6)
     from stalesim.runtime.mitigations import Mitigations
 
     mit = Mitigations(cfg, sched, 0)
-    assert mit.delay_backward(4) == mit.delay_forward(4) == 2
+    assert mit.backward_reuses_forward is stashes and mit.backward_predicts is not stashes
     w = [torch.ones(3, dtype=torch.float64)]
     v = [torch.full((3,), 2.0, dtype=torch.float64)]
-    got = mit.backward_weights(w, v, LR, 4, None)
-    torch.testing.assert_close(got[0], w[0] - LR * 2 * v[0])
+    got = mit.backward_weights(w, v, LR, 4, 0 if kw else None)
+    D_B = mit.delay_backward(4, 0 if kw else None)
+    torch.testing.assert_close(got[0], w[0] if stashes else w[0] - LR * D_B * v[0])
 
 
 def test_pipemare_discrepancy_correction():

@@ -76,7 +76,7 @@ def test_adam_direction_is_the_next_step_per_unit_lr(kind):
     p = [torch.nn.Parameter(torch.randn(6, generator=g, dtype=torch.float64))]
     cfg = _cfg(optimizer=kind, betas=[0.8, 0.9], eps=1e-6, weight_decay=0.1)
     opt = StageOptimizer(p, cfg)
-    assert opt.directions() == [None]
+    assert opt.directions([p[0].detach()]) == [None]
     grads = [torch.randn(6, generator=g, dtype=torch.float64) for _ in range(3)]
     m = v = torch.zeros(6, dtype=torch.float64)
     for _k, x in enumerate(grads, start=1):
@@ -85,9 +85,61 @@ def test_adam_direction_is_the_next_step_per_unit_lr(kind):
         v = 0.9 * v + 0.1 * x_eff * x_eff
         opt.step([x.clone()], 0.01)
     want = (m / (1 - 0.8**3)) / (torch.sqrt(v / (1 - 0.9**3)) + 1e-6)
-    if kind == "adamw":
-        want = want + 0.1 * p[0].detach()
-    torch.testing.assert_close(opt.directions()[0], want, rtol=1e-10, atol=1e-12)
+    # AdamW's decay term is of the weights the prediction starts from, not the live ones
+    other = torch.randn(6, generator=g, dtype=torch.float64)
+    for base in (p[0].detach(), other):
+        got = opt.directions([base])[0]
+        torch.testing.assert_close(got, want + 0.1 * base if kind == "adamw" else want, rtol=1e-10, atol=1e-12)
+
+
+def _ef_one_parameter(delays: list[bool]) -> list[float]:
+    """Weights after each step of SGD (lr 1, no momentum) with error feedback (beta 1) on
+    w = 0 with gradients 1, 2, 3, ...; ``delays[i]``: step i's gradient is delayed."""
+    cfg = _cfg(lr=1.0, momentum=0.0, error_feedback=True)
+    p = [torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))]
+    opt = StageOptimizer(p, cfg)
+    out = []
+    for i, delayed in enumerate(delays, start=1):
+        opt.step([torch.full((1,), float(i), dtype=torch.float64)], 1.0, delayed=delayed)
+        out.append(float(p[0].detach()))
+    return out
+
+
+def test_error_feedback_corrects_delayed_steps_against_delayed_steps_only():
+    # step 1 undelayed (pipeline fill / --warmup): Delta = -1, w = -1. Step 2 is the first
+    # delayed step: no earlier delayed step, so no correction: Delta = -2, w = -3. Step 3:
+    # Delta = -3, + beta (Delta_3 - Delta_2) = -1, w = -7. (Correcting step 2 against the
+    # undelayed step 1 would give w = -4 after step 2 and -8 after step 3.)
+    assert _ef_one_parameter([False, True, True]) == [-1.0, -3.0, -7.0]
+    # an undelayed step in between ends the chain: step 4 is a first delayed step again
+    assert _ef_one_parameter([True, True, False, True]) == [-1.0, -4.0, -7.0, -11.0]
+
+
+@pytest.mark.parametrize("kind,decoupled", [("adam", False), ("adamw", True)])
+def test_lookahead_adam_is_torch_nadam(kind, decoupled):
+    """The Adam look-ahead's default is torch.optim.NAdam (momentum_decay 0.004, decoupled
+    decay for AdamW), the optimizer of the paper's code; float64, where torch keeps its
+    momentum product in float32 (hence 1e-7, not bitwise)."""
+    g = torch.Generator().manual_seed(5)
+    w0 = torch.randn(7, generator=g, dtype=torch.float64)
+    grads = [torch.randn(7, generator=g, dtype=torch.float64) for _ in range(6)]
+    cfg = _cfg(optimizer=kind, betas=[0.99, 0.999], eps=1e-8, weight_decay=0.05, nesterov_lookahead=True)
+    a = [torch.nn.Parameter(w0.clone())]
+    b = [torch.nn.Parameter(w0.clone())]
+    mine = StageOptimizer(a, cfg)
+    ref = torch.optim.NAdam(b, lr=0.01, betas=(0.99, 0.999), eps=1e-8, weight_decay=0.05,
+                            momentum_decay=0.004, decoupled_weight_decay=decoupled)
+    for x in grads:
+        mine.step([x.clone()], 0.01)
+        b[0].grad = x.clone()
+        ref.step()
+    torch.testing.assert_close(a[0].detach(), b[0].detach(), rtol=1e-7, atol=1e-9)
+    # the constant-momentum variant is another trajectory
+    c = [torch.nn.Parameter(w0.clone())]
+    const = StageOptimizer(c, _cfg(**{**cfg.to_dict(), "lookahead_momentum": "constant"}))
+    for x in grads:
+        const.step([x.clone()], 0.01)
+    assert not torch.allclose(c[0], a[0], rtol=1e-6, atol=0)
 
 
 def test_state_copies_for_memory_accounting():
@@ -111,6 +163,8 @@ def test_state_copies_for_memory_accounting():
     ({"clip_grad_norm": -1.0}, "clip_grad_norm:"),
     ({"eval_windows": 0}, "eval_windows:"),
     ({"error_feedback_beta": 0.0}, "error_feedback_beta:"),
+    ({"lookahead_momentum": "warm"}, "lookahead_momentum: unknown 'warm'"),
+    ({"nadam_momentum_decay": 0.0}, "nadam_momentum_decay:"),
     ({"nesterov": True, "optimizer": "adamw"}, "nesterov:"),
     ({"nesterov": True, "momentum": 0.0}, "nesterov:"),
     ({"spike_compensation": True, "optimizer": "adam"}, "spike_compensation:"),

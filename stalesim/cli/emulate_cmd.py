@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from stalesim.cli.common import add_threads_arg, apply_threads, nonneg_int, print_json
-from stalesim.cli.train_args import add_train_args, train_config_from_args
+from stalesim.cli.train_args import add_schedule_file_arg, add_train_args, train_config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "every forward/backward reads exactly the weight version the IR's version "
                     "table gives. Writes a run folder with --out.")
     add_train_args(p)
+    add_schedule_file_arg(p)
     add_threads_arg(p)
     p.add_argument("--out", default=None, help="run folder: config.json, metrics.jsonl, "
                    "versions.jsonl, summary.json, checkpoint.pt")

@@ -8,6 +8,7 @@ import re
 from itertools import pairwise
 
 from stalesim.cli.common import float_type, int_list, positive_int, print_json, seconds
+from stalesim.cli.model_source import add_model_source_args, load_costs
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_BYTES, MAX_RATE, MIN_RATE
 
@@ -43,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "back) charged to the stage before it."
         ),
     )
-    p.add_argument("--profile", required=True, metavar="PROFILE.json")
+    p.add_argument("--profile", default=None, metavar="PROFILE.json",
+                   help="per-layer profile (or --model NAME: profile one here)")
+    add_model_source_args(p)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--stages", type=positive_int, help="number of stages S")
     g.add_argument("--ppv", type=int_list, help="evaluate this PPV instead, e.g. 7 or 2,5")
@@ -68,14 +71,12 @@ def run(args: argparse.Namespace) -> int:
         min_max_partition,
         weights_ppv_to_cuts,
     )
-    from stalesim.workloads.profile import load_profile
-
     if not args.include_comm:  # link flags without --include-comm would be silently ignored
         given = [f for f, v in (("--hardware", args.hardware), ("--bandwidth", args.bandwidth),
                                 ("--latency", args.latency)) if v is not None]
         if given:
             raise StalesimError(f"{given[0]}: only used with --include-comm (the cut's communication time)")
-    prof = load_profile(args.profile)
+    prof = load_costs(args, args.batch_size)
     if args.batch_size:
         prof = prof.at_batch_size(args.batch_size)
     comm = None

@@ -17,6 +17,7 @@ from stalesim.cli.common import (
     print_json,
 )
 from stalesim.cli.simulate_cmd import add_hardware_args
+from stalesim.cli.train_args import DATASET_HELP, MODEL_HELP
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_COUNT, MAX_JOBS, MAX_SEED
 
@@ -79,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="devices on the target: a count, or cpu:D (pipelines of D stages, D data-parallel "
                         "workers; --check runs them as D CPU ranks)")
     w = p.add_argument_group("training (the emulations)")
-    w.add_argument("--model", default="lenet5", help="zoo model (lenet5, resnet20, gpt-char[:...], ...)")
-    w.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | shakespeare | synthetic")
+    w.add_argument("--model", default="lenet5", help=MODEL_HELP)
+    w.add_argument("--dataset", default=None, help=DATASET_HELP)
     w.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
     w.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
     w.add_argument("--lr", type=positive_float, default=0.01)
@@ -137,20 +138,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
+    from stalesim.plugins import is_plugin
     from stalesim.runtime.config import TrainConfig
     from stalesim.workloads.zoo_facts import model_facts, model_names
 
     facts = model_facts(args.model)
-    if facts is None:
+    if facts is None and not is_plugin(args.model):
         raise StalesimError(f"model: unknown {args.model!r} (known: {', '.join(model_names())}, "
-                            "or any resnet<6n+2>)")
+                            "or any resnet<6n+2>, or your own as pkg.module:factory)")
+    default_dataset = facts.default_dataset if facts is not None else "synthetic"
     length = {"epochs": horizon} if accuracy else {"iterations": horizon}
     for opt in args.optimizers:
         TrainConfig(optimizer=opt, iterations=1)._check_optimizer()
-    return TrainConfig(model=args.model, dataset=args.dataset or facts.default_dataset, schedule="sequential",
-                       batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                       weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
-                       synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+    from stalesim.runtime.build import check_own_code
+
+    cfg = TrainConfig(model=args.model, dataset=args.dataset or default_dataset, schedule="sequential",
+                      batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
+                      weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
+                      synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+    check_own_code(cfg)  # the user's --model/--dataset, if any, before any emulation starts
+    return cfg
 
 
 def _profile(args: argparse.Namespace, out, sizes: list[int]):
@@ -166,7 +173,9 @@ def _profile(args: argparse.Namespace, out, sizes: list[int]):
     from stalesim.workloads.profiler import profile_model
 
     print(f"plan: profiling {args.model} here at batch sizes {sizes} (stored in {path})", file=sys.stderr)
-    prof = profile_model(args.model, sizes, device="cpu", repeats=5, warmup=2,
+    from stalesim.runtime.build import model_of
+
+    prof = profile_model(model_of(args.model, args.dataset), sizes, device="cpu", repeats=5, warmup=2,
                          progress=lambda msg: print(msg, file=sys.stderr))
     ensure_dir(path.parent)
     prof.to_json(path)

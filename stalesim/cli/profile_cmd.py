@@ -40,7 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "for interpolation."
         ),
     )
-    p.add_argument("--model", help="zoo model name, e.g. lenet5, resnet20")
+    p.add_argument("--model", help="zoo model name, e.g. lenet5, resnet20, or your own as "
+                   "pkg.module:factory (docs/api.md)")
+    p.add_argument("--dataset", default=None,
+                   help="your own model's input shape comes from this data set when the model does "
+                        "not state one (mnist, cifar10, or pkg.module:factory)")
     p.add_argument("--batch-size", type=batch_sizes, metavar="B[,B...]",
                    help="batch size(s) to measure (with --roofline: rescale to this one)")
     p.add_argument("--roofline", metavar="DEVICE", default=None,
@@ -136,12 +140,21 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError("--batch-size: required when measuring")
     if args.dtype == "tf32":
         raise StalesimError("--dtype: tf32 is only a roofline setting; measure float32")
+    from stalesim.plugins import is_plugin
     from stalesim.workloads.profiler import parse_device, profile_model
     from stalesim.workloads.zoo_facts import model_facts, model_names
 
-    if model_facts(args.model) is None:  # before torch builds anything
+    model = args.model
+    if is_plugin(args.model):  # the user's model: imported, built and checked now
+        from stalesim.runtime.build import own_model
+
+        model = own_model(args.model, args.dataset, seed=args.seed)
+    elif args.dataset is not None:
+        raise StalesimError("--dataset: only your own model (pkg.module:factory) takes its input shape "
+                            "from a data set; a zoo model has its own")
+    elif model_facts(args.model) is None:  # before torch builds anything
         raise StalesimError(f"--model: unknown {args.model!r} (known: {', '.join(model_names())}, "
-                            "or any resnet<6n+2>)")
+                            "or any resnet<6n+2>, or your own as pkg.module:factory)")
     parse_device(args.device)
     from stalesim.runtime.preflight import check_memory, estimate_model
 
@@ -155,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     # a profile of a big model is minutes of silence otherwise (no count to report inside)
     with heartbeat(f"profiling {args.model}"):  # stderr, as the per-batch-size lines (-q quiets stdout)
         prof = profile_model(
-            args.model,
+            model,
             args.batch_size,
             device=args.device,
             threads=args.threads,

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from stalesim.cli.common import add_threads_arg, nonneg_int, positive_seconds, print_json
-from stalesim.cli.train_args import add_train_args, train_config_from_args
+from stalesim.cli.train_args import add_schedule_file_arg, add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
 
 
@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Run a schedule's per-device action lists on real processes "
                                    "(one per device), measure time, utilization, memory and loss.")
     add_train_args(p, devices_alias=False)
+    add_schedule_file_arg(p)
     add_executor_args(p)
     p.set_defaults(func=run)
 
@@ -47,21 +48,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def train_config(args: argparse.Namespace) -> Any:
     """TrainConfig from the parsed flags, through the helper ``emulate`` uses
     (default length: 50 iterations)."""
-    if args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None:
-        args.iterations = 50
+    if (args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None
+            and not str(getattr(args, "schedule_file", None) or "").lower().endswith(".json")):
+        args.iterations = 50  # (a JSON schedule file fixes its own length)
     return train_config_from_args(args)
 
 
 def expected_devices(cfg: Any) -> int:
     """Devices the schedule needs: asked of the IR (a short build of the same config)."""
-    from stalesim.schedule import build_schedule
-
+    if cfg.schedule_file is not None:  # the file's own length
+        return cfg.build_schedule(cfg.iterations).num_devices
     n = cfg.iterations if cfg.iterations is not None else 2
-    return build_schedule(cfg.schedule_config(max(1, min(n, 4)))).num_devices
+    return cfg.build_schedule(max(1, min(n, 4))).num_devices
 
 
 def _default_out(cfg: Any) -> str:
-    return os.path.join("runs", f"run-{cfg.model}-{cfg.schedule}-{time.strftime('%Y%m%d-%H%M%S')}")
+    import re
+
+    # a user's model (pkg.module:factory) or schedule file (file:x.json) is no folder name
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"run-{cfg.model}-{cfg.schedule}")
+    return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any]:
@@ -93,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         return torchrun_rank(args)
+    from stalesim.runtime.build import check_own_code
+
     cfg = train_config(args).check_runnable()
+    check_own_code(cfg)  # the user's --model/--dataset, imported and checked before any rank starts
     if args.devices is None:
         raise StalesimError("--devices: required (cpu:N or cuda:0,1,...)")
     if args.master_addr is not None:  # resolved now, before the run folder or any rank

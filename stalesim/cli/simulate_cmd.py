@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from stalesim.cli.cluster_args import add_cluster_args
 from stalesim.cli.common import (
@@ -15,7 +16,9 @@ from stalesim.cli.common import (
     seconds,
 )
 from stalesim.cli.llm_args import add_llm_args
+from stalesim.cli.model_source import add_model_source_args, load_costs
 from stalesim.cli.schedule_cmd import add_schedule_args
+from stalesim.cli.train_args import add_schedule_file_arg
 
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
@@ -89,8 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "alpha-beta link model. Default hardware: the profile's own device with an "
                     "ideal link.")
     p.add_argument("--profile", default=None, metavar="PROFILE.json",
-                   help="per-layer profile (or --workload NAME: an analytic transformer)")
-    p.add_argument("--schedule", required=True, metavar="NAME", help=f"one of: {', '.join(schedule_names())}")
+                   help="per-layer profile (or --model NAME, or --workload NAME: an analytic transformer)")
+    add_model_source_args(p)
+    p.add_argument("--schedule", default=None, metavar="NAME",
+                   help=f"one of: {', '.join(schedule_names())} (or --schedule-file)")
+    add_schedule_file_arg(p)
     add_schedule_args(p)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector (weight layers before each register), e.g. 2,5")
@@ -124,28 +130,37 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.errors import StalesimError
     from stalesim.schedule import get_spec
     from stalesim.sim import SimOptions, simulate
-    from stalesim.workloads.profile import load_profile
 
     if args.batch_size is not None and args.batch_size < 1:
         raise StalesimError(f"--batch-size: must be >= 1, got {args.batch_size}")
     check_llm_flags(args)
     if args.workload is not None:
+        if args.model is not None:
+            raise StalesimError("--model: give --workload (an analytic transformer) or --model, not both")
+        if args.schedule is None:
+            raise StalesimError("--schedule: required (a schedule name)")
         return _run_workload(args)
     if (args.trace or args.plot) and args.method == "fast":
         raise StalesimError("--trace/--plot: need the event simulation (drop --method fast)")
-    stages = args.stages
-    if stages is None:
-        stages = len(args.ppv) + 1 if args.ppv is not None else 1
-    # -P is the data-parallel degree: dp/pipe-sgd workers, or replicas of a pipeline schedule
-    replicas = 1
-    if not get_spec(args.schedule).data_parallel:
-        replicas, args = args.workers, argparse.Namespace(**{**vars(args), "workers": 1})
-    cfg = config_from_args(args, stages=stages)
+    if args.schedule_file is not None:
+        cfg: Any = _file_schedule(args)
+        replicas = 1
+    else:
+        if args.schedule is None:
+            raise StalesimError("--schedule: required (a schedule name, or --schedule-file FILE)")
+        stages = args.stages
+        if stages is None:
+            stages = len(args.ppv) + 1 if args.ppv is not None else 1
+        # -P is the data-parallel degree: dp/pipe-sgd workers, or replicas of a pipeline schedule
+        replicas = 1
+        if not get_spec(args.schedule).data_parallel:
+            replicas, args = args.workers, argparse.Namespace(**{**vars(args), "workers": 1})
+        cfg = config_from_args(args, stages=stages)
     opts = SimOptions(ppv=None if args.ppv is None else tuple(args.ppv), batch_size=args.batch_size,
                       method=args.method, loss_s=args.loss_time, replicas=replicas,
                       **cluster_options(args))
     opts.check()
-    prof = load_profile(args.profile).with_extrapolation(args.extrapolate)
+    prof = load_costs(args, args.batch_size).with_extrapolation(args.extrapolate)
     cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
@@ -166,6 +181,30 @@ def run(args: argparse.Namespace) -> int:
         for k, v in written.items():
             print(f"{k}: {v}")
     return 0
+
+
+# a torch CSV is one flushed step: simulated this many times (a steady state to measure)
+CSV_BATCHES = 4
+
+
+def _file_schedule(args: argparse.Namespace) -> Any:
+    """The built schedule of ``--schedule-file`` (the file fixes its shape: the flags that
+    would shape a registered schedule are refused, not silently ignored)."""
+    from stalesim.errors import StalesimError
+    from stalesim.schedule.userfile import load_schedule_file
+
+    if args.schedule is not None:
+        raise StalesimError("--schedule-file: give a schedule name or a schedule file, not both")
+    shaping = [f for f, v in (("--stages", args.stages), ("--fold", args.fold), ("--switch", args.switch),
+                              ("--stages-per-device", args.stages_per_device)) if v is not None]
+    shaping += [f for f, v in (("--microbatches", args.microbatches != 1), ("--workers", args.workers != 1),
+                               ("--warmup", args.warmup != 0)) if v]
+    if shaping:
+        raise StalesimError(f"{shaping[0]}: the schedule file fixes the order; drop it")
+    batches = args.batches
+    if batches is None and str(args.schedule_file).lower().endswith(".csv"):
+        batches = CSV_BATCHES
+    return load_schedule_file(args.schedule_file, batches)
 
 
 def _run_workload(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mitigations", type=_csv, default=["none"],
                    help="comma-separated: none, weight-prediction, spike-compensation, pipemare, "
                         "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
-                        "error-feedback")
+                        "nesterov-lookahead-constant, error-feedback")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2], help="comma-separated seeds")
     p.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=2,
                    help="parallel processes (with --batched: batches at a time)")
@@ -84,6 +84,11 @@ def run(args: argparse.Namespace) -> int:
     # -M is for the grid's micro-batch schedules (expand() gives the others whole batches)
     micro, args.microbatches = args.microbatches, 1
     base = replace(train_config_from_args(args), microbatches=micro)
+    from stalesim.runtime.build import check_own_code
+
+    # the user's --model/--dataset imported and checked here, once, before the grid's processes
+    # start (they inherit this process's sys.path, where the modules were found)
+    check_own_code(base)
     out = Path(args.out)
     places = parse_placements(args.placements)
     points, mit_of = [], {}

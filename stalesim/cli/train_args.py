@@ -16,7 +16,24 @@ from stalesim.cli.common import (
 )
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
-from stalesim.runtime.config import MUON_MAX_NS_STEPS
+from stalesim.runtime.config import LOOKAHEAD_MOMENTA, MUON_MAX_NS_STEPS
+
+MODEL_HELP = ("zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
+              "gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T), or your own as pkg.module:factory "
+              "(returns an nn.Sequential or a list of blocks; docs/api.md)")
+DATASET_HELP = ("mnist | fashion-mnist | cifar10 | shakespeare | synthetic, or your own as "
+                "pkg.module:factory (returns (train, test) torch Datasets of (x, y); docs/api.md)")
+# the schedule of emulate/run without --schedule (the default None tells "not given" apart,
+# which --schedule-file needs)
+DEFAULT_SCHEDULE = "sequential"
+SCHEDULE_FILE_HELP = ("your own schedule instead of --schedule: our action-list JSON (as `stalesim "
+                      "schedule NAME --json` prints) or torch.distributed.pipelining's CSV; it fixes "
+                      "the stages and micro-batches (a JSON file also the iterations)")
+
+
+def add_schedule_file_arg(p: argparse.ArgumentParser) -> None:
+    """``--schedule-file`` of the commands that run one schedule (simulate, emulate, run)."""
+    p.add_argument("--schedule-file", default=None, metavar="FILE.json|FILE.csv", help=SCHEDULE_FILE_HELP)
 
 
 def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
@@ -24,12 +41,11 @@ def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) ->
 
     ``devices_alias``: accept the old ``--devices N`` for ``--fold`` (not on ``run``,
     where ``--devices`` is the rank list)."""
-    p.add_argument("--model", default="lenet5",
-                   help="zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
-                        "gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T)")
-    p.add_argument("--dataset", default=None,
-                   help="mnist | fashion-mnist | cifar10 | shakespeare | synthetic (default: the model's)")
-    p.add_argument("--schedule", default="sequential", help="schedule name (see `stalesim schedule`)")
+    p.add_argument("--model", default="lenet5", help=MODEL_HELP)
+    p.add_argument("--dataset", default=None, help=DATASET_HELP + " (default: the model's; synthetic "
+                   "for your own model)")
+    p.add_argument("--schedule", default=None,
+                   help=f"schedule name (see `stalesim schedule`; default {DEFAULT_SCHEDULE})")
     add_schedule_args(p, devices_alias=devices_alias)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
@@ -88,7 +104,13 @@ def _add_optimizer_args(p: argparse.ArgumentParser, m: argparse._ArgumentGroup) 
                    help="language model: validation windows for val loss / bits per character")
     m.add_argument("--nesterov-lookahead", action="store_true",
                    help="Nesterov look-ahead for async pipelines (Ajanthan et al. 2025): "
-                        "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W), mu=beta1")
+                        "SGD -> Nesterov with lr*(1-momentum); Adam/AdamW -> NAdam(W) "
+                        "(the paper recommends --betas 0.99,0.999)")
+    m.add_argument("--lookahead-momentum", choices=LOOKAHEAD_MOMENTA, default="nadam",
+                   help="Adam look-ahead's momentum mu_t: nadam = torch's NAdam schedule "
+                        "beta1*(1-0.5*0.96^(t*psi)) as the paper's code (default); constant = beta1")
+    m.add_argument("--nadam-momentum-decay", type=positive_float, default=0.004,
+                   help="psi of the nadam momentum schedule (torch's momentum_decay)")
     m.add_argument("--error-feedback", action="store_true",
                    help="delayed steps get + beta*(step_t - step_{t-1}) (error feedback for one-step delay)")
     m.add_argument("--error-feedback-beta", type=positive_float, default=1.0,
@@ -108,7 +130,8 @@ def _betas(text: str) -> list[float]:
 
 def _optimizer_fields(args: argparse.Namespace) -> dict:
     names = ("optimizer", "betas", "eps", "nesterov", "lr_warmup", "lr_min", "clip_grad_norm",
-             "eval_windows", "nesterov_lookahead", "error_feedback", "error_feedback_beta",
+             "eval_windows", "nesterov_lookahead", "lookahead_momentum", "nadam_momentum_decay",
+             "error_feedback", "error_feedback_beta",
              "muon_lr", "muon_momentum", "muon_ns_steps")
     return {k: getattr(args, k) for k in names}
 
@@ -121,11 +144,24 @@ def train_config_from_args(args: argparse.Namespace):
         if iterations is not None or args.epochs is not None:
             raise StalesimError("batches: give one of --batches/--iterations/--epochs")
         iterations = args.batches
+    from stalesim.plugins import is_plugin
+
     dataset = args.dataset
-    if dataset is None:
+    if dataset is None and is_plugin(args.model):
+        dataset = "synthetic"  # the user's model knows no data set of the zoo's
+    elif dataset is None:
         from stalesim.workloads.zoo import build_model
 
         dataset = build_model(args.model).default_dataset
+    schedule_file = getattr(args, "schedule_file", None)
+    if schedule_file is None and args.schedule is None:
+        args.schedule = DEFAULT_SCHEDULE
+    if schedule_file is not None:
+        import os
+
+        schedule_file = os.path.abspath(schedule_file)  # the ranks and a resumed run read it too
+        args.schedule_file = schedule_file
+        iterations = _apply_schedule_file(args, iterations)
     cfg = TrainConfig(
         model=args.model, dataset=dataset, schedule=args.schedule,
         stages=args.stages, ppv=args.ppv, microbatches=args.microbatches, workers=args.workers,
@@ -139,7 +175,20 @@ def train_config_from_args(args: argparse.Namespace):
         spike_compensation=args.spike_compensation, pipemare_lr=args.pipemare_lr,
         pipemare_warmup=args.pipemare_warmup, pipemare_correction=args.pipemare_correction,
         pipemare_gamma=args.pipemare_gamma, staleness_lr=args.staleness_lr,
-        synthetic_size=args.synthetic_size, augment=not args.no_augment,
+        synthetic_size=args.synthetic_size, augment=not args.no_augment, schedule_file=schedule_file,
         **_optimizer_fields(args),
     )
     return cfg.check()
+
+
+def _apply_schedule_file(args: argparse.Namespace, iterations: int | None) -> int | None:
+    """Read ``--schedule-file`` up front (the IR checks it) and take the shape it fixes
+    (:func:`stalesim.schedule.userfile.fill_from_file`); returns the iterations."""
+    from stalesim.schedule.userfile import fill_from_file
+
+    names = ("schedule", "epochs", "stages", "ppv", "microbatches", "workers")
+    filled = fill_from_file(args.schedule_file, {"iterations": iterations,
+                                                 **{k: getattr(args, k) for k in names}})
+    for k in names:
+        setattr(args, k, filled[k])
+    return filled["iterations"]

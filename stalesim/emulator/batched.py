@@ -54,7 +54,7 @@ from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import batch_stream
 from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.tasks import evaluate_runs, task_of
-from stalesim.schedule import Action, build_schedule
+from stalesim.schedule import Action
 from stalesim.schedule.liveness import stage_liveness
 
 
@@ -84,7 +84,7 @@ class BatchedEmulator(Emulator):
         """``generic``: build every stage through vmap (:class:`~stalesim.runtime.batched.VmapWide`)
         even where the folded fast path applies (tests compare the two); ``read_every``: as
         :class:`~stalesim.emulator.replay.Emulator`'s."""
-        from stalesim.workloads.zoo import build_model
+        from stalesim.runtime.build import run_model
 
         cfgs = [c.check() for c in cfgs]
         check_batch(cfgs)
@@ -100,20 +100,20 @@ class BatchedEmulator(Emulator):
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise StalesimError(f"device: {cfg.device} requested but no CUDA device is visible")
-        first = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+        first = run_model(cfg)
         self.input_shape = first.input_shape
         self.task = task_of(cfg)
         self.streams = self._make_streams(first.input_shape)
         self.stream = self.streams[0]
         self.bpe = self.stream.batches_per_epoch
         self.total = cfg.total_iterations(self.bpe)
-        self.sched = build_schedule(cfg.schedule_config(self.total, self.bpe))
+        self.sched = cfg.build_schedule(self.total, self.bpe)
         self.S, self.P = self.sched.stages, self.sched.workers
         self.M = self.sched.microbatches if self.sched.uses_micro else 1
         per_run = [build_stage_modules(cfg, self.sched, model=first, device=self.device)]
         self.estimate = memory_estimate(cfgs, self.sched, per_run[0], self.device)
         for c in cfgs[1:]:
-            model = build_model(c.model, num_classes=c.num_classes, seed=c.seed)
+            model = run_model(c)
             per_run.append(build_stage_modules(c, self.sched, model=model, device=self.device))
         self.ppv = per_run[0].ppv
         for k, mods in enumerate(per_run):
@@ -165,7 +165,7 @@ class BatchedEmulator(Emulator):
     def preflight(cfgs: Sequence[TrainConfig]) -> dict[str, int]:
         """Check that the runs can train as one batch and fit in memory, without building them
         (one run's model and the schedule only); returns the memory estimate (bytes)."""
-        from stalesim.workloads.zoo import build_model
+        from stalesim.runtime.build import run_model
 
         cfgs = [c.check() for c in cfgs]
         check_batch(cfgs)
@@ -173,10 +173,10 @@ class BatchedEmulator(Emulator):
         device = torch.device(cfg.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             raise StalesimError(f"device: {cfg.device} requested but no CUDA device is visible")
-        first = build_model(cfg.model, num_classes=cfg.num_classes, seed=cfg.seed)
+        first = run_model(cfg)
         stream = batch_stream(cfg, input_shape=first.input_shape)
         total = cfg.total_iterations(stream.batches_per_epoch)
-        sched = build_schedule(cfg.schedule_config(total, stream.batches_per_epoch))
+        sched = cfg.build_schedule(total, stream.batches_per_epoch)
         mods = build_stage_modules(cfg, sched, model=first, device=device)
         return memory_estimate(cfgs, sched, mods, device)
 

@@ -39,7 +39,7 @@ from stalesim.runtime.devio import read_values, to_device
 from stalesim.runtime.stage import StageRuntime
 from stalesim.runtime.tasks import correct_count, task_of
 from stalesim.runtime.tasks import evaluate as task_evaluate
-from stalesim.schedule import Action, Kind, Schedule, build_schedule, dry_run
+from stalesim.schedule import Action, Kind, Schedule, dry_run
 
 CKPT_NAME = "checkpoint.pt"
 
@@ -68,7 +68,7 @@ class Emulator:
         bring-your-own models); ``stream``: a prepared batch stream (saves reloading data);
         ``read_every``: batches between host reads of the losses (see :meth:`_read_out`;
         default :func:`read_every_default`)."""
-        from stalesim.workloads.zoo import build_model
+        from stalesim.runtime.build import run_model
 
         self.cfg = cfg.check()
         self.out = Path(out) if out is not None else None
@@ -77,14 +77,13 @@ class Emulator:
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise StalesimError(f"device: {cfg.device} requested but no CUDA device is visible")
-        base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
-                                                           seed=cfg.seed)
+        base = model if model is not None else run_model(cfg)
         self.input_shape = base.input_shape
         self.task = task_of(cfg)
         self.stream = stream if stream is not None else batch_stream(cfg, input_shape=base.input_shape)
         self.bpe = self.stream.batches_per_epoch
         self.total = cfg.total_iterations(self.bpe)
-        self.sched: Schedule = build_schedule(cfg.schedule_config(self.total, self.bpe))
+        self.sched: Schedule = cfg.build_schedule(self.total, self.bpe)
         self.S, self.P = self.sched.stages, self.sched.workers
         self.M = self.sched.microbatches if self.sched.uses_micro else 1
         first = build_stage_modules(cfg, self.sched, model=base, device=self.device)
@@ -567,7 +566,10 @@ def check_request(cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None
     and the data loaded: the config (model shape, batch, the run's schedule), a zoo model
     name, the data folder, the run folder (writable, not a file) and the checkpoint to
     resume from. A mistake here costs nothing; found after loading it costs minutes."""
+    from stalesim.runtime.build import check_own_code
+
     cfg.check_runnable(own_model=own_model)
+    check_own_code(cfg, model=not own_model)  # the user's pkg.module:factory code, if any
     if resume and out is None:
         raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
     if out is not None:

@@ -55,6 +55,8 @@ MITIGATIONS = {
     "pipemare-correction": {"pipemare_correction": True},
     "staleness-lr": {"staleness_lr": True},
     "nesterov-lookahead": {"nesterov_lookahead": True},
+    # the Adam look-ahead with mu = beta1 instead of NAdam's schedule (the paper's code)
+    "nesterov-lookahead-constant": {"nesterov_lookahead": True, "lookahead_momentum": "constant"},
     "error-feedback": {"error_feedback": True},
 }
 

@@ -59,16 +59,13 @@ def make_plan(req: PlanRequest) -> Plan:
     """Run the plan (see the module doc); writes plan.json, plan.csv, pareto.png in ``out``."""
     from stalesim.emulator.study import run_study  # looked up at call time: tests stand in for it
     from stalesim.plan.report import write_outputs
+    from stalesim.runtime.build import model_of
     from stalesim.workloads.partition import default_ppv
-    from stalesim.workloads.zoo import build_model
-    from stalesim.workloads.zoo_facts import model_facts
 
     if not req.seeds:
         raise StalesimError("seeds: give at least one seed")
-    facts = model_facts(req.base.model)
-    if facts is None:
-        raise StalesimError(f"model: {req.base.model!r} is not a zoo model")
-    model = build_model(req.base.model, num_classes=req.base.num_classes, seed=0)
+    # a zoo model or the user's own (pkg.module:factory, checked by the command before)
+    model = model_of(req.base.model, req.base.dataset, seed=0, num_classes=req.base.num_classes)
     ppvs: dict[int, list[int]] = {}
 
     def ppv_of(stages: int) -> list[int]:
@@ -76,7 +73,7 @@ def make_plan(req: PlanRequest) -> Plan:
             ppvs[stages] = default_ppv(model, stages)
         return ppvs[stages]
 
-    cands, skipped = grid(req.grid, req.base, facts.blocks, ppv_of)
+    cands, skipped = grid(req.grid, req.base, len(model.block_names), ppv_of)
     if not cands:
         raise StalesimError("schedules: no candidate fits " + "; ".join(f"{a}: {b}" for a, b in skipped[:3]))
     _log(f"plan: {len(cands)} candidate(s) x {len(req.seeds)} seed(s); {len(skipped)} skipped")

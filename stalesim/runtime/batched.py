@@ -70,6 +70,7 @@ from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.devio import upload
 from stalesim.runtime.mitigations import Mitigations, compress, pipemare_exponent
 from stalesim.runtime.muon import lr_ratio, newton_schulz
+from stalesim.runtime.optim import lookahead_decay, nadam_mu
 from stalesim.runtime.stage import StageRuntime, _Inflight
 
 #: TrainConfig fields that may differ between the runs of one batch.
@@ -78,7 +79,7 @@ PER_RUN_FIELDS = frozenset({
     "betas", "eps", "nesterov", "clip_grad_norm",
     "weight_prediction", "spike_compensation", "pipemare_lr", "pipemare_warmup",
     "pipemare_correction", "pipemare_gamma", "staleness_lr",
-    "nesterov_lookahead", "error_feedback", "error_feedback_beta",
+    "nesterov_lookahead", "lookahead_momentum", "nadam_momentum_decay", "error_feedback", "error_feedback_beta",
     "muon_lr", "muon_momentum",
 })
 
@@ -418,6 +419,8 @@ class BatchedOptimizer:
         self.b2 = [float(x.betas[1]) for x in c]
         self.eps = [x.eps for x in c]
         self.lookahead = [bool(x.nesterov_lookahead) for x in c]
+        self.nadam_decay = [lookahead_decay(x) for x in c]
+        self.mu_prod = [1.0] * len(c)  # the look-ahead's NAdam product of momentum coefficients
         self.nesterov = [bool(x.nesterov or x.nesterov_lookahead) for x in c]
         self.lr_scale = [1.0 - x.momentum if (self.kind == "sgd" and x.nesterov_lookahead) else 1.0 for x in c]
         self.clip = [x.clip_grad_norm for x in c]
@@ -467,7 +470,7 @@ class BatchedOptimizer:
             if delayed and self.prev_step is not None:
                 for p, d, dp in zip(self.params, delta, self.prev_step):
                     p.add_(_bc(_floats(self.ef_beta, p), p) * (d - dp))
-            self.prev_step = delta
+            self.prev_step = delta if delayed else None  # as StageOptimizer.step
 
     def _sgd(self, grads: list[torch.Tensor], lr: Sequence[float], a: Sequence[float], b: Sequence[float]) -> None:
         any_wd, any_mu, any_b = any(self.wd), any(self.mu), any(b)
@@ -529,10 +532,15 @@ class BatchedOptimizer:
         bc1 = [1 - b1**t for b1 in self.b1]
         bc2_sqrt = [(1 - b2**t) ** 0.5 for b2 in self.b2]
         la = any(self.lookahead)
-        # coefficient of m/denom (Adam: lr / bc1; look-ahead: lr b1 / (1 - b1^(t+1))) and of g/denom
-        cm = [lr_k * b1 / (1 - b1 ** (t + 1)) if look else lr_k / c1
-              for lr_k, b1, c1, look in zip(lr, self.b1, bc1, self.lookahead)]
-        cg = [lr_k * (1 - b1) / c1 if look else 0.0 for lr_k, b1, c1, look in zip(lr, self.b1, bc1, self.lookahead)]
+        # coefficient of m/denom (Adam: lr / bc1; look-ahead, NAdam: lr mu_{t+1} / (1 - P_t mu_{t+1}))
+        # and of g/denom (look-ahead: lr (1 - mu_t) / (1 - P_t)), P_t = mu_1 ... mu_t per run
+        mu = [nadam_mu(b1, t, psi) for b1, psi in zip(self.b1, self.nadam_decay)]
+        mu_next = [nadam_mu(b1, t + 1, psi) for b1, psi in zip(self.b1, self.nadam_decay)]
+        self.mu_prod = [P * m for P, m in zip(self.mu_prod, mu)]
+        cm = [lr_k * mn / (1 - P * mn) if look else lr_k / c1
+              for lr_k, mn, P, c1, look in zip(lr, mu_next, self.mu_prod, bc1, self.lookahead)]
+        cg = [lr_k * (1 - m) / (1 - P) if look else 0.0
+              for lr_k, m, P, look in zip(lr, mu, self.mu_prod, self.lookahead)]
         for p, g, m, v, k in zip(self.params, grads, self.m, self.v, skip):
             if k:
                 continue
@@ -549,9 +557,9 @@ class BatchedOptimizer:
             p.sub_(_bc(_floats(cm, p), p) * (m / denom))
 
     # --------------------------------------------------------------- prediction
-    def directions(self) -> list[torch.Tensor | None]:
-        """Per parameter, each run's next step per unit lr (stacked); None before the first
-        update (see :meth:`stalesim.runtime.optim.StageOptimizer.directions`)."""
+    def directions(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Per parameter, each run's next step per unit lr (stacked) from the weights ``base``;
+        None before the first update (see :meth:`stalesim.runtime.optim.StageOptimizer.directions`)."""
         if not self.params:
             return []
         if self.kind == "muon":  # TrainConfig refuses the combinations that ask
@@ -563,13 +571,13 @@ class BatchedOptimizer:
         t = float(self.steps)
         out: list[torch.Tensor | None] = []
         wd = self.wd if self.kind == "adamw" else [0.0] * len(self.wd)
-        for p, m, v in zip(self.params, self.m, self.v):
+        for p, w, m, v in zip(self.params, base, self.m, self.v):
             m_hat = m / _bc(_floats([1 - b1**t for b1 in self.b1], p), p)
             denom = (v.sqrt() / _bc(_floats([math.sqrt(1 - b2**t) for b2 in self.b2], p), p)).add_(
                 _bc(_floats(self.eps, p), p))
             d = m_hat / denom
             if any(wd):
-                d = d + _bc(_floats(wd, p), p) * p.detach()
+                d = d + _bc(_floats(wd, p), p) * w
             out.append(d)
         return out
 
@@ -579,12 +587,17 @@ class BatchedOptimizer:
             return None if xs is None else [x.clone() for x in xs]
 
         return {"steps": self.steps, "buf": cl(self.buf), "m": cl(self.m), "v": cl(self.v),
-                "prev_step": cl(self.prev_step)}
+                "prev_step": cl(self.prev_step), "mu_prod": list(self.mu_prod)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps = int(state["steps"])
         self.buf, self.m, self.v = state["buf"], state["m"], state["v"]
         self.prev_step = state["prev_step"]
+        if "mu_prod" in state:
+            self.mu_prod = [float(x) for x in state["mu_prod"]]
+        else:  # a checkpoint written before the look-ahead's schedule existed
+            self.mu_prod = [math.prod(nadam_mu(b1, i, psi) for i in range(1, self.steps + 1))
+                            for b1, psi in zip(self.b1, self.nadam_decay)]
 
 
 # ----------------------------------------------------------------- mitigations
@@ -614,6 +627,16 @@ class BatchedMitigations(Mitigations):
     @property
     def changes_forward(self) -> bool:
         return any(self.wp)
+
+    @property
+    def backward_reuses_forward(self) -> bool:
+        # a run without prediction read the stashed version v_F in its slice of the
+        # forward's weights (torch.where), so the forward's tensors serve every run
+        return any(self.wp) and self.stashes
+
+    @property
+    def backward_predicts(self) -> bool:
+        return any(self.wp) and not self.stashes
 
     @property
     def changes_backward(self) -> bool:
@@ -648,7 +671,7 @@ class BatchedMitigations(Mitigations):
     def backward_weights(self, base: list[torch.Tensor], bufs: list[torch.Tensor | None],  # type: ignore[override]
                          lr: Sequence[float], batch: int, micro: int | None) -> list[torch.Tensor]:
         out = list(base)
-        if any(self.wp):
+        if self.backward_predicts:
             out = self._predict(out, bufs, lr, self.delay_backward(batch, micro))
         if any(self.pmc) and self.delta is not None:
             gap = self.table.gap(self.stage, batch, micro, self.worker)

@@ -36,6 +36,72 @@ class StageModules:
     heads: list[nn.Module | None]
 
 
+def run_model(cfg: TrainConfig) -> Any:
+    """The run's full model, seeded: what the emulator and every rank build."""
+    return model_of(cfg.model, cfg.dataset, seed=cfg.seed, num_classes=cfg.num_classes)
+
+
+def model_of(name: str, dataset: str | None = None, *, seed: int | None = 0, num_classes: int = 10) -> Any:
+    """Zoo model ``name``, or the user's (``pkg.module:factory``) whose input shape, when the
+    model does not state one, is ``dataset``'s (:func:`stalesim.runtime.data.input_shape_of`)."""
+    from stalesim.plugins import is_plugin
+    from stalesim.workloads.zoo import build_model
+
+    shape = None
+    if is_plugin(name):
+        from stalesim.runtime.data import input_shape_of
+
+        shape = input_shape_of(dataset, seed or 0)
+    return build_model(name, num_classes=num_classes, seed=seed, input_shape=shape)
+
+
+def own_model(spec: str, dataset: str | None = None, *, seed: int = 0) -> Any:
+    """The user's model as the commands without a training config build it (``profile``,
+    ``simulate --model``): :func:`model_of`, checked by one forward of its input shape."""
+    from stalesim.workloads.own import check_own_model
+
+    net = model_of(spec, dataset, seed=seed)
+    check_own_model(net, spec)
+    return net
+
+
+def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
+    """The user's ``--dataset``/``--model`` (``pkg.module:factory``), built once here, before
+    any rank starts: importable, the factories return what they must, and the model reads
+    the data set's inputs and gives one logit per class. One line naming the flag if not."""
+    from stalesim.plugins import is_plugin
+
+    classes = None  # classes the data set's labels need
+    if is_plugin(cfg.dataset):
+        from stalesim.runtime.owndata import load_own_dataset
+
+        data = load_own_dataset(cfg.dataset, cfg.seed)
+        if cfg.batch_size > data.train_size:
+            raise StalesimError(f"batch_size: {cfg.batch_size} is larger than the training set of "
+                                f"{cfg.dataset} ({data.train_size:,} samples)")
+        classes = int(data.train_y.max()) + 1
+    elif cfg.dataset == "synthetic":
+        classes = cfg.num_classes
+    if model and is_plugin(cfg.model):
+        from stalesim.workloads.own import check_own_model
+
+        net = run_model(cfg)
+        if net.input_shape and cfg.dataset != "synthetic":
+            from stalesim.runtime.data import dataset_input_shape
+
+            shape = dataset_input_shape(cfg)
+            if shape is not None and tuple(shape) != tuple(net.input_shape):
+                raise StalesimError(f"--model: {cfg.model} reads inputs of shape {tuple(net.input_shape)}, "
+                                    f"but data set {cfg.dataset} has {tuple(shape)}")
+        if cfg.num_stages > len(net.block_names):
+            raise StalesimError(f"stages: {cfg.num_stages} stages requested but model {cfg.model!r} has "
+                                f"only {len(net.block_names)} blocks")
+        logits = check_own_model(net, cfg.model)
+        if classes is not None and logits < classes:
+            raise StalesimError(f"--model: {cfg.model} gives {logits} logits, but the labels of data set "
+                                f"{cfg.dataset} go up to class {classes - 1}")
+
+
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
                         device: torch.device | str | None = None) -> StageModules:
     """The run's model (``model`` or the zoo's, seeded), split into ``sched.stages`` stages.
@@ -44,11 +110,9 @@ def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,
     leaves it on the CPU and moves only its own stages.
     """
     from stalesim.workloads.partition import default_ppv
-    from stalesim.workloads.zoo import build_model
 
     S = sched.stages
-    base = model if model is not None else build_model(cfg.model, num_classes=cfg.num_classes,
-                                                       seed=cfg.seed)
+    base = model if model is not None else run_model(cfg)
     # the FLOP-balanced cut is found on the model as built (float32), on every consumer
     ppv = list(cfg.ppv) if cfg.ppv is not None else (default_ppv(base, S) if S > 1 else [])
     base.to(dtype=cfg.torch_dtype)

@@ -25,6 +25,8 @@ LR_SCHEDULES = ("constant", "step", "cosine")
 DTYPES = ("float32", "float64")
 COMPRESSIONS = ("none", "fp16", "int8")
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
+# momentum coefficient of the Adam look-ahead (NAdam): torch's schedule (the paper's code) or beta1
+LOOKAHEAD_MOMENTA = ("nadam", "constant")
 # Newton-Schulz iterations of Muon: torch.optim.Muon refuses 100 or more
 MUON_MAX_NS_STEPS = 99
 # training-set sizes (the files are verified against torchvision's MD5s, so these are exact);
@@ -92,6 +94,8 @@ class TrainConfig:
     lr_min: float = 0.0
     clip_grad_norm: float | None = None
     nesterov_lookahead: bool = False
+    lookahead_momentum: str = "nadam"
+    nadam_momentum_decay: float = 0.004
     error_feedback: bool = False
     error_feedback_beta: float = 1.0
     # Muon (stalesim.runtime.muon): its learning rate for the hidden matrices (lr is AdamW's
@@ -105,22 +109,29 @@ class TrainConfig:
     num_classes: int = 10
     synthetic_size: int = 1024
     augment: bool = True
+    # a user's schedule (--schedule-file: our action-list JSON or torch's CSV) instead of the
+    # registered ``schedule``; its stages, micro-batches and workers must match this config's
+    schedule_file: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------ validation
     def check(self) -> TrainConfig:
         """Raise StalesimError naming the first bad field; returns self."""
+        from stalesim.plugins import is_plugin
         from stalesim.schedule import get_spec, schedule_names
 
         self._check_types()
+        if self.schedule_file is not None:
+            return self._check_with_file()
         try:
             spec = get_spec(self.schedule)
         except StalesimError:
             raise StalesimError(
                 f"schedule: unknown {self.schedule!r} (known: {', '.join(schedule_names())})"
             ) from None
-        if self.dataset not in DATASETS:
-            raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)})")
+        if self.dataset not in DATASETS and not is_plugin(self.dataset):
+            raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)}, "
+                                "or your own as pkg.module:factory)")
         for name in ("microbatches", "workers", "batch_size", "num_classes"):
             _positive_int(name, getattr(self, name))
         check_int("synthetic_size", self.synthetic_size, lo=1, hi=MAX_SYNTHETIC)
@@ -205,6 +216,60 @@ class TrainConfig:
         self._check_size()
         return self
 
+    def _check_with_file(self) -> TrainConfig:
+        """:meth:`check` for a user's schedule file: the fields the file does not fix, then
+        the file itself (read and checked by the IR), whose shape must be this config's."""
+        from stalesim.plugins import is_plugin
+        from stalesim.schedule.userfile import load_schedule_file
+
+        if self.dataset not in DATASETS and not is_plugin(self.dataset):
+            raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)}, "
+                                "or your own as pkg.module:factory)")
+        for name in ("microbatches", "workers", "batch_size", "num_classes"):
+            _positive_int(name, getattr(self, name))
+        check_int("seed", self.seed, hi=MAX_SEED)
+        for name in ("switch", "switch_epoch", "fold", "stages_per_device"):
+            if getattr(self, name) is not None:
+                raise StalesimError(f"{name}: the schedule file fixes the order; drop --{name.replace('_', '-')}")
+        if self.warmup or self.compression != "none":
+            raise StalesimError("schedule_file: --warmup and --compression shape a registered schedule; "
+                                "the file's order runs as written")
+        if self.iterations is None:
+            raise StalesimError("iterations: a schedule file runs a given number of iterations, not epochs")
+        _positive_int("iterations", self.iterations)
+        assert self.schedule_file is not None  # (the caller's condition)
+        sched = load_schedule_file(self.schedule_file, self.iterations)
+        shape = {"stages": (self.num_stages, sched.stages), "microbatches": (self.microbatches, sched.microbatches),
+                 "workers": (self.workers, sched.workers)}
+        for name, (ours, file) in shape.items():
+            if ours != file:
+                raise StalesimError(f"{name}: {ours} disagrees with the schedule file's {file} "
+                                    f"({self.schedule_file})")
+        if self.batch_size % (self.workers * self.microbatches):
+            raise StalesimError(f"batch_size: {self.batch_size} is not divisible by {self.workers} worker(s) "
+                                f"x {self.microbatches} micro-batch(es); each shard must be equal")
+        for name in ("lr", "momentum", "pipemare_gamma"):
+            if not _finite(getattr(self, name)):
+                raise StalesimError(f"{name}: expected a finite number, got {getattr(self, name)!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise StalesimError(f"lr_schedule: unknown {self.lr_schedule!r} (known: {', '.join(LR_SCHEDULES)})")
+        if self.dtype not in DTYPES:
+            raise StalesimError(f"dtype: unknown {self.dtype!r} (known: {', '.join(DTYPES)})")
+        self._check_optimizer()
+        return self
+
+    def build_schedule(self, batches: int, batches_per_epoch: int | None = None) -> Any:
+        """The run's :class:`~stalesim.schedule.Schedule` over ``batches`` mini-batches: the
+        registered schedule built by the IR (:meth:`schedule_config`), or the user's file
+        (:mod:`stalesim.schedule.userfile`). The one call the emulator and the executor make."""
+        if self.schedule_file is not None:
+            from stalesim.schedule.userfile import load_schedule_file
+
+            return load_schedule_file(self.schedule_file, batches)
+        from stalesim.schedule import build_schedule
+
+        return build_schedule(self.schedule_config(batches, batches_per_epoch))
+
     def _check_types(self) -> None:
         """Field types first (a config read from JSON may hold anything), so every later
         check compares like with like and names the field."""
@@ -228,6 +293,7 @@ class TrainConfig:
         model holds enough blocks for the stages, a batch fits in the training set, and
         the whole run's schedule is one the IR builds (a million stages or a billion
         iterations are refused here, in milliseconds, not after minutes of building)."""
+        from stalesim.plugins import is_plugin
         from stalesim.schedule import resolve
         from stalesim.workloads.names import model_task
         from stalesim.workloads.zoo_facts import model_facts
@@ -249,6 +315,8 @@ class TrainConfig:
             T = facts.input_shape[0]
             chars = max(self.synthetic_size * T, 4 * (T + 1)) if self.dataset == "synthetic" else 0
             bpe = max(1, chars // (self.batch_size * T))
+        elif is_plugin(self.dataset):  # its size is known once the factory ran: 1 is a lower bound
+            bpe = 1
         else:
             train = self.train_size
             if self.batch_size > train:
@@ -264,9 +332,12 @@ class TrainConfig:
     def check_runnable(self, *, own_model: bool = False) -> TrainConfig:
         """:meth:`check`, plus what a run needs before it builds anything: a zoo model
         (unless the caller brings its own module; asked of the zoo without building one)
-        and an existing data folder."""
+        and an existing data folder. A user's ``pkg.module:factory`` code is checked by
+        :func:`stalesim.runtime.build.check_own_code` (it builds what it checks)."""
+        from stalesim.plugins import is_plugin
+
         self.check()
-        if not own_model:
+        if not own_model and not is_plugin(self.model):
             from stalesim.workloads.zoo import model_factory
 
             try:
@@ -327,6 +398,12 @@ class TrainConfig:
         if not _finite(self.error_feedback_beta) or self.error_feedback_beta <= 0:
             raise StalesimError(
                 f"error_feedback_beta: expected a finite number > 0, got {self.error_feedback_beta!r}")
+        if self.lookahead_momentum not in LOOKAHEAD_MOMENTA:
+            raise StalesimError(f"lookahead_momentum: unknown {self.lookahead_momentum!r} "
+                                f"(known: {', '.join(LOOKAHEAD_MOMENTA)})")
+        if not _finite(self.nadam_momentum_decay) or self.nadam_momentum_decay <= 0:
+            raise StalesimError(
+                f"nadam_momentum_decay: expected a finite number > 0, got {self.nadam_momentum_decay!r}")
         self._check_muon()
         sgd = self.optimizer == "sgd"
         if self.nesterov and not (sgd and self.momentum > 0):

@@ -38,6 +38,9 @@ _STATS = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
 _TV_NAME = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}
+# per-sample input shape of the built-in image data sets (known without loading them)
+INPUT_SHAPES: dict[str, tuple[int, ...]] = {"mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28),
+                                            "cifar10": (3, 32, 32)}
 JPEG_NOTE = "CIFAR-10 JPEG-derived copy"
 
 
@@ -73,12 +76,38 @@ class Dataset:
 
 # ------------------------------------------------------------------ loading
 def load_dataset(cfg: TrainConfig, input_shape: tuple[int, ...] | None = None) -> Dataset:
-    """Load ``cfg.dataset`` (see the module doc for where it looks)."""
+    """Load ``cfg.dataset`` (see the module doc for where it looks; a user's data set,
+    ``pkg.module:factory``, comes from :mod:`stalesim.runtime.owndata`)."""
+    from stalesim.plugins import is_plugin
+
+    if is_plugin(cfg.dataset):
+        from stalesim.runtime.owndata import load_own_dataset
+
+        own = load_own_dataset(cfg.dataset, cfg.seed)  # used as given: no augmentation, no normalising
+        return Dataset(cfg.dataset, own.train_x, own.train_y, own.test_x, own.test_y, None, None, False,
+                       f"user data set {cfg.dataset}")
     if cfg.dataset == "synthetic":
         return synthetic_dataset(cfg, input_shape or (1, 28, 28))
     if cfg.dataset in _TV_NAME:
         return _load_idx(cfg)
     return _load_cifar(cfg)
+
+
+def dataset_input_shape(cfg: TrainConfig) -> tuple[int, ...] | None:
+    """Per-sample input shape of ``cfg.dataset`` (see :func:`input_shape_of`)."""
+    return input_shape_of(cfg.dataset, cfg.seed)
+
+
+def input_shape_of(dataset: str | None, seed: int = 0) -> tuple[int, ...] | None:
+    """Per-sample input shape of a data set: the built-in image sets' (known), a user's
+    (loaded once per process), None for synthetic and text data (the model's decides)."""
+    from stalesim.plugins import is_plugin
+
+    if dataset is not None and is_plugin(dataset):
+        from stalesim.runtime.owndata import own_input_shape
+
+        return own_input_shape(dataset, seed)
+    return INPUT_SHAPES.get(dataset or "")
 
 
 def synthetic_dataset(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Dataset:

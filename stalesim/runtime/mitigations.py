@@ -12,9 +12,14 @@ mitigation works for every schedule. For stage s and batch t (u = u(s,t)):
 - **PipeMare discrepancy correction**: the backward reads
   w_B - (v_B - v_F) * delta, delta <- gamma delta + (1 - gamma)(w_new - w_old) after
   every update: an extrapolation of the forward's (older) weights from the backward's.
-- **weight prediction** (SpecTrain; Kosson et al.'s linear weight prediction):
-  the forward runs on w - eta * D_F * v and the backward on w_B - eta * D_B * v, with v
-  the SGD momentum buffer (torch's convention: v <- mu v + g, w <- w - eta v).
+- **weight prediction** (SpecTrain; Kosson et al.'s linear weight prediction; XPipe,
+  PipeOptim for Adam): the forward runs on w_hat = w - eta * D_F * v, with v the
+  optimizer's next step per unit lr (SGD: the momentum buffer, torch's convention
+  v <- mu v + g, w <- w - eta v) at the forward. Under a weight policy that stashes
+  (PipeDream, 2BW) the backward reads the same w_hat, as XPipe/PipeOptim do: stashing
+  exists so that F and B of a batch read the same weights, and a second prediction at the
+  backward (with the state then) would break that. Under the latest policy (stale) the
+  backward reads the live weights, predicted as w_B - eta * D_B * v (SpecTrain).
 - **spike compensation** (Kosson et al., MLSys'21, "Pipelined Backpropagation at Scale"):
   with delay D the update becomes v <- mu v + g, w <- w - eta (a v + b g) with
   a = mu^D, b = (1 - mu^D) / (1 - mu): the step applies at once the
@@ -76,6 +81,7 @@ class Mitigations:
         self.worker = worker
         self.micros = schedule.micro_indices()
         self.delta: list[torch.Tensor] | None = None  # PipeMare EMA of weight steps
+        self.stashes = schedule.policy.backward_reads_forward_version
 
     # ---------------------------------------------------------------- delays
     # (the version table answers them; no version arithmetic here)
@@ -111,6 +117,17 @@ class Mitigations:
     def changes_backward(self) -> bool:
         return self.cfg.weight_prediction or self.cfg.pipemare_correction
 
+    @property
+    def backward_reuses_forward(self) -> bool:
+        """The backward reads its forward's predicted weights (weight prediction under a
+        stashing policy; see the module doc)."""
+        return self.cfg.weight_prediction and self.stashes
+
+    @property
+    def backward_predicts(self) -> bool:
+        """The backward predicts its own weights (weight prediction, latest policy)."""
+        return self.cfg.weight_prediction and not self.stashes
+
     def predict(self, weights: list[torch.Tensor], bufs: list[torch.Tensor | None],
                 lr: float, horizon: int) -> list[torch.Tensor]:
         """w - lr * horizon * v per tensor (v = momentum buffer; none yet -> w)."""
@@ -133,9 +150,10 @@ class Mitigations:
 
     def backward_weights(self, base: list[torch.Tensor], bufs: list[torch.Tensor | None],
                          lr: float, batch: int, micro: int | None) -> list[torch.Tensor]:
-        """Weights the backward of (batch, micro) reads, given the tensors of version v_B."""
+        """Weights the backward of (batch, micro) reads, given the tensors of version v_B
+        (under :attr:`backward_reuses_forward`, the forward's weights: nothing to predict)."""
         out = list(base)
-        if self.cfg.weight_prediction:
+        if self.backward_predicts:
             out = self.predict(out, bufs, lr, self.delay_backward(batch, micro))
         if self.cfg.pipemare_correction and self.delta is not None:
             gap = self.table.gap(self.stage, batch, micro, self.worker)

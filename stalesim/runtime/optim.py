@@ -24,7 +24,8 @@ t from that batch's gradient buffer (``U(s, t)``):
 count) is updated only at ``U``, in update order; stashed / double-buffered weight
 versions are copies of the *weights* only (a backward reads old weights, but no
 schedule reads old optimizer state). Weight prediction reads the current state at
-the time of the forward. The state is part of the runtime's checkpoint.
+the time of the forward (and, under a weight policy that stashes, the backward reuses
+the forward's predicted weights). The state is part of the runtime's checkpoint.
 
 Mitigations that live here (flags of TrainConfig; delays from the version table):
 
@@ -32,8 +33,10 @@ Mitigations that live here (flags of TrainConfig; delays from the version table)
   :meth:`StageOptimizer.directions` gives, per parameter, the step the optimizer
   takes per unit learning rate if nothing changes: SGD: the momentum buffer v
   (torch: w <- w - lr v); Adam: m_hat / (sqrt(v_hat) + eps) with the bias corrections of
-  the last step; AdamW: that plus wd * w (the decoupled decay step). The runtime
-  predicts w_hat = w - lr * D * direction (XPipe-style for Adam; SpecTrain for SGD).
+  the last step; AdamW: that plus wd * w (the decoupled decay step, w = the weights the
+  prediction starts from). The runtime predicts w_hat = w - lr * D * direction
+  (XPipe-style for Adam; SpecTrain for SGD); see :mod:`stalesim.runtime.mitigations`
+  for which weights each pass reads.
 * **Nesterov look-ahead for asynchronous pipelines** (``nesterov_lookahead``;
   Ajanthan et al., ICML 2025, Eq. 10): with d_t = gamma (w_t - w_{t-1}),
   w_{t+1} = w_t + d_t - eta (1 - gamma) grad f(w_bar_t + d_bar_t), where the bar is the
@@ -43,14 +46,17 @@ Mitigations that live here (flags of TrainConfig; delays from the version table)
   m <- gamma m + (1 - gamma) g, y <- y - eta (gamma m + (1 - gamma) g). For ``sgd`` that
   is torch's Nesterov SGD with lr eta (1 - gamma) (gamma = ``momentum``; the paper
   uses 0.99); for ``adam``/``adamw`` the same look-ahead on the Adam-normalised
-  step, i.e. NAdam (Dozat 2016) with constant momentum mu = beta1
-  (:class:`LookaheadAdam`), which is what the paper runs in practice (NAdamW,
-  beta1 = 0.99).
+  step, i.e. NAdam (Dozat 2016; :class:`LookaheadAdam`), which is what the paper's code
+  (AsyncPP) runs: torch's NAdam with decoupled decay (NAdamW), beta1 = 0.99 and
+  torch's momentum schedule mu_t = beta1 (1 - 0.5 * 0.96^(0.004 t)) (``lookahead_momentum``
+  "nadam", the default; "constant" keeps mu_t = beta1, our earlier reading of Eq. 10).
 * **error feedback for one-step delay** (``error_feedback``): after the base step
   Delta_t (computed from a gradient that is D >= 1 updates old), the update applied is
   Delta_t + beta (Delta_t - Delta_{t-1}): the change between two consecutive delayed
   steps is the part of the update the delay withheld, fed back once (see
   docs/emulator.md for why this form; optimizer-agnostic, one weight-sized buffer).
+  Delta_{t-1} is kept from delayed steps only: after an undelayed step (D = 0) the next
+  delayed step is uncorrected.
 """
 
 from __future__ import annotations
@@ -65,25 +71,41 @@ from stalesim.runtime.config import OPTIMIZERS  # noqa: F401  (re-export)
 from stalesim.runtime.muon import MuonAdamW
 
 
-class LookaheadAdam(torch.optim.Optimizer):
-    """NAdam with a constant momentum coefficient mu = beta1 (the Adam form of the
-    Nesterov look-ahead of Ajanthan et al., see the module doc).
+def nadam_mu(beta1: float, step: int, momentum_decay: float | None) -> float:
+    """NAdam's momentum coefficient mu_t of step ``step`` (from 1): torch.optim.NAdam's
+    schedule mu_t = beta1 (1 - 0.5 * 0.96^(t psi)), psi = ``momentum_decay`` (it starts near
+    beta1 / 2 and reaches beta1 over ~1 / psi steps); ``None``: the constant mu_t = beta1
+    (psi -> infinity)."""
+    if momentum_decay is None:
+        return beta1
+    return beta1 * (1.0 - 0.5 * 0.96 ** (step * momentum_decay))
 
-    Per parameter, step t (from 1): g (+ wd * w for L2), m <- b1 m + (1 - b1) g,
-    v <- b2 v + (1 - b2) g^2, denom = sqrt(v / (1 - b2^t)) + eps,
-    w <- w - lr [(1 - b1) g / (1 - b1^t) + b1 m / (1 - b1^(t+1))] / denom;
-    ``decoupled``: w <- w (1 - lr wd) first instead of the L2 term (NAdamW).
+
+class LookaheadAdam(torch.optim.Optimizer):
+    """NAdam (Dozat 2016; torch.optim.NAdam's equations), the Adam form of the Nesterov
+    look-ahead of Ajanthan et al. (see the module doc).
+
+    Per parameter, step t (from 1), mu_t = :func:`nadam_mu`, P_t = mu_1 ... mu_t:
+    g (+ wd * w for L2), m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2,
+    denom = sqrt(v / (1 - b2^t)) + eps,
+    w <- w - lr [(1 - mu_t) g / (1 - P_t) + mu_{t+1} m / (1 - P_t mu_{t+1})] / denom;
+    ``decoupled``: w <- w (1 - lr wd) first instead of the L2 term (NAdamW). With
+    ``momentum_decay`` None, mu_t = b1 and P_t = b1^t (the constant-momentum variant).
+    Unlike torch, P_t is a Python float (torch keeps it in float32 even for float64
+    weights, which a float64 reference would see at 1e-8).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], *, lr: float, betas: tuple[float, float],
-                 eps: float, weight_decay: float, decoupled: bool) -> None:
+                 eps: float, weight_decay: float, decoupled: bool, momentum_decay: float | None) -> None:
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps,
-                                  "weight_decay": weight_decay, "decoupled": decoupled})
+                                  "weight_decay": weight_decay, "decoupled": decoupled,
+                                  "momentum_decay": momentum_decay})
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # type: ignore[override]  # no closures here
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            psi = group["momentum_decay"]
             for p in group["params"]:
                 g = p.grad
                 if g is None:
@@ -91,10 +113,15 @@ class LookaheadAdam(torch.optim.Optimizer):
                 st = self.state[p]
                 if not st:
                     st["step"] = 0
+                    st["mu_product"] = 1.0
                     st["exp_avg"] = torch.zeros_like(p)
                     st["exp_avg_sq"] = torch.zeros_like(p)
                 st["step"] += 1
                 t = st["step"]
+                mu, mu_next = nadam_mu(b1, t, psi), nadam_mu(b1, t + 1, psi)
+                if "mu_product" not in st:  # a checkpoint written before the schedule existed
+                    st["mu_product"] = math.prod(nadam_mu(b1, i, psi) for i in range(1, t))
+                st["mu_product"] = prod = st["mu_product"] * mu
                 if wd:
                     if group["decoupled"]:
                         p.mul_(1 - lr * wd)
@@ -104,8 +131,15 @@ class LookaheadAdam(torch.optim.Optimizer):
                 m.lerp_(g, 1 - b1)
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 denom = (v / (1 - b2**t)).sqrt_().add_(eps)
-                p.addcdiv_(g, denom, value=-lr * (1 - b1) / (1 - b1**t))
-                p.addcdiv_(m, denom, value=-lr * b1 / (1 - b1 ** (t + 1)))
+                p.addcdiv_(g, denom, value=-lr * (1 - mu) / (1 - prod))
+                p.addcdiv_(m, denom, value=-lr * mu_next / (1 - prod * mu_next))
+
+
+def lookahead_decay(cfg: Any) -> float | None:
+    """NAdam's momentum decay psi of the Adam look-ahead: ``--nadam-momentum-decay`` under
+    ``--lookahead-momentum nadam`` (the paper's code), None (constant mu = beta1) under
+    ``constant``."""
+    return None if cfg.lookahead_momentum == "constant" else float(cfg.nadam_momentum_decay)
 
 
 def state_copies(cfg: Any, *, muon: bool = False) -> int:
@@ -175,7 +209,7 @@ class StageOptimizer:
                 self.lr_scale = 1.0 - cfg.momentum
         elif cfg.nesterov_lookahead:
             self.torch = LookaheadAdam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd,
-                                       decoupled=kind == "adamw")
+                                       decoupled=kind == "adamw", momentum_decay=lookahead_decay(cfg))
         elif kind == "adam":
             self.torch = torch.optim.Adam(params, lr=cfg.lr, betas=betas, eps=cfg.eps, weight_decay=wd)
         else:
@@ -217,7 +251,9 @@ class StageOptimizer:
                 beta = cfg.error_feedback_beta
                 for p, d, dp in zip(self.params, delta, self.prev_step):
                     p.add_(d - dp, alpha=beta)
-            self.prev_step = delta
+            # only a delayed step has an error to correct: an undelayed one (pipeline fill,
+            # --warmup) leaves nothing, so the next delayed step is the first of a run
+            self.prev_step = delta if delayed else None
 
     def state_nbytes(self) -> int:
         """Bytes of optimizer state once every parameter has been updated (the memory
@@ -226,9 +262,11 @@ class StageOptimizer:
                    for p, m in zip(self.params, self.muon_mask))
 
     # -------------------------------------------------------------- prediction
-    def directions(self) -> list[torch.Tensor | None]:
+    def directions(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """Per parameter, the step per unit learning rate the optimizer would take next if
-        nothing changed (None before its first update); see the module doc."""
+        nothing changed (None before its first update), from the weights ``base`` the
+        prediction starts at (AdamW's decay term wd * w is of those weights); see the
+        module doc."""
         opt = self.torch
         if opt is None:
             return []
@@ -239,7 +277,7 @@ class StageOptimizer:
             return [opt.state.get(p, {}).get("momentum_buffer") for p in self.params]
         b1, b2 = (float(x) for x in self.cfg.betas)
         wd = self.cfg.weight_decay if self.cfg.optimizer == "adamw" else 0.0
-        for p in self.params:
+        for p, w in zip(self.params, base):
             st = opt.state.get(p)
             if not st:
                 out.append(None)
@@ -249,7 +287,7 @@ class StageOptimizer:
             denom = (st["exp_avg_sq"].sqrt() / math.sqrt(1 - b2**t)).add_(self.cfg.eps)
             d = m_hat / denom
             if wd:
-                d = d + wd * p.detach()
+                d = d + wd * w
             out.append(d)
         return out
 

@@ -211,9 +211,22 @@ class StageRuntime:
     def _key(self, a: Action) -> tuple[int, int | None]:
         return (a.batch, a.micro)
 
-    def _bufs(self) -> list[torch.Tensor | None]:
-        """Per-parameter step direction per unit lr (SGD: the momentum buffer), for prediction."""
-        return self.opt.directions()
+    def _bufs(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Per-parameter step direction per unit lr (SGD: the momentum buffer) for a
+        prediction that starts at the weights ``base``."""
+        return self.opt.directions(base)
+
+    def _backward_bufs(self, base: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Directions for a backward-side prediction; none asked when the backward does not
+        predict (Muon defines none, and Adam's costs a pass over the state)."""
+        return self._bufs(base) if self.mit.backward_predicts else [None] * len(base)
+
+    def _backward_base(self, rec: _Inflight, v_b: int) -> list[torch.Tensor]:
+        """The weights a backward reads before any backward-side mitigation: its forward's
+        predicted weights when the backward reuses them, else version v_B."""
+        if rec.predicted and self.mit.backward_reuses_forward:
+            return [w.detach() for w in rec.leaves]
+        return self.weights_of(v_b)
 
     def weights_of(self, version: int) -> list[torch.Tensor]:
         """The tensors of weight version ``version`` (live or stashed)."""
@@ -254,8 +267,9 @@ class StageRuntime:
             leaves = [w.detach().requires_grad_(True) for w in weights]
             predicted = True
         elif self.mit.changes_forward:
-            pw = self.mit.forward_weights([p.detach() for p in self.params], self._bufs(),
-                                          self.lr_fn(action.batch), action.batch, action.micro)
+            live = [p.detach() for p in self.params]
+            pw = self.mit.forward_weights(live, self._bufs(live), self.lr_fn(action.batch), action.batch,
+                                          action.micro)
             if pw is not None:
                 leaves = [w.requires_grad_(True) for w in pw]
                 predicted = True
@@ -387,10 +401,10 @@ class StageRuntime:
                 and v_b != self.version):
             raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
         if rec.hooked:
-            base = self.weights_of(v_b)
+            base = self._backward_base(rec, v_b)
             if self.mit.changes_backward:
-                base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch,
-                                                 action.micro)
+                base = self.mit.backward_weights(base, self._backward_bufs(base), self.lr_fn(action.batch),
+                                                 action.batch, action.micro)
         elif v_b != self.version:  # _hooks_needed said no update falls between F and B
             raise RuntimeError(f"stalesim: {action} reads version {v_b}, stage is at {self.version} "
                                "(a hook-free forward cannot read an older version)")
@@ -480,9 +494,10 @@ class StageRuntime:
         if (not self.schedule.policy.backward_reads_forward_version and action.version is not None
                 and v_b != self.version):
             raise RuntimeError(f"stalesim: {action} (latest policy) but stage is at version {self.version}")
-        base = self.weights_of(v_b)
+        base = self._backward_base(rec, v_b)
         if self.mit.changes_backward:
-            base = self.mit.backward_weights(base, self._bufs(), self.lr_fn(action.batch), action.batch, action.micro)
+            base = self.mit.backward_weights(base, self._backward_bufs(base), self.lr_fn(action.batch), action.batch,
+                                             action.micro)
             rec.w_base = base
         if grad_y is None:
             if rec.loss is None:

@@ -155,7 +155,12 @@ def simulate(
         ab = sched.action_batch_size(B)
         cuts, ppv_used = resolve_cuts(profile, S, opts.ppv, B)
         costs = stage_costs(profile, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv_used)
-    fast = fast_iteration(sched, costs, hw, phases=phases)
+    # a user's own order (--schedule-file) has no generator, so no closed form: the event
+    # simulation alone times it
+    fast = fast_iteration(sched, costs, hw, phases=phases) if phases else None
+    if fast is None and prog is None:
+        raise StalesimError(f"method: {sched.name!r} is a user's order without a closed form; "
+                            "use the event simulation")
     timeline = None
     if prog is not None:
         timeline = simulate_program(prog, costs, hw, workers=sched.workers)
@@ -176,6 +181,7 @@ def simulate(
         makespan = timeline.makespan
         phase_end = [done[p.last - 1] / NS for p in phases]
     else:
+        assert fast is not None
         it = fast.iteration_ns
         util = [b / it if it else 0.0 for b in fast.busy_ns]  # checked by the plausibility pass
         makespan = fast.makespan_ns
@@ -219,8 +225,8 @@ def simulate(
         phases=[dict(asdict(p), **({"end_s": e} if phase_end else {}))
                 for p, e in zip(phases, phase_end or [None] * len(phases))],
         schedule_fingerprint=sched.fingerprint() if prog is not None else None,
-        fast_iteration_time_s=fast.iteration_ns / NS,
-        fast_formula=fast.formula,
+        fast_iteration_time_s=None if fast is None else fast.iteration_ns / NS,
+        fast_formula="" if fast is None else fast.formula,
         notes=[],
         stage_costs=costs.to_dict(),
         timeline=timeline if opts.keep_timeline else None,

@@ -118,6 +118,18 @@ def check_out_dir(path: str) -> Path:
     return p
 
 
+def _own_blocks(cfg: ValidateConfig) -> int:
+    """Blocks of the user's model, built and checked now (with its data set, when that is the
+    user's too), before anything is measured."""
+    from stalesim.runtime.build import check_own_code, run_model
+    from stalesim.runtime.config import TrainConfig
+
+    tc = TrainConfig(model=cfg.model, dataset=cfg.dataset, iterations=1, batch_size=cfg.batch_size,
+                     seed=cfg.seed)
+    check_own_code(tc)
+    return len(run_model(tc).block_names)
+
+
 def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     """Validate every field cheaply (no torch); returns (parsed devices, schedules)."""
     from stalesim.devices import parse_devices
@@ -126,14 +138,18 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     devs = parse_devices(cfg.devices)
     if devs.count < 1:
         raise StalesimError(f"--devices: need at least one device, got {cfg.devices!r}")
+    from stalesim.plugins import is_plugin
+
     try:
         facts = model_facts(cfg.model)
     except StalesimError as exc:
         raise StalesimError(f"--model: {exc}") from None
-    if facts is None:
-        raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())})")
-    if cfg.dataset not in DATASETS:
-        raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)})")
+    if facts is None and not is_plugin(cfg.model):
+        raise StalesimError(f"--model: unknown {cfg.model!r} (known: {', '.join(model_names())}, or your "
+                            "own as pkg.module:factory)")
+    if cfg.dataset not in DATASETS and not is_plugin(cfg.dataset):
+        raise StalesimError(f"--dataset: unknown {cfg.dataset!r} (known: {', '.join(DATASETS)}, or your "
+                            "own as pkg.module:factory)")
     limits = {"iterations": MAX_COUNT, "batch_size": MAX_COUNT, "microbatches": MAX_COUNT,
               "threads": MAX_THREADS, "repeats": MAX_REPEATS, "profile_repeats": MAX_REPEATS,
               "calibrate_repeats": MAX_REPEATS}
@@ -143,9 +159,10 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     check_int("--seed", cfg.seed, hi=MAX_SEED)
     check_number("--timeout", cfg.timeout_s, hi=MAX_SECONDS, lo_open=True)
     check_number("lr", cfg.lr, hi=MAX_FACTOR, lo_open=True)
-    if not facts.blocks >= devs.count:
+    blocks = facts.blocks if facts is not None else _own_blocks(cfg)
+    if not blocks >= devs.count:
         raise StalesimError(f"--devices: {devs.count} pipeline stages but model {cfg.model!r} has only "
-                            f"{facts.blocks} blocks")
+                            f"{blocks} blocks")
     if cfg.iterations < 4:
         raise StalesimError(f"--iterations: need at least 4 for a steady-state window, got {cfg.iterations}")
     scheds = resolve_schedules(cfg.schedules, devs.count)

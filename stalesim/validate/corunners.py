@@ -103,8 +103,8 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
         torch.set_num_threads(old)
 
 
-def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,
-               seed: int, go: Any = None) -> None:  # pragma: no cover - runs in a child process
+def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
+               seed: int, go: Any = None, dataset: str | None = None) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
@@ -112,12 +112,12 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     """
     import torch
 
+    from stalesim.runtime.build import model_of
     from stalesim.runtime.tasks import loss_fn
-    from stalesim.workloads.zoo import build_model
 
     torch.set_num_threads(threads)
     dev = torch.device(device)
-    net = build_model(model, seed=seed).to(dev).train()
+    net = model_of(model, dataset, seed=seed).to(dev).train()
     opt = torch.optim.SGD(net.parameters(), lr=0.0, momentum=0.9)
     x, y = net.random_batch(batch_size, torch.Generator().manual_seed(seed))
     x, y = x.to(dev), y.to(dev)
@@ -138,10 +138,12 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
 
 def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
                       device: str = "cpu", repeats: int = 5, warmup: int = 2,
-                      co_batch: int | None = None, timeout_s: float = 120.0) -> Profile:
+                      co_batch: int | None = None, timeout_s: float = 120.0,
+                      dataset: str | None = None) -> Profile:
     """``profile_model`` while ``co_runners`` processes train the same model (same threads).
 
-    This is what a CPU rank sees when the other ranks compute at the same time.
+    This is what a CPU rank sees when the other ranks compute at the same time. ``dataset``:
+    the data set whose input shape a user's model takes (:func:`~stalesim.runtime.build.model_of`).
     """
     from stalesim.workloads.profiler import profile_model
 
@@ -151,14 +153,14 @@ def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, th
     stop = ctx.Event()
     readies = [ctx.Event() for _ in range(co_runners)]
     procs = [ctx.Process(target=_busy_loop,
-                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1),
-                         daemon=True) for i in range(co_runners)]
+                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
+                               None, dataset), daemon=True) for i in range(co_runners)]
     for p in procs:
         p.start()
     try:
         _wait_ready(procs, readies, timeout_s)
-        prof = profile_model(model, batch_sizes, device=device, threads=threads, repeats=repeats,
-                             warmup=warmup)
+        prof = profile_model(profiled_model(model, dataset), batch_sizes, device=device, threads=threads,
+                             repeats=repeats, warmup=warmup)
     finally:
         stop.set()
         for p in procs:
@@ -175,7 +177,7 @@ def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, th
 
 def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
                     device: str = "cpu", repeats: int = 5, rounds: int = 2, co_batch: int | None = None,
-                    timeout_s: float = 120.0) -> tuple[Profile, Profile]:
+                    timeout_s: float = 120.0, dataset: str | None = None) -> tuple[Profile, Profile]:
     """(alone, contended) profiles measured in alternating rounds.
 
     The co-runners stay alive and are paused between rounds, so the alone and
@@ -193,7 +195,7 @@ def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, thre
     readies = [ctx.Event() for _ in range(co_runners)]
     procs = [ctx.Process(target=_busy_loop,
                          args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
-                               go), daemon=True) for i in range(co_runners)]
+                               go, dataset), daemon=True) for i in range(co_runners)]
     for p in procs:
         p.start()
     per = max(2, math.ceil(repeats / max(1, rounds)))
@@ -204,12 +206,12 @@ def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, thre
         for _ in range(max(1, rounds)):
             go.clear()
             time.sleep(0.2)  # the co-runners finish their step and wait
-            alone.append(profile_model(model, batch_sizes, device=device, threads=threads,
-                                       repeats=per, warmup=1))
+            alone.append(profile_model(profiled_model(model, dataset), batch_sizes, device=device,
+                                       threads=threads, repeats=per, warmup=1))
             go.set()
             time.sleep(0.2)
-            busy.append(profile_model(model, batch_sizes, device=device, threads=threads,
-                                      repeats=per, warmup=1))
+            busy.append(profile_model(profiled_model(model, dataset), batch_sizes, device=device,
+                                      threads=threads, repeats=per, warmup=1))
     finally:
         stop.set()
         go.set()
@@ -224,6 +226,18 @@ def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, thre
     meta["note"] = (f"measured while {co_runners} other process(es) trained {model} with {threads} "
                     f"thread(s) each; {rounds} rounds alternating with the alone profile")
     return a, replace(b, meta=meta)
+
+
+def profiled_model(model: str, dataset: str | None) -> Any:
+    """What ``profile_model`` is given: a zoo name (it builds it), or a user's model built
+    here with the data set's input shape."""
+    from stalesim.plugins import is_plugin
+
+    if not is_plugin(model):
+        return model
+    from stalesim.runtime.build import model_of
+
+    return model_of(model, dataset)
 
 
 def median_profile(profs: list[Profile]) -> Profile:
@@ -276,7 +290,7 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
     """
     import torch
 
-    from stalesim.runtime.build import build_stage_modules, stage_runtimes
+    from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
     from stalesim.runtime.config import TrainConfig
     from stalesim.schedule import Action, Kind, build_schedule
 
@@ -288,7 +302,7 @@ def hook_overhead(model: str, ppv: list[int], batch: int, *, threads: int = 1, r
                           stages=None if ppv else 1, microbatches=1, iterations=n, batch_size=batch,
                           dtype=dtype).check()
         sched = build_schedule(cfg.schedule_config(n))
-        mods = build_stage_modules(cfg, sched)
+        mods = build_stage_modules(cfg, sched, model=model_of(model, dataset, seed=cfg.seed))
         rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device="cpu", total=n)
         x, y = mods.model.random_batch(batch, torch.Generator().manual_seed(0), cfg.torch_dtype)
         out: list[dict[str, float]] = []
@@ -337,14 +351,14 @@ def _hook_cost(times: dict[tuple[bool, str], list[float]], kind: str) -> float:
 def _data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: int, repeats: int,
                dtype: str) -> float:
     """Median seconds of reading ``part`` samples of a mini-batch of ``batch`` (stage 0's F)."""
+    from stalesim.runtime.build import model_of
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
-    from stalesim.workloads.zoo import build_model
 
     cfg = TrainConfig(model=model, dataset=dataset, data_dir=data_dir, schedule="sequential", stages=1,
                       iterations=repeats + 2, batch_size=batch, dtype=dtype,
                       synthetic_size=max(4 * batch, 256)).check()
-    stream = batch_stream(cfg, input_shape=build_model(model, seed=0).input_shape)
+    stream = batch_stream(cfg, input_shape=model_of(model, dataset, seed=0).input_shape)
     read = getattr(stream, "part", None)  # as the executor's stage 0 reads (executor.rank._input)
     times = []
     for t in range(repeats + 2):

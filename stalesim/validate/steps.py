@@ -119,7 +119,7 @@ def clean(obj: Any) -> Any:
 
 # ------------------------------------------------------------------------ 1. profile
 def profile_step(v: Validation) -> None:
-    from stalesim.validate.corunners import contended_profile, measure_overhead, paired_profiles
+    from stalesim.validate.corunners import contended_profile, measure_overhead, paired_profiles, profiled_model
     from stalesim.validate.costmodel import CostModel
     from stalesim.workloads.profiler import profile_model
 
@@ -136,19 +136,19 @@ def profile_step(v: Validation) -> None:
             f"({cfg.threads} thread(s), {cfg.profile_repeats} repeats), alternating with {N - 1} co-runner(s) busy")
         prof, contended = paired_profiles(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
                                           device=dev0, repeats=cfg.profile_repeats, co_batch=co_batch,
-                                          timeout_s=cfg.timeout_s)
+                                          timeout_s=cfg.timeout_s, dataset=cfg.dataset)
     else:
         say(f"[validate 1/{STEPS}] profiling {cfg.model} at batch {sizes} on {dev0} "
             f"({cfg.threads} thread(s), {cfg.profile_repeats} repeats)")
-        prof = profile_model(cfg.model, sizes, device=dev0, threads=cfg.threads, repeats=cfg.profile_repeats,
-                             warmup=2, seed=cfg.seed)
+        prof = profile_model(profiled_model(cfg.model, cfg.dataset), sizes, device=dev0, threads=cfg.threads,
+                             repeats=cfg.profile_repeats, warmup=2, seed=cfg.seed)
     if contended is None and cfg.contended_profile and cfg.contention:
         contended = _reuse_profile(cfg.contended_profile, cfg, "--contended-profile")
     elif contended is None and want_contention:
         say(f"[validate 1/{STEPS}] profiling again with {N - 1} co-runner(s) busy (contention)")
         contended = contended_profile(cfg.model, sizes, co_runners=N - 1, threads=cfg.threads,
                                       device=dev0, repeats=cfg.profile_repeats, co_batch=co_batch,
-                                      timeout_s=cfg.timeout_s)
+                                      timeout_s=cfg.timeout_s, dataset=cfg.dataset)
     overhead = (measure_overhead(threads=cfg.threads, device=dev0) if cfg.overhead
                 else {"F": 0.0, "B": 0.0, "U": 0.0, "LOSS": 0.0})
     v.prof, v.contended = prof, contended

@@ -212,14 +212,23 @@ def model_factory(name: str) -> Callable[[int], LayeredModel]:
     return factory
 
 
-def build_model(name: str, *, num_classes: int = 10, seed: int | None = None) -> LayeredModel:
-    """Build a zoo model by name; deterministic for a given ``seed``.
+def build_model(name: str, *, num_classes: int = 10, seed: int | None = None,
+                input_shape: tuple[int, ...] | None = None) -> LayeredModel:
+    """Build a zoo model by name, or the user's (``pkg.module:factory``, see
+    :mod:`stalesim.workloads.own`; ``input_shape``: the data set's, used when the factory's
+    model does not state one); deterministic for a given ``seed``.
 
     The seed is applied inside ``torch.random.fork_rng`` so the caller's global
     RNG state is left untouched (the emulator and executor rely on that).
     """
     from stalesim.limits import check_int
+    from stalesim.plugins import is_plugin
     from stalesim.workloads.zoo_facts import MAX_CLASSES
+
+    if is_plugin(name):
+        from stalesim.workloads.own import build_own_model
+
+        return build_own_model(name, seed=seed, input_shape=input_shape)
 
     check_int("num_classes", num_classes, lo=1, hi=MAX_CLASSES)
     factory = model_factory(name)
