@@ -29,7 +29,8 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff (rules in pyproject.toml) on all code, mypy on the IR, the runtime and the run summary
+# ruff (rules in pyproject.toml) on all code; mypy on every package (stalesim, executor: the
+# configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
 lint: install
 	$(VENV)/bin/ruff check stalesim executor tests benchmarks notebooks/build_notebooks.py
 	$(VENV)/bin/mypy

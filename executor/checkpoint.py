@@ -123,7 +123,9 @@ class Checkpointer:
                         v = sched.versions.v_f(a.stage, a.batch, a.micro, a.worker)
                         self.reserved[k].append((a.worker, a.stage, v))
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
-                d, j = peer[peer_key(a)]
+                key = peer_key(a)
+                assert key is not None  # a send always has its receive
+                d, j = peer[key]
                 for k, cut in self.cuts.items():
                     if i < cut[me] and j >= cut[d]:
                         self.retain[i].append(k)

@@ -39,6 +39,14 @@ TOKEN_TAG = 1 << 30  # added to a message's tag for its ready token (message tag
 STRICT_ENV = "STALESIM_STRICT_COMM"
 
 
+def _posted(work: dist.Work | None) -> dist.Work:
+    """torch returns None from isend/irecv on a rank outside ``group``; every lane here is
+    between two members, so None would be a bug in the caller, not a message to skip."""
+    if work is None:
+        raise RuntimeError("strict comm: a point-to-point message was posted outside its group")
+    return work
+
+
 class StrictWork:
     """The future of one operation a lane runs; ``wait`` mirrors a c10d Work's."""
 
@@ -122,8 +130,8 @@ class StrictComm:
 
         def run() -> None:
             token = torch.zeros(1, dtype=torch.int64)
-            dist.irecv(token, src=dst, tag=tag + TOKEN_TAG, group=group).wait(timeout=td)
-            dist.isend(tensor, dst=dst, tag=tag, group=group).wait(timeout=td)
+            _posted(dist.irecv(token, src=dst, tag=tag + TOKEN_TAG, group=group)).wait(timeout=td)
+            _posted(dist.isend(tensor, dst=dst, tag=tag, group=group)).wait(timeout=td)
 
         return self._submit(self._lane(group, dst), run)
 
@@ -132,8 +140,8 @@ class StrictComm:
 
         def run() -> None:
             token = torch.zeros(1, dtype=torch.int64)
-            ready = dist.isend(token, dst=src, tag=tag + TOKEN_TAG, group=group)
-            dist.irecv(buf, src=src, tag=tag, group=group).wait(timeout=td)
+            ready = _posted(dist.isend(token, dst=src, tag=tag + TOKEN_TAG, group=group))
+            _posted(dist.irecv(buf, src=src, tag=tag, group=group)).wait(timeout=td)
             ready.wait(timeout=td)
 
         return self._submit(self._lane(group, src), run)

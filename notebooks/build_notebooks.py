@@ -241,8 +241,9 @@ LeNet-5 97 vs 109 % (this work vs PipeDream), AlexNet 37 vs 214 %, VGG-16 75 vs
 124 %, ResNet-20 60 vs 61 %. Ours comes from the IR-derived memory model on
 exact per-block bytes (the same function `make figures` runs).
 """), ("code", """
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.figures.sim_figs import Ctx, memory_stale_vs_stash
-memory_stale_vs_stash(WORK, Ctx(profiles=ROOT / "figures" / "profiles"))
+memory_stale_vs_stash(WORK, Ctx(profiles=SHAPE_PROFILES))
 mem = pd.read_csv(WORK / "memory_stale_vs_stash.csv")
 mem[["model", "ppv", "weights_mib", "activations_mib_sequential", "stale_increase_pct_w_act",
      "pipedream_increase_pct_w_act", "stale_increase_pct_all", "pipedream_increase_pct_all",
@@ -319,8 +320,9 @@ from the simulator across latency, bandwidth and cluster size; (2) measured `dp`
 vs `pipe-sgd` on 2 CPU ranks against the prediction; (3) accuracy with 1-step
 staleness and fp16/int8 compression from the emulator.
 """), ("code", "PARAMS"), ("md", "## 1. Timing model (ResNet-56, 128 per worker, V100 roofline, ring all-reduce)"), ("code", """
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.figures.sim_figs import Ctx, pipe_sgd_timing
-pipe_sgd_timing(WORK, Ctx(profiles=ROOT / "figures" / "profiles"))
+pipe_sgd_timing(WORK, Ctx(profiles=SHAPE_PROFILES))
 t = pd.read_csv(WORK / "pipe_sgd_timing.csv")
 display(t[(t.sweep == "cluster") & (t.compression == "none")][
     ["link", "workers", "sync_iteration_ms", "pipe_iteration_ms", "pipe_over_sync", "sync_scaling", "pipe_scaling"]].round(2))
@@ -392,7 +394,7 @@ for name, S in (("sequential", 1), ("local", 2), ("local", 3)):
 pd.DataFrame([{"schedule": k[0], "S": k[1], "ppv": s["ppv"], "final loss": s["final_loss"],
                "test accuracy": s["final_test_accuracy"], "data": s["data_note"]} for k, s in runs.items()])
 """), ("md", "## Idealized time and compute per iteration (simulator, shape profile)"), ("code", """
-prof = shape_profile("lenet5", ROOT / "figures" / "profiles").at_batch_size(B)
+prof = shape_profile("lenet5").at_batch_size(B)  # the stored shape profile (FLOPs, bytes)
 from stalesim.workloads.hardware import roofline_profile
 rp = roofline_profile(prof, "cpu-core")   # idealized: roofline times, ideal link
 rows = []

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from stalesim.cli import main
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.workloads.profile import uniform_profile
 
 
@@ -129,14 +130,12 @@ def test_bad_extrapolate_exit_2(capsys, prof_path):
 def test_roofline_batch_scaling_matches_figure_code(capsys):
     """Regression: the CLI (roofline at the profile's batch 8, simulated at 128) and the figure
     code (profile scaled to 128, then roofline) give the same sequential time."""
-    from pathlib import Path
-
     from stalesim.schedule import ScheduleConfig
     from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.hardware import hardware_from_catalog, roofline_profile
     from stalesim.workloads.profile import load_profile
 
-    path = Path(__file__).resolve().parents[1] / "figures" / "profiles" / "resnet56_b8_shape.json"
+    path = SHAPE_PROFILES / "resnet56_b8_shape.json"
     d = sim_json(capsys, "--profile", str(path), "--schedule", "stale", "--stages", "2", "--ppv", "19",
                  "--batch-size", "128", "--target", "h100-sxm")
     fig = simulate(roofline_profile(load_profile(path).at_batch_size(128), "h100-sxm"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,9 @@ import pytest
 from stalesim.cli import main
 from stalesim.errors import StalesimError
 from stalesim.figures import FIGURES, make_figures
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.figures.paper import STALE_2GPU, implied_pipelined_fraction
 from stalesim.figures.study_figs import collect, lenet5_accuracy_vs_depth
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _read(path: Path) -> list[dict[str, str]]:
@@ -24,9 +22,20 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def _with_profiles(tmp_path: Path) -> Path:
-    out = tmp_path / "fig"
-    shutil.copytree(ROOT / "figures" / "profiles", out / "profiles")
-    return out
+    """An empty output folder: the figures read the stored shape profiles, never re-measure."""
+    return tmp_path / "fig"
+
+
+def test_figures_read_stored_profiles_and_write_only_outputs(tmp_path):
+    """Inputs stay out of the output folder: a figure run reads the package's shape profiles and
+    leaves nothing but its own CSV/PNG in --out (no profiles/ cache there)."""
+    out = _with_profiles(tmp_path)
+    before = {p.name: p.read_bytes() for p in SHAPE_PROFILES.glob("*.json")}
+    assert "resnet56_b8_shape.json" in before
+    done = make_figures(out, ["predicted_speedup_schedules"], log=lambda m: None)
+    assert sorted(p.name for p in out.iterdir()) == sorted(Path(p).name for d in done for p in d["paths"])
+    assert all(p.suffix in (".csv", ".png") for p in out.iterdir())
+    assert {p.name: p.read_bytes() for p in SHAPE_PROFILES.glob("*.json")} == before
 
 
 def test_list_and_unknown(capsys, tmp_path):

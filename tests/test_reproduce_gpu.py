@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.reproduce.gpu import PAPER, SMOKE, estimate, plan, reproduce
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = ROOT / "figures" / "profiles"
+PROFILES = SHAPE_PROFILES
 
 
 def test_paper_plan():

@@ -9,20 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lm_staleness_table import DEFAULT, table
+from stalesim.reproduce.__main__ import main
+from stalesim.reproduce.lm_staleness import DEFAULT, table
 
 ROOT = Path(__file__).resolve().parent.parent
+STUDY = ROOT / DEFAULT
 
 
 def test_results_table_equals_the_stored_study_tables() -> None:
-    rebuilt = table(DEFAULT)
-    assert rebuilt == (DEFAULT / "table.md").read_text()
+    rebuilt = table(STUDY)
+    assert rebuilt == (STUDY / "table.md").read_text()
     assert rebuilt in (ROOT / "docs" / "RESULTS.md").read_text()
+
+
+def test_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m stalesim.reproduce lm-staleness DIR` (the command RESULTS.md cites)."""
+    assert main(["lm-staleness", str(STUDY)]) == 0
+    assert capsys.readouterr().out == (STUDY / "table.md").read_text()
 
 
 @pytest.mark.parametrize("opt", ["sgd", "adamw"])
 def test_study_tables_aggregate_the_per_seed_results(opt: str) -> None:
-    d = DEFAULT / opt
+    d = STUDY / opt
     study = json.loads((d / "study.json").read_text())
     runs = [json.loads(x) for x in (d / "results_per_seed.jsonl").read_text().splitlines()]
     assert [r["run_id"] for r in runs] == study["runs"] and study["batched"] is True

@@ -10,13 +10,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "figures", help="regenerate the reproduction figures (CSV + PNG each)",
         description="Write every figure with the CSV behind it: simulator figures (staleness table, "
                     "predicted speed-ups, memory, Pipe-SGD timing) and accuracy figures read from stored "
-                    "study tables (docs/results/ only: your own runs/ never change them). Shape profiles are "
-                    "cached in OUT/profiles/.")
+                    "study tables (docs/results/ only: your own runs/ never change them). The shape profiles "
+                    "they read are stored inputs (stalesim/data/shape_profiles/), not written to OUT.")
     p.add_argument("--out", default="figures", help="output folder (default figures)")
     p.add_argument("--only", default=None, help="comma-separated figure names (see --list)")
     p.add_argument("--list", action="store_true", help="list the figures and exit")
     p.add_argument("--refresh-profiles", action="store_true",
-                   help="re-measure the cached shape profiles (FLOPs and bytes; about a minute)")
+                   help="re-measure the stored shape profiles in stalesim/data/shape_profiles/ "
+                        "(FLOPs and bytes; about a minute)")
     p.set_defaults(func=run)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from stalesim.errors import StalesimError
 from stalesim.figures import sim_figs, study_figs
+from stalesim.figures.common import SHAPE_PROFILES
 
 FIGURES: dict[str, tuple[Callable[..., list[Path]], str, str]] = {
     "staleness_table": (sim_figs.staleness_table,
@@ -43,8 +44,12 @@ FIGURES: dict[str, tuple[Callable[..., list[Path]], str, str]] = {
 
 
 def make_figures(out: str | Path, names: Sequence[str] | None = None, *, refresh_profiles: bool = False,
-                 log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
-    """Write the figures (all, or ``names``) into ``out``; return one record per figure."""
+                 profiles: Path = SHAPE_PROFILES, log: Callable[[str], Any] = print) -> list[dict[str, Any]]:
+    """Write the figures (all, or ``names``) into ``out``; return one record per figure.
+
+    The shape profiles are inputs read from ``profiles`` (re-measured there with
+    ``refresh_profiles``), never written into ``out``: ``out`` holds generated files only.
+    """
     from stalesim.atomic import check_writable_dir
 
     chosen = list(FIGURES) if names is None else list(names)
@@ -54,7 +59,7 @@ def make_figures(out: str | Path, names: Sequence[str] | None = None, *, refresh
     if unknown:
         raise StalesimError(f"only: unknown figure {unknown[0]!r} (known: {', '.join(FIGURES)})")
     out = check_writable_dir(out)
-    ctx = sim_figs.Ctx(profiles=out / "profiles", refresh=refresh_profiles, log=log)
+    ctx = sim_figs.Ctx(profiles=Path(profiles), refresh=refresh_profiles, log=log)
     done = []
     for name in chosen:
         fn, what, data = FIGURES[name]

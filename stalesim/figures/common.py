@@ -5,8 +5,10 @@ times are meaningless (CPU, one sample, a loaded machine), but its per-block
 FLOPs and bytes are exact and scale linearly with the batch
 (``Profile.at_batch_size``). The GPU what-ifs re-time it with the roofline, and
 the memory figure reads its bytes, so nothing here depends on this machine's
-speed. Shape profiles are cached under ``<out>/profiles/`` (committed), so
-``make figures`` does not re-profile unless asked to.
+speed. Shape profiles are stored inputs, kept with the package in
+``stalesim/data/shape_profiles/`` (committed, read by the figures, the RESULTS.md tables and the
+GPU time estimates), so ``make figures`` does not re-profile unless asked to and its output
+folder holds only what it generates.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 SHAPE_BATCH = 8
+# package data (pyproject's package-data), so an installed stalesim finds them too
+SHAPE_PROFILES = Path(__file__).resolve().parents[1] / "data" / "shape_profiles"
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> Path:
@@ -62,8 +66,8 @@ def save(fig, path: Path) -> Path:
         plt.close(fig)
 
 
-def shape_profile(model: str, cache_dir: Path, *, refresh: bool = False):
-    """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON."""
+def shape_profile(model: str, cache_dir: Path = SHAPE_PROFILES, *, refresh: bool = False):
+    """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON in ``cache_dir``."""
     from stalesim.atomic import ensure_dir
     from stalesim.workloads.profile import load_profile
 

@@ -7,6 +7,8 @@ per table; percentages are accuracy points unless said otherwise.
 
 from __future__ import annotations
 
+from typing import Any
+
 # Zhang & Abdelrahman, "Pipelined Training with Stale Weights of Deep Convolutional
 # Neural Networks", arXiv 1912.12675 / ACISC 2021. Their "4-stage" pipeline = our S = 2.
 STALE_DROPS_4STAGE = {  # model -> (dataset, PPV, accuracy drop in points vs non-pipelined)
@@ -19,7 +21,7 @@ STALE_DEEP_DROPS = {"vgg16": 12.0, "resnet20": 8.5}  # "up to" drops for deep pl
 
 # Table 9: memory increase of 4-stage pipelined training (batch 128), % of the
 # non-pipelined memory, PipeDream (weight stashing) vs this work (stale weights).
-STALE_MEMORY_TABLE9 = {  # model -> dict
+STALE_MEMORY_TABLE9: dict[str, dict[str, Any]] = {  # model -> dict
     "lenet5": {"ppv": [2], "act_mb_per_sample": 0.06, "weights_mb": 0.24, "pipedream_pct": 109, "stale_pct": 97},
     "alexnet": {"ppv": [3], "act_mb_per_sample": 0.88, "weights_mb": 88.87, "pipedream_pct": 214, "stale_pct": 37},
     "vgg16": {"ppv": [2], "act_mb_per_sample": 3.30, "weights_mb": 58.16, "pipedream_pct": 124, "stale_pct": 75},
@@ -27,7 +29,7 @@ STALE_MEMORY_TABLE9 = {  # model -> dict
 }
 
 # 2-GPU ResNet table (CIFAR-10): PPV after group 1, accuracy (%) and speed-up over 1 GPU.
-STALE_2GPU = [
+STALE_2GPU: list[dict[str, Any]] = [
     {"model": "resnet56", "ppv": [19], "acc_nonpipelined": 92.63, "acc_pipelined": 92.89,
      "acc_hybrid": 92.75, "speedup_pipelined": 1.65, "speedup_hybrid": 1.24},
     {"model": "resnet110", "ppv": [37], "acc_nonpipelined": 93.59, "acc_pipelined": 92.88,

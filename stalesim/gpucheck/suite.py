@@ -94,10 +94,11 @@ def reproduce_plan_step(ctx: Context) -> Outcome:
     an H100 with the 2-GPU table."""
     work = ctx.out / "reproduce-gpu-work"
     if ctx.dry:
+        from stalesim.figures.common import SHAPE_PROFILES
         from stalesim.reproduce.gpu import PAPER, estimate, format_estimate, plan
 
         jobs = plan(PAPER, two_gpus=True, data_dir=ctx.data_dir)
-        text = format_estimate(jobs, estimate(jobs, "h100-sxm", ROOT / "figures" / "profiles", PAPER),
+        text = format_estimate(jobs, estimate(jobs, "h100-sxm", SHAPE_PROFILES, PAPER),
                                "h100-sxm", None, work)
         code = 0
     else:

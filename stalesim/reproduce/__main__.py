@@ -1,4 +1,4 @@
-"""``python -m stalesim.reproduce tables --check|--write`` and ``python -m stalesim.reproduce gpu``."""
+"""``python -m stalesim.reproduce tables --check|--write``, ``... gpu``, ``... schedules``, ``... lm-staleness``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from stalesim.cli.common import int_type
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_JOBS
+from stalesim.reproduce import lm_staleness, schedules
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
     r.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate only")
     r.add_argument("--smoke", action="store_true", help="CPU pipeline check: 2 iterations, synthetic data")
+    sc = sub.add_parser("schedules", help="predict every schedule on a catalog GPU pair (a docs/results folder)")
+    schedules.add_arguments(sc)
+    lm = sub.add_parser("lm-staleness", help="print the char-GPT staleness table from its stored study tables")
+    lm.add_argument("folder", nargs="?", default=str(lm_staleness.DEFAULT))
     args = p.parse_args(argv)
     try:
+        if args.cmd == "schedules":
+            return schedules.run(args)
+        if args.cmd == "lm-staleness":
+            print(lm_staleness.table(Path(args.folder)), end="")
+            return 0
         if args.cmd == "tables":
             from stalesim.reproduce.tables import check, write
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.figures.common import SHAPE_PROFILES
 from stalesim.limits import MAX_JOBS, check_int
 from stalesim.summary import get as summary_get
 
@@ -332,7 +333,9 @@ def run_job(job: Job, out: Path, cli: Callable[[list[str]], int] | None = None) 
     if (folder / "done.json").exists():
         return
     if cli is None:
-        from stalesim.cli import main as cli
+        from stalesim.cli import main
+
+        cli = main
     argv = list(job.argv)
     if job.kind == "study":
         argv += ["--out", str(folder)]
@@ -375,7 +378,7 @@ def store(jobs: list[Job], out: Path, results: Path) -> None:
 
 def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: str | None = None,
               two_gpus: bool | None = None, data_dir: str | None = None, dry_run: bool = False,
-              results_md: Path | None = None, root: Path = Path("."), profiles: Path | None = None,
+              results_md: Path | None = None, root: Path = Path("."), profiles: Path = SHAPE_PROFILES,
               jobs: int | None = None, log: Callable[[str], None] = print) -> list[Job]:
     """Plan, estimate, run what is not done, store artifacts, regenerate the GPU tables.
 
@@ -420,7 +423,6 @@ def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: s
         else:
             jobs = 1
     plan_jobs = plan(scale, two_gpus=two_gpus, data_dir=data_dir, jobs=jobs)
-    profiles = profiles or root / "figures" / "profiles"
     precision = cuda_precision() if scale.device == "cuda" else None
     est = estimate(plan_jobs, device_class, profiles, scale, precision=precision)
     log(format_estimate(plan_jobs, est, device_class, measured_ratio(out, plan_jobs, est), out))

@@ -22,11 +22,12 @@ import csv
 import difflib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
+from stalesim.reproduce import lm_staleness
 from stalesim.reproduce.stats import paired_difference
 from stalesim.reproduce.store import seed_records
 from stalesim.summary import get as summary_get
@@ -82,6 +83,11 @@ def acc(r: dict[str, Any]) -> float | None:
 
 
 # --------------------------------------------------------------------------- formatting
+def _both(pairs: Iterable[tuple[float | None, float | None]]) -> list[tuple[float, float]]:
+    """The pairs (one per seed) where both sides have a value (neither run diverged)."""
+    return [(a, b) for a, b in pairs if a is not None and b is not None]
+
+
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.2f}"
 
@@ -144,8 +150,7 @@ def paired_vs_sequential(root: Path, study: Path, baseline: str = "sequential") 
         if r["schedule"] == baseline:
             continue
         rs = runs(src, r["schedule"], r["ppv"])
-        pairs = [(acc(x), seq.get(x["seed"])) for x in rs]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        pairs = _both((acc(x), seq.get(x["seed"])) for x in rs)
         if len(pairs) < 2:
             out.append([r["schedule"], ppv_txt(r["ppv"]), str(len(pairs)), "n/a", "n/a", "n/a", "n/a"])
             continue
@@ -179,7 +184,7 @@ def lenet5_mitigations(root: Path) -> str:
                 rec(float(h["test_acc_mean"]))])
     for r in study_rows(mit):
         rs = runs(mit, "stale", [1, 2, 3, 4], r["mitigation"])
-        trained = [acc(x) for x in rs if acc(x) is not None and acc(x) > 0.15]
+        trained = [a for x in rs if (a := acc(x)) is not None and a > 0.15]
         note = rec(float(r["test_acc_mean"]))
         if len(trained) < len(rs) and trained:
             note += f"; {rec(sum(trained) / len(trained))} on the {len(trained)} seeds that trained"
@@ -199,7 +204,7 @@ def write_local_speedups(root: Path) -> Path:
     from stalesim.sim import SimOptions, simulate
     from stalesim.workloads.hardware import roofline_profile
 
-    prof = shape_profile("lenet5", root / FIG / "profiles").at_batch_size(128)
+    prof = shape_profile("lenet5").at_batch_size(128)
     rows = []
     for dev in ("cpu-core", "v100-sxm2"):
         rp = roofline_profile(prof, dev)
@@ -390,8 +395,7 @@ def gpu_cifar10(root: Path) -> str:
                 if is_baseline(r):
                     continue
                 rs = runs(src, r["schedule"], r["ppv"])
-                pairs = [(seq_acc.get(x["seed"]), acc(x)) for x in rs]
-                pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+                pairs = _both((seq_acc.get(x["seed"]), acc(x)) for x in rs)
                 drop = "n/a"
                 if len(pairs) >= 2:
                     p = paired_difference([100 * a for a, _ in pairs], [100 * b for _, b in pairs])
@@ -450,8 +454,7 @@ def _row(study: Path, schedule: str, ppv: list[int]) -> dict[str, Any]:
 
 def _paired(study: Path, ppv: list[int]) -> Any:
     seq = {r["seed"]: acc(r) for r in runs(study, "sequential", [])}
-    pairs = [(seq.get(x["seed"]), acc(x)) for x in runs(study, "stale", ppv)]
-    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    pairs = _both((seq.get(x["seed"]), acc(x)) for x in runs(study, "stale", ppv))
     return paired_difference([100 * a for a, _ in pairs], [100 * b for _, b in pairs])
 
 
@@ -615,7 +618,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
-    "lm-staleness": stored_markdown("gptchar_shakespeare_staleness"),
+    "lm-staleness": lambda root: lm_staleness.table(root / lm_staleness.DEFAULT),
     "lenet5-depth-5ep": lambda root: lenet5_depth(root, LENET_5EP),
     "lenet5-depth-5ep-paired": lambda root: paired_vs_sequential(root, LENET_5EP),
     "lenet5-depth-2ep": lambda root: lenet5_depth(root, LENET_2EP),

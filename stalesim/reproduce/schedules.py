@@ -1,6 +1,6 @@
 """Every schedule on a catalog GPU pair, predicted: the table of docs/RESULTS.md.
 
-``python -m benchmarks.predict_schedules --shape figures/profiles/resnet56_b8_shape.json
+``python -m stalesim.reproduce schedules --shape stalesim/data/shape_profiles/resnet56_b8_shape.json
 --micro 16,256 --out docs/results/schedules_resnet56_h100``
 
 For each micro-batch size m it runs two CLI commands (printed, so the table is
@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stalesim.atomic import write_text_atomic
+from stalesim.atomic import ensure_dir, write_text_atomic
 
 SCHEDULES = ("gpipe,1f1b,interleaved-1f1b,looped-bfs,zb-h1,zb-h2,zb-v,dualpipev,pipedream,2bw,stale,"
              "interleaved-pipedream,interleaved-2bw,dp,pipe-sgd")
@@ -83,8 +83,8 @@ def table(per_micro: dict[int, dict[tuple[str, ...], dict[str, str]]], M: int) -
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``python -m stalesim.reproduce schedules``."""
     p.add_argument("--shape", required=True, help="a measured profile (FLOPs and bytes) to re-time")
     p.add_argument("--micro", default="16,256", help="micro-batch sizes, comma-separated")
     p.add_argument("-M", type=int, default=8, help="micro-batches per mini-batch")
@@ -92,10 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--link", default="nvlink4")
     p.add_argument("--devices", type=int, default=2, help="keep the rows on this many devices")
     p.add_argument("--out", required=True)
-    a = p.parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    per_micro: dict[int, dict[str, dict[str, str]]] = {}
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run the profile and sweep commands per micro-batch size, then write the table and the log."""
+    out = ensure_dir(a.out)
+    per_micro: dict[int, dict[tuple[str, ...], dict[str, str]]] = {}
     log: list[str] = []
     for m in (int(x) for x in a.micro.split(",")):
         for cmd in commands(a.shape, m, a.M, a.device, a.link, out):
@@ -111,5 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m stalesim.reproduce schedules", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))

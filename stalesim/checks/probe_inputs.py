@@ -1,7 +1,7 @@
 """Re-run the probe of bad inputs (docs/failure.md) against the real CLI, each case in a fresh process.
 
-    python -m benchmarks.probe_inputs              # every case (about 3 min on 2 quiet cores)
-    python -m benchmarks.probe_inputs 0 5 17       # only these cases (numbers as printed)
+    python -m stalesim.checks.probe_inputs              # every case (about 3 min on 2 quiet cores)
+    python -m stalesim.checks.probe_inputs 0 5 17       # only these cases (numbers as printed)
 
 Each case is ``python -m stalesim ARGS`` with a 60 s limit. An ``err`` case passes when it
 exits 2 with a ``stalesim: error:`` line and no traceback; an ``ok`` case (large but valid
@@ -10,8 +10,7 @@ fixtures (profiles of 5, 10^4 and 10^6 layers, broken JSON, hardware, corrupt da
 a FIFO, ...) are built in a temporary folder, with a private data cache; with
 ``$STALESIM_DATA`` holding MNIST the cache is first filled from it, so the corrupt-folder
 cases also check that a warm cache does not mask a broken ``--data-dir``. Exit status 0
-only if every case passes. A reliability check, not a timing benchmark (it is not part of
-``python -m benchmarks``); the same items are regression tests in ``tests/`` and
+only if every case passes. The same items are regression tests in ``tests/`` and
 ``tests/test_cli_fuzz.py`` fuzzes every flag.
 """
 
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stalesim.atomic import atomic_open
 from stalesim.runtime.datapaths import pin_data_env
 
 LIMIT_S = 60
@@ -231,11 +231,11 @@ def make_fixtures(W: Path) -> None:
 
     put("p.json", prof)
     put("big4.json", {**prof, "layers": [_layer(i, 1e-3 * (1 + i % 7)) for i in range(10_000)]})
-    with open(W / "big6min.json", "w") as fh:  # 10^6 layers, ~160 MB: under the size limit
+    with atomic_open(W / "big6min.json", "w") as fh:  # 10^6 layers, ~160 MB: under the size limit
         fh.write(json.dumps({**prof, "layers": []})[:-2])
         fh.write(",".join(json.dumps(_layer(i)) for i in range(10**6)))
         fh.write("]}")
-    with open(W / "big6.json", "wb") as big:  # larger than any document the tool reads (sparse)
+    with atomic_open(W / "big6.json", "wb") as big:  # larger than any document the tool reads (sparse)
         big.truncate(300 << 20)
     put("huge_t.json", {**prof, "layers": [_layer(0, 1e300), *prof["layers"][1:]]})
     put("bad_dtype.json", {**prof, "dtype": "float7"})
@@ -321,7 +321,7 @@ def run_case(i: int, want: str, args: str, W: Path, env: dict) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the folder holding the `stalesim` package
     with tempfile.TemporaryDirectory(prefix="stalesim-probe-") as tmp:
         W = Path(tmp)
         make_fixtures(W)

@@ -1,7 +1,7 @@
 """Soak test of ``stalesim run``: many short jobs back to back, counting failures and leftovers.
 
-    python -m benchmarks.soak_run                 # 50 jobs (about 5 min on 2 quiet cores)
-    python -m benchmarks.soak_run --jobs 10 --json soak.json
+    python -m stalesim.checks.soak_run                 # 50 jobs (about 5 min on 2 quiet cores)
+    python -m stalesim.checks.soak_run --jobs 10 --json soak.json
 
 Each job is the real user path (``python -m stalesim run ...`` in a fresh
 process: launcher, rendezvous, ranks, gather, teardown) with a schedule from a
@@ -11,8 +11,7 @@ exits non-zero, prints anything that looks like a crash (``terminate called``,
 ``Traceback``, ``SIGABRT``, a core dump), or its summary is incomplete. After
 each job, every process that inherited the job's unique environment tag is a
 leftover (a rank that outlived its launcher). Exit status 0 only with 0
-failures and 0 leftovers; this is a reliability check, not a timing benchmark
-(it is not part of ``python -m benchmarks``).
+failures and 0 leftovers.
 """
 
 from __future__ import annotations
@@ -28,7 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# the folder holding the `stalesim` package: every job imports the same code as this process
+ROOT = Path(__file__).resolve().parents[2]
 TAG = "STALESIM_SOAK_TAG"
 CRASH_WORDS = ("terminate called", "Traceback", "SIGABRT", "core dumped", "Segmentation fault",
                "Fatal Python error")
@@ -80,7 +80,7 @@ def one_job(i: int, work: Path, timeout_s: float) -> dict:
         p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, stdout = -999, exc.stdout or ""
+        rc, stdout = -999, (exc.stdout or "") if isinstance(exc.stdout, str) else ""
         stderr = (exc.stderr or "") if isinstance(exc.stderr, str) else ""
         stderr += f"\nsoak: timed out after {timeout_s:.0f} s"
     wall = time.perf_counter() - t0
@@ -106,7 +106,7 @@ def one_job(i: int, work: Path, timeout_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak_run", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m stalesim.checks.soak_run", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job before it counts as hung")
     ap.add_argument("--json", default=None, help="also write the per-job records here")

@@ -1,6 +1,6 @@
 """docs/RESULTS.md's char-GPT staleness table, rebuilt from the stored study tables.
 
-``python -m benchmarks.lm_staleness_table [DIR]`` prints the markdown of
+``python -m stalesim.reproduce lm-staleness [DIR]`` prints the markdown of
 ``DIR/table.md`` (default ``docs/results/gptchar_shakespeare_staleness``) from
 ``DIR/sgd/table.csv`` and ``DIR/adamw/table.csv`` (written by ``stalesim study``).
 One table per optimizer: a row per (schedule, S), a column per mitigation, each
@@ -13,10 +13,13 @@ schedule's gap to sequential that it recovers:
 from __future__ import annotations
 
 import csv
-import sys
+import json
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parent.parent / "docs" / "results" / "gptchar_shakespeare_staleness"
+from stalesim.schedule import get_spec
+
+# relative to the repository root, like every stored artifact stalesim.reproduce.tables reads
+DEFAULT = Path("docs/results/gptchar_shakespeare_staleness")
 MITIGATIONS = [("none", "no mitigation"), ("weight-prediction", "weight prediction"),
                ("nesterov-lookahead", "Nesterov look-ahead"), ("error-feedback", "error feedback")]
 OPTIMIZERS = [("sgd", "SGD, momentum 0.9, lr 0.1"), ("adamw", "AdamW, lr 3e-3, weight decay 0.1")]
@@ -45,19 +48,23 @@ def _cell(r: dict[str, str] | None, none: dict[str, str] | None, seq: float) -> 
 
 
 def table(folder: Path = DEFAULT) -> str:
+    """One markdown table per optimizer from ``folder/<optimizer>/table.csv``."""
     out: list[str] = []
     for opt, title in OPTIMIZERS:
         rows = _rows(folder / opt / "table.csv")
         by = {(r["schedule"], int(r["stages"]), r["mitigation"]): r for r in rows}
-        seq_row = next(r for r in rows if r["schedule"] == "sequential")
+        # the baseline is the schedule whose result does not depend on the placement (sequential)
+        seq_row = next(r for r in rows if get_spec(r["schedule"]).placement_free)
         seq = float(seq_row["val_loss_mean"])
-        out.append(f"**{title}** (sequential: {_cell(seq_row, None, seq)})")
+        out.append(f"**{title}** ({seq_row['schedule']}: {_cell(seq_row, None, seq)})")
         out.append("")
         out.append("| schedule | S | staleness depth | " + " | ".join(t for _, t in MITIGATIONS) + " |")
         out.append("| --- | ---: | ---: |" + " ---: |" * len(MITIGATIONS))
-        keys = sorted({(r["schedule"], int(r["stages"])) for r in rows if r["schedule"] != "sequential"},
-                      key=lambda k: (["stale", "pipedream", "2bw"].index(k[0]) if k[0] in ("stale", "pipedream",
-                                                                                         "2bw") else 9, k[1]))
+        # rows in the study's own schedule order (its --schedules), then by S
+        order = json.loads((folder / opt / "study.json").read_text(encoding="utf-8"))["schedules"]
+        keys = sorted({(r["schedule"], int(r["stages"])) for r in rows if r is not seq_row
+                       and not get_spec(r["schedule"]).placement_free},
+                      key=lambda k: (order.index(k[0]), k[1]))
         for sched, S in keys:
             none = by.get((sched, S, "none"))
             depth = none["depth"] if none else "?"
@@ -65,7 +72,3 @@ def table(folder: Path = DEFAULT) -> str:
             out.append(f"| {sched} | {S} | {depth} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT), end="")
