@@ -147,7 +147,7 @@ def _cfg(schedule: str, N: int = 10, **kw) -> TrainConfig:
 def _run(schedule: str, N: int = 10, **kw):
     cfg = _cfg(schedule, N, **kw)
     emu = Emulator(cfg, model=tiny_square(), progress=False)
-    init = {s: [p.detach().clone() for p in emu.rts[0][s].params] for s in range(S)}
+    init = {s: [p.detach().clone() for p in emu.rts[(0, s)].params] for s in range(S)}
     ref = RotationRef(emu, init)
     summary = emu.run()
     assert not summary["diverged"] and summary["versions_match"]
@@ -156,7 +156,7 @@ def _run(schedule: str, N: int = 10, **kw):
     table = emu.sched.versions
     for s in range(S):
         last = max(n for (_w, ss, _t), n in table.upd.items() if ss == s)
-        for got, want in zip(emu.rts[0][s].params, ref.weights(s, last)):
+        for got, want in zip(emu.rts[(0, s)].params, ref.weights(s, last)):
             torch.testing.assert_close(got.detach(), want, rtol=1e-9, atol=1e-10)
     return emu, ref
 
@@ -195,7 +195,7 @@ def test_rotation_resume_is_bitwise_identical(tmp_path, name, kw):
     cfg = _cfg(name, N=12, dtype="float32", **kw)
     full = Emulator(cfg, model=tiny_square(), progress=False)
     ref = full.run()
-    opt = full.rts[0][0].opt.torch
+    opt = full.rts[(0, 0)].opt.torch
     assert isinstance(opt, RotatedAdam)
     assert any("Q_L" in st and st["Q_L"].abs().sum() > 0 for st in opt.state.values())
     run_dir = tmp_path / "run"
