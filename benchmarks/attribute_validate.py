@@ -31,7 +31,7 @@ def rows_from_trace(path: Path) -> dict[str, list[list[Any]]]:
     ev = doc["traceEvents"] if isinstance(doc, dict) else doc
     out: dict[str, list[list[Any]]] = {}
     for e in ev:
-        if e.get("ph") != "X":
+        if e.get("ph") != "X" or " " in e["name"]:  # the simulator's "<label> cpu" slices
             continue
         a = Action.parse(e["name"])
         s = e["ts"] / 1e6
@@ -57,7 +57,19 @@ def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> A
                      hw_dict.get("executor_comm"), hook)
 
 
-def attribute(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def run_dir_of(out: Path, row: dict[str, Any], which: str) -> Path | None:
+    """The repeat to attribute: the median one (as validate reports), or the fastest (the
+    least disturbed by other work on a shared machine)."""
+    if which == "median":
+        return Path(row["run_dir"]) if row.get("run_dir") else None
+    times = row.get("measured_iteration_times_s") or []
+    if not times:
+        return None
+    k = min(range(len(times)), key=lambda i: times[i])
+    return out / "runs" / (row["schedule"] if k == 0 else f"{row['schedule']}.r{k}")
+
+
+def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], list[str]]:
     from executor.rank import RECV_AHEAD
     from stalesim.schedule import build_schedule
     from stalesim.sim import SimOptions, simulate
@@ -87,7 +99,7 @@ def attribute(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
                                       batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
         p = row["predicted_iteration_time_s"]
         notes.append(f"{name}: rebuilt prediction {r.iteration_time_s * 1e3:.3f} ms, stored {p * 1e3:.3f} ms")
-        run_dir = Path(row["run_dir"]) if row.get("run_dir") else None
+        run_dir = run_dir_of(out, row, which)
         if run_dir is None or not (run_dir / "trace.json").exists():
             notes.append(f"{name}: no measured trace")
             continue
@@ -112,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--csv", type=Path, default=None)
     ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--repeat", choices=("median", "fastest"), default="median",
+                    help="which measured repeat of each schedule (default: the median, as validate)")
     args = ap.parse_args(argv)
-    rows, notes = attribute(args.out)
+    rows, notes = attribute(args.out, args.repeat)
     for n in notes:
         print(n, file=sys.stderr)
     table = markdown_table(per_device(rows))

@@ -92,6 +92,23 @@ def test_runtime_overheads_come_from_the_calibration_and_the_ir() -> None:
     assert runtime_overheads(CostModel(cm.profile), sched, base) is base  # nothing calibrated
 
 
+def test_sends_cost_what_posting_to_an_announced_receive_costs() -> None:
+    """With ``post_ready`` calibrated (the executor's receives are posted ahead, so gloo writes
+    the payload while posting), sends cost that fit, and the link is what ``arrive_ready``
+    adds beyond it."""
+    cm = _cm()
+    cm.comm = dict(cm.comm, post_ready={"alpha_s": 30e-6, "beta_s_per_byte": 4e-10},
+                   arrive_ready={"alpha_s": 70e-6, "beta_s_per_byte": 5e-10})
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=4))
+    base = uniform_costs(2, 100 * US, 200 * US, msg_bytes=1_000_000, param_bytes=4000, batch_size=32,
+                         action_batch=8)
+    com = runtime_overheads(cm, sched, base, recv_ahead=8).comm_table()
+    assert com["SEND_B"] == (0, round((30e-6 + 4e-10 * 1_000_000) * 1e9))  # 430 us, not 1.05 ms
+    hw = link_from_comm(SimHardware.ideal(), cm.comm)
+    assert hw.latency_ns == 40 * US  # 70 us - 30 us
+    assert hw.bandwidth_Bps == pytest.approx(1e10)  # (0.5 - 0.4) ns per byte beyond the post
+
+
 def test_link_from_comm_and_the_measured_allreduce() -> None:
     cm = _cm()
     hw = link_from_comm(SimHardware.ideal(), cm.comm,

@@ -175,8 +175,8 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
       or a receive the loop alone (``gaps_s["comm"]``), plus, after a receive, waiting on
       the sends it releases (:func:`stalesim.schedule.completion.send_release`: how many per
       receive, from the IR) at the calibrated cost of one;
-    * ``comm_ns``: posting a send of stage s's message (``post``), completing a receive and
-      posting the next (``complete``), the all-reduce start and wait (``ar_post``,
+    * ``comm_ns``: posting a send of stage s's message (:func:`send_post_fit`), completing a
+      receive and posting the next (``complete``), the all-reduce start and wait (``ar_post``,
       ``ar_complete`` at the stage's gradient bytes), plus the labels message the first
       send of each batch carries (averaged over the stage's sends).
 
@@ -214,11 +214,12 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
                     if key not in firsts:
                         firsts.add(key)
                         (carry if k == "SEND_F" else carry_r)[a.stage] += 1
-        lab_post = cost(c["post"], label_bytes) if label_bytes else 0.0
+        post = send_post_fit(c)
+        lab_post = cost(post, label_bytes) if label_bytes else 0.0
         lab_done = cost(c["complete"], label_bytes) if label_bytes else 0.0
-        com["SEND_F"] = [to_ns(cost(c["post"], msg[s]) + lab_post * carry[s] / max(1, sends[s]))
+        com["SEND_F"] = [to_ns(cost(post, msg[s]) + lab_post * carry[s] / max(1, sends[s]))
                          for s in range(S)]
-        com["SEND_B"] = [to_ns(cost(c["post"], msg[s - 1])) if s > 0 else 0 for s in range(S)]
+        com["SEND_B"] = [to_ns(cost(post, msg[s - 1])) if s > 0 else 0 for s in range(S)]
         com["RECV_F"] = [to_ns(cost(c["complete"], msg[s - 1]) + lab_done * carry_r[s] / max(1, recvs[s]))
                          if s > 0 else 0 for s in range(S)]
         com["RECV_B"] = [to_ns(cost(c["complete"], msg[s])) for s in range(S)]
@@ -243,17 +244,30 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
                                 comm={k: tuple(v) for k, v in com.items()})
 
 
+def send_post_fit(comm: dict[str, Any]) -> dict[str, float]:
+    """The fit of posting a send as the executor posts it: to a peer whose receive is already
+    posted (``post_ready``: the executor posts receives ``RECV_AHEAD`` actions ahead, and gloo
+    then writes the whole payload in the posting thread); ``post`` for a calibration that
+    predates it."""
+    return comm.get("post_ready") or comm["post"]
+
+
 def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
                    allreduce_measured: list[dict[str, Any]] | None = None, workers: int = 2) -> SimHardware:
     """The link the prediction uses: one-way delay to a blocked receiver beyond posting
-    (``arrive`` - ``post``: alpha = latency, wake-up included; 1/beta = bandwidth), and the
+    (``arrive_ready`` - ``post_ready``, or ``arrive`` - ``post`` for an older calibration: alpha =
+    latency, wake-up included; 1/beta = bandwidth), and the
     all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit) when given."""
     from stalesim.sim.model import to_ns
     from stalesim.validate.commcal import fit_linear
 
     out = hw
     if comm and "arrive" in comm:
-        a, post = comm["arrive"], comm.get("post", {"alpha_s": 0.0, "beta_s_per_byte": 0.0})
+        # the delay beyond the post, both measured in the executor's protocol (receive posted
+        # ahead) when the calibration has it: there the post itself moves the payload
+        ready = "arrive_ready" in comm and "post_ready" in comm
+        a = comm["arrive_ready"] if ready else comm["arrive"]
+        post = comm["post_ready"] if ready else comm.get("post", {"alpha_s": 0.0, "beta_s_per_byte": 0.0})
         # arrive is timed from the start of the post; the simulated message leaves at its end
         beta = max(0.0, a["beta_s_per_byte"] - post["beta_s_per_byte"])
         bw = 1.0 / beta if beta > 0 else math.inf
