@@ -1,7 +1,11 @@
 """The message-stall experiment: do gloo's threads wait for a core while the ranks compute?
 
 ``python -m benchmarks.bench_stalls [--model resnet32] [--batch-size 64] [--schedules 1f1b,...]
-[--iterations 30] [--repeats 3] [--conditions base,pin,threads2,nice] [--out DIR]``
+[--iterations 30] [--repeats 3] [--conditions base,pin,threads2,nice,spin] [--out DIR]``
+
+``python -m benchmarks.bench_stalls --validate DIR [--schedules ...]``: no run; for the
+first repeat of each schedule of a ``validate`` folder, the stalls and what surrounded
+them (:func:`stall_context`).
 
 Run it through ``/work/shared/tools/quiet run``. On a 2-core machine two ranks that compute
 keep both cores busy; the hypothesis under test is that a gloo thread woken by socket
@@ -153,6 +157,76 @@ def stalls(rows: dict[str, list[list[Any]]], window_s: tuple[float, float], iter
             "receives_per_iteration": n / its}
 
 
+def stall_context(rows: dict[str, list[list[Any]]], stall_s: float = 1e-3) -> dict[str, Any]:
+    """For every receive that waited (started before its send's post ended): was it a stall
+    (its message came more than ``stall_s`` after the post), what fraction of the stall the
+    *sender* spent computing (its core busy; the waiting receiver's core free), and how long
+    the send's post took (gloo writes the payload in the posting thread when the receive
+    was announced: long posts; a short one leaves the write to its background thread)."""
+    from stalesim.schedule import Action
+    from stalesim.schedule.actions import COMPUTE_KIND_NAMES
+    from stalesim.schedule.deps import peer
+
+    by = {r[0]: (d, r) for d, rs in rows.items() for r in rs}
+    n = 0
+    stalled: list[tuple[float, float]] = []  # (sender computing fraction, post s)
+    fine: list[float] = []  # post s
+    for label, (_d, r) in by.items():
+        if not str(r[1]).startswith("RECV"):
+            continue
+        pk = peer(Action.parse(label))
+        got = by.get(str(Action(pk[0], pk[2], pk[3], pk[4], pk[1]))) if pk else None
+        if got is None:
+            continue
+        n += 1
+        sd, s = got
+        if r[6] >= s[7]:
+            continue
+        if r[7] - s[7] > stall_s:
+            busy = sum(max(0.0, min(x[7], r[7]) - max(x[6], s[7])) for x in rows[sd] if x[1] in COMPUTE_KIND_NAMES)
+            stalled.append((busy / (r[7] - s[7]), s[7] - s[6]))
+        else:
+            fine.append(s[7] - s[6])
+
+    def med(xs: list[float]) -> float | None:
+        return statistics.median(xs) if xs else None
+
+    return {"receives": n, "stalls": len(stalled), "waited_not_stalled": len(fine),
+            "stall_rate": len(stalled) / n if n else None,
+            "sender_computing_during_stall": med([b for b, _p in stalled]),
+            "stalls_with_sender_idle": sum(1 for b, _p in stalled if b < 0.1),
+            "post_ms_stalled": None if not stalled else 1e3 * statistics.median(p for _b, p in stalled),
+            "post_ms_not_stalled": None if not fine else 1e3 * statistics.median(fine),
+            "short_posts_among_stalled": sum(1 for _b, p in stalled if p < 2e-4)}
+
+
+def from_validate(out: Path, names: list[str] | None) -> list[str]:
+    """:func:`stall_context` for the first repeat of each schedule of a validate folder."""
+    from benchmarks.attribute_validate import rows_from_trace
+
+    L = ["| schedule | receives | stalls | stall rate | sender computing during a stall (median) | "
+         "stalls with the sender idle | post ms, stalled / other waited-for messages | short posts among stalls |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    summary = json.loads((out / "summary.json").read_text())
+    for row in summary["rows"]:
+        name = row["schedule"]
+        trace = out / "runs" / name / "trace.json"
+        if (names and name not in names) or not trace.exists():
+            continue
+        c = stall_context(rows_from_trace(trace))
+        if not c["receives"]:
+            continue
+
+        def f(x: float | None, fmt: str) -> str:
+            return "n/a" if x is None else format(x, fmt)
+
+        L.append(f"| {name} | {c['receives']} | {c['stalls']} | {f(c['stall_rate'], '.0%')} | "
+                 f"{f(c['sender_computing_during_stall'], '.2f')} | {c['stalls_with_sender_idle']} | "
+                 f"{f(c['post_ms_stalled'], '.2f')} / {f(c['post_ms_not_stalled'], '.2f')} | "
+                 f"{c['short_posts_among_stalled']} |")
+    return L
+
+
 def _configs(args: argparse.Namespace) -> list[Any]:
     from stalesim.runtime.config import TrainConfig
     from stalesim.schedule import get_spec
@@ -251,7 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stall-ms", type=float, default=1.0)
     ap.add_argument("--threads-detail", action="store_true", help="keep every thread's schedstat")
     ap.add_argument("--out", default=None, help="folder for stalls.json")
+    ap.add_argument("--validate", type=Path, default=None,
+                    help="no run: the stalls of a validate folder's first repeats (and what surrounded them)")
     args = ap.parse_args(argv)
+    if args.validate is not None:
+        given = [] if "--schedules" not in " ".join(argv or sys.argv) else args.schedules.split(",")
+        print("\n".join(from_validate(args.validate, given)))
+        return 0
     conds = args.conditions.split(",")
     for c in conds:
         if c not in CONDITIONS:
