@@ -19,13 +19,6 @@ local processes, for several message sizes, and fits ``alpha + n * beta`` to eac
   posting (as a pipeline stage does); the simulator's link latency is what it
   adds to ``post`` (:func:`stalesim.validate.costmodel.link_from_comm`), wake-up
   included. One host's monotonic clock times both processes.
-* ``post_ready`` / ``arrive_ready``: the same two with the receive posted *before* the
-  send (the receiver computing, resp. blocked in its wait, while the sender posts), as
-  the executor posts its receives ahead of time (``executor.rank.RECV_AHEAD``). gloo
-  sends a payload only to a peer that has announced its receive; once it has, the
-  posting thread itself writes the message into the socket, so posting costs about the
-  bytes over the loopback copy rate (0.4 ns/byte here) instead of a flat ~0.1 ms
-  (``post``, whose receiver announces its receive only after the send was posted).
 * ``ar_post`` / ``ar_complete``: packing a gradient bucket of n bytes and
   starting the all-reduce / waiting on it once it has finished and unpacking (2
   ranks; the collective itself is ``calibrate``'s measured all-reduce).
@@ -49,7 +42,7 @@ from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 from stalesim.rendezvous import LOCAL_ADDR, free_port
 
-QUANTITIES = ("post", "complete", "release", "arrive", "post_ready", "arrive_ready", "ar_post", "ar_complete")
+QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
 
 
 def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
@@ -181,31 +174,6 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
                 t1 = time.perf_counter()
                 dist.recv(stamp, 0, tag=tag + 1)
                 res["arrive"][n].append(t1 - float(stamp[0]))
-            # post_ready: the receive posted (and announced) before the send, the receiver
-            # computing while the sender posts; arrive_ready: the same, the receiver blocked
-            for q in ("post_ready", "arrive_ready"):
-                tag += 2
-                if rank == 1:
-                    buf = torch.empty(numel, device=dev)
-                    p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
-                dist.barrier()
-                if rank == 0:
-                    time.sleep(0.002)  # the receiver's announcement has arrived
-                    stamp[0] = t0 = time.perf_counter()
-                    p = tr.send(x, 1, tag, "calibrate", "a message")
-                    if q == "post_ready":
-                        res[q][n].append(time.perf_counter() - t0)
-                    spin(0.004)
-                    tr.complete(p)
-                    dist.send(stamp, 1, tag=tag + 1)
-                else:
-                    if q == "post_ready":
-                        spin(0.003 + n / 2e8)
-                    tr.wait(p)
-                    t1 = time.perf_counter()
-                    dist.recv(stamp, 0, tag=tag + 1)
-                    if q == "arrive_ready":
-                        res[q][n].append(t1 - float(stamp[0]))
             # all-reduce start (pack) and wait (unpack), both ranks
             dist.barrier()
             grads = [x.view(-1)]

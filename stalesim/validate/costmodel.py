@@ -245,30 +245,34 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
 
 
 def send_post_fit(comm: dict[str, Any]) -> dict[str, float]:
-    """The fit of posting a send as the executor posts it: to a peer whose receive is already
-    posted (``post_ready``: the executor posts receives ``RECV_AHEAD`` actions ahead, and gloo
-    then writes the whole payload in the posting thread); ``post`` for a calibration that
-    predates it."""
-    return comm.get("post_ready") or comm["post"]
+    """Posting a send as the executor posts it: gloo writes a payload in the posting thread
+    once the peer has announced its receive, and the executor posts its receives
+    ``RECV_AHEAD`` actions ahead, so in a pipeline the post copies the whole message through
+    the loopback socket. Its cost is the calibrated post overhead (``post`` alpha) plus the
+    message at the calibrated copy rate of the link (``arrive`` beta: the same bytes through
+    the same socket); the link then adds only its latency (:func:`link_from_comm`).
+    ``commcal``'s own ``post`` is flat because its receiver announces after the send."""
+    post = comm["post"]
+    if "arrive" not in comm:
+        return post
+    return {"alpha_s": post["alpha_s"], "beta_s_per_byte": max(post["beta_s_per_byte"],
+                                                               comm["arrive"]["beta_s_per_byte"])}
 
 
 def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
                    allreduce_measured: list[dict[str, Any]] | None = None, workers: int = 2) -> SimHardware:
     """The link the prediction uses: one-way delay to a blocked receiver beyond posting
-    (``arrive_ready`` - ``post_ready``, or ``arrive`` - ``post`` for an older calibration: alpha =
-    latency, wake-up included; 1/beta = bandwidth), and the
+    (``arrive`` - :func:`send_post_fit`: alpha = latency, wake-up included; 1/beta = bandwidth
+    beyond what the post moved), and the
     all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit) when given."""
     from stalesim.sim.model import to_ns
     from stalesim.validate.commcal import fit_linear
 
     out = hw
     if comm and "arrive" in comm:
-        # the delay beyond the post, both measured in the executor's protocol (receive posted
-        # ahead) when the calibration has it: there the post itself moves the payload
-        ready = "arrive_ready" in comm and "post_ready" in comm
-        a = comm["arrive_ready"] if ready else comm["arrive"]
-        post = comm["post_ready"] if ready else comm.get("post", {"alpha_s": 0.0, "beta_s_per_byte": 0.0})
-        # arrive is timed from the start of the post; the simulated message leaves at its end
+        # arrive is timed from the start of the post; the simulated message leaves at its end,
+        # and the post already moved the payload (send_post_fit): what remains is the latency
+        a, post = comm["arrive"], send_post_fit(comm)
         beta = max(0.0, a["beta_s_per_byte"] - post["beta_s_per_byte"])
         bw = 1.0 / beta if beta > 0 else math.inf
         out = replace(out, latency_ns=to_ns(max(0.0, a["alpha_s"] - post["alpha_s"])), bandwidth_Bps=bw,
