@@ -83,13 +83,28 @@ def test_runtime_overheads_come_from_the_calibration_and_the_ir() -> None:
     c = runtime_overheads(cm, sched, base, recv_ahead=8, label_bytes=256)
     gap, com = c.gap_table(), c.comm_table()
     assert gap["F"] == (20 * US, 20 * US) and gap["SEND_F"] == (3 * US, 3 * US)
-    # one labels message per batch rides with the first of its 4 sends: a quarter each
-    assert com["SEND_F"][0] == round((50e-6 + 1e-9 * 10_000 + (50e-6 + 1e-9 * 256) / 4) * 1e9)
-    assert com["SEND_B"] == (0, round((50e-6 + 1e-9 * 10_000) * 1e9))
+    # one labels message per batch rides with the first of its 4 sends: a quarter each; the
+    # bytes at arrive's copy rate (send_post_fit)
+    assert com["SEND_F"][0] == round((50e-6 + 2e-9 * 10_000 + (50e-6 + 2e-9 * 256) / 4) * 1e9)
+    assert com["SEND_B"] == (0, round((50e-6 + 2e-9 * 10_000) * 1e9))
     assert com["RECV_B"][0] == 40 * US and com["RECV_F"][0] == 0
     # a receive also waits on the sends it proves complete (10 us each, counted from the IR)
     assert gap["RECV_B"][0] > 3 * US and gap["RECV_F"][1] > 3 * US
     assert runtime_overheads(CostModel(cm.profile), sched, base) is base  # nothing calibrated
+
+
+def test_sends_cost_what_posting_to_an_announced_receive_costs() -> None:
+    """The executor posts receives ahead, so gloo writes the payload while posting: a send
+    costs the post overhead plus its bytes at the link's calibrated copy rate (arrive's
+    beta), and the link adds only its latency beyond the post."""
+    cm = _cm()  # post 50 us + 1 ns/B, arrive 80 us + 2 ns/B
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=4))
+    base = uniform_costs(2, 100 * US, 200 * US, msg_bytes=1_000_000, param_bytes=4000, batch_size=32,
+                         action_batch=8)
+    com = runtime_overheads(cm, sched, base, recv_ahead=8).comm_table()
+    assert com["SEND_B"] == (0, round((50e-6 + 2e-9 * 1_000_000) * 1e9))  # 2.05 ms, not 1.05 ms
+    hw = link_from_comm(SimHardware.ideal(), cm.comm)
+    assert hw.latency_ns == 30 * US and hw.bandwidth_Bps == float("inf")
 
 
 def test_link_from_comm_and_the_measured_allreduce() -> None:
@@ -99,7 +114,7 @@ def test_link_from_comm_and_the_measured_allreduce() -> None:
                                                                            "seconds": 4e-4},
                          {"bytes": 1000, "workers": 4, "seconds": 9.0}], workers=2)
     assert hw.latency_ns == 30 * US  # arrive 80 us from the post's start - the 50 us post
-    assert hw.bandwidth_Bps == pytest.approx(1e9)  # (2 - 1) ns per byte beyond the post
+    assert hw.bandwidth_Bps == float("inf")  # the post moved the bytes (send_post_fit)
     assert hw.allreduce_ns(2000, 2) == pytest.approx(300 * US, abs=2)
 
 

@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from stalesim.cli import main
 
 TINY_GPT = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
@@ -39,5 +41,15 @@ def test_validate_tiny_gpt_two_cpu_ranks(tmp_path: Path, capfd) -> None:
         # the emulator replays the executor's losses exactly (CPU)
         assert r["max_loss_rel_diff"] == 0.0
     assert "busy" in summary and summary["busy"]["cores_used"] == 2
+    # the attribution: per device the terms add up to each side's iteration time
+    by_row = {r["schedule"]: r for r in summary["rows"]}
+    assert {(a["schedule"], a["device"]) for a in summary["attribution"]} == {(s, d) for s in SCHEDULES
+                                                                             for d in (0, 1)}
+    for a in summary["attribution"]:
+        r = by_row[a["schedule"]]
+        assert a["predicted_ms"] == pytest.approx(1e3 * r["predicted_iteration_time_s"], rel=1e-6)
+        assert a["measured_ms"] == pytest.approx(1e3 * r["measured_iteration_time_s"], rel=1e-6)
+    assert (out / "attribution.csv").read_text().startswith("schedule,device,stage,term,predicted_ms")
     report = (out / "report.md").read_text()
     assert all(f"| {s} |" in report for s in SCHEDULES)
+    assert "### Where the time error lies" in report

@@ -175,8 +175,8 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
       or a receive the loop alone (``gaps_s["comm"]``), plus, after a receive, waiting on
       the sends it releases (:func:`stalesim.schedule.completion.send_release`: how many per
       receive, from the IR) at the calibrated cost of one;
-    * ``comm_ns``: posting a send of stage s's message (``post``), completing a receive and
-      posting the next (``complete``), the all-reduce start and wait (``ar_post``,
+    * ``comm_ns``: posting a send of stage s's message (:func:`send_post_fit`), completing a
+      receive and posting the next (``complete``), the all-reduce start and wait (``ar_post``,
       ``ar_complete`` at the stage's gradient bytes), plus the labels message the first
       send of each batch carries (averaged over the stage's sends).
 
@@ -214,11 +214,12 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
                     if key not in firsts:
                         firsts.add(key)
                         (carry if k == "SEND_F" else carry_r)[a.stage] += 1
-        lab_post = cost(c["post"], label_bytes) if label_bytes else 0.0
+        post = send_post_fit(c)
+        lab_post = cost(post, label_bytes) if label_bytes else 0.0
         lab_done = cost(c["complete"], label_bytes) if label_bytes else 0.0
-        com["SEND_F"] = [to_ns(cost(c["post"], msg[s]) + lab_post * carry[s] / max(1, sends[s]))
+        com["SEND_F"] = [to_ns(cost(post, msg[s]) + lab_post * carry[s] / max(1, sends[s]))
                          for s in range(S)]
-        com["SEND_B"] = [to_ns(cost(c["post"], msg[s - 1])) if s > 0 else 0 for s in range(S)]
+        com["SEND_B"] = [to_ns(cost(post, msg[s - 1])) if s > 0 else 0 for s in range(S)]
         com["RECV_F"] = [to_ns(cost(c["complete"], msg[s - 1]) + lab_done * carry_r[s] / max(1, recvs[s]))
                          if s > 0 else 0 for s in range(S)]
         com["RECV_B"] = [to_ns(cost(c["complete"], msg[s])) for s in range(S)]
@@ -243,18 +244,35 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
                                 comm={k: tuple(v) for k, v in com.items()})
 
 
+def send_post_fit(comm: dict[str, Any]) -> dict[str, float]:
+    """Posting a send as the executor posts it: gloo writes a payload in the posting thread
+    once the peer has announced its receive, and the executor posts its receives
+    ``RECV_AHEAD`` actions ahead, so in a pipeline the post copies the whole message through
+    the loopback socket. Its cost is the calibrated post overhead (``post`` alpha) plus the
+    message at the calibrated copy rate of the link (``arrive`` beta: the same bytes through
+    the same socket); the link then adds only its latency (:func:`link_from_comm`).
+    ``commcal``'s own ``post`` is flat because its receiver announces after the send."""
+    post = comm["post"]
+    if "arrive" not in comm:
+        return post
+    return {"alpha_s": post["alpha_s"], "beta_s_per_byte": max(post["beta_s_per_byte"],
+                                                               comm["arrive"]["beta_s_per_byte"])}
+
+
 def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
                    allreduce_measured: list[dict[str, Any]] | None = None, workers: int = 2) -> SimHardware:
     """The link the prediction uses: one-way delay to a blocked receiver beyond posting
-    (``arrive`` - ``post``: alpha = latency, wake-up included; 1/beta = bandwidth), and the
+    (``arrive`` - :func:`send_post_fit`: alpha = latency, wake-up included; 1/beta = bandwidth
+    beyond what the post moved), and the
     all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit) when given."""
     from stalesim.sim.model import to_ns
     from stalesim.validate.commcal import fit_linear
 
     out = hw
     if comm and "arrive" in comm:
-        a, post = comm["arrive"], comm.get("post", {"alpha_s": 0.0, "beta_s_per_byte": 0.0})
-        # arrive is timed from the start of the post; the simulated message leaves at its end
+        # arrive is timed from the start of the post; the simulated message leaves at its end,
+        # and the post already moved the payload (send_post_fit): what remains is the latency
+        a, post = comm["arrive"], send_post_fit(comm)
         beta = max(0.0, a["beta_s_per_byte"] - post["beta_s_per_byte"])
         bw = 1.0 / beta if beta > 0 else math.inf
         out = replace(out, latency_ns=to_ns(max(0.0, a["alpha_s"] - post["alpha_s"])), bandwidth_Bps=bw,

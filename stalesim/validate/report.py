@@ -191,6 +191,7 @@ def render_report(summary: dict[str, Any]) -> str:
              "with a large error means the costs were off (profile vs. the ranks' real speed: machine "
              "load, contention, overhead); a large replay error points at the schedule/communication "
              "model. ≈ marks an error within the noise floor.")
+    L += _attribution_section(summary)
     errs = [r for r in summary["rows"] if r.get("error")]
     for r in errs:
         L.append(f"\n**{r['schedule']} failed**: {r['error']}")
@@ -242,6 +243,22 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("Phase times: " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in t.items()))
     L.append("")
     return "\n".join(L)
+
+
+def _attribution_section(summary: dict[str, Any]) -> list[str]:
+    """Where each device's time error lies: measured - predicted ms per iteration by term."""
+    from stalesim.validate.breakdown import markdown_table
+
+    att = summary.get("attribution") or []
+    if not att:
+        return []
+    return ["", "### Where the time error lies", "",
+            "Measured minus predicted milliseconds per iteration of the median run, per device, inside "
+            "each side's steady window: time inside each action kind (a receive includes waiting for its "
+            "message), `gaps` between actions (the runtime's loop, a compute action waiting for a core), "
+            "`idle` before a device's first action. Per device the terms add up to `total` = measured - "
+            "predicted iteration time. Every stage and term with both sides and the replay: "
+            "[attribution.csv](attribution.csv).", "", *markdown_table(att)]
 
 
 def write_report(out: Path, summary: dict[str, Any]) -> Path:

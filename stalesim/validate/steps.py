@@ -64,6 +64,9 @@ class Validation:
     emulated: dict[str, list | None] = field(default_factory=dict)
     emulated_iterations: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
+    # per schedule, device, stage and term: predicted / measured / replayed ms per iteration
+    # (:mod:`stalesim.validate.breakdown`), for the median run of each schedule
+    attribution: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -470,10 +473,27 @@ def compare_step(v: Validation) -> None:
         row["time_error_within_noise"] = within_noise(row["time_error"], noise)
         row["replay_error_within_noise"] = within_noise(row["replay_time_error"], noise)
         v.rows.append(row)
+        if m is not None and m.get("rows") and r.timeline is not None and mt.get("iteration_time_s"):
+            v.attribution += _attribute(v, name, r, info, m, mt)
 
 
-def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str, Any]) -> float | None:
-    """The simulated iteration time of this schedule with one run's measured action costs."""
+def _attribute(v: Validation, name: str, r: Any, info: dict[str, Any], m: dict[str, Any],
+               mt: dict[str, Any]) -> list[dict[str, Any]]:
+    """Predicted, measured and replayed time per device, stage and term of the median run."""
+    from stalesim.validate.breakdown import attribution, sim_window, spans_from_rows, spans_from_sim, split
+
+    pred = split(spans_from_sim(r), *sim_window(r), r.iteration_time_s)
+    lo, hi = mt["window_s"]
+    meas = split(spans_from_rows(m["rows"]), lo, hi, mt["iteration_time_s"])
+    rep = _replay(v, info, m, mt, timeline=True)
+    repl = split(spans_from_sim(rep), *sim_window(rep), rep.iteration_time_s) if rep is not None else None
+    return attribution(name, pred, meas, repl)
+
+
+def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str, Any], *,
+            timeline: bool = False) -> Any:
+    """The simulated iteration time of this schedule with one run's measured action costs
+    (``timeline``: the whole SimResult, with its timeline)."""
     from stalesim.sim import SimOptions, simulate
     from stalesim.validate.costmodel import replay_costs, replay_link
 
@@ -482,4 +502,5 @@ def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str
     w = tuple(mt["window_s"])
     rc = replay_costs(info["costs"], m["rows"], w)
     hw = replay_link(v.hw, rc, m["rows"], w)
-    return simulate(rc, info["schedule"], hw, SimOptions(keep_timeline=False)).iteration_time_s
+    res = simulate(rc, info["schedule"], hw, SimOptions(keep_timeline=timeline))
+    return res if timeline else res.iteration_time_s

@@ -70,6 +70,12 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
     say(f"[validate] writing report, summary and figures to {v.out}")
     files = write_outputs(v.out, summary, sims=v.sims, measured=v.measured, mtimes=v.mtimes,
                           emulated=v.emulated)
+    if v.attribution:
+        from stalesim.atomic import write_csv_atomic
+        from stalesim.validate.breakdown import COLUMNS
+
+        write_csv_atomic(v.out / "attribution.csv", v.attribution, header=COLUMNS)
+        files["attribution"] = "attribution.csv"
     timings["report_s"] = time.perf_counter() - t0
     timings["total_s"] = time.perf_counter() - t_all
     summary["files"] = files
@@ -80,6 +86,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
 def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None,
              cpu_before: Any = None) -> dict[str, Any]:
+    from stalesim.validate.breakdown import per_device
     from stalesim.validate.busy import background_load, busy_warning, cores_used, cpu_sample, other_work_cores
     from stalesim.validate.compare import aggregate, goals_met
 
@@ -100,6 +107,9 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         "schedules": v.schedules,
         "ppv": v.ppv,
         "rows": v.rows,
+        # measured - predicted ms per iteration, per schedule and device, by term group
+        # (every device, stage and term with both sides and the replay: attribution.csv)
+        "attribution": per_device(v.attribution),
         **agg,
         "goals_met": goals_met(agg),
         "repeats": v.cfg.repeats,

@@ -1,0 +1,142 @@
+"""Per-term attribution of a finished ``validate`` output folder (one written before
+``validate`` itself wrote ``attribution.csv``, or to re-examine one).
+
+``python -m benchmarks.attribute_validate OUT [--csv FILE] [--md FILE]``
+
+Rebuilds the prediction from what the folder stored (profile.json,
+profile_contended.json, hardware.json with the executor's per-message calibration,
+summary.json's cost model: overheads, per-kind gaps, hook costs) -- no measurement is
+repeated -- checks that each schedule's rebuilt prediction equals the stored one, reads
+the measured rows of the median repeat back from its ``trace.json`` and writes the
+attribution (:mod:`stalesim.validate.breakdown`) with the replay of those rows.
+Memory facts are not rebuilt (they do not move time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+
+def rows_from_trace(path: Path) -> dict[str, list[list[Any]]]:
+    """The executor's rows (label, kind, stage, batch, micro, worker, start, end) from its trace."""
+    from stalesim.schedule import Action
+
+    doc = json.loads(path.read_text())
+    ev = doc["traceEvents"] if isinstance(doc, dict) else doc
+    out: dict[str, list[list[Any]]] = {}
+    for e in ev:
+        if e.get("ph") != "X" or " " in e["name"]:  # the simulator's "<label> cpu" slices
+            continue
+        a = Action.parse(e["name"])
+        s = e["ts"] / 1e6
+        out.setdefault(str(e["pid"]), []).append([e["name"], e["cat"], a.stage, a.batch, a.micro, a.worker,
+                                                  s, s + e["dur"] / 1e6])
+    return out
+
+
+def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> Any:
+    from stalesim.validate.costmodel import CostModel
+    from stalesim.workloads.profile import load_profile
+
+    c = summary["cost_model"]
+    cont = out / "profile_contended.json"
+    hook = {}
+    for k, v in (c.get("hook_s") or {}).items():
+        m = re.fullmatch(r"ppv=\[(.*)\] batch=(\d+)", k)
+        assert m, k
+        ppv = tuple(int(x) for x in m.group(1).split(",") if x.strip())
+        hook[(ppv, int(m.group(2)))] = v
+    return CostModel(load_profile(out / "profile.json"), load_profile(cont) if cont.exists() else None,
+                     dict(c["overhead_s"]), [], float(c.get("dispatch_s") or 0.0), dict(c.get("gaps_s") or {}),
+                     hw_dict.get("executor_comm"), hook)
+
+
+def run_dir_of(out: Path, row: dict[str, Any], which: str) -> Path | None:
+    """The repeat to attribute: the median one (as validate reports), or the fastest (the
+    least disturbed by other work on a shared machine)."""
+    if which == "median":
+        return Path(row["run_dir"]) if row.get("run_dir") else None
+    times = row.get("measured_iteration_times_s") or []
+    if not times:
+        return None
+    k = min(range(len(times)), key=lambda i: times[i])
+    return out / "runs" / (row["schedule"] if k == 0 else f"{row['schedule']}.r{k}")
+
+
+def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], list[str]]:
+    from executor.rank import RECV_AHEAD
+    from stalesim.schedule import build_schedule
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.sim.model import SimHardware
+    from stalesim.validate.breakdown import attribution, sim_window, spans_from_rows, spans_from_sim, split
+    from stalesim.validate.costmodel import link_from_comm, replay_costs, replay_link, simulate_with_costs
+    from stalesim.validate.measured import measured_timing
+    from stalesim.validate.steps import train_config
+    from stalesim.workloads.hardware import hardware_from_dict
+
+    summary = json.loads((out / "summary.json").read_text())
+    hw_dict = json.loads((out / "hardware.json").read_text())
+    cfg = SimpleNamespace(**summary["config"])
+    cm = cost_model(out, summary, hw_dict)
+    N = int(str(summary["devices"]).split(":")[1]) if str(summary["devices"]).startswith("cpu:") \
+        else len(str(summary["devices"]).split(","))
+    hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    if cm.comm:
+        hw = link_from_comm(hw, cm.comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for row in summary["rows"]:
+        name = row["schedule"]
+        tc = train_config(cfg, name, N, list(row["ppv"] or []) if name not in ("dp", "pipe-sgd") else [],
+                          cfg.iterations)
+        r, info = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=row["ppv"] or None,
+                                      batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
+        p = row["predicted_iteration_time_s"]
+        notes.append(f"{name}: rebuilt prediction {r.iteration_time_s * 1e3:.3f} ms, stored {p * 1e3:.3f} ms")
+        run_dir = run_dir_of(out, row, which)
+        if run_dir is None or not (run_dir / "trace.json").exists():
+            notes.append(f"{name}: no measured trace")
+            continue
+        mrows = rows_from_trace(run_dir / "trace.json")
+        sched = build_schedule(tc.schedule_config(cfg.iterations))
+        mt = measured_timing({"rows": mrows, "iterations": cfg.iterations}, sched)
+        w = tuple(mt["window_s"])
+        rc = replay_costs(info["costs"], mrows, w)
+        rep = simulate(rc, info["schedule"], replay_link(hw, rc, mrows, w), SimOptions(keep_timeline=True))
+        pred = split(spans_from_sim(r), *sim_window(r), r.iteration_time_s)
+        meas = split(spans_from_rows(mrows), w[0], w[1], mt["iteration_time_s"])
+        repl = split(spans_from_sim(rep), *sim_window(rep), rep.iteration_time_s)
+        rows += attribution(name, pred, meas, repl)
+    return rows, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    from stalesim.atomic import write_csv_atomic, write_text_atomic
+    from stalesim.validate.breakdown import COLUMNS, markdown_table, per_device
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--csv", type=Path, default=None)
+    ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--repeat", choices=("median", "fastest"), default="median",
+                    help="which measured repeat of each schedule (default: the median, as validate)")
+    args = ap.parse_args(argv)
+    rows, notes = attribute(args.out, args.repeat)
+    for n in notes:
+        print(n, file=sys.stderr)
+    table = markdown_table(per_device(rows))
+    print("\n".join(table))
+    write_csv_atomic(args.csv or args.out / "attribution.csv", rows, header=COLUMNS)
+    if args.md:
+        write_text_atomic(args.md, "\n".join(table) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
