@@ -10,6 +10,9 @@ this module turns it into bytes, counting what the executor's accounting counts
   (``optimizer_state_factor`` x params; momentum SGD: 1);
 * weight versions: params x (versions alive - 1) stashed beside the live ones;
 * gradients: params x gradient buffers alive;
+* sharded data parallelism (ZeRO-2/3, FSDP): each of ``gradient_shards`` ranks keeps
+  1/shards of the gradients, each of ``weight_shards`` ranks 1/shards of the weights
+  (the gathered layer an action uses for its duration is not counted);
 * activations: the stage's ``saved_bytes`` (one in-flight action batch: its input,
   output and the tensors saved for its backward) x in flight (from F until the
   backward completes: B, or W for a split backward);
@@ -61,7 +64,8 @@ class MemoryReport:
 
 def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
                   counts: list[StageLiveness] | None = None, recv_ahead: int = 1,
-                  transient_bytes: Sequence[int] | None = None) -> MemoryReport:
+                  transient_bytes: Sequence[int] | None = None, gradient_shards: int = 1,
+                  weight_shards: int = 1) -> MemoryReport:
     """Peak bytes per device: the largest simultaneous total after any compute action, plus
     (``transient_bytes``, per stage: the CUDA term of the module doc; default: the costs'
     own ``transient_bytes``) the largest term of the device's stages."""
@@ -84,8 +88,8 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
             for _w, s, alive, in_flight, grads, ar, deferred in smp.stages:
                 here.add(s)
                 pb = costs.param_bytes[s]
-                b["weights"] += pb * alive + bb[s]
-                b["gradients"] += pb * grads
+                b["weights"] += round(pb * alive / weight_shards) + bb[s]
+                b["gradients"] += round(pb * grads / gradient_shards)
                 b["optimizer"] += ob[s] if ob is not None else round(pb * optimizer_state_factor)
                 b["activations"] += costs.saved_bytes[s] * in_flight
                 b["deferred_w"] += dw[s] * deferred

@@ -326,6 +326,10 @@ class StageCosts:
     wgrad_bytes: tuple[int, ...] = ()
     transient_bytes: tuple[int, ...] = ()
     optimizer_bytes: tuple[int, ...] = ()  # measured optimizer state per stage (empty: factor x params)
+    # per stage, the bytes of the end-of-batch data-parallel collective, timed as an all-reduce
+    # (empty: param_bytes, the gradients' all-reduce); sharded data parallelism moves less there
+    # (ZeRO-2: the updated weights' all-gather, ZeRO-3: nothing) and more per micro-batch
+    allreduce_bytes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
@@ -333,7 +337,7 @@ class StageCosts:
             for kind, per in getattr(self, name):
                 if len(per) != S or any(int(v) < 0 for v in per):
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
-        for name in ("buffer_bytes", "transient_bytes", "optimizer_bytes"):
+        for name in ("buffer_bytes", "transient_bytes", "optimizer_bytes", "allreduce_bytes"):
             per = getattr(self, name)
             if per and len(per) != S:
                 raise StalesimError(f"{name}: expected {S} values, got {len(per)}")
@@ -372,6 +376,11 @@ class StageCosts:
 
     def deferred_w_bytes(self) -> tuple[int, ...]:
         return self.wgrad_bytes or self.msg_bytes
+
+    def dp_bytes(self) -> tuple[int, ...]:
+        """Bytes each stage's end-of-batch data-parallel all-reduce moves (``allreduce_bytes``,
+        else the parameters')."""
+        return self.allreduce_bytes or self.param_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
