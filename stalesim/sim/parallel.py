@@ -393,10 +393,11 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     pbytes = tuple(round(p * sb.weights) for p in params)
     seq = sum(M * plan.dp * (x + y) for x, y in zip(f, bk)) + sum(upd)  # the one-device baseline: no ZeRO
     f, bk, wg, end_bytes = _zero_collectives(sim, plan, pbytes, f, bk, wg)
+    b_ns, w_ns = tuple(to_ns(x) for x in bk), tuple(to_ns(w) for w in wg)
     costs = StageCosts(
-        f_ns=tuple(to_ns(x) for x in f), b_ns=tuple(to_ns(x) for x in bk), u_ns=tuple(to_ns(x) for x in upd),
+        f_ns=tuple(to_ns(x) for x in f), b_ns=b_ns, u_ns=tuple(to_ns(x) for x in upd),
         loss_ns=0, msg_bytes=(msg,) * S, param_bytes=pbytes, saved_bytes=tuple(round(x) for x in saved),
-        bi_ns=tuple(to_ns(x - w) for x, w in zip(bk, wg)), bw_ns=tuple(to_ns(w) for w in wg),
+        bi_ns=tuple(x - w for x, w in zip(b_ns, w_ns)), bw_ns=w_ns,
         wgrad_bytes=tuple(round(n * layer_wgrad_bytes(spec, b, t) + (head_dw if i == S - 1 else 0))
                           for i, n in enumerate(per)),
         allreduce_bytes=end_bytes,
