@@ -25,7 +25,7 @@ def test_simulate_workload_answers_in_under_a_second_with_memory_by_component(ca
     assert 0 < d["iteration_s"] < 60 and d["device_memory_bytes"] == 80e9
     assert main(["simulate", *LLAMA]) == 0
     out = capsys.readouterr().out
-    assert "memory per GPU (stage 0): 47.7 GB of 80 GB, fits" in out
+    assert "memory per GPU (device 0): 47.7 GB of 80 GB, fits" in out
 
 
 def test_the_new_users_case_now_answers(capsys):

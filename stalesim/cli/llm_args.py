@@ -1,12 +1,14 @@
-"""``--workload`` flags shared by ``simulate`` and ``sweep``: an analytic transformer and how it is trained.
+"""``--workload`` flags shared by ``simulate``, ``sweep`` and ``plan``: an analytic transformer and how it is trained.
 
 ``--workload llama2-70b`` (a preset of :mod:`stalesim.workloads.transformer`, no
 profile, no model built) with ``--tp``, ``--pp`` (or ``-S``: stages = pp x V),
 ``-P/--dp``, ``--micro-batch``, ``-B`` (global batch in sequences) or ``-M``,
 ``--sp``, ``--recompute``, ``--zero``, ``--optimizer``, ``--precision`` and a
 cluster (``--node``, or ``--hardware`` naming one, or ``--target`` [``--link``]
-for one node). The answer is :func:`stalesim.sim.parallel.predict_llm`'s closed
-form: iteration time, throughput, memory per GPU by component, fits or not.
+for one node). ``plan`` takes them too (``--devices`` GPUs in all). The answer is
+:func:`stalesim.sim.parallel.predict_llm`'s (closed forms; the zero-bubble and other
+flushed orders event-simulated): iteration time, throughput, memory per GPU by
+component, fits or not.
 """
 
 from __future__ import annotations

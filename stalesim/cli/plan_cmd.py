@@ -1,5 +1,7 @@
 """``stalesim plan``: which schedule reaches the target first on the user's hardware
-(emulated iterations to target x simulated iteration time; docs/plan.md)."""
+(emulated iterations to target x simulated iteration time; docs/plan.md). With
+``--workload`` (an analytic transformer, :mod:`stalesim.plan.llm`): schedules and error
+feedback ranked by predicted time per iteration and memory per GPU, in seconds."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from stalesim.cli.common import (
     positive_int,
     print_json,
 )
+from stalesim.cli.llm_args import LLM_ONLY, add_llm_args
 from stalesim.cli.simulate_cmd import add_hardware_args
 from stalesim.cli.train_args import DATASET_HELP, MODEL_HELP
 from stalesim.errors import StalesimError
@@ -78,16 +81,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="iterations the loss is averaged over (default 20)")
     p.add_argument("--devices", type=_device_count, required=True, metavar="D",
                    help="devices on the target: a count, or cpu:D (pipelines of D stages, D data-parallel "
-                        "workers; --check runs them as D CPU ranks)")
+                        "workers; --check runs them as D CPU ranks); with --workload the GPUs in all "
+                        "(dp = D / (tp x pp))")
     w = p.add_argument_group("training (the emulations)")
-    w.add_argument("--model", default="lenet5", help=MODEL_HELP)
+    w.add_argument("--model", default=None, help=MODEL_HELP + " (default lenet5)")
     w.add_argument("--dataset", default=None, help=DATASET_HELP)
     w.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
-    w.add_argument("--batch-size", type=positive_int, default=128, help="global mini-batch size")
+    w.add_argument("--batch-size", type=positive_int, default=None,
+                   help="global mini-batch size (default 128; with --workload, sequences: default "
+                        "dp x micro-batch x M)")
     w.add_argument("--lr", type=positive_float, default=0.01)
     w.add_argument("--momentum", type=nonneg_float, default=0.9)
     w.add_argument("--weight-decay", type=nonneg_float, default=0.0)
-    w.add_argument("--optimizers", type=_csv, default=["sgd"], help="comma-separated: sgd, adam, adamw")
+    w.add_argument("--optimizers", type=_csv, default=None, help="comma-separated: sgd, adam, adamw (default sgd)")
     w.add_argument("--synthetic-size", type=positive_int, default=1024, help="synthetic dataset samples")
     w.add_argument("--emulate-device", default="cpu", help="where the emulations run: cpu | cuda[:N]")
     w.add_argument("--seeds", type=_ints(0, MAX_SEED), default=[0, 1, 2], help="seeds (default 0,1,2)")
@@ -108,7 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(every one that applies to the optimizer; the others are listed as skipped); "
                         "default none, to keep the default grid small")
     g.add_argument("--microbatches", "-M", type=positive_int, default=0,
-                   help="micro-batches of the micro-batch schedules (default 2 x devices)")
+                   help="micro-batches of the micro-batch schedules (default 2 x devices; with --workload "
+                        "per replica, default 2 x pp)")
     g.add_argument("--warmups", type=_ints(0, MAX_COUNT), default=None,
                    help="synchronous warm-up lengths searched (default 0 and a tenth of the first horizon)")
     g.add_argument("--switches", type=_ints(1, MAX_COUNT), default=None,
@@ -131,7 +138,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--profile measured here, --hardware from `stalesim calibrate`)")
     p.add_argument("--check-timeout", type=int_type(10, 86_400), default=600, metavar="SECONDS",
                    help="per checked run (default 600)")
-    p.add_argument("--out", required=True, help="plan folder (emulations are stored and reused here)")
+    p.add_argument("--out", default=None,
+                   help="plan folder (emulations are stored and reused here; required but with --workload)")
+    add_llm_args(p)
     p.add_argument("--json", action="store_true", help="print plan.json")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -212,6 +221,16 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.plan.workflow import PlanRequest, make_plan
     from stalesim.validate.steps import profile_sizes
 
+    if args.workload is not None:
+        return _run_workload(args)
+    for name, default in LLM_ONLY:
+        if getattr(args, name, default) not in (default, None):
+            raise StalesimError(f"--{name.replace('_', '-')}: needs --workload (an analytic transformer)")
+    if args.out is None:
+        raise StalesimError("out: give --out FOLDER (emulations are stored and reused there)")
+    args.model = args.model or "lenet5"
+    args.batch_size = args.batch_size or 128
+    args.optimizers = args.optimizers or ["sgd"]
     if args.target_loss is None and args.target_accuracy is None:
         raise StalesimError("target: give --target-loss L or --target-accuracy A")
     accuracy = args.target_accuracy is not None
@@ -286,4 +305,57 @@ def run(args: argparse.Namespace) -> int:
             print(f"skipped {len(plan.skipped)}: " + "; ".join(f"{a} ({b})" for a, b in plan.skipped[:6])
                   + (" ..." if len(plan.skipped) > 6 else ""))
         print(f"wrote {', '.join(str(p) for p in plan.paths)}")
+    return 0
+
+
+def _run_workload(args: argparse.Namespace) -> int:
+    """``--workload``: every schedule x mitigation at the given degrees, ranked by predicted
+    iteration time among those that fit (stalesim.plan.llm); nothing is emulated."""
+    import sys
+
+    from stalesim.cli.llm_args import llm_hardware, workload_spec
+    from stalesim.plan.llm import LLM_MITIGATIONS, llm_rows, llm_table
+    from stalesim.sim.parallel import ParallelPlan, describe, supported_schedules
+
+    # the emulation's flags: a 70B model's convergence is not emulated here (docs/plan.md)
+    for flag in ("target_loss", "target_accuracy", "check", "profile", "model", "dataset", "optimizers",
+                 "device_memory", "warmups", "switches", "epochs", "max_horizon"):
+        if getattr(args, flag, None) is not None:
+            raise StalesimError(f"--{flag.replace('_', '-')}: does not apply to --workload (nothing is emulated; "
+                                f"it ranks by predicted iteration time and memory per GPU)")
+    spec = workload_spec(args)
+    hw = llm_hardware(args)
+    tp, pp = args.tp or 1, args.pp or 1
+    if args.devices % (tp * pp):
+        raise StalesimError(f"devices: {args.devices} GPUs are not a multiple of tp x pp = {tp * pp}")
+    dp = args.devices // (tp * pp)
+    b = args.micro_batch or 1
+    batch = args.batch_size or dp * b * (args.microbatches or 2 * pp)
+    base = ParallelPlan(tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=batch, sp=args.sp,
+                        recompute=args.recompute or "none", zero=args.zero or 0,
+                        optimizer=args.optimizer or "adam", precision=args.precision or "mixed")
+    schedules = args.schedules or supported_schedules()
+    mits = list(LLM_MITIGATIONS) if "all" in args.mitigations else args.mitigations
+    rows = llm_rows(spec, hw, base, schedules, mits, iterations=args.iterations)
+    header = (f"plan: {spec.name} on {args.devices} GPUs ({describe(hw)}); tp {tp} x pp {pp} x dp {dp}, "
+              f"{batch} sequences of {spec.seq} per iteration, micro-batch {b}, recompute {base.recompute}, "
+              f"zero {base.zero}, {base.optimizer} ({base.precision}); ranked by predicted iteration time "
+              f"among the candidates that fit {hw.device.memory_bytes / 1e9:.0f} GB per GPU")
+    doc = {"command": "stalesim " + " ".join(sys.argv[1:]), "workload": spec.name, "header": header,
+           "plan": base.to_dict(), "iterations": args.iterations, "rows": rows}
+    written = []
+    if args.out:
+        from pathlib import Path
+
+        from stalesim.atomic import check_writable_dir, write_csv_atomic, write_json_atomic
+
+        out = check_writable_dir(Path(args.out))
+        written = [write_json_atomic(out / "plan.json", doc),
+                   write_csv_atomic(out / "plan.csv", rows, header=list(dict.fromkeys(k for r in rows for k in r)))]
+    if args.json:
+        print_json(doc)
+    else:
+        print(llm_table(rows, header, iterations=args.iterations))
+        if written:
+            print(f"wrote {', '.join(str(p) for p in written)}")
     return 0

@@ -246,7 +246,7 @@ def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
 
 
 def _run_workload(args: argparse.Namespace) -> int:
-    """``--workload``: the closed-form LLM estimate (stalesim.sim.parallel.predict_llm)."""
+    """``--workload``: the LLM estimate (stalesim.sim.parallel.predict_llm)."""
     from stalesim.cli.llm_args import llm_hardware, plan_from_args, workload_spec
     from stalesim.sim.parallel import predict_llm
 

@@ -146,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_workload(args: argparse.Namespace) -> int:
-    """``--workload``: every (schedule, tp, pp, dp, M, recompute, zero) of the grid by the
-    closed-form LLM estimate, ranked by throughput among the configurations that fit."""
+    """``--workload``: every (schedule, tp, pp, dp, M, recompute, zero) of the grid by the LLM
+    estimate (stalesim.sim.parallel.predict_llm), ranked by throughput among the configurations that fit."""
     import itertools
 
     from stalesim.cli.common import print_json
@@ -185,8 +185,8 @@ def _run_workload(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    print(f"{len(rows)} configurations of {spec.name} (closed-form LLM estimate), ranked by throughput; "
-          f"memory per GPU of the fullest stage")
+    print(f"{len(rows)} configurations of {spec.name} (LLM estimate: closed forms, the zero-bubble and other "
+          f"flushed orders event-simulated), ranked by throughput; memory per GPU of the fullest device")
     head = ["#", "schedule", "tp", "pp", "dp", "GPUs", "M", "recompute", "zero", "iter s", "tokens/s",
             "TFLOP/s/GPU", "mem GB", "fits"]
     lines = ["  ".join(head)]

@@ -54,6 +54,10 @@ class SimOptions:
     # data x pipeline clusters (stalesim.sim.scale): P replicas of a pipeline schedule,
     # their placement on nodes, DDP-style gradient buckets, and whether to exploit symmetry
     replicas: int = 1
+    # sharded data parallelism (ZeRO-2/3, FSDP): ranks each device's gradients / weights are
+    # sharded over, for memory (1: unsharded; the communication is in the StageCosts)
+    gradient_shards: int = 1
+    weight_shards: int = 1
     placement: str = "pipeline"
     bucket_bytes: int | None = None
     symmetry: bool = True
@@ -68,6 +72,8 @@ class SimOptions:
         check_number("loss_s", self.loss_s, hi=MAX_SECONDS)
         check_number("optimizer_state_factor", self.optimizer_state_factor, hi=MAX_FACTOR)
         check_int("replicas", self.replicas, lo=1)
+        for f in ("gradient_shards", "weight_shards"):
+            check_int(f, getattr(self, f), lo=1, hi=self.replicas)
         if self.bucket_bytes is not None:
             check_int("bucket_bytes", self.bucket_bytes, lo=1, hi=MAX_BYTES)
         from stalesim.sim.cluster import PLACEMENTS
@@ -188,7 +194,8 @@ def simulate(
         window = []
         phase_end = []
     mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
-                        recv_ahead=opts.recv_ahead)
+                        recv_ahead=opts.recv_ahead, gradient_shards=opts.gradient_shards,
+                        weight_shards=opts.weight_shards)
     vt = sched.versions
     staleness = vt.staleness() if vt is not None else [0] * S
     versions = {

@@ -178,7 +178,7 @@ def comm_plan(sched: Schedule, layout: Layout, reps: Sequence[int], costs: Stage
     inter_lat = c.inter_latency_ns if c is not None else hw.latency_ns
     groups = {d: layout.group_per_node(d) for d in set(stage_slot)}
     buckets: list[tuple[int, ...]] = []
-    for s, pb in enumerate(costs.param_bytes):
+    for s, pb in enumerate(costs.dp_bytes()):
         k = max(1, math.ceil(pb / bucket_bytes)) if bucket_bytes and pb > 0 else 1
         if k > MAX_BUCKETS:
             raise StalesimError(f"bucket_bytes: {bucket_bytes} bytes cut stage {s}'s {pb:,} gradient bytes "

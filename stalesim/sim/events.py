@@ -226,7 +226,7 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
     lat = hw.latency_ns
     if comm is None:
-        ar_buckets: list[tuple[int, ...]] = [(hw.allreduce_ns(pb, P),) for pb in costs.param_bytes]
+        ar_buckets: list[tuple[int, ...]] = [(hw.allreduce_ns(pb, P),) for pb in costs.dp_bytes()]
         ar_ring: list[int] | tuple[int, ...] = [0] * S
         members = P
         node_of: tuple[int, ...] | None = None

@@ -427,7 +427,7 @@ def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batche
             B[s] += oh("B", s) + oh("AR", s)
             U[s] += oh("U", s) + oh("ARW", s)
         L += oh("LOSS", S - 1)
-    ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.param_bytes]
+    ar = [hw.allreduce_ns(pb, P) if P > 1 else 0 for pb in costs.dp_bytes()]
     cpu_ar = [hw.cpu_ns(a) for a in ar]
     t_comp = sum(F) + L + sum(B)
     t_up = sum(U)

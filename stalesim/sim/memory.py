@@ -10,6 +10,9 @@ this module turns it into bytes, counting what the executor's accounting counts
   (``optimizer_state_factor`` x params; momentum SGD: 1);
 * weight versions: params x (versions alive - 1) stashed beside the live ones;
 * gradients: params x gradient buffers alive;
+* sharded data parallelism (ZeRO-2/3, FSDP): each of ``gradient_shards`` ranks keeps
+  1/shards of the gradients, each of ``weight_shards`` ranks 1/shards of the weights
+  (the gathered layer an action uses for its duration is not counted);
 * activations: the stage's ``saved_bytes`` (one in-flight action batch: its input,
   output and the tensors saved for its backward) x in flight (from F until the
   backward completes: B, or W for a split backward);
@@ -65,10 +68,13 @@ class MemoryReport:
 
 
 def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
-                  counts: list[StageLiveness] | None = None, recv_ahead: int = 1) -> MemoryReport:
+                  counts: list[StageLiveness] | None = None, recv_ahead: int = 1,
+                  gradient_shards: int = 1, weight_shards: int = 1) -> MemoryReport:
     """Peak bytes per device: the largest simultaneous total after any compute action or,
     with the costs' CUDA terms (module doc), inside one: the larger of the totals before
-    and after it plus its kind's transient for its stage, plus the device's library bytes."""
+    and after it plus its kind's transient for its stage, plus the device's library bytes.
+    ``gradient_shards`` / ``weight_shards``: ZeRO's sharding of gradients and weights over
+    the data-parallel group (each device holds 1/n of them)."""
     transient = costs.transient_table()
     library = int(costs.library_bytes)
     if counts is None:
@@ -88,8 +94,8 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
             b = dict.fromkeys(COMPONENTS, 0)
             for _w, s, alive, in_flight, grads, ar, deferred in smp.stages:
                 pb = costs.param_bytes[s]
-                b["weights"] += pb * alive + bb[s]
-                b["gradients"] += pb * grads
+                b["weights"] += round(pb * alive / weight_shards) + bb[s]
+                b["gradients"] += round(pb * grads / gradient_shards)
                 b["optimizer"] += ob[s] if ob is not None else round(pb * optimizer_state_factor)
                 b["activations"] += costs.saved_bytes[s] * in_flight
                 b["deferred_w"] += dw[s] * deferred

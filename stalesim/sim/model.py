@@ -331,6 +331,10 @@ class StageCosts:
     transient_bytes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     library_bytes: int = 0
     optimizer_bytes: tuple[int, ...] = ()  # measured optimizer state per stage (empty: factor x params)
+    # per stage, the bytes of the end-of-batch data-parallel collective, timed as an all-reduce
+    # (empty: param_bytes, the gradients' all-reduce); sharded data parallelism moves less there
+    # (ZeRO-2: the updated weights' all-gather, ZeRO-3: nothing) and more per micro-batch
+    allreduce_bytes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
@@ -340,7 +344,7 @@ class StageCosts:
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
         if int(self.library_bytes) < 0:
             raise StalesimError(f"library_bytes: expected >= 0, got {self.library_bytes}")
-        for name in ("buffer_bytes", "optimizer_bytes"):
+        for name in ("buffer_bytes", "optimizer_bytes", "allreduce_bytes"):
             per = getattr(self, name)
             if per and len(per) != S:
                 raise StalesimError(f"{name}: expected {S} values, got {len(per)}")
@@ -383,6 +387,11 @@ class StageCosts:
 
     def deferred_w_bytes(self) -> tuple[int, ...]:
         return self.wgrad_bytes or self.msg_bytes
+
+    def dp_bytes(self) -> tuple[int, ...]:
+        """Bytes each stage's end-of-batch data-parallel all-reduce moves (``allreduce_bytes``,
+        else the parameters')."""
+        return self.allreduce_bytes or self.param_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
 from stalesim.sim.model import NS, SimHardware, StageCosts, to_ns
-from stalesim.workloads.memory_llm import state_bytes
+from stalesim.workloads.memory_llm import StateBytes, state_bytes
 from stalesim.workloads.transformer import RECOMPUTE, TransformerSpec, layer_activation_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -62,6 +62,9 @@ __all__ = ["KernelEfficiency", "LLMPrediction", "ParallelPlan", "family", "llm_c
 # stale-weights register pipeline).
 FILL_DRAIN, ONE_F_ONE_B, INTERLEAVED, STASH, DOUBLE_BUFFER, REGISTER = (
     "fill-drain", "one-f-one-b", "interleaved", "stash", "double-buffer", "register")
+# The other flushed orders (zero-bubble ZB-H1/H2/V with their split backward, looped BFS,
+# DualPipeV) have no closed form here: one pipeline replica is event-simulated instead.
+EVENT = "event"
 
 
 def family(name: str) -> str | None:
@@ -69,13 +72,15 @@ def family(name: str) -> str | None:
     from stalesim.schedule import Policy, get_spec
 
     spec = get_spec(name)
-    if spec.data_parallel or spec.local_loss or spec.switches or spec.splits_backward:
+    if spec.data_parallel or spec.local_loss or spec.switches:
         return None
     if spec.fast_path in (FILL_DRAIN, ONE_F_ONE_B):
         return spec.fast_path
     if spec.fast_path == "flush":
-        # Megatron's order (torch's ScheduleInterleaved1F1B), not breadth-first looping
-        return INTERLEAVED if spec.torch_name == "ScheduleInterleaved1F1B" else None
+        # Megatron's order (torch's ScheduleInterleaved1F1B) in closed form; the others simulated
+        return INTERLEAVED if spec.torch_name == "ScheduleInterleaved1F1B" else EVENT
+    if spec.splits_backward or spec.stages_per_device > 1:  # the periodic closed forms are per stage
+        return None
     if spec.policy is Policy.STASH:
         return STASH
     if spec.policy is Policy.DOUBLE_BUFFER:
@@ -141,6 +146,17 @@ class ParallelPlan:
     zero: int = 0
     optimizer: str = "adam"
     precision: str = "mixed"
+    error_feedback: bool = False
+
+    @property
+    def state(self) -> StateBytes:
+        """Training state per parameter, sharded by the plan's ZeRO stage over its ``dp`` ranks."""
+        return state_bytes(self.optimizer, self.precision, self.zero, self.dp, error_feedback=self.error_feedback)
+
+    @property
+    def full_state(self) -> StateBytes:
+        """The same, unsharded (one data-parallel rank's view before ZeRO)."""
+        return state_bytes(self.optimizer, self.precision, error_feedback=self.error_feedback)
 
     @property
     def gpus(self) -> int:
@@ -180,7 +196,10 @@ class ParallelPlan:
                                 f"(tensor parallelism stays inside a node)")
         if self.sp and t == 1:
             raise StalesimError("sp: sequence parallelism needs tp > 1")
-        if self.chunks > 1 and fam != INTERLEAVED:
+        if fam == EVENT and self.chunks != spec_s.stages_per_device:
+            raise StalesimError(f"chunks: {self.schedule} runs {spec_s.stages_per_device} stage(s) per device, "
+                                f"not {self.chunks}")
+        if self.chunks > 1 and fam not in (INTERLEAVED, EVENT):
             raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
                                 f"schedule, not {self.schedule}")
         stages = self.pp * self.chunks
@@ -196,9 +215,15 @@ class ParallelPlan:
         if fam == INTERLEAVED and M % self.pp:
             raise StalesimError(f"global_batch: interleaved-1f1b needs the {M} micro-batches per replica to "
                                 f"be a multiple of pp = {self.pp}")
+        if self.zero >= 1 and self.dp == 1:
+            raise StalesimError(f"zero: stage {self.zero} shards over the data-parallel ranks; dp = 1 has "
+                                f"none to shard over (use zero 0 or dp > 1)")
         if self.zero >= 2 and self.pp > 1:
             raise StalesimError(f"zero: stage {self.zero} shards gradients that a pipeline accumulates over its "
                                 f"micro-batches (DeepSpeed refuses it too); use zero <= 1 with pp > 1")
+        if self.error_feedback and fam not in (STASH, DOUBLE_BUFFER, REGISTER):
+            raise StalesimError(f"error_feedback: corrects stale weights, and {self.schedule} has none "
+                                f"(use it with 2bw, pipedream or stale)")
         if self.zero >= 3 and fam in (STASH, DOUBLE_BUFFER):
             raise StalesimError(f"zero: stage 3 shards the live weights, which {self.schedule}'s stashed "
                                 f"weight versions cannot be; use zero <= 2")
@@ -207,7 +232,7 @@ class ParallelPlan:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "gpus": self.gpus, "micro_batch": self.micro_batch,
                 "global_batch": self.batch, "microbatches": self.microbatches, "schedule": self.schedule,
                 "chunks": self.chunks, "sp": self.sp, "recompute": self.recompute, "zero": self.zero,
-                "optimizer": self.optimizer, "precision": self.precision}
+                "optimizer": self.optimizer, "precision": self.precision, "error_feedback": self.error_feedback}
 
 
 # ---------------------------------------------------------------- per-layer times
@@ -270,6 +295,9 @@ class LayerTimes:
     head_f: float
     head_b: float
     collective: float
+    # the weight-gradient GEMMs inside layer_b / head_b (W of a split backward; I is the rest)
+    layer_w: float = 0.0
+    head_w: float = 0.0
 
 
 def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: SimHardware,
@@ -298,7 +326,19 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
         embed_f=_seconds(ef, dev, dt, eff, coll, 1), embed_b=_seconds(ef, dev, dt, eff, 0.0, 1),
         head_f=_seconds(hf, dev, dt, eff, coll, 3),
         head_b=_seconds(_Pass(2 * hf.gemm, 0.0, hf.mem, 1), dev, dt, eff, coll, 4),
-        collective=coll)
+        collective=coll,
+        # W: one GEMM per weight matrix, as many FLOPs as its forward (dL/dW = x^T dy)
+        layer_w=_seconds(_Pass(fw.gemm), dev, dt, eff, 0.0, 4 if spec.ffn_type == "gelu" else 5),
+        head_w=_seconds(_Pass(hf.gemm), dev, dt, eff, 0.0, 1))
+
+
+def layer_wgrad_bytes(spec: TransformerSpec, b: int, t: int) -> float:
+    """Bytes a deferred weight gradient (W) keeps per layer and rank between its I and W: the
+    output gradients of the layer's linears (QKV, output projection, MLP up/gate and down); their
+    inputs are saved activations already."""
+    h, k, f = spec.hidden, spec.kv_dim, spec.ffn_dim
+    widths = (h + 2 * k) + h + (2 if spec.ffn_type == "swiglu" else 1) * f + h
+    return spec.element_bytes * b * spec.seq * widths / t
 
 
 # ---------------------------------------------------------------- stage costs
@@ -327,7 +367,7 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     per = _stage_layers(spec, plan)
     S = len(per)
     t, b = plan.tp, plan.micro_batch
-    sb = state_bytes(plan.optimizer, plan.precision)
+    sb = plan.full_state
     f = [n * lt.layer_f for n in per]
     bk = [n * lt.layer_b for n in per]
     params = [n * spec.layer_params() / t for n in per]
@@ -336,21 +376,31 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     params[0] += spec.embedding_params() / t
     f[-1] += lt.head_f
     bk[-1] += lt.head_b
+    wg = [n * lt.layer_w for n in per]
+    wg[-1] += lt.head_w
+    head_dw = spec.element_bytes * b * spec.seq * spec.vocab / t  # the logits' gradient the head's W reads
     head = spec.head_params() + (spec.vocab * spec.hidden if spec.tied_embeddings and S > 1 else 0)
     params[-1] += head / t
     act = layer_activation_bytes(spec, b, tp=t, sp=plan.sp, recompute=plan.recompute)
     saved = [n * act for n in per]
     n_tok = b * spec.seq
     saved[-1] += spec.element_bytes * n_tok * spec.hidden + 4 * n_tok * spec.vocab / t  # norm input, fp32 logits
-    # update: read and write every state byte of the rank's (ZeRO-sharded) parameters
-    upd = [p * 2 * sb.total / (hw.device.mem_bandwidth_Bps * eff.memory) for p in params]
+    # update: read and write every state byte of the parameters the rank updates (with ZeRO, its shard)
+    shard = plan.dp if plan.zero >= 1 else 1
+    upd = [p * 2 * sb.total / shard / (hw.device.mem_bandwidth_Bps * eff.memory) for p in params]
     M = plan.microbatches
     msg = spec.layer_output_bytes(b) // t
     pbytes = tuple(round(p * sb.weights) for p in params)
-    seq = sum(M * plan.dp * (x + y) for x, y in zip(f, bk)) + sum(upd)
+    seq = sum(M * plan.dp * (x + y) for x, y in zip(f, bk)) + sum(upd)  # the one-device baseline: no ZeRO
+    f, bk, wg, end_bytes = _zero_collectives(sim, plan, pbytes, f, bk, wg)
+    b_ns, w_ns = tuple(to_ns(x) for x in bk), tuple(to_ns(w) for w in wg)
     costs = StageCosts(
-        f_ns=tuple(to_ns(x) for x in f), b_ns=tuple(to_ns(x) for x in bk), u_ns=tuple(to_ns(x) for x in upd),
+        f_ns=tuple(to_ns(x) for x in f), b_ns=b_ns, u_ns=tuple(to_ns(x) for x in upd),
         loss_ns=0, msg_bytes=(msg,) * S, param_bytes=pbytes, saved_bytes=tuple(round(x) for x in saved),
+        bi_ns=tuple(x - w for x, w in zip(b_ns, w_ns)), bw_ns=w_ns,
+        wgrad_bytes=tuple(round(n * layer_wgrad_bytes(spec, b, t) + (head_dw if i == S - 1 else 0))
+                          for i, n in enumerate(per)),
+        allreduce_bytes=end_bytes,
         seq_ns=to_ns(seq * t * plan.pp), batch_size=plan.batch, action_batch=b,
         layer_ranges=tuple((sum(per[:i]), sum(per[:i + 1])) for i in range(S)),
         cost_source={"analytic": {"source": "analytic", "detail": f"{spec.name}: analytic counts, kernel "
@@ -361,14 +411,44 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
 def sim_options(plan: ParallelPlan) -> Any:
     """The :class:`~stalesim.sim.api.SimOptions` that simulate the plan's :func:`llm_costs` with the
     event engine (small configurations; the closed forms are for the rest): ``dp`` replicas in
-    Megatron's rank order, the optimizer state per weight byte (ZeRO-1 included; the event path's
-    memory model does not shard gradients or weights, ZeRO-2/3)."""
+    Megatron's rank order, the optimizer state per weight byte, and ZeRO-2/3's gradient and weight
+    shards (their communication is in the stage costs)."""
     from stalesim.sim.api import SimOptions
 
-    full, sharded = state_bytes(plan.optimizer, plan.precision), state_bytes(plan.optimizer, plan.precision,
-                                                                            min(plan.zero, 1), plan.dp)
+    full, sharded = plan.full_state, plan.state
     return SimOptions(replicas=plan.dp, placement="data", batch_size=plan.batch,
-                      optimizer_state_factor=sharded.optimizer / full.weights)
+                      optimizer_state_factor=sharded.optimizer / full.weights,
+                      gradient_shards=plan.dp if plan.zero >= 2 else 1,
+                      weight_shards=plan.dp if plan.zero >= 3 else 1)
+
+
+def _zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ...], f: list[float],
+                      bk: list[float], wg: list[float]) -> tuple[list[float], list[float], list[float],
+                                                                  tuple[int, ...]]:
+    """ZeRO's communication per stage (Rajbhandari et al. 2020, section 7: 2 x the parameters per
+    step for stages 1 and 2, 3 x for stage 3), with gradient accumulation over M micro-batches as
+    DeepSpeed runs it, not overlapped with compute (as every collective here):
+
+    * stage 0/1: the gradients accumulate locally; one all-reduce (1: reduce-scatter + the
+      updated weights' all-gather, the same bytes) at the end of the batch;
+    * stage 2: each micro-batch's backward reduce-scatters its gradients into the rank's shard
+      (in the weight-gradient part W), and the updated weights are all-gathered at the end;
+    * stage 3: each micro-batch's forward and backward all-gather the stage's weights, its
+      backward reduce-scatters the gradients; nothing is left for the end of the batch.
+
+    A reduce-scatter or all-gather of n bytes is timed as an all-reduce of n / 2 (the ring's
+    bandwidth term; its latency term counted twice). Returns F, B and W seconds per micro-batch
+    and the end-of-batch all-reduce bytes (empty: the whole gradient all-reduce)."""
+    if plan.zero <= 1 or plan.dp <= 1:
+        return f, bk, wg, ()
+    half = [_dp_allreduce_s(sim, plan, pb / 2) for pb in pbytes]  # one reduce-scatter or all-gather
+    bk = [x + c for x, c in zip(bk, half)]
+    wg = [x + c for x, c in zip(wg, half)]
+    if plan.zero == 2:
+        return f, bk, wg, tuple(pb // 2 for pb in pbytes)
+    f = [x + c for x, c in zip(f, half)]
+    bk = [x + c for x, c in zip(bk, half)]
+    return f, bk, wg, (0,) * len(pbytes)
 
 
 # ---------------------------------------------------------------- closed forms
@@ -385,15 +465,13 @@ def _p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
 def _dp_allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
     """A stage's gradient all-reduce over its ``dp`` replicas (Megatron's rank order: tensor,
     then data, then pipeline), hierarchical on a cluster (:meth:`SimHardware.group_allreduce_ns`).
-    ZeRO-1/2 reduce-scatter the gradients and all-gather the weights instead: the same bytes;
-    ZeRO-3 also all-gathers the weights for the backward: 1.5 x."""
-    if plan.dp <= 1:
+    ZeRO-2/3 move other bytes (:func:`_zero_collectives`)."""
+    if plan.dp <= 1 or nbytes <= 0:
         return 0.0
     G = sim.cluster.node_size if sim.cluster is not None else plan.dp
     k = min(plan.dp, G)
     per_node = [k] * (plan.dp // k) + ([plan.dp % k] if plan.dp % k else [])
-    t = sim.group_allreduce_ns(nbytes, per_node) / NS
-    return 1.5 * t if plan.zero >= 3 else t
+    return sim.group_allreduce_ns(nbytes, per_node) / NS
 
 
 def in_flight(schedule: str, S: int, M: int, s: int, chunks: int = 1) -> int:
@@ -465,7 +543,7 @@ class LLMPrediction:
             f"all-reduce {self.dp_allreduce_s:.4g} s, bubble {self.bubble_fraction:.1%})",
             f"throughput {self.tokens_per_s:,.0f} tokens/s; {self.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
             f"{self.hardware_tflops_per_gpu:.1f} with recomputation",
-            f"memory per GPU (stage {self.memory_stage}): {self.memory_bytes / gb:.1f} GB of "
+            f"memory per GPU (device {self.memory_stage}): {self.memory_bytes / gb:.1f} GB of "
             f"{self.device_memory_bytes / gb:.0f} GB, {fit} (GB: {parts})",
         ])
 
@@ -478,11 +556,19 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     R = S // V
     fb = [(f + b) / NS for f, b in zip(costs.f_ns, costs.b_ns)]
     c = _p2p_s(sim, plan, costs.msg_bytes[0]) if S > 1 else 0.0
-    ar = [_dp_allreduce_s(sim, plan, p) for p in costs.param_bytes]
+    ar = [_dp_allreduce_s(sim, plan, p) for p in costs.dp_bytes()]
     u = [x / NS for x in costs.u_ns]
     sched = plan.schedule
     fam = family(sched)
-    if fam in (FILL_DRAIN, ONE_F_ONE_B):
+    devices: list[list[int]] = [list(range(d, S, R)) for d in range(R)]  # Megatron's loop placement
+    event_acts: list[float] | None = None
+    if fam == EVENT:
+        pipe, devices, event_acts = event_pipeline(costs, sim, plan)
+        # the device that holds stage 0 runs the last backward: its all-reduce is exposed
+        d0 = next(i for i, st in enumerate(devices) if 0 in st)
+        exposed = _dp_allreduce_s(sim, plan, sum(costs.dp_bytes()[s] for s in devices[d0]))
+        it = pipe + exposed  # the simulated flush includes the update
+    elif fam in (FILL_DRAIN, ONE_F_ONE_B):
         pipe = sum(fb) + (M - 1) * max(fb) + 2 * (S - 1) * c
         it = pipe + ar[0] + u[0]  # stage 0 finishes its backwards last: its all-reduce is exposed
         exposed = ar[0]
@@ -501,21 +587,21 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         else:  # pipedream / stale: each stage's update waits for its all-reduce
             it = max(p + a for p, a in zip(per, ar))
         exposed = it - pipe
-    ideal = M * max(fb)
+    ideal = M * max(sum(fb[s] for s in st) for st in devices)  # the busiest device's work
     bubble = max(0.0, 1 - ideal / pipe) if pipe > 0 else 0.0
     tokens = plan.batch * spec.seq
     gpus = plan.gpus
     model_f = spec.model_flops(plan.batch)
     hw_f = spec.model_flops(plan.batch, recompute=plan.recompute)
     # memory per GPU, worst device
-    sb = state_bytes(plan.optimizer, plan.precision, plan.zero, plan.dp)
-    w_unsharded = state_bytes(plan.optimizer, plan.precision).weights
+    sb = plan.state
+    w_unsharded = plan.full_state.weights
     n_params = [p / w_unsharded for p in costs.param_bytes]
     best: dict[str, int] = {}
     best_total, best_dev = -1.0, 0
-    for d in range(R):
+    for d, stages_d in enumerate(devices):
         comp = dict.fromkeys(("weights", "gradients", "optimizer", "activations", "weight_versions"), 0.0)
-        for s in range(d, S, R):
+        for s in stages_d:
             p = n_params[s]
             versions = weight_versions(sched, S, s)
             grads = 2 if fam == DOUBLE_BUFFER else 1
@@ -523,7 +609,7 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
             comp["weight_versions"] += p * sb.version * (versions - 1)
             comp["gradients"] += p * sb.gradients * grads
             comp["optimizer"] += p * sb.optimizer
-        comp["activations"] = _activations(costs, sched, S, M, d, V)
+        comp["activations"] = event_acts[d] if event_acts is not None else _activations(costs, sched, S, M, d, V)
         total = sum(comp.values())
         if total > best_total:
             best_total, best_dev, best = total, d, {k: round(v) for k, v in comp.items()}
@@ -536,6 +622,31 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         device_memory_bytes=mem_cap, fits=best_total <= mem_cap,
         stage_forward_s=[x / NS for x in costs.f_ns], stage_backward_s=[x / NS for x in costs.b_ns],
         efficiency=eff.to_dict())
+
+
+def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> tuple[float, list[list[int]],
+                                                                                  list[float]]:
+    """One pipeline replica of ``plan.schedule`` through the event simulator: the flushed
+    iteration's seconds (update included, no data-parallel all-reduce), the stages of each
+    device, and each device's peak activation bytes (in flight + deferred weight gradients).
+
+    The pipeline's messages go over the network when the pipeline spans nodes (Megatron's
+    rank order, as :func:`_p2p_s` decides), else over the node's link."""
+    from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.sim.api import SimOptions, simulate
+
+    S, V = costs.stages, plan.chunks
+    c = sim.cluster
+    pipe_hw = replace(sim, cluster=None)
+    if c is not None and plan.pp * plan.dp > c.node_size:
+        pipe_hw = replace(pipe_hw, link=c.inter_link, latency_ns=c.inter_latency_ns,
+                          bandwidth_Bps=c.inter_bandwidth_Bps)
+    sched = build_schedule(ScheduleConfig(plan.schedule, stages=S, microbatches=plan.microbatches,
+                                          stages_per_device=V if V > 1 else None))
+    r = simulate(costs, sched, pipe_hw, SimOptions(keep_timeline=False))
+    devices = [[s for _w, s in sched.stages_on(d)] for d in range(sched.num_devices)]
+    acts = [float(b["activations"] + b["deferred_w"]) for b in r.memory_breakdown]
+    return r.iteration_time_s, devices, acts
 
 
 def describe(hw: Hardware) -> str:

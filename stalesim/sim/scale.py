@@ -252,7 +252,8 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
         busy = busy_at(run.tl, [run.tl.makespan])[:, 0]
     span = max(1, hi_t - lo_t)
     waits = _mapped_sum(run.waits, lo_k, hi_k, per) / max(1, hi_k - lo_k)
-    mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor)
+    mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
+                        gradient_shards=opts.gradient_shards, weight_shards=opts.weight_shards)
     roles: list[dict[str, Any]] = []
     util: list[float] = []
     weights: list[int] = []

@@ -5,7 +5,10 @@ Trillion Parameter Models", section 3.1): mixed-precision Adam keeps 16-bit
 weights (2 bytes) and gradients (2 bytes), and an fp32 master copy plus two
 fp32 moments (4 + 4 + 4 = 12 bytes), 16 bytes per parameter. Other optimizers
 change the moment count (momentum SGD and Muon keep one), fp32 training drops the
-master copy. ZeRO stage 1 shards the optimizer state over the ``dp`` data-parallel
+master copy. Error feedback (the stale schedules' one-step-delay correction,
+:mod:`stalesim.runtime.optim`) keeps the previous step, one more fp32 tensor per
+parameter, counted and sharded with the optimizer state as the runtime counts it
+(:func:`~stalesim.runtime.optim.state_copies`). ZeRO stage 1 shards the optimizer state over the ``dp`` data-parallel
 ranks, stage 2 also the gradients, stage 3 also the weights.
 
 The extra weight versions of the asynchronous schedules (PipeDream's stash,
@@ -42,8 +45,10 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes(optimizer: str = "adam", precision: str = "mixed", zero: int = 0, dp: int = 1) -> StateBytes:
-    """Bytes per parameter for ``optimizer`` in ``precision`` with ZeRO ``zero`` over ``dp`` ranks.
+def state_bytes(optimizer: str = "adam", precision: str = "mixed", zero: int = 0, dp: int = 1, *,
+                error_feedback: bool = False) -> StateBytes:
+    """Bytes per parameter for ``optimizer`` in ``precision`` with ZeRO ``zero`` over ``dp`` ranks
+    (``error_feedback``: one more fp32 buffer in the optimizer state).
 
     >>> state_bytes().total                      # mixed-precision Adam: 2 + 2 + 12
     16.0
@@ -58,7 +63,7 @@ def state_bytes(optimizer: str = "adam", precision: str = "mixed", zero: int = 0
         raise StalesimError(f"zero: expected 0, 1, 2 or 3, got {zero!r}")
     if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
         raise StalesimError(f"dp: expected an integer >= 1, got {dp!r}")
-    moments = 4.0 * OPTIMIZERS[optimizer]
+    moments = 4.0 * (OPTIMIZERS[optimizer] + (1 if error_feedback else 0))
     if precision == "mixed":
         w, g, o = 2.0, 2.0, 4.0 + moments  # fp32 master copy + moments
     else:
