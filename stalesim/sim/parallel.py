@@ -441,7 +441,7 @@ def _zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, .
     and the end-of-batch all-reduce bytes (empty: the whole gradient all-reduce)."""
     if plan.zero <= 1 or plan.dp <= 1:
         return f, bk, wg, ()
-    half = [_dp_allreduce_s(sim, plan, pb / 2) for pb in pbytes]  # one reduce-scatter or all-gather
+    half = [_dp_allreduce_s(sim, plan, pb // 2) for pb in pbytes]  # one reduce-scatter or all-gather
     bk = [x + c for x, c in zip(bk, half)]
     wg = [x + c for x, c in zip(wg, half)]
     if plan.zero == 2:
