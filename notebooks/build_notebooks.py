@@ -126,6 +126,7 @@ fig, ax = plt.subplots(figsize=(9, 3.5))
 piv = pred[pred.devices == 4].pivot_table(index="target", columns="schedule", values="speed-up")
 piv.plot.bar(ax=ax, rot=15)
 ax.set_ylabel("predicted speed-up, 4 devices"); ax.axhline(1, color="grey", lw=0.5)
+ax.legend(title="schedule", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
 fig.tight_layout(); fig.savefig(WORK / "predicted_speedup.png"); display(Image(str(WORK / "predicted_speedup.png")))
 """), ("md", "## 4. The winner per target, its staleness and memory, and its timeline"), ("code", """
 best = pred.loc[pred.groupby(["target", "devices"])["speed-up"].idxmax()]

@@ -117,15 +117,13 @@ def merge_coincident(series: Sequence[tuple[str, Sequence[float], Sequence[float
 
 def plain_log_ticks(ax, axis: str = "both") -> None:
     """Log axes with plain numbers (2, 4, 8) instead of 2x10^0-style labels."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    from matplotlib.ticker import FixedLocator, LogLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
     for a in ((ax.xaxis, ax.yaxis) if axis == "both" else (ax.xaxis,) if axis == "x" else (ax.yaxis,)):
         lo, hi = a.get_view_interval()
         # under two decades, powers of ten alone leave one labelled tick (or none): add 2 and 5
-        if not isinstance(a.get_major_locator(), FixedLocator) and 0 < lo and hi < 100 * lo:
+        if not isinstance(a.get_major_locator(), FixedLocator) and lo > 0 and hi < 100 * lo:
             a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         a.set_major_formatter(fmt)
         a.set_minor_formatter(NullFormatter())
