@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test test-fast lint bench figures tables reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
+.PHONY: install demo test test-fast lint bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
 
 install: $(STAMP)
 
@@ -32,7 +32,7 @@ test-fast: install
 # ruff (rules in pyproject.toml) on all code; mypy on every package (stalesim, executor: the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
 lint: install
-	$(VENV)/bin/ruff check stalesim executor tests benchmarks notebooks/build_notebooks.py
+	$(VENV)/bin/ruff check stalesim executor tests benchmarks notebooks/build_notebooks.py notebooks/run_notebooks.py
 	$(VENV)/bin/mypy
 
 bench: install
@@ -40,6 +40,12 @@ bench: install
 
 figures: install
 	$(PY) -m stalesim figures --out figures
+
+# build the six notebooks and execute them in place, as committed (short mode, a few minutes on 2
+# cores; NB=02 for one, NB_FULL=1 for full mode: about an hour). A relative $$STALESIM_DATA is
+# taken from here.
+notebooks: install
+	$(PY) notebooks/run_notebooks.py $(NB) $(if $(NB_FULL),--full)
 
 # regenerate docs/RESULTS.md's tables from the stored artifacts (tests check they are equal)
 tables: install

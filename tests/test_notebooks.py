@@ -1,23 +1,29 @@
-"""Execute every reproduction notebook top to bottom in short mode (what CI runs).
+"""The reproduction notebooks: committed executed, with the outputs of their current sources, and
+each runs top to bottom in short mode (what CI runs).
 
-Short mode is the default (``STALESIM_NB_FULL`` unset): tiny iteration counts,
-synthetic data unless ``STALESIM_DATA`` is set (a relative path is taken from the
-directory pytest started in). The five together are meant to take a few minutes on
-2 idle cores; each has its own timeout.
+Short mode is the default (``STALESIM_NB_FULL`` unset): tiny iteration counts, synthetic data
+unless ``STALESIM_DATA`` is set (a relative path is taken from the directory pytest started in).
+Building and executing is ``notebooks/run_notebooks.py`` (``make notebooks``); these tests use its
+``execute`` so that what CI runs is what is committed.
 """
 
 from __future__ import annotations
 
-import os
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-from stalesim.runtime.datapaths import DATA_ENV, absolute
-
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(p.name for p in NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-TIMEOUT_S = {"03_validate.ipynb": 420, "04_pipe_sgd.ipynb": 420}
+
+
+def _runner():
+    pytest.importorskip("nbformat")
+    spec = importlib.util.spec_from_file_location("run_notebooks", NB_DIR / "run_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_notebooks_present():
@@ -25,33 +31,30 @@ def test_notebooks_present():
                          "04_pipe_sgd.ipynb", "05_local_updates.ipynb", "06_own_model.ipynb"]
 
 
-def test_notebooks_committed_without_outputs():
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_committed_with_current_outputs(name):
+    """The committed outputs come from the current cell sources (`make notebooks` after any edit of
+    build_notebooks.py), every code cell ran in order without an error, and a figure is shown."""
     nbformat = pytest.importorskip("nbformat")
-    for name in NOTEBOOKS:
-        book = nbformat.read(NB_DIR / name, as_version=4)
-        for cell in book.cells:
-            if cell.cell_type == "code":
-                assert not cell.outputs and cell.execution_count is None, f"{name}: clear outputs"
-        assert "STALESIM_NB_FULL" in book.cells[1].source, f"{name}: parameters cell must come second"
+    run = _runner()
+    built = run.books()[name]
+    book = nbformat.read(NB_DIR / name, as_version=4)
+    assert [(c.cell_type, c.source) for c in book.cells] == [(c.cell_type, c.source) for c in built.cells], \
+        f"{name}: sources differ from notebooks/build_notebooks.py: run `make notebooks`"
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{name}: not executed in order"
+    assert not run.errors(book), f"{name}: {run.errors(book)}"
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), f"{name}: no figure"
+    meta = book.metadata["stalesim"]
+    assert meta["mode"] in ("short", "full") and meta["commit"] and meta["executed"]
+    assert "STALESIM_NB_FULL" in book.cells[1].source, f"{name}: parameters cell must come second"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_short(name, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+def test_notebook_runs_short(name):
+    pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")
-    monkeypatch.delenv("STALESIM_NB_FULL", raising=False)
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    # the kernel starts in notebooks/: a relative $STALESIM_DATA (the README's
-    # ../shared/data) is made absolute here, against the directory pytest started in
-    if os.environ.get(DATA_ENV):
-        monkeypatch.setenv(DATA_ENV, str(absolute(os.environ[DATA_ENV])))
-    book = nbformat.read(NB_DIR / name, as_version=4)
-    client = nbclient.NotebookClient(book, timeout=TIMEOUT_S.get(name, 300), kernel_name="python3",
-                                     resources={"metadata": {"path": str(NB_DIR)}})
-    client.execute()
-    errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+    run = _runner()
+    book = run.execute(run.books()[name], full=False)
+    assert not run.errors(book)

@@ -54,12 +54,14 @@ def pyplot():
     return plt
 
 
-def save(fig, path: Path) -> Path:
+def save(fig, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    """Lay out (``rect``: the part of the figure the axes may fill, leaving room for a figure
+    legend), write atomically, close."""
     import matplotlib.pyplot as plt
 
     from stalesim.atomic import savefig_atomic
 
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     try:
         return savefig_atomic(fig, path)
     finally:
@@ -119,9 +121,13 @@ def merge_coincident(series: Sequence[tuple[str, Sequence[float], Sequence[float
 
 def plain_log_ticks(ax, axis: str = "both") -> None:
     """Log axes with plain numbers (2, 4, 8) instead of 2x10^0-style labels."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
     for a in ((ax.xaxis, ax.yaxis) if axis == "both" else (ax.xaxis,) if axis == "x" else (ax.yaxis,)):
+        lo, hi = a.get_view_interval()
+        # under two decades, powers of ten alone leave one labelled tick (or none): add 2 and 5
+        if not isinstance(a.get_major_locator(), FixedLocator) and lo > 0 and hi < 100 * lo:
+            a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         a.set_major_formatter(fmt)
         a.set_minor_formatter(NullFormatter())

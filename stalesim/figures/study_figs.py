@@ -118,7 +118,7 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     if seeds:
         paths.append(write_csv(out / "lenet5_accuracy_vs_depth_seeds.csv", seeds, seed_cols))
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [1, 1.25]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5.0), gridspec_kw={"width_ratios": [1, 1.25]})
     _depth_panel(left, rows, seeds)
     _mitigation_panel(right, rows, seeds)
     ref = paper.STALE_DROPS_4STAGE["lenet5"]
@@ -176,6 +176,12 @@ def _mean_marker(ax, x: float, row: dict[str, Any] | None, color: str) -> None:
                     mfc=color, ms=7, capsize=4, zorder=5)
 
 
+def _mean_label(row: dict[str, Any], unit: str) -> str:
+    """The table's mean and the seeds that did not diverge, written under the x tick: inside the
+    axes any height collides with some seed's dot (they span 0-100 %)."""
+    return f"{row['test_acc_mean_pct']:.2f} %\n{row['seeds'] - row['diverged']}/{row['seeds']} {unit}"
+
+
 def _depth_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
     """Sequential and unmitigated stale at every depth, from the longest study with most seeds."""
     plain = [s for s in seeds if s["mitigation"] == "none" and not _spec(s).switches]
@@ -200,12 +206,10 @@ def _depth_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) ->
         _dots(ax, dep, [s for s in pts if s["depth"] == dep], col, width=0.8)
         row = next((r for r in tab if r["depth"] == dep), None)
         _mean_marker(ax, dep, row, col)
-        if row is not None:
-            ax.annotate(f"{row['test_acc_mean_pct']:.2f} %\n{row['seeds'] - row['diverged']}/"
-                        f"{row['seeds']} seeds", (dep, 6), ha="center", fontsize=6.5)
     names = {}
     for r in tab:
         names[r["depth"]] = r["schedule"] if r["depth"] == 0 else "PPV\n(" + ",".join(map(str, r["ppv"])) + ")"
+        names[r["depth"]] += "\n" + _mean_label(r, "seeds")
     ax.set_xticks(depths, [f"{d}\n{names.get(d, '')}" for d in depths], fontsize=7)
     ax.set_xlim(min(depths) - 0.8, max(depths) + 0.8)
     ax.set(xlabel="staleness depth: max over stages of u-1-v_F (0 = sequential)", ylabel="test accuracy (%)",
@@ -243,14 +247,11 @@ def _mitigation_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]
             lab, col = "stale\n(no mitigation)", "tab:red"
         else:
             lab, col = "stale +\n" + r["mitigation"].replace("-", "-\n"), "tab:purple"
-        labels.append(lab)
         pts = [s for s in seeds if s["source"] == r["source"] and s["schedule"] == r["schedule"]
                and s["mitigation"] == r["mitigation"] and s["depth"] == r["depth"]]
         _dots(ax, x, pts, col)
         _mean_marker(ax, x, r, col)
-        note = "" if pts else "\n(no per-seed file)"
-        ax.annotate(f"{r['test_acc_mean_pct']:.2f} %\n{r['seeds'] - r['diverged']}/{r['seeds']}{note}",
-                    (x, 4), ha="center", fontsize=6.5)
+        labels.append(lab + "\n" + _mean_label(r, "seeds" if pts else "seeds\n(no per-seed file)"))
     ax.set_xticks(range(len(order)), labels, fontsize=7)
     ax.set(ylabel="test accuracy (%)", ylim=(0, 101),
            title=f"mitigations at the deepest placement (depth {depth}), {length}")

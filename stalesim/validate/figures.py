@@ -59,8 +59,8 @@ def iteration_time_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLik
     ax1.set_ylim(0, max([*p, *m, 1e-9]) * 1.15)  # room for the error labels above the bars
     # above the axes, beside the title: over the bars it hid the tallest schedule's pair
     ax1.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
-    if title:
-        ax1.set_title(title, fontsize=10, loc="left")
+    if title:  # above the legend: beside it, a narrow figure (two schedules) ran one into the other
+        fig.suptitle(title, fontsize=10, x=0.01, ha="left")
     pu = [r.get("predicted_utilization_mean") or 0.0 for r in rows]
     mu = [r.get("measured_utilization_mean") or 0.0 for r in rows]
     ax2.bar([i - w / 2 for i in x], pu, w, color="#4C72B0")
@@ -122,6 +122,8 @@ def timeline_figure(sim_events: Sequence[Any], sim_window_us: tuple[float, float
 def loss_figure(curves: dict[str, tuple[Sequence[float | None], Sequence[float | None]]],
                 path: str | os.PathLike[str]) -> Path:
     """One panel per schedule: executed loss per step (line) and emulated (markers)."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _plt()
     n = max(1, len(curves))
     cols = min(5, n)
@@ -134,9 +136,17 @@ def loss_figure(curves: dict[str, tuple[Sequence[float | None], Sequence[float |
         ax.plot(ys, [emu[i] for i in ys], "o", ms=3, color="#4C72B0", label="emulated")
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
+        # plain values (an offset like "+2.306" hid which loss it is), whole steps, few ticks
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+        ax.xaxis.set_major_locator(MaxNLocator(5, integer=True))
     for ax in [a for r in axes for a in r][len(curves):]:
         ax.axis("off")
     axes[0][0].legend(fontsize=7)
-    fig.supxlabel("step", fontsize=8)
-    fig.supylabel("loss", fontsize=8)
+    # per axis, not fig.supxlabel: the layout does not make room for a figure-level label
+    for ax in axes[-1]:
+        ax.set_xlabel("step", fontsize=8)
+    for r in axes:
+        r[0].set_ylabel("loss", fontsize=8)
+    fig.tight_layout()  # room for each panel's tick labels (they ran into the neighbour's)
     return _save(fig, path)
