@@ -21,7 +21,7 @@ from stalesim.workloads.zoo import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = ROOT / "docs/results/schedules_gptchar_h100/profile_mb64.json"
-LENET = ROOT / "figures/profiles/lenet5_b8_shape.json"
+LENET = ROOT / "stalesim/data/shape_profiles/lenet5_b8_shape.json"
 
 
 def _costs(path: Path, S: int):
