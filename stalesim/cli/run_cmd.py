@@ -181,15 +181,18 @@ def _print_text(s: dict[str, Any]) -> None:
 
 def torchrun_rank(args: argparse.Namespace) -> int:
     """``torchrun ... -m stalesim run FLAGS``: this process is one rank; no spawning."""
-    cfg = train_config(args)
+    from executor.spec import job_schedule
+
+    cfg = train_config(args).check()
+    sched = job_schedule(cfg)  # every rank builds it here; the job's fingerprint is then checked in run_job
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    need = expected_devices(cfg)
+    need = expected_devices(cfg, sched)
     if world != need:
         raise StalesimError(f"WORLD_SIZE={world} but schedule {cfg.schedule!r} needs {need} ranks")
     kind = "cuda" if (args.devices or "cpu").startswith("cuda") else "cpu"
     if args.out is None:
         args.out = _default_out(cfg)
-    job = build_job(args, cfg, kind)
+    job = build_job(args, cfg, kind, sched)
     from executor.worker import worker_main
 
     ids = None
