@@ -5,7 +5,10 @@ the schedule (``build_schedule(cfg.schedule_config(batches, batches_per_epoch))`
 the same call the simulator makes), the data
 order (:func:`stalesim.runtime.data.batch_stream`), the learning-rate schedule
 (:meth:`TrainConfig.lr_at`) and the mitigations from the same fields.
-:meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field.
+:meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field; what
+a schedule allows (split batches, workers, folding, a switch point, ...) it asks the
+schedule package (:meth:`ScheduleSpec.check <stalesim.schedule.spec.ScheduleSpec.check>`),
+so each rule has one message wherever it is broken.
 """
 
 from __future__ import annotations
