@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(launch, name)
     if name == "make_job":
-        from executor.job import make_job
+        from executor.spec import make_job
 
         return make_job
     raise AttributeError(name)

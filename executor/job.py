@@ -1,7 +1,8 @@
 """One job on one rank: build the stage(s), run the list, gather, summarize (rank 0).
 
-A job is a JSON-able dict (:func:`make_job`): the :class:`TrainConfig`, the run
-folder, checkpoint settings. Every rank builds the *full* model from the zoo
+A job is the JSON-able dict :func:`executor.spec.make_job` makes: the checked
+:class:`TrainConfig`, its schedule's fingerprint (verified here against the
+schedule this rank builds), the run folder, checkpoint settings. Every rank builds the *full* model from the zoo
 with the run's seed (so every stage starts from the weights the emulator
 starts from), splits it with the same partition, keeps its own stage(s), and
 wraps each in a :class:`StageRuntime`.
@@ -19,28 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor.spec import needs_data_count, plan, verify_schedule
 from stalesim.errors import StalesimError
-
-
-def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
-             resume: str | None = None, evaluate: bool = True, label: str | None = None,
-             keep_rows: bool = False, deterministic: bool = False) -> dict[str, Any]:
-    """The JSON-able description of one run (``cfg``: TrainConfig or its dict).
-
-    ``keep_rows``: the summary also carries every rank's per-action timings and the
-    versions each runtime used (tests); ``deterministic``: the ranks run deterministic
-    kernels (:func:`prepare_determinism`).
-    """
-    from stalesim.plugins import import_roots
-
-    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
-    # the user's --model/--dataset modules (pkg.module:factory): the ranks, other processes,
-    # put the folders they were imported from here on their sys.path before importing them
-    roots = import_roots([d.get("model"), d.get("dataset")])
-    return {"train": d, "out": out, "checkpoint_every": int(checkpoint_every or 0),
-            "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
-            "deterministic": bool(deterministic), "import_roots": roots}
-
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
 #: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
@@ -123,15 +104,6 @@ class CudaPeak:
         return max(self._peak, int(torch.cuda.max_memory_allocated(self.device)))
 
 
-def plan(cfg: Any, batches_per_epoch: int | None = None):
-    """(total batches, schedule) for a config; usable without torch. The schedule comes
-    from the one IR call every consumer makes with the run's config."""
-    if cfg.iterations is None and batches_per_epoch is None:
-        raise StalesimError("epochs: the executor needs the dataset size to count batches")
-    N = cfg.total_iterations(batches_per_epoch or 0)
-    return N, cfg.build_schedule(N, batches_per_epoch)
-
-
 def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
     """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update).
     Token-id inputs stay integers; every stage output (what is sent on) is floating."""
@@ -165,9 +137,10 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     # job's max_memory_allocated (seen on an H200: +2.2 MB per earlier ResNet-20 job, 54 MB and
     # 0.97 GB after jobs with more state); collect them before anything is measured
     gc.collect()
+    # checked where the job was made (make_job); what this rank builds from it is verified
+    # against the job's schedule fingerprint below
     cfg = TrainConfig.from_dict(dict(job["train"]))
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
-    cfg.check()
     prepare_determinism(bool(job.get("deterministic")), ctx.device)
     from stalesim.plugins import add_import_roots
     from stalesim.runtime.build import run_model
@@ -179,8 +152,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     # set when counting by epochs; the count is broadcast.
     stream = None
     bpe: int | None = None
-    need_bpe = cfg.iterations is None or cfg.switch_epoch is not None
-    if not need_bpe:
+    if not needs_data_count(cfg):
         N, sched = plan(cfg)
     else:
         if ctx.rank == 0:
@@ -190,6 +162,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         dist.broadcast_object_list(box, src=0)
         bpe = int(box[0])
         N, sched = plan(cfg, bpe)
+    verify_schedule(job, sched)
     mods = build_stage_modules(cfg, sched, model=base)  # on the CPU; each rank moves its own stages
     model, stages = mods.model, mods.stages
     shapes = stage_out_shapes(model, stages, cfg.torch_dtype)

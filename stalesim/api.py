@@ -164,8 +164,8 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     """Train for real on ``devices`` (``cpu:N`` gloo ranks or ``cuda:0,1,...``), one process
     per device of the schedule (``stalesim run``); returns the measured summary. A user's
     model and data set must be importable by name from the ranks (a module file)."""
-    from executor.job import make_job
     from executor.launch import run_local
+    from executor.spec import job_schedule, make_job
 
     _fresh()
     run_cfg = cfg if cfg is not None else config(**fields)
@@ -175,5 +175,5 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
 
     run_cfg.check_runnable()
     check_own_code(run_cfg)
-    job = make_job(run_cfg, out=None if out is None else os.fspath(out))
+    job = make_job(run_cfg, out=None if out is None else os.fspath(out), schedule=job_schedule(run_cfg))
     return run_local(job, devices, timeout_s=timeout_s, threads=threads)  # type: ignore[no-any-return]

@@ -127,3 +127,27 @@ def test_schedule_file_fixes_the_shape(tmp_path):
         TrainConfig(stages=2, microbatches=2, fold=1, **base).check()
     with pytest.raises(StalesimError, match="holds 4 batch"):
         TrainConfig(stages=2, microbatches=2, **{**base, "iterations": 5}).check()
+
+
+@pytest.mark.parametrize("train, sched", [
+    (dict(schedule="stale", stages=2, workers=2), dict(schedule="stale", stages=2, workers=2)),
+    (dict(schedule="stale", stages=2, microbatches=2), dict(schedule="stale", stages=2, microbatches=2)),
+    (dict(schedule="sequential", switch=3), dict(schedule="sequential", switch=1)),
+    (dict(schedule="dp", workers=2, fold=1), dict(schedule="dp", workers=2, fold=1)),
+    (dict(schedule="2bw", stages=4, microbatches=2), dict(schedule="2bw", stages=4, microbatches=2)),
+    (dict(schedule="interleaved-1f1b", stages=4, stages_per_device=3, microbatches=4),
+     dict(schedule="interleaved-1f1b", stages=4, stages_per_device=3, microbatches=4)),
+    (dict(schedule="nope"), dict(schedule="nope")),
+])
+def test_schedule_rules_are_the_schedule_packages(train, sched):
+    """A schedule rule broken through TrainConfig gives the schedule package's own message
+    (one rule, one message, one place): TrainConfig asks, it does not repeat."""
+    from stalesim.errors import ScheduleError
+    from stalesim.schedule import ScheduleConfig, get_spec
+
+    with pytest.raises(ScheduleError) as want:
+        get_spec(sched["schedule"]).check(ScheduleConfig(batches=1, **sched))
+    with pytest.raises(StalesimError) as got:
+        TrainConfig(iterations=1, dataset="synthetic", batch_size=24, **train).check()
+    assert str(got.value) == str(want.value)
+    assert str(got.value).split(":")[0] in train  # names the user's flag

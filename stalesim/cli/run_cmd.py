@@ -54,8 +54,11 @@ def train_config(args: argparse.Namespace) -> Any:
     return train_config_from_args(args)
 
 
-def expected_devices(cfg: Any) -> int:
-    """Devices the schedule needs: asked of the IR (a short build of the same config)."""
+def expected_devices(cfg: Any, sched: Any = None) -> int:
+    """Devices the schedule needs: the run's schedule's, or (a run counted in epochs) a
+    short build of the same config's."""
+    if sched is not None:
+        return int(sched.num_devices)
     if cfg.schedule_file is not None:  # the file's own length
         return cfg.build_schedule(cfg.iterations).num_devices
     n = cfg.iterations if cfg.iterations is not None else 2
@@ -70,8 +73,10 @@ def _default_out(cfg: Any) -> str:
     return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any]:
-    from executor.job import make_job
+def build_job(args: argparse.Namespace, cfg: Any, devices: str, sched: Any = None) -> dict[str, Any]:
+    """The job of this run; ``sched``: the schedule :func:`executor.spec.job_schedule` built from ``cfg``
+    (checked), whose fingerprint the job carries (None: :func:`make_job` checks and plans)."""
+    from executor.spec import make_job
 
     out = args.out or _default_out(cfg)
     if args.resume and not args.out:
@@ -83,7 +88,7 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str) -> dict[str, Any
     if args.resume and not (os.path.isdir(ck) and any(n[:1] == "k" for n in os.listdir(ck))):
         raise StalesimError(f"--resume: no checkpoint in {ck}")
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
-                   resume=out if args.resume else None, evaluate=not args.no_eval)
+                   resume=out if args.resume else None, evaluate=not args.no_eval, schedule=sched)
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
     return job
 
@@ -116,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
     preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
               data_copies=devs.count, device=f"cuda:{devs.ids[0]}" if devs.kind == "cuda" else "cpu",
               split=devs.count)
-    need = expected_devices(cfg)
+    from executor.spec import job_schedule
+
+    sched = job_schedule(cfg)  # built once: the job carries its fingerprint, every rank verifies it
+    need = expected_devices(cfg, sched)
     if devs.count != need:
         raise StalesimError(
             f"--devices: {args.devices} gives {devs.count} ranks but schedule {cfg.schedule!r} with "
@@ -126,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None and not args.resume:
         args.out = _default_out(cfg)
     with _out_lock(args.out):  # one writer per run folder (docs/failure.md)
-        job = build_job(args, cfg, str(devs))
+        job = build_job(args, cfg, str(devs), sched)
         summary = run_local(job, devs, timeout_s=args.timeout, threads=args.threads,
                             master_addr=args.master_addr)
     if args.json:
@@ -173,15 +181,18 @@ def _print_text(s: dict[str, Any]) -> None:
 
 def torchrun_rank(args: argparse.Namespace) -> int:
     """``torchrun ... -m stalesim run FLAGS``: this process is one rank; no spawning."""
-    cfg = train_config(args)
+    from executor.spec import job_schedule
+
+    cfg = train_config(args).check()
+    sched = job_schedule(cfg)  # every rank builds it here; the job's fingerprint is then checked in run_job
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    need = expected_devices(cfg)
+    need = expected_devices(cfg, sched)
     if world != need:
         raise StalesimError(f"WORLD_SIZE={world} but schedule {cfg.schedule!r} needs {need} ranks")
     kind = "cuda" if (args.devices or "cpu").startswith("cuda") else "cpu"
     if args.out is None:
         args.out = _default_out(cfg)
-    job = build_job(args, cfg, kind)
+    job = build_job(args, cfg, kind, sched)
     from executor.worker import worker_main
 
     ids = None

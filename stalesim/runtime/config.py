@@ -5,7 +5,10 @@ the schedule (``build_schedule(cfg.schedule_config(batches, batches_per_epoch))`
 the same call the simulator makes), the data
 order (:func:`stalesim.runtime.data.batch_stream`), the learning-rate schedule
 (:meth:`TrainConfig.lr_at`) and the mitigations from the same fields.
-:meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field.
+:meth:`TrainConfig.check` raises :class:`StalesimError` naming the bad field; what
+a schedule allows (split batches, workers, folding, a switch point, ...) it asks the
+schedule package (:meth:`ScheduleSpec.check <stalesim.schedule.spec.ScheduleSpec.check>`),
+so each rule has one message wherever it is broken.
 """
 
 from __future__ import annotations
@@ -125,17 +128,12 @@ class TrainConfig:
     def check(self) -> TrainConfig:
         """Raise StalesimError naming the first bad field; returns self."""
         from stalesim.plugins import is_plugin
-        from stalesim.schedule import get_spec, schedule_names
+        from stalesim.schedule import get_spec
 
         self._check_types()
         if self.schedule_file is not None:
             return self._check_with_file()
-        try:
-            spec = get_spec(self.schedule)
-        except StalesimError:
-            raise StalesimError(
-                f"schedule: unknown {self.schedule!r} (known: {', '.join(schedule_names())})"
-            ) from None
+        spec = get_spec(self.schedule)  # an unknown name: the registry's message, with the known ones
         if self.dataset not in DATASETS and not is_plugin(self.dataset):
             raise StalesimError(f"dataset: unknown {self.dataset!r} (known: {', '.join(DATASETS)}, "
                                 "or your own as pkg.module:factory)")
@@ -179,17 +177,14 @@ class TrainConfig:
             raise StalesimError(f"compression: unknown {self.compression!r} (known: {', '.join(COMPRESSIONS)})")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise StalesimError(f"device: expected cpu or cuda[:N], got {self.device!r}")
-        if self.workers > 1 and not spec.data_parallel:
-            dp = ", ".join(n for n in schedule_names() if get_spec(n).data_parallel)
-            raise StalesimError(
-                f"workers: {self.workers} workers need a data-parallel schedule ({dp}), "
-                f"not {self.schedule!r}"
-            )
-        if self.microbatches > 1 and not spec.uses_micro:
-            micro = ", ".join(n for n in schedule_names() if get_spec(n).uses_micro)
-            raise StalesimError(
-                f"microbatches: schedule {self.schedule!r} does not split batches (use {micro})"
-            )
+        if self.stages_per_device is not None:
+            _positive_int("stages_per_device", self.stages_per_device)
+        if self.switch is not None and self.switch_epoch is not None:
+            raise StalesimError("switch: give --switch (iterations) or --switch-epoch, not both")
+        # what the schedule allows (split batches, workers, folding, a switch point, stages per
+        # device, the fewest micro-batches, ...) is the schedule package's rule and message: the
+        # field names are the flags' names, and a one-batch config is enough to ask
+        spec.check(self.schedule_config(1))
         if self.compression != "none" and not spec.data_parallel:
             raise StalesimError(
                 f"compression: {self.compression!r} compresses the gradient all-reduce of a "
@@ -202,23 +197,8 @@ class TrainConfig:
                 f"batch_size: {self.batch_size} is not divisible by {what} "
                 f"({self.workers} x {self.microbatches}); each shard must be equal"
             )
-        if self.switch is not None and self.switch_epoch is not None:
-            raise StalesimError("switch: give --switch (iterations) or --switch-epoch, not both")
-        if (self.switch is not None or self.switch_epoch is not None) and not spec.switches:
-            raise StalesimError(f"switch: only a switching schedule (hybrid) switches, not {self.schedule!r}")
         if self.switch_epoch is not None and self.epochs is None:
             raise StalesimError("switch_epoch: needs --epochs (use --switch for iterations)")
-        if self.fold is not None:
-            if spec.data_parallel:
-                raise StalesimError(f"fold: {self.schedule!r} places each worker on its own device; "
-                                    "stages cannot be folded")
-            if self.fold > self.num_stages:
-                raise StalesimError(f"fold: {self.fold} devices for {self.num_stages} stage(s); "
-                                    "a stage runs on one device")
-        if self.stages_per_device is not None:
-            _positive_int("stages_per_device", self.stages_per_device)
-        # every schedule constraint (min micro-batches, stages per device, ...) is the spec's
-        spec.check(self.schedule_config(1))
         self._check_optimizer()
         self._check_size()
         return self

@@ -236,8 +236,8 @@ def run_dir(out: Path, name: str, k: int) -> Path:
 
 
 def _run_baseline(v: Validation, k: int) -> None:
-    from executor.job import make_job
     from executor.launch import run_local
+    from executor.spec import make_job
 
     cfg = v.cfg
     base_devs = v.devs.first(1)
@@ -346,7 +346,7 @@ def round_order(names: list[str], k: int) -> list[str]:
 def run_step(v: Validation) -> None:
     """``cfg.repeats`` rounds; each round runs the 1-rank baseline (round 0 ran in
     :func:`baseline_step`), then every schedule once, in one process group."""
-    from executor.job import make_job
+    from executor.spec import make_job
 
     cfg = v.cfg
     K = cfg.repeats
