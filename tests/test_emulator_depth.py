@@ -105,3 +105,22 @@ def test_cli_bad_depths_are_one_line_exit_2(capsys, tmp_path, argv, needle):
     rc, _, err = _run(capsys, SYN + ["--out", str(tmp_path)] + argv)
     assert rc == 2 and needle in err
     assert len(err.strip().splitlines()) == 1 or err.lstrip().startswith("usage:")
+
+
+def test_stored_tables_roundtrip_into_one_plot(tmp_path):
+    from stalesim.emulator.depth import main, read_depth_csv, write_depth_table
+
+    target = Target("loss", 1.0, 1)
+    for opt in ("adamw", "muon"):
+        d = tmp_path / opt
+        d.mkdir()
+        rows = depth_rows([_res(s, 0, [2.0] * s + [0.5], opt=opt) for s in (1, 2)] + [_res(4, 0, [2.0] * 5, opt=opt)],
+                          target)
+        write_depth_table(rows, target, d)
+        (d / "study.json").write_text(json.dumps({"base": {"model": "m"}, "target_loss": 1.0, "target_smooth": 1}))
+        back = read_depth_csv(d / "depth.csv")
+        assert back == rows and back[2]["slowdown_at_least"] == 3.0  # (5 + 1) / 2
+    assert main([str(tmp_path / "both.png"), str(tmp_path / "adamw"), str(tmp_path / "muon")]) == 0
+    assert (tmp_path / "both.png").is_file()
+    with pytest.raises(StalesimError, match="usage"):
+        main([str(tmp_path / "x.png")])

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             drows = depth_rows(results, target)
             extra = [p.name for p in write_depth_table(drows, target, out)]
             extra.append(plot_slowdown(drows, out / "slowdown_vs_stages.png",
-                                       title=f"{base.model}, {target.describe()}").name)
+                                       title=f"{base.model}\n{target.describe()}").name)
     if args.json:
         print_json(rows)
     else:

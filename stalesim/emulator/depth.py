@@ -98,6 +98,45 @@ def _add_slowdowns(rows: list[dict[str, Any]]) -> None:
             r["slowdown_at_least"] = sum(n) / len(n) / ref
 
 
+def read_depth_csv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a stored ``depth.csv`` (as :func:`depth_rows` made them), for a figure that
+    puts several studies (one per optimizer) on one plot."""
+    import csv
+    import json
+
+    def num(x: str) -> float | None:
+        return None if x == "" else float(x)
+
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            out.append({"optimizer": r["optimizer"], "schedule": r["schedule"], "stages": int(r["stages"]),
+                        "mitigation": r["mitigation"], "seeds": int(r["seeds"]), "reached": int(r["reached"]),
+                        **{k: num(r[k]) for k in ("iterations_mean", "iterations_lo", "iterations_hi",
+                                                  "slowdown", "slowdown_at_least")},
+                        "baseline": r["baseline"] or None, "horizon": int(r["horizon"]),
+                        "per_seed": json.loads(r["per_seed"])})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stalesim.emulator.depth OUT.png STUDY_DIR...``: one slowdown plot of the
+    studies' stored ``depth.csv`` files (e.g. one study per optimizer)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        raise StalesimError("depth: usage: python -m stalesim.emulator.depth OUT.png STUDY_DIR...")
+    rows = [r for d in args[1:] for r in read_depth_csv(Path(d) / "depth.csv")]
+    import json
+
+    target = json.loads((Path(args[1]) / "study.json").read_text())
+    title = f"{target['base']['model']}\ntraining loss <= {target['target_loss']:g} " \
+            f"(mean of the last {target['target_smooth']} iterations)"
+    print(plot_slowdown(rows, Path(args[0]), title=title))
+    return 0
+
+
 COLUMNS = ["optimizer", "schedule", "stages", "mitigation", "seeds", "reached", "iterations_mean",
            "iterations_lo", "iterations_hi", "slowdown", "slowdown_at_least", "baseline", "horizon", "per_seed"]
 
@@ -154,10 +193,17 @@ def plot_slowdown(rows: list[dict[str, Any]], path: Path, title: str = "") -> Pa
                     color=line[0].get_color(), ms=8, mfc="none")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
+    from matplotlib.ticker import ScalarFormatter
+
+    stages = sorted({r["stages"] for r in rows})
+    if stages:
+        ax.set_xticks(stages)
+    for axis in (ax.xaxis, ax.yaxis):  # 1, 2, 4 rather than 2^0, 2^1, 2^2
+        axis.set_major_formatter(ScalarFormatter())
     ax.axhline(1.0, color="k", lw=0.8, alpha=0.5)
     ax.set_xlabel("pipeline stages S")
     ax.set_ylabel("iterations to target / S = 1's")
-    ax.set_title(title + "\n(open triangle: a lower bound, some seed never reached the target)", fontsize=8)
+    ax.set_title(title + "\n(open triangle: a lower bound, some seed never reached the target)", fontsize=7)
     ax.grid(alpha=0.3, which="both")
     if series:
         ax.legend(fontsize=7)
@@ -166,3 +212,7 @@ def plot_slowdown(rows: list[dict[str, Any]], path: Path, title: str = "") -> Pa
         return savefig_atomic(fig, path, dpi=120)
     finally:
         plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
