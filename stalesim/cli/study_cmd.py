@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from stalesim.cli.common import add_threads_arg, int_type, print_json
+from stalesim.cli.common import add_threads_arg, int_type, positive_float, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.limits import MAX_COUNT, MAX_JOBS
 
@@ -32,8 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_threads_arg(p, "per parallel process (--jobs)")
     p.add_argument("--schedules", type=_csv, default=["sequential", "stale"],
                    help="comma-separated schedules (default sequential,stale)")
-    p.add_argument("--placements", default="S2",
-                   help="';'-separated PPVs or stage counts, e.g. '2;1,2;1,2,3,4' or 'S2;S4'")
+    p.add_argument("--placements", default=None,
+                   help="';'-separated PPVs or stage counts, e.g. '2;1,2;1,2,3,4' or 'S2;S4' (default S2)")
+    p.add_argument("--depths", default=None,
+                   help="depth scaling: comma-separated stage counts, e.g. 1,2,4,8,16,32 (the model split "
+                        "into that many stages; instead of --placements)")
+    p.add_argument("--target-loss", type=positive_float, default=None,
+                   help="also count iterations to this training loss per row and the slowdown against "
+                        "S = 1 (depth.csv, depth.md, slowdown_vs_stages.png)")
+    p.add_argument("--target-smooth", type=int_type(1, MAX_COUNT), default=20,
+                   help="with --target-loss: the loss is the mean of the last N iterations (default 20)")
     p.add_argument("--mitigations", type=_csv, default=["none"],
                    help="comma-separated: none, weight-prediction, spike-compensation, pipemare, "
                         "pipemare-lr, pipemare-correction, staleness-lr, nesterov-lookahead, "
@@ -81,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         from stalesim.errors import StalesimError
 
         raise StalesimError("batch_runs: --batch-runs sets the size of batches; it needs --batched")
+    if args.depths is not None and args.placements is not None:
+        from stalesim.errors import StalesimError
+
+        raise StalesimError("depths: give --depths or --placements, not both")
     # -M is for the grid's micro-batch schedules (expand() gives the others whole batches)
     micro, args.microbatches = args.microbatches, 1
     base = replace(train_config_from_args(args), microbatches=micro)
@@ -90,7 +102,12 @@ def run(args: argparse.Namespace) -> int:
     # start (they inherit this process's sys.path, where the modules were found)
     check_own_code(base)
     out = Path(args.out)
-    places = parse_placements(args.placements)
+    if args.depths is not None:
+        from stalesim.emulator.depth import depth_placements, parse_depths
+
+        places = depth_placements(parse_depths(args.depths))
+    else:
+        places = parse_placements(args.placements or "S2")
     points, mit_of = [], {}
     for mit in args.mitigations:
         for rid, cfg in expand(base, args.schedules, places, [mit], args.seeds):
@@ -99,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
                 mit_of[rid] = "none" if get_spec(cfg.schedule).placement_free else mit
     with folder_lock(out):  # held from the first write (study.json) to the table
         write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
-                                               "placements": args.placements,
+                                               "placements": args.placements, "depths": args.depths,
+                                               "target_loss": args.target_loss,
+                                               "target_smooth": args.target_smooth,
                                                "mitigations": args.mitigations, "seeds": args.seeds,
                                                "batched": args.batched, "batch_runs": args.batch_runs,
                                                "runs": [rid for rid, _ in points]})
@@ -110,9 +129,21 @@ def run(args: argparse.Namespace) -> int:
         rows = aggregate(results)
         write_table(rows, out)
         fig = plot(rows, out)
+        extra = []
+        if args.target_loss is not None:
+            from stalesim.emulator.depth import depth_rows, plot_slowdown, write_depth_table
+            from stalesim.plan.convergence import Target
+
+            target = Target("loss", args.target_loss, args.target_smooth)
+            drows = depth_rows(results, target)
+            extra = [p.name for p in write_depth_table(drows, target, out)]
+            extra.append(plot_slowdown(drows, out / "slowdown_vs_stages.png",
+                                       title=f"{base.model}\n{target.describe()}").name)
     if args.json:
         print_json(rows)
     else:
         print((out / "table.md").read_text(), end="")
-        print(f"wrote {out}/table.csv, table.md, {fig.name}, results.jsonl")
+        if extra:
+            print((out / "depth.md").read_text(), end="")
+        print(f"wrote {out}/table.csv, table.md, {fig.name}, results.jsonl" + "".join(f", {e}" for e in extra))
     return 0

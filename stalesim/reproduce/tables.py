@@ -614,8 +614,37 @@ def stored_markdown(folder: str) -> Callable[[Path], str]:
     return render
 
 
+DEPTH = "depth_scaling_2026-11-26"
+# (stored table, target) of the depth study: the target fixed before the run, then the one added after
+DEPTH_TABLES = (("depth.csv", 2.9), ("depth_target3.3.csv", 3.3))
+
+
+def depth_scaling(root: Path) -> str:
+    """Iterations to the target per S, with the slowdown vs S = 1, from the depth study's stored
+    ``depth.csv`` files (one study per optimizer; :mod:`stalesim.emulator.depth` wrote them)."""
+    from stalesim.emulator.depth import read_depth_csv
+
+    names = {("adamw", "none"): "AdamW", ("adamw", "basis-rotation"): "AdamW + basis rotation",
+             ("muon", "none"): "Muon"}
+    lines = ["| target | optimizer | S = 1 | S = 2 | S = 4 | S = 8 |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for fname, target in DEPTH_TABLES:
+        rows = [r for opt in ("adamw", "muon") for r in read_depth_csv(root / RES / DEPTH / opt / fname)]
+        for key, label in names.items():
+            cells = []
+            for S in (1, 2, 4, 8):
+                r = next(x for x in rows if (x["optimizer"], x["mitigation"]) == key and x["stages"] == S)
+                if r["iterations_mean"] is None:
+                    cells.append(f"not reached in {r['horizon']}, **> {r['slowdown_at_least']:.2f}x**")
+                    continue
+                its = f"{r['iterations_mean']:g} ({r['iterations_lo']:g}-{r['iterations_hi']:g})"
+                cells.append(its if S == 1 else f"{its}, **{r['slowdown']:.2f}x**")
+            lines.append(f"| {target:g} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
+    "depth-scaling": depth_scaling,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
     "lm-staleness": lambda root: lm_staleness.table(root / lm_staleness.DEFAULT),
