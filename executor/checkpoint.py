@@ -179,7 +179,7 @@ class Checkpointer:
             "losses": dict(rank.losses),
             "resend": list(self.retained.pop(k, [])),
             "ar_open": [str(a) for a in self.ar_open.get(k, [])],
-            "peak_bytes": rank.peak_bytes,
+            "peak_bytes": rank.memory.peak_bytes,
         }
         path = self._file(k, self.ctx.rank)
         torch_save_atomic(state, path)
@@ -243,7 +243,7 @@ class Checkpointer:
             getattr(st, name).update(state["store"][name])
         rank.loss_labels.update(state["loss_labels"])
         rank.losses.update(state["losses"])
-        rank.peak_bytes = int(state.get("peak_bytes", 0))
+        rank.memory.peak_bytes = int(state.get("peak_bytes", 0))
         rank.resend = [(Action.parse(text), tensors) for text, tensors in state["resend"]]
         rank.restart_ar = [Action.parse(text) for text in state["ar_open"]]
         for w, s, v in self.reserved.pop(k, []):
