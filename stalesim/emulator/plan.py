@@ -68,7 +68,7 @@ def checkpoint_reservations(steps: Sequence[Action], events: dict[int, dict[str,
         elif a.kind is Kind.B or a.kind is Kind.W:  # the backward completes (W: split)
             key = (a.worker, a.stage, a.batch, a.micro)
             spans.append((f_at.pop(key), i, key))
-    table = sched.versions
+    table = sched.table
     for fi, bi, (w, s, t, m) in spans:
         j = bisect.bisect_left(ck, fi)
         while j < len(ck) and ck[j] < bi:
