@@ -316,11 +316,6 @@ class Rank:
             self.posted[a.key] = (p, None)
             self.memory.posted(("B", w, s, t, m), buf)
 
-    def _take_posted(self, a: Action) -> tuple[Pending, Pending | None]:
-        """The receive(s) the plan posted for this RECV (it posts each no later than
-        right before its RECV action)."""
-        return self.posted.pop(a.key)
-
     # --------------------------------------------------------------- compute
     def _input(self, w: int, t: int, m: int | None) -> torch.Tensor:
         """Stage 0's input of F(w, t, m): that slice of batch t only, as ``shard`` by worker
@@ -442,7 +437,7 @@ class Rank:
         self._used_labels(key)
 
     def _exec_recv_activation(self, a: Action) -> None:
-        p, q = self._take_posted(a)
+        p, q = self.posted.pop(a.key)  # the plan posts a receive no later than right before its RECV
         x = self.tr.wait(p)
         self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
         if q is not None:
@@ -458,7 +453,7 @@ class Rank:
             self._keep_sent(a, [g])
 
     def _exec_recv_grad(self, a: Action) -> None:
-        p, _ = self._take_posted(a)
+        p, _ = self.posted.pop(a.key)
         self.store.grads_in[(a.worker, a.stage, a.batch, a.micro)] = self.tr.wait(p)
 
     # -------------------------------------------------------------- all-reduce
