@@ -89,7 +89,7 @@ def dispatch_loop(model: str, batch: int, reps: int) -> dict[str, float]:
         mem = []
         for _ in acts:
             s = time.perf_counter()
-            rank._track_memory()
+            rank.memory.track()
             mem.append(time.perf_counter() - s)
     return {"loop_per_action_us": (wall - handler) / n * 1e6, "gap_median_us": _med_us(gaps),
             "actions": n,

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from stalesim.atomic import torch_save_atomic
 from stalesim.checkpoint_io import brief, load_checkpoint, mismatch, require_keys
 from stalesim.errors import StalesimError
+from stalesim.runtime.stage_checkpoint import restore_runtimes, runtime_state
 from stalesim.schedule import Action, Kind
 
 FORMAT = 1
@@ -170,10 +171,7 @@ class Checkpointer:
         state = {
             "format": FORMAT, "k": k, "every": self.every, "rank": self.ctx.rank,
             "world": self.ctx.world, "config": self.job["train"], "index": i + 1,
-            "runtimes": {key: {"state": rt.state_dict(), "inflight": rt.inflight_state(),
-                               "versions_used": list(rt.versions_used),
-                               "stash_peak": rt.stash_peak_bytes}
-                         for key, rt in self.rts.items()},
+            "runtimes": {key: runtime_state(rt) for key, rt in self.rts.items()},
             "store": {"inputs": det(st.inputs), "grads_in": det(st.grads_in),
                       "outputs": det(st.outputs), "grads_out": det(st.grads_out),
                       "labels": det(st.labels)},
@@ -181,7 +179,7 @@ class Checkpointer:
             "losses": dict(rank.losses),
             "resend": list(self.retained.pop(k, [])),
             "ar_open": [str(a) for a in self.ar_open.get(k, [])],
-            "peak_bytes": rank.peak_bytes,
+            "peak_bytes": rank.memory.peak_bytes,
         }
         path = self._file(k, self.ctx.rank)
         torch_save_atomic(state, path)
@@ -237,38 +235,15 @@ class Checkpointer:
     def _apply(self, rank: Any, state: dict[str, Any]) -> None:
         k = int(state["k"])
         saved = state["runtimes"]
-        for key, rt in self.rts.items():
-            sv = saved[key]
-            rt.load_state_dict(sv["state"])
-            rt.versions_used = [tuple(x) for x in sv["versions_used"]]
-            rt.stash_peak_bytes = sv["stash_peak"]
-        for (w, s), rt in self.rts.items():
-            sv = saved[(w, s)]
-            for (t, m), rec in sorted(sv["inflight"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-                x = rec["x"].detach()
-                if rec["x_requires_grad"]:
-                    x.requires_grad_(True)
-                rt.restore_forward(Action(Kind.F, s, t, m, w), x, rec["weights"], rec["v_f"])
-                if rec["has_loss"]:
-                    labels = state["loss_labels"][(w, s, t, m)]
-                    rt.loss(Action(Kind.LOSS, s, t, m, w), labels)
-                if "seg_grads" in rec:  # its I had run: waiting for W
-                    rt.restore_deferred(Action(Kind.F, s, t, m, w), rec["seg_grads"], rec["v_b"],
-                                       rec.get("grad_out"))
-        with torch.no_grad():  # the recomputation ran BatchNorm in training mode
-            for key, rt in self.rts.items():
-                sd = saved[key]["state"]
-                for name, buf in rt.module.named_buffers():
-                    buf.copy_(sd["module"][name])
-                if rt.head is not None:
-                    for name, buf in rt.head.named_buffers():
-                        buf.copy_(sd["head"][name])
+        loss_labels = state["loss_labels"]
+        restore_runtimes([(key, rt, saved[key]) for key, rt in self.rts.items()],
+                         lambda w, s, t, m: loss_labels[(w, s, t, m)])
         st = rank.store
         for name in ("inputs", "grads_in", "outputs", "grads_out", "labels"):
             getattr(st, name).update(state["store"][name])
         rank.loss_labels.update(state["loss_labels"])
         rank.losses.update(state["losses"])
-        rank.peak_bytes = int(state.get("peak_bytes", 0))
+        rank.memory.peak_bytes = int(state.get("peak_bytes", 0))
         rank.resend = [(Action.parse(text), tensors) for text, tensors in state["resend"]]
         rank.restart_ar = [Action.parse(text) for text in state["ar_open"]]
         for w, s, v in self.reserved.pop(k, []):

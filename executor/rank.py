@@ -20,7 +20,7 @@ Per action the loop does only what exactness, failure reports and the trace
 need: the beacon write (a memcpy), two timestamps, the handler; labels are
 precomputed, receives are posted where the precomputed plan says
 (:func:`stalesim.schedule.comm.posting_plan`: a dict lookup per action), and the
-memory sample (:meth:`Rank._track_memory`, unique storages as
+memory sample (:class:`executor.memory.MemorySampler`, unique storages as
 :mod:`stalesim.runtime.memory` defines them) reads byte counts cached when each
 tensor arrived.
 """
@@ -38,6 +38,7 @@ import torch.distributed as dist
 
 from executor.faults import Beacon, FaultInjector
 from executor.measure import Recorder, label_of
+from executor.memory import MemorySampler
 from executor.strict import STRICT_ENV, StrictComm
 from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
@@ -133,15 +134,6 @@ class _Store:
     labels: dict = field(default_factory=dict)  # (worker, batch) -> labels of the worker's slice
     label_uses: Counter = field(default_factory=Counter)
 
-    def storages(self, seen: dict[int, int]) -> None:
-        """Add the storages of the tensors waiting here (labels are not counted)."""
-        from stalesim.runtime.memory import add_storage
-
-        for d in (self.inputs, self.grads_in, self.outputs, self.grads_out):
-            for t in d.values():
-                if isinstance(t, torch.Tensor):
-                    add_storage(seen, t)
-
 
 class Rank:
     """Executes one device's action list (see the module doc)."""
@@ -182,9 +174,6 @@ class Rank:
         self.group_at = {i: self.groups.get(edge_of(sched, a)) for i, a in enumerate(self.actions)
                          if a.kind in (Kind.SEND_F, Kind.SEND_B, Kind.RECV_F, Kind.RECV_B)}
         self.index = start_index
-        self.peak_bytes = 0
-        self.static_bytes = 0
-        self.peak_parts: dict[str, int] | None = {}  # components at the peak (None: not kept)
         self.texts = [label_of(a) for a in self.actions]  # trace labels, computed once
         self.rec.texts = self.texts
         # the first SEND_F / RECV_F of each (worker, batch) carries that batch's labels
@@ -195,11 +184,10 @@ class Rank:
             if a.kind is Kind.LOSS or (a.kind is Kind.SEND_F and i in self.carries_labels):
                 self.store.label_uses[(a.worker, a.batch)] += 1
         self.part = self.cfg.batch_size // self.P  # a worker's slice of the global batch
-        # memory accounting, cached when a tensor arrives: receive buffers by the key of the
-        # action that consumes them -> (storage key, bytes); gradient bytes per runtime
-        self.msg_mem: dict[tuple, tuple[int, int]] = {}
-        self.grad_bytes = {key: [p.numel() * p.element_size() for p in rt.params]
-                           for key, rt in self.rts.items()}
+        # memory sampled after each compute action (CPU; CUDA reports the allocator's peak)
+        self.memory = MemorySampler(self.rts, store=self.store, sends=self.tr.sends, allreduces=self.ar,
+                                    local_loss=sched.local_loss, momentum=bool(cfg.momentum),
+                                    enabled=ctx.device.type != "cuda")
         # sends are waited on where the IR proves them complete (see transport's module doc)
         from stalesim.schedule.completion import send_release
 
@@ -235,6 +223,7 @@ class Rank:
         post_before = self.post_before
         texts = self.texts
         compute = COMPUTE_KINDS
+        track_memory = self.memory.track
         for i in range(self.index, len(acts)):
             a = acts[i]
             label = texts[i]
@@ -263,7 +252,7 @@ class Rank:
                     for p in self.sent.pop(j, ()):
                         self.tr.complete(p)
             if a.kind in compute:
-                self._track_memory()
+                track_memory()
             if self.on_action_done is not None:
                 self.on_action_done(i)
         beacon.set("finishing (waiting for the last sends)")
@@ -318,19 +307,14 @@ class Rank:
                 q = self.tr.post_recv(lab, src, tag_for(LABELS, s - 1, t, None), label,
                                       f"the labels of batch {t}", group)
             self.posted[a.key] = (p, q)
-            self.msg_mem[("F", w, s, t, m)] = _mem(buf)
+            self.memory.posted(("F", w, s, t, m), buf)
         else:
             src = self.sched.device_of(s + 1, w)
             buf = torch.empty((self.micro_size, *self.out_shapes[s]), dtype=self.dtype, device=self.device)
             p = self.tr.post_recv(buf, src, tag_for(GRAD, s + 1, t, m), label,
                                   f"the gradient of {s + 1}B{t}", self.group_at[index])
             self.posted[a.key] = (p, None)
-            self.msg_mem[("B", w, s, t, m)] = _mem(buf)
-
-    def _take_posted(self, a: Action) -> tuple[Pending, Pending | None]:
-        """The receive(s) the plan posted for this RECV (it posts each no later than
-        right before its RECV action)."""
-        return self.posted.pop(a.key)
+            self.memory.posted(("B", w, s, t, m), buf)
 
     # --------------------------------------------------------------- compute
     def _input(self, w: int, t: int, m: int | None) -> torch.Tensor:
@@ -369,7 +353,7 @@ class Rank:
                 x = st.outputs.pop(prev).detach()
             else:
                 x = st.inputs.pop((w, s, t, m))
-                self.msg_mem.pop(("F", w, s, t, m), None)  # the record holds it from now on
+                self.memory.consumed(("F", w, s, t, m))  # the record holds it from now on
             if not self.sched.local_loss:
                 x.requires_grad_(True)
         y_out = self.rts[(w, s)].forward(a, x)
@@ -403,7 +387,7 @@ class Rank:
         nxt = (w, s + 1, t, m)
         if nxt in st.grads_out:
             return st.grads_out.pop(nxt)
-        self.msg_mem.pop(("B", w, s, t, m), None)  # the backward's record holds it from now on
+        self.memory.consumed(("B", w, s, t, m))  # the backward's record holds it from now on
         return st.grads_in.pop((w, s, t, m))
 
     def _exec_backward(self, a: Action) -> None:
@@ -453,7 +437,7 @@ class Rank:
         self._used_labels(key)
 
     def _exec_recv_activation(self, a: Action) -> None:
-        p, q = self._take_posted(a)
+        p, q = self.posted.pop(a.key)  # the plan posts a receive no later than right before its RECV
         x = self.tr.wait(p)
         self.store.inputs[(a.worker, a.stage, a.batch, a.micro)] = x
         if q is not None:
@@ -469,7 +453,7 @@ class Rank:
             self._keep_sent(a, [g])
 
     def _exec_recv_grad(self, a: Action) -> None:
-        p, _ = self._take_posted(a)
+        p, _ = self.posted.pop(a.key)
         self.store.grads_in[(a.worker, a.stage, a.batch, a.micro)] = self.tr.wait(p)
 
     # -------------------------------------------------------------- all-reduce
@@ -486,74 +470,18 @@ class Rank:
         unpack_mean(flat, gs, self.P)
 
     # ------------------------------------------------------------------ memory
-    def memory_now(self, parts: dict[str, int] | None = None) -> int:
-        """Bytes this rank holds now, by unique storage (:mod:`stalesim.runtime.memory`);
-        ``parts`` (if given) receives them by component (the memory model's)."""
-        seen: dict[int, int] = {}
-        deferred: dict[int, int] = {}  # the gradients a deferred W reads
-        stash = grads = ar = 0
-        for key, rt in self.rts.items():
-            for rec in rt.inflight.values():
-                seen.update(rec.storages)
-            for rec in rt.deferred.values():  # split backward: I ran, W pending
-                seen.update(rec.storages)
-                for g in [*(rec.seg_grads or ()), rec.extra.get("grad_out")]:
-                    if g is not None:
-                        deferred[int(g.untyped_storage().data_ptr())] = int(g.untyped_storage().nbytes())
-            if rt.stash:
-                stash += rt.stash_bytes()
-            gb = self.grad_bytes[key]
-            for buf in rt.buffers.values():  # a gradient has its parameter's size
-                grads += sum(b for g, b in zip(buf, gb) if g is not None)
-        acts = sum(seen.values())
-        dw = sum(v for k, v in deferred.items() if k not in seen)
-        seen.update(deferred)
-        seen.update(self.msg_mem.values())
-        st = self.store
-        if st.grads_out or (st.outputs and self.sched.local_loss):
-            st.storages(seen)  # an input gradient awaiting SEND_B (outputs are records' y)
-        for p in self.tr.sends.values():
-            if p.counted:
-                seen[p.storage] = p.nbytes
-        for _, _, flat in self.ar.values():
-            ar += flat.untyped_storage().nbytes()
-        total = self.static_bytes + stash + grads + ar + sum(seen.values())
-        if parts is not None:
-            parts.update(static=self.static_bytes, stash=stash, gradients=grads, activations=acts,
-                         deferred_w=dw, comm_buffers=total - self.static_bytes - stash - grads - acts - dw)
-        return total
-
-    def _track_memory(self) -> None:
-        if self.device.type == "cuda":
-            return
-        n = self.memory_now()
-        if n > self.peak_bytes:
-            self.peak_bytes = n
-            if self.peak_parts is not None:
-                self.memory_now(self.peak_parts)
-
+    # what executor/job.py reads of the sampler (self.memory), under the names it had here
     def init_static_bytes(self) -> None:
-        """Parameters, buffers and optimizer state (momentum counted from the start)."""
-        from stalesim.runtime.memory import module_static_bytes
+        """Count the static bytes (:meth:`MemorySampler.init_static`)."""
+        self.memory.init_static()
 
-        st = module_static_bytes([m for rt in self.rts.values() for m in (rt.module, rt.head)],
-                                 momentum=bool(self.cfg.momentum))
-        opt = 0
-        for rt in self.rts.values():
-            if rt.optimizer is not None:
-                for state in rt.optimizer.state.values():
-                    opt += sum(v.untyped_storage().nbytes() for v in state.values()
-                               if isinstance(v, torch.Tensor))
-        # optimizer state appears at the first update: count it up front, per parameter as the
-        # memory model does (SGD momentum: one copy; Adam/AdamW: two; Muon's matrices: one;
-        # error feedback: one more)
-        expected = sum(rt.opt.state_nbytes() for rt in self.rts.values())
-        self.static_bytes = st["params"] + st["buffers"] + max(opt, expected)
+    @property
+    def peak_bytes(self) -> int:
+        return self.memory.peak_bytes
 
-
-def _mem(t: torch.Tensor) -> tuple[int, int]:
-    st = t.untyped_storage()
-    return int(st.data_ptr()), int(st.nbytes())
+    @property
+    def peak_parts(self) -> dict[str, int] | None:
+        return self.memory.peak_parts
 
 
 def env_flag(name: str) -> bool:

@@ -246,3 +246,30 @@ def test_no_import_cycles() -> None:
 def test_the_name_check_itself(snippet: str, hit: bool) -> None:
     node = ast.parse(snippet).body[0].value  # type: ignore[attr-defined]
     assert any(_is_name_literal(x) for x in [node.left, *node.comparators]) is hit
+
+
+def _private_reads(tree: ast.AST) -> Iterator[int]:
+    """Line of every ``obj._name`` whose object is not ``self``/``cls`` (dunders aside)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            yield node.lineno
+
+
+def test_checkpoints_use_the_public_interface() -> None:
+    """A checkpoint saves and restores the emulator, a rank and a stage runtime through what
+    they publish: a checkpoint module reading ``emu._acts`` breaks silently when the class
+    renames a field, and the format then no longer says what a run's state is."""
+    mods = [m for m in MODULES if m.rpartition(".")[2].endswith("checkpoint")]
+    assert {"stalesim.emulator.checkpoint", "executor.checkpoint"} <= set(mods)
+    offenders = [f"{MODULES[m].relative_to(ROOT)}:{line}" for m in mods
+                 for line in _private_reads(ast.parse(MODULES[m].read_text(), str(MODULES[m])))]
+    assert not offenders, "checkpoint code reads private attributes: " + ", ".join(offenders)
+
+
+@pytest.mark.parametrize("snippet, hit", [
+    ("emu._acts", True), ("x = rank._store.inputs", True), ("self._dir(k)", False),
+    ("emu.handoff.acts", False), ("t.__class__", False), ("cls._make()", False),
+])
+def test_the_private_read_check_itself(snippet: str, hit: bool) -> None:
+    assert bool(list(_private_reads(ast.parse(snippet)))) is hit

@@ -138,7 +138,7 @@ def test_rank_accounting_of_a_known_state() -> None:
         loss = F.cross_entropy(y, target)
     independent = unique_storage_bytes([rec.x, y]) + sum(
         v for k, v in seen.items() if k not in (storage_key(rec.x), storage_key(y)))
-    assert rank.memory_now() == 2 * params + independent
+    assert rank.memory.now() == 2 * params + independent
     del loss
 
 

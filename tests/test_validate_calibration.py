@@ -227,3 +227,14 @@ def test_co_runner_trains_every_zoo_kind(model: str) -> None:
         threading.excepthook = prev
         torch.set_num_threads(old)
     assert not errors and ready.is_set()
+
+
+def test_the_labels_ride_the_executors_carriers() -> None:
+    """The cost model charges the labels message to the sends and receives the executor
+    sends it with (label_carriers): one per batch and stage edge, not one per micro-batch."""
+    from stalesim.schedule import Kind
+    from stalesim.validate.costmodel import _forward_messages
+
+    sched = build_schedule(ScheduleConfig("gpipe", stages=3, batches=5, microbatches=2))
+    assert _forward_messages(sched, Kind.SEND_F) == ({0: 10, 1: 10}, {0: 5, 1: 5})
+    assert _forward_messages(sched, Kind.RECV_F) == ({1: 10, 2: 10}, {1: 5, 2: 5})

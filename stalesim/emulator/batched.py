@@ -216,9 +216,9 @@ class BatchedEmulator(Emulator):
             for k in range(K):
                 seen[k] += int(y[k].numel())
             self._queue_loss(t, values)
-        self._batch_left[t] -= 1
-        if self._batch_left[t] == 0:
-            del self._batch_left[t], self._batch[t]
+        self.handoff.batch_left[t] -= 1
+        if self.handoff.batch_left[t] == 0:
+            del self.handoff.batch_left[t], self._batch[t]
 
     def _add_loss(self, t: int, value: list[Any]) -> None:
         parts = self.state.loss_parts.setdefault(t, [0.0] * self.K)
@@ -287,7 +287,7 @@ class BatchedEmulator(Emulator):
         metrics = self.evaluate_metrics()
         correct = st.correct.pop(epoch, [0] * self.K)
         seen = st.seen.pop(epoch, [1] * self.K)
-        now = round(self._now(), 4)
+        now = round(self.now(), 4)
         for k in range(self.K):
             if st.run_diverged_at[k] is not None:
                 continue
@@ -355,7 +355,7 @@ class BatchedEmulator(Emulator):
 
         versions = self.versions_log()
         facts = self.version_facts()
-        wall = round(self._now(), 4)
+        wall = round(self.now(), 4)
         stash = sum(r.stash_peak_bytes for r in self.rts.values()) // self.K
         out = []
         for k, c in enumerate(self.cfgs):

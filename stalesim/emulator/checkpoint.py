@@ -22,12 +22,11 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from stalesim.atomic import torch_save_atomic
 from stalesim.checkpoint_io import brief, mismatch, read_checkpoint, require_keys
+from stalesim.emulator.state import Handoff
 from stalesim.errors import StalesimError
-from stalesim.schedule import Action, Kind
+from stalesim.runtime.stage_checkpoint import restore_runtimes, runtime_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.emulator.replay import Emulator
@@ -43,21 +42,19 @@ def _rows(emu: Emulator) -> list[list[Any]]:
 
 
 def save(emu: Emulator, path: Path) -> None:
-    st = emu.state
-    run = dataclasses.asdict(st)
-    run["elapsed"] = emu._now()
+    run = dataclasses.asdict(emu.state)
+    run["elapsed"] = emu.now()
+    hand = emu.handoff
     state: dict[str, Any] = {
         "format": FORMAT,
         "config": emu.checkpoint_config(),
         "checkpoint_every": emu.checkpoint_every,
         "run": run,
         # one row per worker, stage order (the format since the first checkpoint)
-        "runtimes": [[{"state": rt.state_dict(), "inflight": rt.inflight_state(),
-                       "versions_used": list(rt.versions_used), "stash_peak": rt.stash_peak_bytes}
-                      for rt in row] for row in _rows(emu)],
-        "acts": emu._acts,
-        "grads": emu._grads,
-        "batch_left": emu._batch_left,
+        "runtimes": [[runtime_state(rt) for rt in row] for row in _rows(emu)],
+        "acts": hand.acts,
+        "grads": hand.grads,
+        "batch_left": hand.batch_left,
         "peak_inflight": emu.peak_inflight_bytes,
     }
     torch_save_atomic(state, path)
@@ -93,41 +90,10 @@ def load(emu: Emulator, path: Path) -> None:
 
 
 def _apply(emu: Emulator, state: dict[str, Any]) -> None:
-    run = state["run"]
-    emu.state = type(emu.state)(**run)
-    saved_modules = []
-    for row, srow in zip(_rows(emu), state["runtimes"]):
-        for rt, sv in zip(row, srow):
-            rt.load_state_dict(sv["state"])
-            rt.versions_used = list(sv["versions_used"])
-            rt.stash_peak_bytes = sv["stash_peak"]
-            saved_modules.append((rt, sv["state"]))
-    # rebuild the in-flight graphs: recompute each forward with the weights it read
-    for r, (row, srow) in enumerate(zip(_rows(emu), state["runtimes"])):
-        for s, (rt, sv) in enumerate(zip(row, srow)):
-            for (t, m), rec in sorted(sv["inflight"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-                x = rec["x"]
-                if rec["x_requires_grad"]:
-                    x = x.detach().requires_grad_(True)
-                a = Action(Kind.F, s, t, m, r)
-                rt.restore_forward(a, x, rec["weights"], rec["v_f"])
-                if rec["has_loss"]:
-                    labels = emu._slice(emu._labels(t), r, m)
-                    rt.loss(Action(Kind.LOSS, s, t, m, r), labels)
-                if "seg_grads" in rec:  # its I had run: waiting for W
-                    rt.restore_deferred(a, rec["seg_grads"], rec["v_b"],
-                                       rec.get("grad_out"))
-    # the recomputation ran BatchNorm in training mode: put its buffers back
-    with torch.no_grad():
-        for rt, sv in saved_modules:
-            for name, buf in rt.module.named_buffers():
-                buf.copy_(sv["module"][name])
-            if rt.head is not None:
-                for name, buf in rt.head.named_buffers():
-                    buf.copy_(sv["head"][name])
-    emu._acts = state["acts"]
-    emu._grads = state["grads"]
-    emu._batch_left = state["batch_left"]
+    emu.state = type(emu.state)(**state["run"])
+    entries = [((w, s), rt, sv) for w, (row, srow) in enumerate(zip(_rows(emu), state["runtimes"]))
+               for s, (rt, sv) in enumerate(zip(row, srow))]
+    restore_runtimes(entries, lambda w, s, t, m: emu.loss_labels(t, w, m))
+    emu.handoff = Handoff(acts=state["acts"], grads=state["grads"], batch_left=state["batch_left"])
     emu.peak_inflight_bytes = state["peak_inflight"]
-    for w, s, v in emu._ck_release.get(emu.state.index - 1, []):
-        emu.rts[(w, s)].release(v)
+    emu.release_reserved(emu.state.index - 1)

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +28,8 @@ from typing import Any
 import torch
 
 from stalesim.atomic import AppendLog, ensure_dir, write_json_atomic, write_lines_atomic
-from stalesim.emulator.state import RunState
+from stalesim.emulator.plan import Reservation, checkpoint_reservations, plan_events
+from stalesim.emulator.state import Handoff, RunState
 from stalesim.errors import StalesimError
 from stalesim.runtime.allreduce import mean_in_process
 from stalesim.runtime.build import build_stage_modules, replicate, stage_runtimes
@@ -109,13 +109,12 @@ class Emulator:
         self._completed: list[tuple[int, float]] = []
         self.steps = [st.action for st in dry_run(self.sched)]
         self.state = RunState()
-        self._ck_release: dict[int, list[tuple[int, int, int]]] = {}
+        # weight versions kept for the checkpoint after each replay step (see _plan_events)
+        self.reserved: dict[int, list[Reservation]] = {}
         self._events = self._plan_events()
         self._replay_s: float | None = None  # seconds of this process's replay (the summary's wall_s)
-        self._acts: dict[tuple, torch.Tensor] = {}
-        self._grads: dict[tuple, torch.Tensor] = {}
+        self.handoff = Handoff()  # activations and gradients between stages, labels left
         self._batch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._batch_left: dict[int, int] = {}
         self.loss_actions_per_batch = self.P * self.M
         self.peak_inflight_bytes = 0
         # one method per action kind, named as in the executor's Rank (stalesim.schedule.dispatch)
@@ -123,66 +122,23 @@ class Emulator:
 
     # ------------------------------------------------------------ planning
     def _plan_events(self) -> dict[int, dict[str, Any]]:
-        """Replay positions after which an epoch ends / a checkpoint is due.
-
-        A batch is *done* when all its updates ran; "after step k" means every
-        batch < k is done. For every checkpoint, the forwards in flight there are
-        found now, so their weight versions can be reserved (kept) until it.
-        """
-        need = self.S * self.P
-        left: dict[int, int] = defaultdict(lambda: need)
-        done_upto = 0
-        finished: set[int] = set()
-        events: dict[int, dict[str, Any]] = {}
-        for i, a in enumerate(self.steps):
-            if a.kind is not Kind.U:
-                continue
-            left[a.batch] -= 1
-            if left[a.batch] == 0:
-                finished.add(a.batch)
-                del left[a.batch]
-                start = done_upto
-                while done_upto in finished:
-                    finished.discard(done_upto)
-                    done_upto += 1
-                for k in range(start + 1, done_upto + 1):
-                    ev = events.setdefault(i, {"done": k, "epoch_end": [], "checkpoint": False})
-                    ev["done"] = k
-                    if k % self.bpe == 0 and self.cfg.epochs is not None:
-                        ev["epoch_end"].append(k // self.bpe - 1)
-                    if self.out is not None and (
-                        (self.checkpoint_every and k % self.checkpoint_every == 0)
-                        or (k % self.bpe == 0 and k < self.total)
-                    ):
-                        ev["checkpoint"] = True
+        """The epoch ends and checkpoints of the replay (:mod:`stalesim.emulator.plan`); the
+        weight versions in flight at each checkpoint are reserved until it is written."""
+        events = plan_events(self.steps, units=self.S * self.P, bpe=self.bpe, total=self.total,
+                             epochs=self.cfg.epochs is not None, checkpoints=self.out is not None,
+                             checkpoint_every=self.checkpoint_every)
         if self.out is not None:
-            self._reserve_for_checkpoints(events)
+            self.reserved = checkpoint_reservations(self.steps, events, self.sched)
+            for items in self.reserved.values():
+                for w, s, v in items:
+                    self.rts[(w, s)].reserve(v)
         return events
 
-    def _reserve_for_checkpoints(self, events: dict[int, dict[str, Any]]) -> None:
-        ck = sorted(i for i, ev in events.items() if ev["checkpoint"])
-        if not ck:
-            return
-        f_at: dict[tuple, int] = {}
-        spans = []
-        for i, a in enumerate(self.steps):
-            if a.kind is Kind.F:
-                f_at[(a.worker, a.stage, a.batch, a.micro)] = i
-            elif a.kind is Kind.B or a.kind is Kind.W:  # the backward completes (W: split)
-                key = (a.worker, a.stage, a.batch, a.micro)
-                spans.append((f_at.pop(key), i, key))
-        import bisect
-
-        self._ck_release = defaultdict(list)
-        table = self.sched.versions
-        for fi, bi, key in spans:
-            j = bisect.bisect_left(ck, fi)
-            while j < len(ck) and ck[j] < bi:
-                w, s, t, m = key
-                v = table.v_f(s, t, m, w)
-                self.rts[(w, s)].reserve(v)
-                self._ck_release[ck[j]].append((w, s, v))
-                j += 1
+    def release_reserved(self, index: int) -> None:
+        """Release the versions reserved for the checkpoint after replay step ``index`` (once
+        it is written, or once a resume from it has rebuilt the in-flight graphs)."""
+        for w, s, v in self.reserved.get(index, ()):
+            self.rts[(w, s)].release(v)
 
     # ------------------------------------------------------------- actions
     def _data(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,7 +147,7 @@ class Emulator:
             x, y = self._fetch(t)
             b = (to_device(x, self.device), to_device(y, self.device))
             self._batch[t] = b
-            self._batch_left.setdefault(
+            self.handoff.batch_left.setdefault(
                 t, self.loss_actions_per_batch * (self.S if self.sched.local_loss else 1))
         return b
 
@@ -199,9 +155,10 @@ class Emulator:
         """Global batch t from the stream (a batched emulation stacks its runs' batches)."""
         return self.stream(t)
 
-    def _labels(self, t: int) -> torch.Tensor:
-        """Batch t's labels on the device (checkpoint resume recomputes losses with them)."""
-        return to_device(self._fetch(t)[1], self.device)
+    def loss_labels(self, t: int, worker: int, micro: int | None) -> torch.Tensor:
+        """The labels LOSS(worker, t, micro) reads, on the device, read anew from the stream
+        (a resume recomputes the in-flight losses with them)."""
+        return self._slice(to_device(self._fetch(t)[1], self.device), worker, micro)
 
     def checkpoint_config(self) -> dict[str, Any]:
         """What a checkpoint must have been made with to resume this emulation."""
@@ -219,12 +176,12 @@ class Emulator:
         if s == 0:
             x = self._slice(self._data(t)[0], r, m)
         else:
-            x = self._acts.pop((r, s, t, m))
+            x = self.handoff.acts.pop((r, s, t, m))
             if not self.sched.local_loss:
                 x.requires_grad_(True)
         y = self.rts[(r, s)].forward(a, x)
         if s < self.S - 1:
-            self._acts[(r, s + 1, t, m)] = y.detach()
+            self.handoff.acts[(r, s + 1, t, m)] = y.detach()
 
     def _exec_loss(self, a: Action) -> None:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
@@ -238,9 +195,9 @@ class Emulator:
                 self._queued_correct.append((ep, correct_count(rt.inflight[(t, m)].y, y)))
             st.seen[ep] = st.seen.get(ep, 0) + int(y.numel())
             self._queue_loss(t, value)
-        self._batch_left[t] -= 1
-        if self._batch_left[t] == 0:
-            del self._batch_left[t], self._batch[t]
+        self.handoff.batch_left[t] -= 1
+        if self.handoff.batch_left[t] == 0:
+            del self.handoff.batch_left[t], self._batch[t]
 
     # -------------------------------------------------- reading the numbers
     def _queue_loss(self, t: int, value: torch.Tensor) -> None:
@@ -251,7 +208,7 @@ class Emulator:
         st.loss_count[t] = st.loss_count.get(t, 0) + 1
         if st.loss_count[t] == self.loss_actions_per_batch:
             del st.loss_count[t]
-            self._completed.append((t, round(self._now(), 4)))
+            self._completed.append((t, round(self.now(), 4)))
             if len(self._completed) >= self.read_every:
                 self._read_out()
 
@@ -297,18 +254,18 @@ class Emulator:
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
         gy = None
         if not (self.sched.local_loss or s == self.S - 1):
-            gy = self._grads.pop((r, s, t, m))
+            gy = self.handoff.grads.pop((r, s, t, m))
         gx = self.rts[(r, s)].backward(a, gy)
         if s > 0 and not self.sched.local_loss:
-            self._grads[(r, s - 1, t, m)] = gx
+            self.handoff.grads[(r, s - 1, t, m)] = gx
 
     def _exec_backward_input(self, a: Action) -> None:
         """I: the input gradient only (split backward); hands it to the previous stage."""
         r, s, t, m = a.worker, a.stage, a.batch, a.micro
-        gy = None if s == self.S - 1 else self._grads.pop((r, s, t, m))
+        gy = None if s == self.S - 1 else self.handoff.grads.pop((r, s, t, m))
         gx = self.rts[(r, s)].backward_input(a, gy)
         if s > 0:
-            self._grads[(r, s - 1, t, m)] = gx
+            self.handoff.grads[(r, s - 1, t, m)] = gx
 
     def _exec_backward_weight(self, a: Action) -> None:
         """W: the deferred weight gradient of a backward whose I ran."""
@@ -347,7 +304,8 @@ class Emulator:
         if self._metrics_fh is not None:
             self._metrics_fh.write_line(json.dumps(rec))
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """Seconds of this run so far (across resumes)."""
         return self.state.elapsed + (time.perf_counter() - self._t0)
 
     def evaluate(self, worker: int = 0) -> float | None:
@@ -391,7 +349,7 @@ class Emulator:
         metrics = self.evaluate_metrics()
         train_acc = st.correct.pop(epoch, 0) / max(st.seen.pop(epoch, 1), 1)
         rec = {"epoch": epoch, "train_accuracy": train_acc, **metrics,
-               "wall_time_s": round(self._now(), 4)}
+               "wall_time_s": round(self.now(), 4)}
         st.epochs.append(rec)
         st.metrics.append(rec)
         if self._metrics_fh is not None:
@@ -468,8 +426,7 @@ class Emulator:
                     from stalesim.emulator import checkpoint as ckpt
 
                     ckpt.save(self, self.out / CKPT_NAME)
-                    for w, s, v in self._ck_release.get(i - 1, []):
-                        self.rts[(w, s)].release(v)
+                    self.release_reserved(i - 1)
                     self._track_memory()
             if a.kind is Kind.F:
                 self._track_memory()
@@ -535,7 +492,7 @@ class Emulator:
             self.cfg, losses=losses, diverged_at=st.diverged_at, epochs=epochs,
             data_note=self.stream.data.note, facts=facts,
             stash_peak_bytes=sum(r.stash_peak_bytes for r in self.rts.values()),
-            inflight_peak_bytes=self.peak_inflight_bytes, wall_time_s=round(self._now(), 4)).to_dict()
+            inflight_peak_bytes=self.peak_inflight_bytes, wall_time_s=round(self.now(), 4)).to_dict()
         if self.out is not None:
             write_lines_atomic(self.out / "versions.jsonl", (json.dumps(rec) for rec in self.versions_log()))
             write_json_atomic(self.out / "summary.json", summary)

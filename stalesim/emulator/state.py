@@ -1,4 +1,4 @@
-"""RunState: the progress of an emulation that a checkpoint carries besides the runtimes.
+"""RunState and Handoff: what a checkpoint of an emulation carries besides the runtimes.
 
 Its own module so that the replay and the checkpoint code share it without
 importing each other.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 
 @dataclass
@@ -25,3 +27,15 @@ class RunState:
     elapsed: float = 0.0
     diverged_at: int | None = None
     ar_issued: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class Handoff:
+    """What moves between the replay's actions and a checkpoint carries: stage outputs
+    awaiting the next stage's F, input gradients awaiting the previous stage's backward,
+    both keyed by the consumer's (worker, stage, batch, micro), and per batch the
+    LOSS actions still to read its data (the batch is dropped after the last)."""
+
+    acts: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    grads: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    batch_left: dict[int, int] = field(default_factory=dict)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +99,6 @@ def dispatch_counts(sched: Any) -> dict[tuple[str, int], float]:
     at the start of a list). Derived from the lowered IR, so it holds for any
     schedule.
     """
-    from collections import Counter
-
     comp: Counter = Counter()
     attached: Counter = Counter()
     for acts in sched.device_actions:
@@ -183,8 +182,6 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     The bytes are the stage's (``msg_bytes``, ``param_bytes``); the fits are
     :mod:`stalesim.validate.commcal`'s. Without calibration the costs come back unchanged.
     """
-    from collections import Counter
-
     from stalesim.schedule.completion import send_release
     from stalesim.sim.model import to_ns
     from stalesim.validate.commcal import cost
@@ -203,17 +200,8 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     c = cm.comm
     if c:
         msg = costs.msg_bytes
-        sends, carry, recvs, carry_r = Counter(), Counter(), Counter(), Counter()
-        firsts: set = set()
-        for acts in sched.device_actions:
-            for a in acts:
-                k = a.kind.value
-                if k == "SEND_F" or k == "RECV_F":  # forward messages (they carry the labels)
-                    (sends if k == "SEND_F" else recvs)[a.stage] += 1
-                    key = (k, a.worker, a.stage, a.batch)
-                    if key not in firsts:
-                        firsts.add(key)
-                        (carry if k == "SEND_F" else carry_r)[a.stage] += 1
+        sends, carry = _forward_messages(sched, Kind.SEND_F)
+        recvs, carry_r = _forward_messages(sched, Kind.RECV_F)
         post = send_post_fit(c)
         lab_post = cost(post, label_bytes) if label_bytes else 0.0
         lab_done = cost(c["complete"], label_bytes) if label_bytes else 0.0
@@ -242,6 +230,24 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
         return costs
     return costs.with_overheads(gap={k: tuple(v) for k, v in gap.items()},
                                 comm={k: tuple(v) for k, v in com.items()})
+
+
+def _forward_messages(sched: Any, kind: Kind) -> tuple[Counter[int], Counter[int]]:
+    """Per stage, how many ``kind`` actions (``SEND_F`` or ``RECV_F``) the schedule has, and
+    how many of them carry a batch's labels as well (the executor's rule,
+    :func:`stalesim.schedule.comm.label_carriers`)."""
+    from stalesim.schedule.comm import label_carriers
+
+    every: Counter[int] = Counter()
+    carry: Counter[int] = Counter()
+    for acts in sched.device_actions:
+        carriers = label_carriers(acts)
+        for i, a in enumerate(acts):
+            if a.kind is kind:
+                every[a.stage] += 1
+                if i in carriers:
+                    carry[a.stage] += 1
+    return every, carry
 
 
 def send_post_fit(comm: dict[str, Any]) -> dict[str, float]:
