@@ -57,7 +57,7 @@ def dispatch_loop(model: str, batch: int, reps: int) -> dict[str, float]:
         ctx = RankContext(rank=0, world=1, local_rank=0, device=torch.device("cpu"), backend="gloo",
                           timeout_s=30, beacon=Beacon(os.path.join(d, "beacon")))
         rank = Rank(ctx, sched, cfg, rts, stream, [])
-        rank.init_static_bytes()
+        rank.memory.init_static()
         rank.rec.start_clock()
         t0 = time.perf_counter()
         rank.run()

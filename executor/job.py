@@ -183,7 +183,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     start_index, restored = ck.restore()  # (0, None) unless resuming
     rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index,
                 label_shape=tuple(getattr(model, "label_shape", ())))
-    rank.init_static_bytes()
+    rank.memory.init_static()
     if restored is not None:
         ck.apply(rank, restored)
     ck.attach(rank)
@@ -197,7 +197,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     rank.run()
     rows = rank.rec.finish()
     ctx.beacon.set("gathering results")
-    peak = rank.peak_bytes if cuda_peak is None else cuda_peak.peak()
+    peak = rank.memory.peak_bytes if cuda_peak is None else cuda_peak.peak()
     if cuda_peak is not None:
         cuda_peak.dump_history(f"{job.get('label') or cfg.schedule}-rank{ctx.rank}")
     payload = {
@@ -206,7 +206,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         "losses": [[w, s, t, v] for (w, s, t), v in sorted(rank.losses.items())],
         "versions_used": {f"{w}:{s}": list(rt.versions_used) for (w, s), rt in runtimes.items()},
         "peak_memory_bytes": int(peak),
-        "peak_memory_parts": None if dev.type == "cuda" else dict(rank.peak_parts or {}),
+        "peak_memory_parts": None if dev.type == "cuda" else dict(rank.memory.peak_parts or {}),
         # CUDA: the allocator's peak from process start through setup (the reported peak
         # counts from the end of setup)
         "setup_peak_memory_bytes": None if cuda_peak is None else cuda_peak.setup_peak,

@@ -469,20 +469,6 @@ class Rank:
         self.tr.wait(p)
         unpack_mean(flat, gs, self.P)
 
-    # ------------------------------------------------------------------ memory
-    # what executor/job.py reads of the sampler (self.memory), under the names it had here
-    def init_static_bytes(self) -> None:
-        """Count the static bytes (:meth:`MemorySampler.init_static`)."""
-        self.memory.init_static()
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.memory.peak_bytes
-
-    @property
-    def peak_parts(self) -> dict[str, int] | None:
-        return self.memory.peak_parts
-
 
 def env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0")

@@ -111,7 +111,7 @@ def _rank(schedule: str = "sequential", batches: int = 4):
     ctx = RankContext(rank=0, world=1, local_rank=0, device=torch.device("cpu"), backend="gloo",
                       timeout_s=30, beacon=Beacon(os.path.join(d, "beacon")))
     rank = Rank(ctx, sched, cfg, rts, stream, [])
-    rank.init_static_bytes()
+    rank.memory.init_static()
     return rank, cfg, sched, mods
 
 
@@ -156,7 +156,7 @@ def test_model_with_measured_facts_equals_the_ranks_peak() -> None:
     facts = stage_memory_facts(cfg, sched)
     costs = with_memory_facts(uniform_costs(1, 1, 1, batch_size=8, action_batch=8), facts)
     predicted = memory_report(sched, costs).peak_bytes
-    assert predicted == [rank.peak_bytes]
+    assert predicted == [rank.memory.peak_bytes]
 
 
 def test_cuda_terms_of_the_facts_reach_the_memory_report() -> None:
