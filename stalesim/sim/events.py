@@ -216,8 +216,9 @@ class _Engine:
     ``compute_op``, ``send_op``, ``recv_op``, ``start_allreduce_op``,
     ``wait_allreduce_op``), which reads and writes the shared per-action arrays
     (``start``, ``end``, ``arrive``) and the resources' "free at" times. Only RECV and
-    ARW can block, so only they are generators; a compute action, a send and an
-    all-reduce start return the device's new clock. ``now`` (a device's SimPy time)
+    ARW can block: their functions return -1 while the device must wait, and
+    ``until_arrival`` / ``until_collective`` give the event to wait on; every op
+    function returns the device's new clock. ``now`` (a device's SimPy time)
     and ``clock`` (its own, possibly ahead) are passed in and out rather than stored:
     they are per device, the engine is shared.
     """
@@ -284,8 +285,10 @@ class _Engine:
         timeout = self.timeout
         shares_core = self.shares_core
         compute, send, recv, start_allreduce, wait_allreduce = self.handlers
+        until_arrival, until_collective = self.until_arrival, self.until_collective
+        compute_code, send_code, recv_code, ar_code = COMPUTE, SEND, RECV, AR  # locals: read per action
         for op, gid, kc, s, ref in ops:
-            if op == COMPUTE:  # no other device observes it, no event needed ...
+            if op == compute_code:  # no other device observes it, no event needed ...
                 if shares_core and clock > now:  # ... unless a transfer can take the core
                     yield timeout(clock - now)
                     now = clock
@@ -294,14 +297,18 @@ class _Engine:
             if clock > now:  # sync before anything other devices can see
                 yield timeout(clock - now)
                 now = clock
-            if op == RECV:
-                now, clock = yield from recv(gid, kc, s, ref, now)
-            elif op == SEND:
+            if op == recv_code:
+                t0 = now
+                while (clock := recv(gid, kc, s, ref, t0, now)) < 0:
+                    now = yield until_arrival(ref, now)
+            elif op == send_code:
                 clock = send(d, gid, kc, s, ref, now)
-            elif op == AR:
+            elif op == ar_code:
                 clock = start_allreduce(d, gid, s, ref, now)
             else:  # ARW
-                now, clock = yield from wait_allreduce(gid, s, ref, now)
+                t0 = now
+                while (clock := wait_allreduce(gid, s, ref, t0, now)) < 0:
+                    now = yield until_collective(ref, now)
         if clock > now:
             yield timeout(clock - now)
 
@@ -360,28 +367,34 @@ class _Engine:
             return posted + gaps[kc][s]
         return send
 
-    def recv_op(self) -> Callable[[int, int, int, int, int], Generator[simpy.Event, Any, tuple[int, int]]]:
-        """RECV of the SEND ``ref``: wait for its arrival, wake, complete; returns (now, the new clock)."""
-        arrive, waiters, event, timeout = self.arrive, self.waiters, self.env.event, self.timeout
-        start, end, wake, cpu, gaps = self.start, self.end, self.wake, self.cpu[RECV], self.gaps[RECV]
+    def recv_op(self) -> Callable[[int, int, int, int, int, int], int]:
+        """RECV of the SEND ``ref``, begun at ``t0``: once the message is there at ``now``,
+        wake (if it blocked) and complete; returns the new clock, or -1: not yet
+        (the device yields :meth:`until_arrival` and asks again)."""
+        arrive, start, end, wake = self.arrive, self.start, self.end, self.wake
+        cpu, gaps = self.cpu[RECV], self.gaps[RECV]
 
-        def recv(gid: int, kc: int, s: int, ref: int, now: int) -> Generator[simpy.Event, Any, tuple[int, int]]:
+        def recv(gid: int, kc: int, s: int, ref: int, t0: int, now: int) -> int:
             arr = arrive[ref]
-            t0 = start[gid] = now
-            if arr < 0:
-                ev = waiters.get(ref)
-                if ev is None:
-                    ev = waiters[ref] = event()
-                now = yield ev
-                arr = arrive[ref]
-            if arr > now:
-                yield timeout(arr - now)
-                now = arr
+            if arr < 0 or arr > now:
+                return -1
+            start[gid] = t0
             # blocked: resumes ``wake`` after the arrival; then completes (CPU)
             t = now + wake if arr > t0 else now
             e = end[gid] = t + cpu[kc][s]
-            return now, e + gaps[kc][s]
+            return e + gaps[kc][s]
         return recv
+
+    def until_arrival(self, ref: int, now: int) -> simpy.Event:
+        """The event a receiver of SEND ``ref`` waits on: its send (unknown arrival) or its
+        arrival; either resumes the receiver with the SimPy time."""
+        arr = self.arrive[ref]
+        if arr >= 0:
+            return self.timeout(arr - now, arr)
+        ev = self.waiters.get(ref)
+        if ev is None:
+            ev = self.waiters[ref] = self.env.event()
+        return ev
 
     def start_allreduce_op(self) -> Callable[[int, int, int, int, int], int]:
         """AR: non-blocking start of collective ``ref``; the last member to start it runs it."""
@@ -429,27 +442,32 @@ class _Engine:
                 devs = [sched.device_of(s, w) for w in range(sched.workers)]
                 self._steal_core(devs, cs if cs > now else now, ns, gid, now)
 
-    def wait_allreduce_op(self) -> Callable[[int, int, int, int], Generator[simpy.Event, Any, tuple[int, int]]]:
-        """ARW: wait for collective ``ref`` to be done, wake, complete; returns (now, the new clock)."""
-        coll_done, coll_ev, event, timeout = self.coll_done, self.coll_ev, self.env.event, self.timeout
-        start, end, wake, cpu, gaps = self.start, self.end, self.wake, self.cpu[ARW][0], self.gaps[ARW][0]
+    def wait_allreduce_op(self) -> Callable[[int, int, int, int, int], int]:
+        """ARW of collective ``ref``, begun at ``t0``: once the collective is done at ``now``,
+        wake (if it blocked) and complete; returns the new clock, or -1: not yet
+        (the device yields :meth:`until_collective` and asks again)."""
+        coll_done, start, end, wake = self.coll_done, self.start, self.end, self.wake
+        cpu, gaps = self.cpu[ARW][0], self.gaps[ARW][0]
 
-        def wait_allreduce(gid: int, s: int, ref: int, now: int) -> Generator[simpy.Event, Any, tuple[int, int]]:
-            t0 = start[gid] = now
+        def wait_allreduce(gid: int, s: int, ref: int, t0: int, now: int) -> int:
             done = coll_done[ref]
-            if done < 0:
-                ev = coll_ev[ref]
-                if ev is None:
-                    ev = coll_ev[ref] = event()
-                now = yield ev
-                done = coll_done[ref]
-            if done > now:
-                yield timeout(done - now)
-                now = done
+            if done < 0 or done > now:
+                return -1
+            start[gid] = t0
             t = now + wake if done > t0 else now
             e = end[gid] = t + cpu[s]
-            return now, e + gaps[s]
+            return e + gaps[s]
         return wait_allreduce
+
+    def until_collective(self, ref: int, now: int) -> simpy.Event:
+        """The event an ARW of collective ``ref`` waits on: its last start (end unknown) or its end."""
+        done = self.coll_done[ref]
+        if done >= 0:
+            return self.timeout(done - now, done)
+        ev = self.coll_ev[ref]
+        if ev is None:
+            ev = self.coll_ev[ref] = self.env.event()
+        return ev
 
     # ------------------------------------------------------------ the core as a resource
     def _steal_core(self, devices: tuple[int, ...] | list[int], t: int, ns: int, gid: int, now: int) -> None:
