@@ -1,6 +1,9 @@
 """Simulator benchmarks: event-path speed, a 1,000-configuration sweep, fast vs event.
 
 Run: ``python -m benchmarks.bench_sim`` (or ``python -m benchmarks sim``).
+``python -m benchmarks.bench_sim --against OLD.py [REPEATS]`` times another version of
+``stalesim/sim/events.py`` (e.g. ``git show main:stalesim/sim/events.py > /tmp/events_old.py``)
+against this one on the event-path cases, interleaved, after checking both give the same timelines.
 Goals (the simulator must make sweeps cheap): event path >= 300,000 actions/s; a 1,000-configuration sweep
 <= 30 s on 2 processes; fast path >= 10x faster than the event path.
 """
@@ -8,6 +11,7 @@ Goals (the simulator must make sweeps cheap): event path >= 300,000 actions/s; a
 from __future__ import annotations
 
 import time
+from typing import Any
 
 GOAL_ACTIONS_PER_S = 300_000
 GOAL_SWEEP_S = 30.0
@@ -24,10 +28,10 @@ def _best(fn, repeat: int = 3) -> float:
     return best
 
 
-def event_speed() -> list[tuple[str, int, float]]:
-    """(case, actions, seconds) of the engine alone on compiled schedules."""
+def _event_cases() -> list[tuple[str, Any, Any, Any]]:
+    """(label, compiled program, stage costs, hardware) of the event-path benchmark."""
     from stalesim.schedule import ScheduleConfig, build_schedule
-    from stalesim.sim.events import compile_schedule, simulate_program
+    from stalesim.sim.events import compile_schedule
     from stalesim.sim.model import SimHardware, uniform_costs
 
     ideal = SimHardware.ideal()
@@ -45,14 +49,58 @@ def event_speed() -> list[tuple[str, int, float]]:
     ]
     out = []
     for label, name, cfg, hw in cases:
-        sched = build_schedule(ScheduleConfig(name, **cfg))
-        prog = compile_schedule(sched)
-        S = cfg["stages"]
-        costs = uniform_costs(S, 300_000, 600_000, 20_000, msg_bytes=2_000_000,
+        prog = compile_schedule(build_schedule(ScheduleConfig(name, **cfg)))
+        costs = uniform_costs(cfg["stages"], 300_000, 600_000, 20_000, msg_bytes=2_000_000,
                               param_bytes=10_000_000)
-        dt = _best(lambda p=prog, c=costs, h=hw: simulate_program(p, c, h), repeat=5)
-        out.append((label, prog.n_actions, dt))
+        out.append((label, prog, costs, hw))
     return out
+
+
+def event_speed() -> list[tuple[str, int, float]]:
+    """(case, actions, seconds) of the engine alone on compiled schedules."""
+    from stalesim.sim.events import simulate_program
+
+    return [(label, prog.n_actions, _best(lambda p=prog, c=costs, h=hw: simulate_program(p, c, h), repeat=5))
+            for label, prog, costs, hw in _event_cases()]
+
+
+_TIMELINE_FIELDS = ("start", "end", "xfer", "coll_span", "cpu_jobs", "makespan", "batch_done", "compute_busy")
+
+
+def compare_engines(old_path: str, repeat: int = 9) -> None:
+    """Print this engine's and the one in ``old_path``'s speed side by side: per case,
+    ``repeat`` rounds alternating which version goes first, medians and [min-max] of
+    actions per CPU second. Stops if the two timelines differ anywhere."""
+    import importlib.util
+    import statistics
+    import sys
+
+    from stalesim.sim import events as new
+
+    spec = importlib.util.spec_from_file_location("events_old", old_path)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    sys.modules["events_old"] = old  # dataclasses look their module up
+    spec.loader.exec_module(old)
+    print(f"event path, old = {old_path}, new = this tree; {repeat} interleaved rounds, "
+          "actions per CPU second: median [min-max]")
+    for label, prog, costs, hw in _event_cases():
+        a, b = old.simulate_program(prog, costs, hw), new.simulate_program(prog, costs, hw)
+        if any(getattr(a, f) != getattr(b, f) for f in _TIMELINE_FIELDS):
+            raise SystemExit(f"{label}: the two engines' timelines differ")
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for i in range(repeat):
+            for which in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                mod = old if which == "old" else new
+                t0 = time.process_time()
+                mod.simulate_program(prog, costs, hw)
+                times[which].append(time.process_time() - t0)
+        n = prog.n_actions
+        cols = [f"{w} {n / statistics.median(t) / 1e3:5.0f}k [{n / max(t) / 1e3:.0f}-{n / min(t) / 1e3:.0f}]"
+                for w, t in times.items()]
+        ratio = statistics.median(times["new"]) / statistics.median(times["old"])
+        print(f"  {label:<32} {n:>6} actions  {cols[0]}  {cols[1]}  new/old time {ratio:.3f}", flush=True)
+    print("  timelines identical in every case")
 
 
 def sweep_time(method: str, jobs: int = 2) -> tuple[int, float]:
@@ -131,4 +179,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if len(sys.argv) > 2 and sys.argv[1] == "--against":
+        compare_engines(sys.argv[2], *(int(a) for a in sys.argv[3:4]))
+    else:
+        main()

@@ -13,7 +13,7 @@ steady window, phases, memory counts, staleness) is asked of the IR.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stalesim.errors import StalesimError
 from stalesim.schedule import Schedule, ScheduleConfig, get_spec, resolve
@@ -21,7 +21,7 @@ from stalesim.schedule.registry import phases_of
 from stalesim.sim.fastpath import fast_iteration
 from stalesim.sim.memory import memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
-from stalesim.sim.result import SimResult
+from stalesim.sim.result import SimResult, build_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import Hardware
@@ -196,61 +196,22 @@ def simulate(
     mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
                         recv_ahead=opts.recv_ahead, gradient_shards=opts.gradient_shards,
                         weight_shards=opts.weight_shards)
-    vt = sched.versions
-    staleness = vt.staleness() if vt is not None else [0] * S
-    versions = {
-        "policy": str(sched.policy),
-        "versions_kept": _per_stage(mem.stages, S, "versions_kept"),
-        "grad_buffers": _per_stage(mem.stages, S, "grad_buffers"),
-        "max_in_flight": _per_stage(mem.stages, S, "max_in_flight"),
-        "weight_inconsistent_stages": vt.inconsistent_stages() if vt is not None else [],
-        "max_staleness": max(staleness, default=0),
-    }
-    it_s = it / NS
-    hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
-    result = SimResult(
-        schedule=sched.name, method=opts.method, stages=S, microbatches=sched.microbatches,
-        workers=sched.workers, batches=N, devices=sched.num_devices, batch_size=B,
-        iteration_time_s=it_s,
-        fill_drain_s=max(0.0, (makespan - N * it) / NS),
-        makespan_s=makespan / NS,
-        mean_iteration_time_s=makespan / NS / N,
-        throughput_samples_per_s=B / it_s if it_s > 0 else float("inf"),
-        speedup=(costs.seq_ns / it) if it > 0 else float("inf"),
-        sequential_time_s=costs.seq_ns / NS,
-        utilization=util,
-        bubble_fraction=max(0.0, 1.0 - sum(util) / len(util)) if util else 0.0,
-        peak_memory_bytes=mem.peak_bytes,
-        memory_breakdown=mem.breakdown,
-        staleness=list(staleness),
-        versions=versions,
-        partition={"cuts": list(costs.cuts), "ppv": list(costs.ppv),
-                   "layer_ranges": [list(r) for r in costs.layer_ranges]},
-        hardware=hw.to_dict(),
-        hardware_note=hw_note,
-        steady_window=window,
+    return build_result(
+        sched, costs, hw, mem.stages, method=opts.method, microbatches=sched.microbatches,
+        workers=sched.workers, devices=sched.num_devices, batches=N, batch_size=B,
+        iteration_ns=it, makespan_ns=makespan, utilization=util,
+        mean_utilization=sum(util) / len(util) if util else 0.0,
+        peak_memory_bytes=mem.peak_bytes, memory_breakdown=mem.breakdown, steady_window=window,
         phases=[dict(asdict(p), **({"end_s": e} if phase_end else {}))
                 for p, e in zip(phases, phase_end or [None] * len(phases))],
+        timeline=timeline if opts.keep_timeline else None,
         schedule_fingerprint=sched.fingerprint() if prog is not None else None,
         fast_iteration_time_s=None if fast is None else fast.iteration_ns / NS,
         fast_formula="" if fast is None else fast.formula,
         notes=[],
-        stage_costs=costs.to_dict(),
-        timeline=timeline if opts.keep_timeline else None,
     )
-    # ---- plausibility pass: cost provenance + physical-limit checks -> warnings
-    from stalesim.sim.plausibility import finish
-
-    return finish(result, costs, sched, hw)
 
 
 def default_batches(cfg: ScheduleConfig) -> int:
     """Simulation length used when ``cfg.batches`` is None."""
     return get_spec(cfg.schedule).default_batches(cfg)
-
-
-def _per_stage(counts: Any, S: int, attr: str) -> list[int]:
-    out = [0] * S
-    for c in counts:
-        out[c.stage] = max(out[c.stage], getattr(c, attr))
-    return out

@@ -36,8 +36,10 @@ Durations come from a per-(kind, stage) table filled once per run.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import simpy
 
@@ -47,7 +49,7 @@ from stalesim.schedule.deps import dependencies
 from stalesim.schedule.ir import Schedule, ScheduleConfig
 from stalesim.sim.model import SimHardware, StageCosts
 
-# op codes
+# op codes (the engine's dispatch; also the first index of the per-op cost tables)
 COMPUTE, SEND, RECV, AR, ARW = 0, 1, 2, 3, 4
 # a compute action's kind code: its position in the ordered compute kinds (the cost tables' order)
 _KIND_CODE = {Kind(k): i for i, k in enumerate(COMPUTE_NAMES_ORDERED)}
@@ -197,79 +199,107 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
     """Run the event simulation of a compiled schedule with these costs (``comm``:
     the cluster's nodes, groups and buckets; None = one node, one ring)."""
     sched = prog.sched
-    S = sched.stages
-    if costs.stages != S:
-        raise StalesimError(f"stages: costs for {costs.stages} stages, schedule has {S}")
-    P = workers or sched.workers
-    n_dev = sched.num_devices
-    n = prog.n_actions
-    env = simpy.Environment()
-    start = [0] * n
-    end = [-1] * n
-    arrive = [-1] * n
-    xfer: dict[int, tuple[int, int]] = {}
-    waiters: dict[int, simpy.Event] = {}
-    core_free = [0] * n_dev
-    chan_free = [0] * (n_dev * n_dev)
-    cpu_jobs: list[tuple[int, int, int, int]] = []
-    coll_count = [0] * prog.n_colls
-    coll_done = [-1] * prog.n_colls
-    coll_start = [-1] * prog.n_colls
-    coll_ev: list[simpy.Event | None] = [None] * prog.n_colls
-    bi, bw = costs.split_ns()
-    dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
-                 list(bi), list(bw)]
-    # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
-    gaps, cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
-    has_gap = any(v for op in gaps for row in op for v in row)
-    wake = hw.wake_ns
-    msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
-    lat = hw.latency_ns
-    if comm is None:
-        ar_buckets: list[tuple[int, ...]] = [(hw.allreduce_ns(pb, P),) for pb in costs.dp_bytes()]
-        ar_ring: list[int] | tuple[int, ...] = [0] * S
-        members = P
-        node_of: tuple[int, ...] | None = None
-        inter_ser: tuple[int, ...] = ()
-        inter_lat = 0
-    else:
-        ar_buckets, ar_ring, members = list(comm.ar_buckets), comm.ar_ring, comm.members
-        node_of, inter_ser, inter_lat = comm.node_of, comm.inter_ser, comm.inter_latency_ns
-    ring = [0] * (max(ar_ring, default=0) + 1)
-    coll_ready: list[list[int] | None] = [None] * prog.n_colls
-    shares_core = (not hw.comm_overlaps_compute) and hw.cpu_comm_occupancy > 0
-    occ = hw.cpu_comm_occupancy
-    topo = hw.topology
-    timeout = env.timeout
-    dev_of = prog.device_of_gid
+    if costs.stages != sched.stages:
+        raise StalesimError(f"stages: costs for {costs.stages} stages, schedule has {sched.stages}")
+    eng = _Engine(prog, costs, hw, workers or sched.workers, comm)
+    for d, ops in enumerate(prog.ops):
+        if ops:
+            eng.env.process(eng.device(d, ops))
+    eng.env.run()
+    return eng.timeline()
 
-    def queue_cpu(devices: tuple[int, ...] | list[int], t: int, ns: int, gid: int) -> None:
-        for dd in devices:
-            s0 = max(t, core_free[dd])
-            core_free[dd] = s0 + ns
-            cpu_jobs.append((dd, s0, s0 + ns, gid))
 
-    def later_cpu(devices, t: int, ns: int, gid: int) -> None:
-        ev = timeout(t - env.now)
-        ev.callbacks.append(lambda _e: queue_cpu(devices, t, ns, gid))
+class _Engine:
+    """The state of one event simulation and one function per communication op code.
 
-    busy = [0] * n_dev
+    ``device`` walks a device's ops, runs compute actions itself (the hot path) and
+    hands every other op to its op's function (made by ``send_op``, ``recv_op``,
+    ``start_allreduce_op``, ``wait_allreduce_op``), which reads and writes the shared per-action arrays
+    (``start``, ``end``, ``arrive``) and the resources' "free at" times. Only RECV and
+    ARW can block: their functions return -1 while the device must wait, and
+    ``until_arrival`` / ``until_collective`` give the event to wait on; every op
+    function returns the device's new clock. ``now`` (a device's SimPy time)
+    and ``clock`` (its own, possibly ahead) are passed in and out rather than stored:
+    they are per device, the engine is shared.
+    """
 
-    def device(d: int, ops: list[tuple[int, int, int, int, int]]):
+    def __init__(self, prog: Program, costs: StageCosts, hw: SimHardware, P: int,
+                 comm: CommPlan | None) -> None:
+        sched = self.sched = prog.sched
+        S = sched.stages
+        self.prog = prog
+        n_dev = self.n_dev = sched.num_devices
+        n = prog.n_actions
+        self.env = simpy.Environment()
+        self.timeout = self.env.timeout
+        self.start = [0] * n
+        self.end = [-1] * n
+        self.arrive = [-1] * n
+        self.xfer: dict[int, tuple[int, int]] = {}
+        self.waiters: dict[int, simpy.Event] = {}
+        self.core_free = [0] * n_dev
+        self.chan_free = [0] * (n_dev * n_dev)
+        self.cpu_jobs: list[tuple[int, int, int, int]] = []
+        self.busy = [0] * n_dev
+        self.last_dur = [0] * n_dev  # duration of the latest compute action (the backward before an AR)
+        nc = prog.n_colls
+        self.coll_count = [0] * nc
+        self.coll_done = [-1] * nc
+        self.coll_start = [-1] * nc
+        self.coll_ev: list[simpy.Event | None] = [None] * nc
+        self.coll_ready: list[list[int] | None] = [None] * nc
+        bi, bw = costs.split_ns()
+        # durations by [kind code][stage]
+        self.dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
+                          list(bi), list(bw)]
+        # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
+        self.gaps, self.cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
+        self.has_gap = any(v for op in self.gaps for row in op for v in row)
+        self.wake = hw.wake_ns
+        self.msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
+        self.lat = hw.latency_ns
+        self.topo = hw.topology
+        if comm is None:
+            self.ar_buckets: list[tuple[int, ...]] = [(hw.allreduce_ns(pb, P),) for pb in costs.dp_bytes()]
+            self.ar_ring: list[int] | tuple[int, ...] = [0] * S
+            self.members = P
+            self.node_of: tuple[int, ...] | None = None
+            self.inter_ser: tuple[int, ...] = ()
+            self.inter_lat = 0
+        else:
+            self.ar_buckets, self.ar_ring, self.members = list(comm.ar_buckets), comm.ar_ring, comm.members
+            self.node_of, self.inter_ser, self.inter_lat = comm.node_of, comm.inter_ser, comm.inter_latency_ns
+        self.ring = [0] * (max(self.ar_ring, default=0) + 1)
+        self.shares_core = (not hw.comm_overlaps_compute) and hw.cpu_comm_occupancy > 0
+        self.occ = hw.cpu_comm_occupancy
+        # in op-code order: SEND, RECV, AR, ARW (compute is in the device loop)
+        self.handlers = (self.send_op(), self.recv_op(), self.start_allreduce_op(),
+                         self.wait_allreduce_op())
+
+    # ------------------------------------------------------------ the device process
+    def device(self, d: int, ops: list[tuple[int, int, int, int, int]]) -> Generator[simpy.Event, Any, None]:
+        """One device's SimPy process: its ops in order, each but compute handed to its op's function."""
         # ``now`` mirrors env.now: it is updated after every yield (timeouts
         # resume at ``clock``, events carry the time at which they fired).
         clock = now = 0
+        timeout = self.timeout
+        shares_core = self.shares_core
+        send, recv, start_allreduce, wait_allreduce = self.handlers
+        until_arrival, until_collective = self.until_arrival, self.until_collective
+        compute_code, send_code, recv_code, ar_code = COMPUTE, SEND, RECV, AR  # locals: read per action
+        durs, gaps, has_gap = self.dur_table, self.gaps[COMPUTE], self.has_gap
+        core_free, start, end, last_dur = self.core_free, self.start, self.end, self.last_dur
         work = 0
-        last = 0  # duration of the latest compute action (the backward before an AR)
-        durs = dur_table
         for op, gid, kc, s, ref in ops:
-            if op == 0:  # COMPUTE: no other device observes it, no event needed
+            if op == compute_code:  # no other device observes it, no event needed ...
+                if shares_core and clock > now:  # ... unless a transfer can take the core
+                    yield timeout(clock - now)
+                    now = clock
+                # F, B, I, W, U, LOSS hold the core for their duration. The one op kept in
+                # the loop: a call per compute action made the engine ~5% slower (bench_sim)
                 dur = durs[kc][s]
-                g = gaps[0][kc][s] if has_gap else 0
+                g = gaps[kc][s] if has_gap else 0
                 if shares_core:
-                    if clock > now:
-                        yield timeout(clock - now)
-                        now = clock
                     clock = max(clock, core_free[d])
                     core_free[d] = clock + dur + g
                 start[gid] = clock
@@ -277,115 +307,196 @@ def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
                 end[gid] = clock
                 clock += g
                 work += dur
-                last = dur
+                last_dur[d] = dur  # the backward before an AR, whose gradients fill the buckets
                 continue
             if clock > now:  # sync before anything other devices can see
                 yield timeout(clock - now)
                 now = clock
-            if op == 2:  # RECV
-                arr = arrive[ref]
-                t0 = start[gid] = now
-                if arr < 0:
-                    ev = waiters.get(ref)
-                    if ev is None:
-                        ev = waiters[ref] = env.event()
-                    now = yield ev
-                    arr = arrive[ref]
-                if arr > now:
-                    yield timeout(arr - now)
-                    now = arr
-                # blocked: resumes ``wake`` after the arrival; then completes (CPU)
-                t = now + wake if arr > t0 else now
-                end[gid] = t + cpu[2][kc][s]
-                clock = end[gid] + gaps[2][kc][s]
-            elif op == 1:  # SEND
-                if node_of is not None and node_of[d] != node_of[ref]:
-                    ser, arr = inter_ser[s], inter_lat  # between nodes: the network link
-                else:
-                    ser, arr = msg_ser[s], lat
-                ch = _channel_index(topo, n_dev, d, ref)
-                posted = now + cpu[1][kc][s]  # the message leaves once posted
-                xs = max(posted, chan_free[ch])
-                chan_free[ch] = xs + ser
-                arr += xs + ser
-                arrive[gid] = arr
-                xfer[gid] = (xs, arr)
-                start[gid] = now
-                end[gid] = posted
-                clock = posted + gaps[1][kc][s]
-                ev = waiters.pop(gid, None)
-                if ev is not None:
-                    ev.succeed(now)
-                if shares_core and arr > xs:
-                    ns = round(occ * (arr - xs))
-                    if ns:
-                        (queue_cpu if xs == now else later_cpu)((d, ref), xs, ns, gid)
-            elif op == 3:  # AR: non-blocking start of a collective
-                start[gid] = now
-                issued = end[gid] = now + cpu[3][0][s]  # packing and starting take the core
-                clock = issued + gaps[3][0][s]
-                coll_count[ref] += 1
-                buckets = ar_buckets[s]
-                K = len(buckets)
-                ready = [issued - ((K - 1 - j) * last) // K for j in range(K)] if K > 1 else [issued]
-                seen = coll_ready[ref]
-                if seen is not None:
-                    ready = [a if a > b else b for a, b in zip(ready, seen)]
-                coll_ready[ref] = ready
-                if coll_count[ref] == members:
-                    rk = ar_ring[s]
-                    done = ring[rk]
-                    cs = -1
-                    for j in range(K):  # FIFO on the group's ring, each bucket once ready
-                        st = done if done > ready[j] else ready[j]
-                        if cs < 0:
-                            cs = st
-                        done = st + buckets[j]
-                    ring[rk] = done
-                    coll_start[ref] = cs
-                    coll_done[ref] = done
-                    ev = coll_ev[ref]
-                    if ev is not None:
-                        ev.succeed(now)
-                    if shares_core and done > cs:
-                        ns = round(occ * (done - cs))
-                        if ns:
-                            devs = [sched.device_of(s, w) for w in range(sched.workers)]
-                            t0 = cs if cs > now else now
-                            (queue_cpu if t0 == now else later_cpu)(devs, t0, ns, gid)
-            else:  # ARW: wait for the collective
-                t0 = start[gid] = now
-                done = coll_done[ref]
-                if done < 0:
-                    ev = coll_ev[ref]
-                    if ev is None:
-                        ev = coll_ev[ref] = env.event()
-                    now = yield ev
-                    done = coll_done[ref]
-                if done > now:
-                    yield timeout(done - now)
-                    now = done
-                t = now + wake if done > t0 else now
-                end[gid] = t + cpu[4][0][s]
-                clock = end[gid] + gaps[4][0][s]
+            if op == recv_code:
+                t0 = now
+                while (clock := recv(gid, kc, s, ref, t0, now)) < 0:
+                    now = yield until_arrival(ref, now)
+            elif op == send_code:
+                clock = send(d, gid, kc, s, ref, now)
+            elif op == ar_code:
+                clock = start_allreduce(d, gid, s, ref, now)
+            else:  # ARW
+                t0 = now
+                while (clock := wait_allreduce(gid, s, ref, t0, now)) < 0:
+                    now = yield until_collective(ref, now)
         if clock > now:
             yield timeout(clock - now)
-        busy[d] += work
+        self.busy[d] += work
 
-    for d, ops in enumerate(prog.ops):
-        if ops:
-            env.process(device(d, ops))
-    env.run()
-    if min(end, default=0) < 0:
-        stuck = sorted({dev_of[g] for g in range(n) if end[g] < 0})
-        raise StalesimError(f"simulation deadlocked on devices {stuck}")  # validated IR: unreachable
-    for dd, s0, e0, _ in cpu_jobs:
-        busy[dd] += e0 - s0
-    makespan = max(int(env.now), max(end, default=0),
-                   max((e for _, _, e, _ in cpu_jobs), default=0))
-    batch_done = [max(end[g] for g in gids) if gids else 0 for gids in prog.u_gids_by_batch]
-    coll_span = list(zip(coll_start, coll_done))
-    return Timeline(prog, start, end, xfer, coll_span, cpu_jobs, makespan, batch_done, busy)
+    # ------------------------------------------------------------ one function per op
+    # Each ``*_op`` method returns its op's function with the engine's tables bound as
+    # closure variables: the functions run once per action, and a closure variable is
+    # read faster than an attribute (bench_sim, docs/simulator.md).
+    def send_op(self) -> Callable[[int, int, int, int, int, int], int]:
+        """SEND to device ``ref``: post, hold the channel, wake a waiting receiver; the new clock."""
+        node_of, inter_ser, inter_lat = self.node_of, self.inter_ser, self.inter_lat
+        msg_ser, lat = self.msg_ser, self.lat
+        topo, n_dev, cpu, gaps = self.topo, self.n_dev, self.cpu[SEND], self.gaps[SEND]
+        chan_free, arrive, xfer, start, end = self.chan_free, self.arrive, self.xfer, self.start, self.end
+        waiters, shares_core, occ, steal_core = self.waiters, self.shares_core, self.occ, self._steal_core
+
+        def send(d: int, gid: int, kc: int, s: int, ref: int, now: int) -> int:
+            if node_of is not None and node_of[d] != node_of[ref]:
+                ser, arr = inter_ser[s], inter_lat  # between nodes: the network link
+            else:
+                ser, arr = msg_ser[s], lat
+            ch = _channel_index(topo, n_dev, d, ref)
+            posted = now + cpu[kc][s]  # the message leaves once posted
+            xs = max(posted, chan_free[ch])
+            chan_free[ch] = xs + ser
+            arr += xs + ser
+            arrive[gid] = arr
+            xfer[gid] = (xs, arr)
+            start[gid] = now
+            end[gid] = posted
+            ev = waiters.pop(gid, None)
+            if ev is not None:
+                ev.succeed(now)
+            if shares_core and arr > xs:
+                ns = round(occ * (arr - xs))
+                if ns:
+                    steal_core((d, ref), xs, ns, gid, now)
+            return posted + gaps[kc][s]
+        return send
+
+    def recv_op(self) -> Callable[[int, int, int, int, int, int], int]:
+        """RECV of the SEND ``ref``, begun at ``t0``: once the message is there at ``now``,
+        wake (if it blocked) and complete; returns the new clock, or -1: not yet
+        (the device yields :meth:`until_arrival` and asks again)."""
+        arrive, start, end, wake = self.arrive, self.start, self.end, self.wake
+        cpu, gaps = self.cpu[RECV], self.gaps[RECV]
+
+        def recv(gid: int, kc: int, s: int, ref: int, t0: int, now: int) -> int:
+            arr = arrive[ref]
+            if arr < 0 or arr > now:
+                return -1
+            start[gid] = t0
+            # blocked: resumes ``wake`` after the arrival; then completes (CPU)
+            t = now + wake if arr > t0 else now
+            e = end[gid] = t + cpu[kc][s]
+            return e + gaps[kc][s]
+        return recv
+
+    def until_arrival(self, ref: int, now: int) -> simpy.Event:
+        """The event a receiver of SEND ``ref`` waits on: its send (unknown arrival) or its
+        arrival; either resumes the receiver with the SimPy time."""
+        arr = self.arrive[ref]
+        if arr >= 0:
+            return self.timeout(arr - now, arr)
+        ev = self.waiters.get(ref)
+        if ev is None:
+            ev = self.waiters[ref] = self.env.event()
+        return ev
+
+    def start_allreduce_op(self) -> Callable[[int, int, int, int, int], int]:
+        """AR: non-blocking start of collective ``ref``; the last member to start it runs it."""
+        start, end, cpu, gaps, ar_buckets = self.start, self.end, self.cpu[AR][0], self.gaps[AR][0], self.ar_buckets
+        coll_count, coll_ready, last_dur, members = self.coll_count, self.coll_ready, self.last_dur, self.members
+        run_collective = self._run_collective
+
+        def start_allreduce(d: int, gid: int, s: int, ref: int, now: int) -> int:
+            start[gid] = now
+            issued = end[gid] = now + cpu[s]  # packing and starting take the core
+            coll_count[ref] += 1
+            K = len(ar_buckets[s])
+            last = last_dur[d]  # the backward before the AR, whose gradients fill the buckets
+            ready = [issued - ((K - 1 - j) * last) // K for j in range(K)] if K > 1 else [issued]
+            seen = coll_ready[ref]
+            if seen is not None:
+                ready = [a if a > b else b for a, b in zip(ready, seen)]
+            coll_ready[ref] = ready
+            if coll_count[ref] == members:
+                run_collective(gid, s, ref, ready, now)
+            return issued + gaps[s]
+        return start_allreduce
+
+    def _run_collective(self, gid: int, s: int, ref: int, ready: list[int], now: int) -> None:
+        """Every member has started collective ``ref``: its buckets take the group's ring."""
+        buckets = self.ar_buckets[s]
+        rk = self.ar_ring[s]
+        done = self.ring[rk]
+        cs = -1
+        for j in range(len(buckets)):  # FIFO on the group's ring, each bucket once ready
+            st = done if done > ready[j] else ready[j]
+            if cs < 0:
+                cs = st
+            done = st + buckets[j]
+        self.ring[rk] = done
+        self.coll_start[ref] = cs
+        self.coll_done[ref] = done
+        ev = self.coll_ev[ref]
+        if ev is not None:
+            ev.succeed(now)
+        if self.shares_core and done > cs:
+            ns = round(self.occ * (done - cs))
+            if ns:
+                sched = self.sched
+                devs = [sched.device_of(s, w) for w in range(sched.workers)]
+                self._steal_core(devs, cs if cs > now else now, ns, gid, now)
+
+    def wait_allreduce_op(self) -> Callable[[int, int, int, int, int], int]:
+        """ARW of collective ``ref``, begun at ``t0``: once the collective is done at ``now``,
+        wake (if it blocked) and complete; returns the new clock, or -1: not yet
+        (the device yields :meth:`until_collective` and asks again)."""
+        coll_done, start, end, wake = self.coll_done, self.start, self.end, self.wake
+        cpu, gaps = self.cpu[ARW][0], self.gaps[ARW][0]
+
+        def wait_allreduce(gid: int, s: int, ref: int, t0: int, now: int) -> int:
+            done = coll_done[ref]
+            if done < 0 or done > now:
+                return -1
+            start[gid] = t0
+            t = now + wake if done > t0 else now
+            e = end[gid] = t + cpu[s]
+            return e + gaps[s]
+        return wait_allreduce
+
+    def until_collective(self, ref: int, now: int) -> simpy.Event:
+        """The event an ARW of collective ``ref`` waits on: its last start (end unknown) or its end."""
+        done = self.coll_done[ref]
+        if done >= 0:
+            return self.timeout(done - now, done)
+        ev = self.coll_ev[ref]
+        if ev is None:
+            ev = self.coll_ev[ref] = self.env.event()
+        return ev
+
+    # ------------------------------------------------------------ the core as a resource
+    def _steal_core(self, devices: tuple[int, ...] | list[int], t: int, ns: int, gid: int, now: int) -> None:
+        """A transfer takes ``ns`` of each device's core from ``t``: queued now or when t comes."""
+        if t == now:
+            self._queue_cpu(devices, t, ns, gid)
+        else:
+            ev = self.timeout(t - self.env.now)
+            ev.callbacks.append(lambda _e: self._queue_cpu(devices, t, ns, gid))
+
+    def _queue_cpu(self, devices: tuple[int, ...] | list[int], t: int, ns: int, gid: int) -> None:
+        core_free = self.core_free
+        for dd in devices:
+            s0 = max(t, core_free[dd])
+            core_free[dd] = s0 + ns
+            self.cpu_jobs.append((dd, s0, s0 + ns, gid))
+
+    # ------------------------------------------------------------ the result
+    def timeline(self) -> Timeline:
+        """The Timeline of the finished run (raises if a device never finished)."""
+        prog, end, busy, cpu_jobs = self.prog, self.end, self.busy, self.cpu_jobs
+        if min(end, default=0) < 0:
+            dev_of = prog.device_of_gid
+            stuck = sorted({dev_of[g] for g in range(prog.n_actions) if end[g] < 0})
+            raise StalesimError(f"simulation deadlocked on devices {stuck}")  # validated IR: unreachable
+        for dd, s0, e0, _ in cpu_jobs:
+            busy[dd] += e0 - s0
+        makespan = max(int(self.env.now), max(end, default=0),
+                       max((e for _, _, e, _ in cpu_jobs), default=0))
+        batch_done = [max(end[g] for g in gids) if gids else 0 for gids in prog.u_gids_by_batch]
+        coll_span = list(zip(self.coll_start, self.coll_done))
+        return Timeline(prog, self.start, end, self.xfer, coll_span, cpu_jobs, makespan, batch_done, busy)
 
 
 # per op (compute, send, receive, all-reduce start, wait), the kinds its kind codes stand

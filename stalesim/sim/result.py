@@ -13,11 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stalesim.schedule.actions import COMPUTE_KIND_NAMES
+from stalesim.sim.model import NS
+from stalesim.sim.plausibility import finish
 from stalesim.trace import Flow, TraceEvent, action_label, chrome_trace, write_chrome_trace
 from stalesim.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.schedule.ir import Schedule
     from stalesim.sim.events import Timeline
+    from stalesim.sim.model import SimHardware, StageCosts
 
 @dataclass
 class SimResult:
@@ -189,6 +193,76 @@ class SimResult:
         from stalesim.sim.plot import gantt
 
         return gantt(self, path, **kwargs)
+
+
+def build_result(sched: Schedule, costs: StageCosts, hw: SimHardware, stage_counts: Any, *, method: str,
+                 microbatches: int, workers: int, devices: int, batches: int, batch_size: int,
+                 iteration_ns: float, makespan_ns: float, utilization: list[float], mean_utilization: float,
+                 peak_memory_bytes: list[int], memory_breakdown: list[dict[str, int]],
+                 steady_window: list[int], phases: list[dict[str, Any]], timeline: Timeline | None,
+                 **extra: Any) -> SimResult:
+    """The one place a :class:`SimResult` is made: every path (the event and fast paths of
+    :func:`stalesim.sim.simulate`, the cluster path of :mod:`stalesim.sim.scale`) derives the
+    same fields the same way, then the plausibility pass adds provenance and warnings.
+
+    Times come in integer-ns floats and leave in seconds. ``stage_counts``: the memory
+    report's per-stage counts (``MemoryReport.stages``). ``mean_utilization`` is the path's
+    own mean (a cluster weighs each device role by the devices it stands for). ``extra``:
+    the optional fields of the path (fingerprint, fast-path time, cluster and symmetry).
+    """
+    S = sched.stages
+    it, N = iteration_ns, batches
+    it_s = it / NS
+    vt = sched.versions
+    staleness = vt.staleness() if vt is not None else [0] * S
+    counts = _per_stage_counts(stage_counts, S)
+    versions = {
+        "policy": str(sched.policy),
+        "versions_kept": counts["versions_kept"],
+        "grad_buffers": counts["grad_buffers"],
+        "max_in_flight": counts["max_in_flight"],
+        "weight_inconsistent_stages": vt.inconsistent_stages() if vt is not None else [],
+        "max_staleness": max(staleness, default=0),
+    }
+    result = SimResult(
+        schedule=sched.name, method=method, stages=S, microbatches=microbatches, workers=workers,
+        batches=N, devices=devices, batch_size=batch_size,
+        iteration_time_s=it_s,
+        fill_drain_s=max(0.0, (makespan_ns - N * it) / NS),
+        makespan_s=makespan_ns / NS,
+        mean_iteration_time_s=makespan_ns / NS / N,
+        throughput_samples_per_s=batch_size / it_s if it_s > 0 else float("inf"),
+        speedup=(costs.seq_ns / it) if it > 0 else float("inf"),
+        sequential_time_s=costs.seq_ns / NS,
+        utilization=utilization,
+        bubble_fraction=max(0.0, 1.0 - mean_utilization) if utilization else 0.0,
+        peak_memory_bytes=peak_memory_bytes,
+        memory_breakdown=memory_breakdown,
+        staleness=list(staleness),
+        versions=versions,
+        partition={"cuts": list(costs.cuts), "ppv": list(costs.ppv),
+                   "layer_ranges": [list(r) for r in costs.layer_ranges]},
+        hardware=hw.to_dict(),
+        hardware_note=hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})"),
+        steady_window=steady_window,
+        phases=phases,
+        stage_costs=costs.to_dict(),
+        timeline=timeline,
+        **extra,
+    )
+    return finish(result, costs, sched, hw)
+
+
+_STAGE_COUNTS = ("versions_kept", "grad_buffers", "max_in_flight")
+
+
+def _per_stage_counts(counts: Any, S: int) -> dict[str, list[int]]:
+    """Per stage, the largest count of any device holding it (a stage on several devices)."""
+    out = {k: [0] * S for k in _STAGE_COUNTS}
+    for c in counts:
+        for k, v in out.items():
+            v[c.stage] = max(v[c.stage], getattr(c, k))
+    return out
 
 
 def _cost_range(detail: dict[str, Any]) -> str:

@@ -41,7 +41,7 @@ from stalesim.sim.events import Program, Timeline, compile_schedule, simulate_pr
 from stalesim.sim.memory import memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
 from stalesim.sim.periodic import Period, busy_at, detect
-from stalesim.sim.result import SimResult
+from stalesim.sim.result import SimResult, build_result
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.api import SimOptions
@@ -192,12 +192,9 @@ def simulate_cluster(workload: Profile | StageCosts, schedule: ScheduleConfig | 
                 break
         per = None
         n = min(N, 2 * n)
-    result = _result(cfg, spec, phases, N, P, M, layout, classes, reps, costs, hw, opts, run, per)
-    # cost provenance and the physical-limit checks, as for every simulate() result (the
+    # build_result runs the plausibility pass, as for every simulate() result (the
     # representatives' devices are the result's device roles, in the same order)
-    from stalesim.sim.plausibility import finish
-
-    return finish(result, costs, run.prog.sched, hw)
+    return _result(cfg, spec, phases, N, P, M, layout, classes, reps, costs, hw, opts, run, per)
 
 
 def _costs(workload: Profile | StageCosts, cfg: ScheduleConfig, P: int, M: int, opts: SimOptions) -> StageCosts:
@@ -274,14 +271,9 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
                           "node": layout.node(rep, d), "utilization": u,
                           "peak_memory_bytes": mem.peak_bytes[dev]})
     mean_util = sum(u * w for u, w in zip(util, weights)) / max(1, sum(weights))
-    vt = sched.versions
-    staleness = vt.staleness() if vt is not None else [0] * S
     ar = [sum(b) / NS for b in comm_plan(sched, layout, reps, costs, hw, bucket_bytes=opts.bucket_bytes,
                                          stage_slot=[0 if sched.data_parallel else sched.device_of(s)
                                                      for s in range(S)]).ar_buckets]
-    per_stage = _per_stage_counts(mem.stages, S)
-    it_s = it / NS
-    B = costs.batch_size
     notes = []
     if opts.method == "fast":
         notes.append("no closed form for replicas on a cluster: the symmetric event simulation answered "
@@ -294,27 +286,15 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
         "periodic_from_batch": per.first if per is not None else None,
         "actions_simulated": run.prog.n_actions,
     }
-    hw_note = hw.describe() + ("" if not hw.notes else f" ({'; '.join(hw.notes)})")
-    return SimResult(
-        schedule=sched.name, method="symmetric" if opts.symmetry else "event", stages=S,
-        microbatches=M, workers=P, batches=N, devices=layout.devices, batch_size=B,
-        iteration_time_s=it_s, fill_drain_s=max(0.0, (makespan - N * it) / NS), makespan_s=makespan / NS,
-        mean_iteration_time_s=makespan / NS / N,
-        throughput_samples_per_s=B / it_s if it_s > 0 else float("inf"),
-        speedup=(costs.seq_ns / it) if it > 0 else float("inf"), sequential_time_s=costs.seq_ns / NS,
-        utilization=util, bubble_fraction=max(0.0, 1.0 - mean_util) if util else 0.0,
-        peak_memory_bytes=peaks, memory_breakdown=breakdown, staleness=list(staleness),
-        versions={"policy": str(sched.policy), "versions_kept": per_stage["versions_kept"],
-                  "grad_buffers": per_stage["grad_buffers"], "max_in_flight": per_stage["max_in_flight"],
-                  "weight_inconsistent_stages": vt.inconsistent_stages() if vt is not None else [],
-                  "max_staleness": max(staleness, default=0)},
-        partition={"cuts": list(costs.cuts), "ppv": list(costs.ppv),
-                   "layer_ranges": [list(r) for r in costs.layer_ranges]},
-        hardware=hw.to_dict(), hardware_note=hw_note, steady_window=window,
+    return build_result(
+        sched, costs, hw, mem.stages, method="symmetric" if opts.symmetry else "event",
+        microbatches=M, workers=P, devices=layout.devices, batches=N, batch_size=costs.batch_size,
+        iteration_ns=it, makespan_ns=makespan, utilization=util, mean_utilization=mean_util,
+        peak_memory_bytes=peaks, memory_breakdown=breakdown, steady_window=window,
         phases=[{"schedule": p.schedule, "first": p.first, "last": p.last, "end_s": done(p.last - 1) / NS}
                 for p in phases],
+        timeline=run.tl if opts.keep_timeline else None,
         schedule_fingerprint=None, fast_iteration_time_s=None, fast_formula="", notes=notes,
-        stage_costs=costs.to_dict(), timeline=run.tl if opts.keep_timeline else None,
         device_roles=roles, allreduce_s=ar, allreduce_exposed_s=[float(w) / NS for w in waits],
         cluster={**layout.to_dict(), "bucket_bytes": opts.bucket_bytes, "allreduce_groups": [
             _group(layout.group_per_node(0 if sched.data_parallel else sched.device_of(s))) for s in range(S)]},
@@ -325,11 +305,3 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
 def _group(per_node: list[int]) -> dict[str, int]:
     return {"members": sum(per_node), "nodes": len(per_node), "max_per_node": max(per_node),
             "min_per_node": min(per_node)}
-
-
-def _per_stage_counts(counts: Any, S: int) -> dict[str, list[int]]:
-    out = {k: [0] * S for k in ("versions_kept", "grad_buffers", "max_in_flight")}
-    for c in counts:
-        for k, v in out.items():
-            v[c.stage] = max(v[c.stage], getattr(c, k))
-    return out
