@@ -1,4 +1,4 @@
-"""Depth scaling (`stalesim.emulator.depth`, `stalesim study --depths --target-loss`): the axis,
+"""Depth scaling (`stalesim.plan.depth`, `stalesim study --depths --target-loss`): the axis,
 iterations to target and the slowdown against S = 1, the table and the plot, one-line errors."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from stalesim.cli import main
-from stalesim.emulator.depth import depth_placements, depth_rows, parse_depths, plot_slowdown
 from stalesim.errors import StalesimError
 from stalesim.plan.convergence import Target
+from stalesim.plan.depth import depth_placements, depth_rows, parse_depths, plot_slowdown
 
 
 def test_parse_depths_and_placements():
@@ -108,7 +108,7 @@ def test_cli_bad_depths_are_one_line_exit_2(capsys, tmp_path, argv, needle):
 
 
 def test_stored_tables_roundtrip_into_one_plot(tmp_path):
-    from stalesim.emulator.depth import main, read_depth_csv, write_depth_table
+    from stalesim.plan.depth import main, read_depth_csv, write_depth_table
 
     target = Target("loss", 1.0, 1)
     for opt in ("adamw", "muon"):

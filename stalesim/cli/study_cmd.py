@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     check_own_code(base)
     out = Path(args.out)
     if args.depths is not None:
-        from stalesim.emulator.depth import depth_placements, parse_depths
+        from stalesim.plan.depth import depth_placements, parse_depths
 
         places = depth_placements(parse_depths(args.depths))
     else:
@@ -131,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
         fig = plot(rows, out)
         extra = []
         if args.target_loss is not None:
-            from stalesim.emulator.depth import depth_rows, plot_slowdown, write_depth_table
             from stalesim.plan.convergence import Target
+            from stalesim.plan.depth import depth_rows, plot_slowdown, write_depth_table
 
             target = Target("loss", args.target_loss, args.target_smooth)
             drows = depth_rows(results, target)

@@ -621,8 +621,8 @@ DEPTH_TABLES = (("depth.csv", 2.9), ("depth_target3.3.csv", 3.3))
 
 def depth_scaling(root: Path) -> str:
     """Iterations to the target per S, with the slowdown vs S = 1, from the depth study's stored
-    ``depth.csv`` files (one study per optimizer; :mod:`stalesim.emulator.depth` wrote them)."""
-    from stalesim.emulator.depth import read_depth_csv
+    ``depth.csv`` files (one study per optimizer; :mod:`stalesim.plan.depth` wrote them)."""
+    from stalesim.plan.depth import read_depth_csv
 
     names = {("adamw", "none"): "AdamW", ("adamw", "basis-rotation"): "AdamW + basis rotation",
              ("muon", "none"): "Muon"}

@@ -120,13 +120,13 @@ def read_depth_csv(path: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m stalesim.emulator.depth OUT.png STUDY_DIR...``: one slowdown plot of the
+    """``python -m stalesim.plan.depth OUT.png STUDY_DIR...``: one slowdown plot of the
     studies' stored ``depth.csv`` files (e.g. one study per optimizer)."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
-        raise StalesimError("depth: usage: python -m stalesim.emulator.depth OUT.png STUDY_DIR...")
+        raise StalesimError("depth: usage: python -m stalesim.plan.depth OUT.png STUDY_DIR...")
     rows = [r for d in args[1:] for r in read_depth_csv(Path(d) / "depth.csv")]
     import json
 
