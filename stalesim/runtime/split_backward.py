@@ -8,8 +8,7 @@ backward need it; the others never build one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,13 +16,19 @@ from torch import nn
 
 from stalesim.runtime.stage_record import Inflight
 
+Segments = list[tuple[int, torch.Tensor]]  # (owning module index, its output) of one forward
+
 
 class SplitBackward:
     """Forward hooks on every module of ``module`` that owns some of ``params`` (the stage's
-    trainable parameters, in order), and the W walk over them."""
+    trainable parameters, in order), and the W walk over them.
 
-    def __init__(self, module: nn.Module, params: list[nn.Parameter]) -> None:
-        self.captured: list[tuple[int, torch.Tensor]] | None = None  # set during a split forward
+    ``sink()``: the list the forward running now keeps its modules' outputs in (None outside a
+    split forward: nothing is kept). The runtime's sink refers back to the runtime, so a
+    split stage's runtime and its module form a cycle: freed by the cyclic collector."""
+
+    def __init__(self, module: nn.Module, params: list[nn.Parameter], sink: Callable[[], Segments | None]) -> None:
+        self._sink = sink
         index = {id(p): i for i, p in enumerate(params)}
         self.owner_params: list[list[int]] = []  # per owning module: indices into params
         covered: set[int] = set()
@@ -40,21 +45,12 @@ class SplitBackward:
 
     def _capture_hook(self, k: int) -> Callable[..., None]:
         def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
-            if self.captured is not None:
+            captured = self._sink()
+            if captured is not None:
                 if not isinstance(out, torch.Tensor):
                     raise RuntimeError("stalesim: a split backward needs modules with tensor outputs")
-                self.captured.append((k, out))
+                captured.append((k, out))
         return hook
-
-    @contextmanager
-    def capturing(self) -> Iterator[list[tuple[int, torch.Tensor]]]:
-        """While a forward runs: the (module index, output) pairs its hooks keep."""
-        segments: list[tuple[int, torch.Tensor]] = []
-        self.captured = segments
-        try:
-            yield segments
-        finally:
-            self.captured = None
 
     def weight_grads(self, rec: Inflight) -> list[torch.Tensor | None]:
         """W's weight gradients of a record whose I ran (the caller installs the weights its

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -62,7 +61,7 @@ from stalesim.runtime.mitigations import Mitigations
 from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.optim import StageOptimizer
 from stalesim.runtime.saved_bytes import SavedBytes, record_storages
-from stalesim.runtime.split_backward import SplitBackward
+from stalesim.runtime.split_backward import Segments, SplitBackward
 from stalesim.runtime.stage_record import Inflight, accumulate
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.runtime.weight_tokens import WeightTokens, hooks_needed
@@ -127,7 +126,8 @@ class StageRuntime:
         self.deferred: dict[tuple[int, int | None], Inflight] = {}
         if self.split and head is not None:
             raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
-        self._splitter = SplitBackward(module, self.params) if self.split else None
+        self._captured: Segments | None = None  # set while a forward of a split stage runs
+        self._splitter = SplitBackward(module, self.params, lambda: self._captured) if self.split else None
         # the hooks a hooked forward installs: attributes, so that one runtime's can be wrapped
         self._pack: Callable[[torch.Tensor], Any] = self.tokens.pack
         self._unpack: Callable[[Any], torch.Tensor] = self.tokens.unpack
@@ -209,9 +209,9 @@ class StageRuntime:
                 predicted = True
         hooked = leaves is not None or self.hooks_needed or self.head is not None
         # split backward: the forward hooks keep the parameter-owning modules' outputs
-        capture: AbstractContextManager[list[tuple[int, torch.Tensor]] | None] = \
-            self._splitter.capturing() if self._splitter is not None else nullcontext(None)
-        with capture as segments:
+        segments: Segments | None = [] if self.split else None
+        self._captured = segments
+        try:
             if hooked:  # the saved storages are counted as they are packed
                 seen: dict[int, int] = {}
                 with self.tokens.packing(leaves, seen), \
@@ -220,6 +220,8 @@ class StageRuntime:
                 storages = record_storages(seen, x, y, segments)
             else:
                 y, storages = self._bytes.plain_forward(lambda: self.module(x), x, segments)
+        finally:
+            self._captured = None
         self.inflight[_key(action)] = Inflight(
             x=x, y=y, leaves=leaves if leaves is not None else list(self.params), v_f=v_f,
             predicted=predicted, storages=storages, hooked=hooked, segments=segments,
