@@ -21,6 +21,8 @@ from stalesim.errors import StalesimError
 from stalesim.limits import MAX_COUNT, MAX_FACTOR, MAX_SEED, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
     from stalesim.schedule import ScheduleConfig
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic", "shakespeare")
@@ -466,7 +468,7 @@ class TrainConfig:
         return self.stages or 1
 
     @property
-    def torch_dtype(self):
+    def torch_dtype(self) -> torch.dtype:
         import torch
 
         return torch.float64 if self.dtype == "float64" else torch.float32

@@ -21,9 +21,10 @@ folders it looked in. The checks are in :mod:`stalesim.runtime.datafiles`.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -149,8 +150,9 @@ def _load_idx(cfg: TrainConfig) -> Dataset:
                    f"{name} (torchvision raw files)")
 
 
-def _tv_idx(cls, cache: Path, dataset: str):
-    """torchvision's reader on the verified unpacked files."""
+def _tv_idx(cls: Callable[..., Any], cache: Path, dataset: str) -> tuple[Any, Any]:
+    """torchvision's reader on the verified unpacked files (``cls``: its MNIST-like dataset class;
+    the (train, test) datasets are untyped: their ``data`` and ``targets`` are read)."""
     try:
         return cls(str(cache), train=True, download=False), cls(str(cache), train=False, download=False)
     except (RuntimeError, OSError, ValueError, AssertionError) as exc:  # verified files: not expected
@@ -158,7 +160,7 @@ def _tv_idx(cls, cache: Path, dataset: str):
                             f"({type(exc).__name__})") from None
 
 
-def _download(cls, cache: Path, looked: list[str], dataset: str):
+def _download(cls: Callable[..., Any], cache: Path, looked: list[str], dataset: str) -> tuple[Any, Any]:
     """torchvision's download into the cache (10 s socket timeout; torchvision checks the
     archives' MD5s); ``STALESIM_NO_DOWNLOAD=1`` skips it (offline machines, tests)."""
     from stalesim.runtime.datafiles import env_flag
@@ -286,7 +288,7 @@ class BatchStream:
         idx = self.permutation(epoch)[k * self.batch_size:(k + 1) * self.batch_size][lo:hi]
         return self.data.prepare(self.data.train_x[idx], self.cfg.torch_dtype)
 
-    def test_batches(self, batch_size: int = 1000):
+    def test_batches(self, batch_size: int = 1000) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Test set in order, normalized, no augmentation."""
         test_x, test_y = self.data.test_x, self.data.test_y
         if test_x is None or test_y is None:

@@ -10,11 +10,14 @@ bytes its record keeps (input, output, saved tensors, by unique storage).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stalesim.runtime.memory import module_static_bytes, storage_nbytes
+
+if TYPE_CHECKING:
+    from stalesim.schedule import Kind
 
 
 def stage_memory_facts(cfg: Any, sched: Any, *, ppv: list[int] | None = None,
@@ -110,7 +113,6 @@ def stage_cuda_memory_terms(cfg: Any, sched: Any, *, device: torch.device | str 
     from dataclasses import replace
 
     from stalesim.runtime.build import build_stage_modules, stage_runtimes
-    from stalesim.schedule import Action, Kind
 
     dev = torch.device(device)
     if dev.type != "cuda":
@@ -127,18 +129,48 @@ def stage_cuda_memory_terms(cfg: Any, sched: Any, *, device: torch.device | str 
     rts = stage_runtimes(cfg, sched, mods, worker=0, stages=range(sched.stages), device=dev,
                          total=max(1, sched.batches))
     labels = y0.to(dev)
-    xs: list[torch.Tensor] = []  # each stage's input (one forward of the stages before it)
-    x = x0.to(dev)
+    xs = _stage_inputs(rts, x0.to(dev), sched.stages)
+    probe = _CudaStepProbe(dev, sched, rts, xs, labels)
+    for s in range(sched.stages):
+        probe.step(s, 0)
+    static = 0
+    for s in range(sched.stages):
+        st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
+        static += st["params"] + rts[s].opt.state_nbytes() + st["buffers"]
+    held = {int(t.untyped_storage().data_ptr()): storage_nbytes(t) for t in [*xs, labels]}
+    torch.cuda.synchronize(dev)
+    library = max(0, torch.cuda.memory_allocated(dev) - base - static - sum(held.values()))
+    probe.transient.clear()  # the warm-up's first actions also allocated the workspaces
+    for s in range(sched.stages):
+        probe.step(s, 1)
+    return CudaMemoryTerms(probe.transient, int(library))
+
+
+def _stage_inputs(rts: Any, x: torch.Tensor, stages: int) -> list[torch.Tensor]:
+    """Each stage's input: one forward (without a graph) of the stages before it from ``x``."""
+    xs: list[torch.Tensor] = []
     with torch.no_grad():
-        for s in range(sched.stages):
+        for s in range(stages):
             xs.append(x)
             x = rts[s].module(x)
     del x
-    m = 0 if sched.uses_micro else None
-    transient: dict[str, list[int]] = {}
+    return xs
 
-    def measured(kind: Kind, s: int, fn: Any, *args: Any) -> Any:
+
+class _CudaStepProbe:
+    """Runs training steps of the stages action by action, as a rank runs them, and keeps
+    each action's transient (:class:`CudaMemoryTerms`) per action kind and stage: the
+    measuring half of :func:`stage_cuda_memory_terms`."""
+
+    def __init__(self, dev: torch.device, sched: Any, rts: Any, xs: list[torch.Tensor],
+                 labels: torch.Tensor) -> None:
+        self.dev, self.sched, self.rts, self.xs, self.labels = dev, sched, rts, xs, labels
+        self.m = 0 if sched.uses_micro else None
+        self.transient: dict[str, list[int]] = {}
+
+    def measured(self, kind: Kind, s: int, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` (one action of stage s) and keep its transient."""
+        dev = self.dev
         torch.cuda.synchronize(dev)
         before = torch.cuda.memory_allocated(dev)
         torch.cuda.reset_peak_memory_stats(dev)
@@ -146,19 +178,21 @@ def stage_cuda_memory_terms(cfg: Any, sched: Any, *, device: torch.device | str 
         torch.cuda.synchronize(dev)
         peak = torch.cuda.max_memory_allocated(dev)
         after = torch.cuda.memory_allocated(dev)
-        row = transient.setdefault(kind.value, [0] * sched.stages)
+        row = self.transient.setdefault(kind.value, [0] * self.sched.stages)
         row[s] = max(row[s], max(0, int(peak) - max(before, after)))
         return out
 
-    def step(s: int, t: int) -> None:
+    def step(self, s: int, t: int) -> None:
         """One training step of stage s, action by action, as a rank runs it."""
-        rt = rts[s]
-        xin = xs[s].detach()
-        if s > 0 and not sched.local_loss:
+        from stalesim.schedule import Action, Kind
+
+        rt, m, measured = self.rts[s], self.m, self.measured
+        xin = self.xs[s].detach()
+        if s > 0 and not self.sched.local_loss:
             xin.requires_grad_(True)
         out = measured(Kind.F, s, rt.forward, Action(Kind.F, s, t, m, 0), xin)
         if rt.is_loss_stage:
-            measured(Kind.LOSS, s, rt.loss, Action(Kind.LOSS, s, t, m, 0), labels)
+            measured(Kind.LOSS, s, rt.loss, Action(Kind.LOSS, s, t, m, 0), self.labels)
         gy = None if rt.is_loss_stage else torch.ones_like(out)
         del out
         if rt.split:
@@ -172,17 +206,3 @@ def stage_cuda_memory_terms(cfg: Any, sched: Any, *, device: torch.device | str 
         del rt.buffers[t]
         measured(Kind.U, s, rt.opt.step, grads, rt.lr_for(t))
         del grads
-
-    for s in range(sched.stages):
-        step(s, 0)
-    static = 0
-    for s in range(sched.stages):
-        st = module_static_bytes([rts[s].module, rts[s].head], momentum=False)
-        static += st["params"] + rts[s].opt.state_nbytes() + st["buffers"]
-    held = {int(t.untyped_storage().data_ptr()): storage_nbytes(t) for t in [*xs, labels]}
-    torch.cuda.synchronize(dev)
-    library = max(0, torch.cuda.memory_allocated(dev) - base - static - sum(held.values()))
-    transient.clear()  # the warm-up's first actions also allocated the workspaces
-    for s in range(sched.stages):
-        step(s, 1)
-    return CudaMemoryTerms(transient, int(library))

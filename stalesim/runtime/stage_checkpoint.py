@@ -6,13 +6,14 @@ weights it read, and a resume recomputes it (and its loss, if LOSS had run) with
 weights; a split backward whose ``I`` ran gets its saved gradients back for ``W``. The
 recomputation runs BatchNorm in training mode, so the buffers are put back afterwards. On
 the CPU the recomputation is bitwise identical, so a resumed run's losses equal the
-uninterrupted run's. Only the runtime's public interface is used here: the file formats
+uninterrupted run's. Only the runtime's public attributes and methods are used here: the file formats
 (and what else each consumer saves) stay in ``stalesim.emulator.checkpoint`` and
 ``executor.checkpoint``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,8 +29,41 @@ LossLabels = Callable[[int, int, int, "int | None"], torch.Tensor]
 def runtime_state(rt: StageRuntime) -> dict[str, Any]:
     """One runtime's checkpoint entry: its state, its in-flight forwards, the versions it
     used so far and its stash peak."""
-    return {"state": rt.state_dict(), "inflight": rt.inflight_state(),
+    return {"state": stage_state_dict(rt), "inflight": rt.inflight_state(),
             "versions_used": list(rt.versions_used), "stash_peak": rt.stash_peak_bytes}
+
+
+def stage_state_dict(rt: StageRuntime) -> dict[str, Any]:
+    """Everything of a runtime but its in-flight graphs: weights, optimizer, version, stash,
+    pending readers per version, gradient buffers and the mitigations' running delta."""
+    return {
+        "module": rt.module.state_dict(),
+        "head": None if rt.head is None else rt.head.state_dict(),
+        "optimizer": None if rt.optimizer is None else rt.opt.state_dict(),
+        "version": rt.version,
+        "stash": {v: [t.clone() for t in ws] for v, ws in rt.stash.items()},
+        "need": dict(rt.need),
+        "buffers": {t: [None if g is None else g.clone() for g in b] for t, b in rt.buffers.items()},
+        "delta": None if rt.mit.delta is None else [d.clone() for d in rt.mit.delta],
+    }
+
+
+def load_stage_state(rt: StageRuntime, state: dict[str, Any]) -> None:
+    """Put back :func:`stage_state_dict`'s ``state``; weights and buffers are copied in place,
+    which keeps their storages (the version hooks' map from storage to parameter) valid."""
+    with torch.no_grad():
+        for k, v in rt.module.state_dict().items():
+            v.copy_(state["module"][k])
+        if rt.head is not None:
+            for k, v in rt.head.state_dict().items():
+                v.copy_(state["head"][k])
+    if rt.optimizer is not None and state["optimizer"] is not None:
+        rt.opt.load_state_dict(state["optimizer"])
+    rt.version = int(state["version"])
+    rt.stash = {int(v): list(ws) for v, ws in state["stash"].items()}
+    rt.need = Counter({int(k): int(c) for k, c in state["need"].items()})
+    rt.buffers = {int(t): list(b) for t, b in state["buffers"].items()}
+    rt.mit.delta = state["delta"]
 
 
 def restore_runtimes(entries: Sequence[tuple[tuple[int, int], StageRuntime, dict[str, Any]]],
@@ -40,7 +74,7 @@ def restore_runtimes(entries: Sequence[tuple[tuple[int, int], StageRuntime, dict
     ``entries`` order, batch then micro-batch within a runtime, and the BatchNorm buffers
     are restored last: the order both consumers have always resumed in."""
     for _key, rt, sv in entries:
-        rt.load_state_dict(sv["state"])
+        load_stage_state(rt, sv["state"])
         rt.versions_used = [tuple(x) for x in sv["versions_used"]]
         rt.stash_peak_bytes = sv["stash_peak"]
     for (w, s), rt, sv in entries:

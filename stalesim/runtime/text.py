@@ -29,6 +29,7 @@ order-2 Markov chain over 28 letters, so it is learnable) of about
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -182,7 +183,7 @@ class TextStream:
             return torch.zeros(1, dtype=torch.long)
         return torch.div(torch.arange(k) * last, k - 1, rounding_mode="floor")
 
-    def test_batches(self, batch_size: int = 64):
+    def test_batches(self, batch_size: int = 64) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The validation windows in order, ``batch_size`` at a time."""
         starts = self.eval_starts()
         for a in range(0, starts.numel(), batch_size):
