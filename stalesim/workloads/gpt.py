@@ -38,12 +38,16 @@ block_size=128) or ``gpt-char:n_layer=12,n_embd=384,n_head=6,block_size=256``
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from stalesim.workloads.names import BASE_NAME, GPTConfig, gpt_name, is_gpt_name, parse_gpt_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.layered import LayeredModel
 
 __all__ = ["BASE_NAME", "VOCAB_SIZE", "GPTConfig", "build_gpt", "gpt_name", "is_gpt_name", "parse_gpt_name"]
 
@@ -119,14 +123,14 @@ def _init_gpt(model: nn.Module, n_layer: int) -> None:
             if isinstance(m, nn.Linear) and name.endswith(".proj"):
                 std = 0.02 / math.sqrt(2 * n_layer)  # residual output projections (GPT-2)
             nn.init.normal_(m.weight, mean=0.0, std=std)
-            if getattr(m, "bias", None) is not None:
+            if isinstance(m, nn.Linear) and m.bias is not None:  # an embedding has no bias
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
 
 
-def build_gpt(name: str):
+def build_gpt(name: str) -> LayeredModel:
     """The LayeredModel for a ``gpt-char[:...]`` name (unseeded; the zoo seeds it)."""
     from stalesim.workloads.layered import LayeredModel
 

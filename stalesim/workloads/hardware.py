@@ -644,43 +644,55 @@ def roofline_profile(
     """
     dev = get_device(device) if isinstance(device, str) else device
     dt = profile.dtype if dtype is None else dtype
+    if precision is None and dt == profile.dtype:
+        precision = profile.precision  # what the measured math was, when re-timing the same dtype
+    params = _checked_roofline_params(dev, dt, precision, launch_overhead_s, efficiency, overhead_model)
+    scale = params.element_bytes / _ELEM.get(profile.dtype, 4)
+    layers = [_roofline_rescaled(lp, params, scale) for lp in profile.layers]
+    # the parameters let ``Profile.at_batch_size`` re-time the counts at any batch size (a
+    # roofline is a function of FLOPs and bytes, not a measurement)
+    meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
+                         "dtype": dt, "launch_overhead_s": params.overhead_s,
+                         "overhead_model": overhead_model,
+                         "efficiency": efficiency, "source": dev.source,
+                         "peak_flops_per_s": params.peak_flops_per_s,
+                         "conv_peak_flops_per_s": params.conv_peak_flops_per_s,
+                         "mem_bandwidth_Bps": params.mem_bandwidth_Bps,
+                         "element_bytes": params.element_bytes,
+                         "precision": None if precision is None else precision.to_dict()}}
+    return replace(profile, device=f"{dev.key or dev.name} (roofline)", dtype=dt, layers=layers,
+                   threads=None, repeats=None, warmup=None, whole_model_s=None,
+                   sum_over_whole_ratio=None, by_batch_size=None, meta=meta, precision=precision)
+
+
+def _checked_roofline_params(dev: DeviceSpec, dtype: str, precision: Precision | None,
+                             launch_overhead_s: float | None, efficiency: float,
+                             overhead_model: str) -> RooflineParams:
+    """:func:`roofline_profile`'s arguments, checked, as the parameters of its roofline (the
+    overhead's default depends on the model: a launch per block and phase, or per op)."""
     if overhead_model not in OVERHEAD_MODELS:
         raise StalesimError(f"overhead_model: expected one of {', '.join(OVERHEAD_MODELS)}, got {overhead_model!r}")
     if launch_overhead_s is None:
         launch_overhead_s = DEFAULT_OP_OVERHEAD_S if overhead_model == "per-op" else DEFAULT_LAUNCH_OVERHEAD_S
-    if precision is None and dt == profile.dtype:
-        precision = profile.precision  # what the measured math was, when re-timing the same dtype
-    matmul_peak, conv_peak = precision_peaks(dev, dt, precision)
+    matmul_peak, conv_peak = precision_peaks(dev, dtype, precision)
     peak, cpeak = matmul_peak * efficiency, conv_peak * efficiency
     if not (math.isfinite(peak) and peak > 0 and math.isfinite(cpeak) and cpeak > 0):
         raise StalesimError(f"efficiency: must give a positive peak, got {efficiency!r}")
     if not math.isfinite(launch_overhead_s) or launch_overhead_s < 0:
         raise StalesimError(f"launch_overhead_s: must be >= 0, got {launch_overhead_s!r}")
-    bw = dev.mem_bandwidth_Bps
-    src_el = _ELEM.get(profile.dtype, 4)
-    dst_el = _ELEM.get(dt, 4)
-    scale = dst_el / src_el
-    params = RooflineParams(peak, bw, launch_overhead_s, dst_el, cpeak, overhead_model)
-    layers = []
-    for lp in profile.layers:
-        in_dtype = replace(lp, param_bytes=round(lp.param_bytes * scale),
-                           output_bytes=round(lp.output_bytes * scale),
-                           saved_bytes=round(lp.saved_bytes * scale), spread=None)
-        layers.append(roofline_layer(in_dtype, params,
-                                     exact_bytes=(lp.param_bytes * scale, lp.output_bytes * scale,
-                                                  lp.saved_bytes * scale)))
-    # the parameters let ``Profile.at_batch_size`` re-time the counts at any batch size (a
-    # roofline is a function of FLOPs and bytes, not a measurement)
-    meta = {"roofline": {"from_device": profile.device, "to_device": dev.key or dev.name,
-                         "dtype": dt, "launch_overhead_s": launch_overhead_s,
-                         "overhead_model": overhead_model,
-                         "efficiency": efficiency, "source": dev.source,
-                         "peak_flops_per_s": peak, "conv_peak_flops_per_s": cpeak,
-                         "mem_bandwidth_Bps": bw, "element_bytes": dst_el,
-                         "precision": None if precision is None else precision.to_dict()}}
-    return replace(profile, device=f"{dev.key or dev.name} (roofline)", dtype=dt, layers=layers,
-                   threads=None, repeats=None, warmup=None, whole_model_s=None,
-                   sum_over_whole_ratio=None, by_batch_size=None, meta=meta, precision=precision)
+    return RooflineParams(peak, dev.mem_bandwidth_Bps, launch_overhead_s, _ELEM.get(dtype, 4), cpeak,
+                          overhead_model)
+
+
+def _roofline_rescaled(lp: LayerProfile, params: RooflineParams, scale: float) -> LayerProfile:
+    """One block's roofline estimate, its byte counts scaled by ``scale`` (the element size
+    ratio) first: rounded in the block, exact for the times."""
+    in_dtype = replace(lp, param_bytes=round(lp.param_bytes * scale),
+                       output_bytes=round(lp.output_bytes * scale),
+                       saved_bytes=round(lp.saved_bytes * scale), spread=None)
+    return roofline_layer(in_dtype, params,
+                          exact_bytes=(lp.param_bytes * scale, lp.output_bytes * scale,
+                                       lp.saved_bytes * scale))
 
 
 def eager_ops(lp: LayerProfile) -> dict[str, int]:
@@ -747,13 +759,22 @@ def roofline_params(meta: Any) -> RooflineParams | None:
     model = str(rf.get("overhead_model", "per-block"))
     if model not in OVERHEAD_MODELS:
         return None
-    peak, bw = rf.get("peak_flops_per_s"), rf.get("mem_bandwidth_Bps")
-    if peak is None or bw is None:
-        try:
-            dev = get_device(str(rf.get("to_device")))
-        except StalesimError:
-            return None
-        peak = dev.flops_per_s(dt) * float(rf.get("efficiency", 1.0))
-        bw = dev.mem_bandwidth_Bps
+    peak_bw = _roofline_peak_bandwidth(rf, dt)
+    if peak_bw is None:
+        return None
+    peak, bw = peak_bw
     cpeak = rf.get("conv_peak_flops_per_s", peak)
-    return RooflineParams(float(peak), float(bw), ovh, el, float(cpeak), model)
+    return RooflineParams(peak, bw, ovh, el, float(cpeak), model)
+
+
+def _roofline_peak_bandwidth(rf: dict[str, Any], dtype: str) -> tuple[float, float] | None:
+    """The peak FLOP/s and memory bandwidth a roofline meta stored; for files that predate
+    them, its catalog device's (None: it names none)."""
+    peak, bw = rf.get("peak_flops_per_s"), rf.get("mem_bandwidth_Bps")
+    if peak is not None and bw is not None:
+        return float(peak), float(bw)
+    try:
+        dev = get_device(str(rf.get("to_device")))
+    except StalesimError:
+        return None
+    return dev.flops_per_s(dtype) * float(rf.get("efficiency", 1.0)), float(dev.mem_bandwidth_Bps)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.names import GPTConfig
 
 _WEIGHT_TYPES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
@@ -41,12 +45,18 @@ class LayeredModel(nn.Sequential):
     (``"classify"`` or ``"lm"``, see :mod:`stalesim.runtime.tasks`).
     """
 
+    # Set by the builder of a token-id model (:func:`stalesim.workloads.gpt.build_gpt`), absent
+    # otherwise: the number of token ids, and that GPT's configuration. Declared so that setting
+    # them is typed (``nn.Module.__setattr__`` takes only tensors and modules).
+    vocab_size: int
+    gpt_config: GPTConfig
+
     def __init__(
         self,
         blocks: Sequence[tuple[str, nn.Module]],
         *,
         name: str,
-        input_shape: tuple[int, int, int],
+        input_shape: tuple[int, ...],
         default_dataset: str = "cifar10",
         weight_layers: Sequence[int] | None = None,
         input_dtype: torch.dtype | None = None,
@@ -106,7 +116,7 @@ class LayeredModel(nn.Sequential):
         seq: nn.Sequential | Sequence[nn.Module],
         *,
         name: str,
-        input_shape: tuple[int, int, int],
+        input_shape: tuple[int, ...],
         default_dataset: str = "cifar10",
         block_names: Sequence[str] | None = None,
     ) -> LayeredModel:

@@ -62,7 +62,7 @@ def as_layered(built: Any, spec: str, input_shape: tuple[int, ...] | None = None
     except (TypeError, ValueError):
         raise StalesimError(f"{FLAG}: {spec}: input_shape must be a tuple of integers such as "
                             f"(1, 28, 28), got {shape!r}") from None
-    return LayeredModel.from_sequential(blocks, name=spec, input_shape=shape,  # type: ignore[arg-type]
+    return LayeredModel.from_sequential(blocks, name=spec, input_shape=shape,
                                         default_dataset="synthetic")
 
 

@@ -304,6 +304,62 @@ def min_max_partition(
     Large problems *with* communication costs are refused (a cut's cost breaks the
     greedy test's exchange argument, and the DP would not finish).
     """
+    problem = _problem(costs, stages, memory, memory_limit, comm, weight_layers)
+    n = problem.n
+    if stages * n * n <= DP_BUDGET:
+        return _result(_dp_partition(problem, stages), problem, stages)
+    if any(problem.comm):
+        raise StalesimError(
+            f"stages: an exact partition of {n:,} layers into {stages} stages with communication "
+            f"costs takes O(S x L^2) = {stages * n * n:.1e} steps (at most {DP_BUDGET:.0e}); "
+            f"partition without communication costs, or fewer layers or stages")
+    return _result(_bisect_partition(problem, stages), problem, stages)
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """A checked partition problem as both solvers and the result read it.
+
+    ``pre[j]``: cost of layers ``0..j-1``; ``pmem``: the same for memory (None without);
+    ``comm[c-1]``: the cost of cut ``c``, paid by the stage it ends; ``allowed[j]``: a stage
+    may end at cut ``j`` (a PPV boundary, see :func:`_allowed_ends`); ``mem_bound``: the
+    memory limit with the DP's rounding allowance (None without a limit; then any stage
+    fits); ``cumw[j]``: weight layers before cut ``j`` (the PPV of a cut).
+    """
+
+    n: int
+    pre: list[float]
+    pmem: list[float] | None
+    comm: list[float]
+    allowed: list[bool]
+    memory_limit: float | None
+    mem_bound: float | None
+    largest_memory: float
+    cumw: list[int]
+
+    def seg(self, i: int, j: int) -> float:
+        """Cost of the stage of layers ``i..j-1`` (it sends across cut ``j``)."""
+        return self.pre[j] - self.pre[i] + (self.comm[j - 1] if j < self.n else 0.0)
+
+    def fits(self, i: int, j: int) -> bool:
+        """Whether layers ``i..j-1`` fit the memory limit (always, without one)."""
+        if self.mem_bound is None or self.pmem is None:
+            return True
+        return self.pmem[j] - self.pmem[i] <= self.mem_bound
+
+    def infeasible(self, stages: int) -> StalesimError:
+        """The error for a problem with no valid partition into ``stages``."""
+        if self.memory_limit is not None:
+            return StalesimError(
+                f"memory_limit: no partition into {stages} stages fits {self.memory_limit:g} bytes "
+                f"per stage (largest single layer needs {self.largest_memory:g})")
+        return StalesimError(f"stages: cannot form {stages} stages that each contain a weight layer")
+
+
+def _problem(costs: Sequence[float], stages: int, memory: Sequence[float] | None,
+             memory_limit: float | None, comm: Sequence[float] | None,
+             weight_layers: Sequence[int] | None) -> _Problem:
+    """Check :func:`min_max_partition`'s arguments (first bad one named) into a :class:`_Problem`."""
     n = len(costs)
     if n == 0:
         raise StalesimError("costs: need at least one layer")
@@ -323,91 +379,78 @@ def min_max_partition(
     if len(wl) != n:
         raise StalesimError(f"weight_layers: expected {n} values, got {len(wl)}")
     cumw = [0, *accumulate(wl)]
-
     pre = [0.0, *accumulate(c)]
     pmem = [0.0, *accumulate(mem)] if mem is not None else None
     if not math.isfinite(pre[-1] + sum(cm)):
         raise StalesimError("costs: the total is not a finite number (values too large)")
     if pmem is not None and not math.isfinite(pmem[-1]):
         raise StalesimError("memory: the total is not a finite number (values too large)")
-    if stages * n * n > DP_BUDGET:
-        if any(cm):
-            raise StalesimError(
-                f"stages: an exact partition of {n:,} layers into {stages} stages with communication "
-                f"costs takes O(S x L^2) = {stages * n * n:.1e} steps (at most {DP_BUDGET:.0e}); "
-                f"partition without communication costs, or fewer layers or stages")
-        allowed = [j == n or weight_layers is None or (cumw[j] > 0 and wl[j] > 0) for j in range(n + 1)]
-        return _result(_bisect_partition(pre, pmem, memory_limit, allowed, stages, max(mem or [0.0])),
-                       n, stages, pre, pmem, cm, cumw)
+    return _Problem(
+        n=n, pre=pre, pmem=pmem, comm=cm,
+        allowed=_allowed_ends(wl, cumw, weight_layers is not None),
+        memory_limit=memory_limit,
+        # the limit with a relative allowance, so a stage that fits exactly is not lost to rounding
+        mem_bound=None if memory_limit is None else memory_limit * (1 + 1e-12),
+        largest_memory=max(mem or [0.0]), cumw=cumw)
 
-    def allowed_end(j: int) -> bool:
-        # cut j is a valid PPV boundary only if a weight layer lies before it and
-        # block j starts a weight layer (so it is the last boundary with that count)
-        if j == n:
-            return True
-        if weight_layers is None:
-            return True
-        return cumw[j] > 0 and wl[j] > 0
 
-    def seg(i: int, j: int) -> float:  # layers i..j-1, ending at cut j
-        return pre[j] - pre[i] + (cm[j - 1] if j < n else 0.0)
+def _allowed_ends(wl: list[int], cumw: list[int], by_weight_layers: bool) -> list[bool]:
+    """``allowed[j]`` for each cut ``j`` in ``0..n``: the end of the model always; with
+    per-layer weight-layer counts, a cut is a valid PPV boundary only if a weight layer lies
+    before it and layer ``j`` starts a weight layer (so it is the last boundary with that count)."""
+    n = len(wl)
+    return [j == n or not by_weight_layers or (cumw[j] > 0 and wl[j] > 0) for j in range(n + 1)]
 
-    def fits(i: int, j: int) -> bool:
-        if memory_limit is None or pmem is None:
-            return True
-        return pmem[j] - pmem[i] <= memory_limit * (1 + 1e-12)
 
-    inf = math.inf
-    # best[s][j]: min bottleneck of splitting layers 0..j-1 into s+1 stages
-    best = [[inf] * (n + 1) for _ in range(stages)]
-    arg = [[-1] * (n + 1) for _ in range(stages)]
-    for j in range(1, n + 1):
-        if allowed_end(j) and fits(0, j):
-            best[0][j] = seg(0, j)
-    for s in range(1, stages):
-        for j in range(s + 1, n + 1):
-            if not allowed_end(j):
-                continue
-            bv, bi = inf, -1
-            for i in range(s, j):
-                if best[s - 1][i] == inf or not fits(i, j):
-                    continue
-                v = max(best[s - 1][i], seg(i, j))
-                if v < bv:
-                    bv, bi = v, i
-            best[s][j], arg[s][j] = bv, bi
-    if best[stages - 1][n] == inf:
-        if memory_limit is not None:
-            raise StalesimError(
-                f"memory_limit: no partition into {stages} stages fits {memory_limit:g} bytes per "
-                f"stage (largest single layer needs {max(mem or [0]):g})"
-            )
-        raise StalesimError(
-            f"stages: cannot form {stages} stages that each contain a weight layer"
-        )
+def _dp_partition(p: _Problem, stages: int) -> list[int]:
+    """The cuts of the exact DP: the earliest cuts among those with the least bottleneck."""
+    best, arg = _dp_tables(p, stages)
+    if best[stages - 1][p.n] == math.inf:
+        raise p.infeasible(stages)
     cuts: list[int] = []
-    j = n
+    j = p.n
     for s in range(stages - 1, 0, -1):
         i = arg[s][j]
         cuts.append(i)
         j = i
     cuts.reverse()
-    return _result(cuts, n, stages, pre, pmem, cm, cumw)
+    return cuts
 
 
-def _result(cuts: list[int], n: int, stages: int, pre: list[float], pmem: list[float] | None,
-            cm: list[float], cumw: list[int]) -> Partition:
-    bounds = [0, *cuts, n]
+def _dp_tables(p: _Problem, stages: int) -> tuple[list[list[float]], list[list[int]]]:
+    """``best[s][j]``: min bottleneck of splitting layers ``0..j-1`` into ``s+1`` stages (inf:
+    impossible), and ``arg[s][j]``: the earliest start of the last stage that achieves it."""
+    n, inf = p.n, math.inf
+    best = [[inf] * (n + 1) for _ in range(stages)]
+    arg = [[-1] * (n + 1) for _ in range(stages)]
+    for j in range(1, n + 1):
+        if p.allowed[j] and p.fits(0, j):
+            best[0][j] = p.seg(0, j)
+    for s in range(1, stages):
+        prev = best[s - 1]
+        for j in range(s + 1, n + 1):
+            if not p.allowed[j]:
+                continue
+            bv, bi = inf, -1
+            for i in range(s, j):
+                if prev[i] == inf or not p.fits(i, j):
+                    continue
+                v = max(prev[i], p.seg(i, j))
+                if v < bv:
+                    bv, bi = v, i
+            best[s][j], arg[s][j] = bv, bi
+    return best, arg
 
-    def seg(i: int, j: int) -> float:
-        return pre[j] - pre[i] + (cm[j - 1] if j < n else 0.0)
 
-    stage_costs = [seg(bounds[s], bounds[s + 1]) for s in range(stages)]
-    stage_comm = [cm[bounds[s + 1] - 1] if bounds[s + 1] < n else 0.0 for s in range(stages)]
+def _result(cuts: list[int], p: _Problem, stages: int) -> Partition:
+    bounds = [0, *cuts, p.n]
+    stage_costs = [p.seg(bounds[s], bounds[s + 1]) for s in range(stages)]
+    stage_comm = [p.comm[bounds[s + 1] - 1] if bounds[s + 1] < p.n else 0.0 for s in range(stages)]
+    pmem = p.pmem
     stage_mem = (
         [pmem[bounds[s + 1]] - pmem[bounds[s]] for s in range(stages)] if pmem is not None else None
     )
-    ppv = [cumw[k] for k in cuts]
+    ppv = [p.cumw[k] for k in cuts]
     return Partition(cuts=cuts, ppv=ppv, stage_costs=stage_costs, stage_memory=stage_mem,
                      stage_comm=stage_comm)
 
@@ -425,8 +468,7 @@ def _bits_float(b: int) -> float:
     return float(struct.unpack("<d", struct.pack("<q", b))[0])
 
 
-def _bisect_partition(pre: list[float], pmem: list[float] | None, memory_limit: float | None,
-                      allowed: list[bool], stages: int, largest_memory: float = 0.0) -> list[int]:
+def _bisect_partition(p: _Problem, stages: int) -> list[int]:
     """The DP's cuts without the DP (no communication costs): the same bottleneck, the
     same tie-breaking, in O(S^2 log L) greedy steps per bisection instead of O(S L^2).
 
@@ -446,106 +488,119 @@ def _bisect_partition(pre: list[float], pmem: list[float] | None, memory_limit: 
     feasible i form an interval (lower end from the segment bound and the count of
     allowed cuts; the prefix condition is monotone), so the smallest is the first
     allowed cut at or above the lower end."""
-    n = len(pre) - 1
-    lim = None if memory_limit is None else memory_limit * (1 + 1e-12)  # as the DP's ``fits``
-    prev_allowed = [0] * (n + 1)  # largest allowed internal cut <= x (0: none)
-    cnt = [0] * (n + 2)  # cnt[x]: allowed internal cuts in 1..x-1
-    last = 0
-    for x in range(n + 1):
-        if 0 < x < n and allowed[x]:
-            last = x
-        prev_allowed[x] = last
-        cnt[x + 1] = cnt[x] + (1 if 0 < x < n and allowed[x] else 0)
-    next_allowed = [n] * (n + 2)  # smallest allowed cut >= x (n: none before the end)
-    for x in range(n - 1, 0, -1):
-        next_allowed[x] = x if allowed[x] else next_allowed[x + 1]
-    next_allowed[0] = next_allowed[1] if n > 1 else n
+    search = _Bisection(p)
+    if not search.feasible(p.n, stages, p.pre[p.n]):
+        raise p.infeasible(stages)
+    return search.cuts(stages)
 
-    def reach(i: int, bound: float, e: int) -> int:
+
+class _Bisection:
+    """The greedy feasibility test and the tie-exact reconstruction of
+    :func:`_bisect_partition`, over the allowed-cut indexes they share."""
+
+    def __init__(self, p: _Problem) -> None:
+        n = p.n
+        self.p = p
+        self.prev_allowed = [0] * (n + 1)  # largest allowed internal cut <= x (0: none)
+        self.cnt = [0] * (n + 2)  # cnt[x]: allowed internal cuts in 1..x-1
+        last = 0
+        for x in range(n + 1):
+            inner = 0 < x < n and p.allowed[x]
+            if inner:
+                last = x
+            self.prev_allowed[x] = last
+            self.cnt[x + 1] = self.cnt[x] + (1 if inner else 0)
+        self.next_allowed = [n] * (n + 2)  # smallest allowed cut >= x (n: none before the end)
+        for x in range(n - 1, 0, -1):
+            self.next_allowed[x] = x if p.allowed[x] else self.next_allowed[x + 1]
+        self.next_allowed[0] = self.next_allowed[1] if n > 1 else n
+
+    def reach(self, i: int, bound: float, e: int) -> int:
         """Farthest allowed end j in (i, e] with the stage [i, j) valid; i if none."""
-        base = pre[i]
-        j = bisect.bisect_right(pre, base + bound, i + 1, e + 1) - 1
-        while j < e and pre[j + 1] - base <= bound:  # exact predicate (rounding of base + bound)
-            j += 1
-        while j > i and pre[j] - base > bound:
-            j -= 1
-        if lim is not None and pmem is not None and j > i:
-            mb = pmem[i]
-            jm = bisect.bisect_right(pmem, mb + lim, i + 1, j + 1) - 1
-            while jm < j and pmem[jm + 1] - mb <= lim:
-                jm += 1
-            while jm > i and pmem[jm] - mb > lim:
-                jm -= 1
-            j = jm
+        j = _farthest_within(self.p.pre, i, bound, e)
+        if self.p.mem_bound is not None and self.p.pmem is not None and j > i:
+            j = _farthest_within(self.p.pmem, i, self.p.mem_bound, j)
         if j >= e:
             return e
-        j = prev_allowed[j]
+        j = self.prev_allowed[j]
         return j if j > i else i
 
-    def feasible(e: int, s: int, bound: float) -> bool:
+    def feasible(self, e: int, s: int, bound: float) -> bool:
         """Prefix e (an allowed end) splits into exactly s valid stages under ``bound``."""
-        if cnt[e] + 1 < s:
+        if self.cnt[e] + 1 < s:
             return False
         i, k = 0, 0
         while i < e:
             k += 1
             if k > s:
                 return False
-            j = reach(i, bound, e)
+            j = self.reach(i, bound, e)
             if j <= i:
                 return False
             i = j
         return True
 
-    def optimum(e: int, s: int, hi: float) -> float:
+    def optimum(self, e: int, s: int, hi: float) -> float:
         """Smallest float bound under which prefix e splits into s stages (feasible at hi)."""
         lo_b, hi_b = 0, _float_bits(hi)
-        if feasible(e, s, 0.0):
+        if self.feasible(e, s, 0.0):
             return 0.0
         while hi_b - lo_b > 1:  # invariant: infeasible at lo_b, feasible at hi_b
             mid = (lo_b + hi_b) // 2
-            if feasible(e, s, _bits_float(mid)):
+            if self.feasible(e, s, _bits_float(mid)):
                 hi_b = mid
             else:
                 lo_b = mid
         return _bits_float(hi_b)
 
-    total = pre[n]
-    if not feasible(n, stages, total):
-        if memory_limit is not None:
-            raise StalesimError(
-                f"memory_limit: no partition into {stages} stages fits {memory_limit:g} bytes per "
-                f"stage (largest single layer needs {largest_memory:g})")
-        raise StalesimError(f"stages: cannot form {stages} stages that each contain a weight layer")
-    value = optimum(n, stages, total)
-    cuts: list[int] = []
-    j = n
-    for s in range(stages - 1, 0, -1):  # s stages remain before the cut
-        # lowest i with the last stage [i, j) valid under ``value``
-        lo = bisect.bisect_left(pre, pre[j] - value, 0, j)
-        while lo > 0 and pre[j] - pre[lo - 1] <= value:
-            lo -= 1
-        while lo < j and pre[j] - pre[lo] > value:
-            lo += 1
-        if lim is not None and pmem is not None:
-            lm = bisect.bisect_left(pmem, pmem[j] - lim, 0, j)
-            while lm > 0 and pmem[j] - pmem[lm - 1] <= lim:
-                lm -= 1
-            while lm < j and pmem[j] - pmem[lm] > lim:
-                lm += 1
-            lo = max(lo, lm)
-        # and at least s - 1 allowed cuts before i (s stages in the prefix), i >= s
-        lo = max(lo, s, bisect.bisect_left(cnt, s - 1, 0, n + 1))
-        i = next_allowed[lo] if lo <= n else n
-        while i < j and not feasible(i, s, value):  # first allowed i is it (monotone); safety net
-            i = next_allowed[i + 1]
-        if i >= j:  # cannot happen when the optimum is feasible
-            raise StalesimError(f"stages: internal error reconstructing the partition at stage {s}")
-        cuts.append(i)
-        # the prefix's own optimum (the DP continues with best[s-1][i], possibly below value)
-        below = math.nextafter(value, 0.0)
-        if value > 0.0 and feasible(i, s, below):
-            value = optimum(i, s, below)
-        j = i
-    cuts.reverse()
-    return cuts
+    def cuts(self, stages: int) -> list[int]:
+        """The DP's cuts, reconstructed from the right (the whole problem is feasible)."""
+        n = self.p.n
+        value = self.optimum(n, stages, self.p.pre[n])
+        cuts: list[int] = []
+        j = n
+        for s in range(stages - 1, 0, -1):  # s stages remain before the cut
+            lo = self.lowest_start(j, s, value)
+            i = self.next_allowed[lo] if lo <= n else n
+            while i < j and not self.feasible(i, s, value):  # first allowed i is it (monotone); safety net
+                i = self.next_allowed[i + 1]
+            if i >= j:  # cannot happen when the optimum is feasible
+                raise StalesimError(f"stages: internal error reconstructing the partition at stage {s}")
+            cuts.append(i)
+            # the prefix's own optimum (the DP continues with best[s-1][i], possibly below value)
+            below = math.nextafter(value, 0.0)
+            if value > 0.0 and self.feasible(i, s, below):
+                value = self.optimum(i, s, below)
+            j = i
+        cuts.reverse()
+        return cuts
+
+    def lowest_start(self, j: int, s: int, value: float) -> int:
+        """Lowest i with the last stage [i, j) valid under ``value`` and at least s - 1
+        allowed cuts before i (s stages in the prefix), i >= s."""
+        p = self.p
+        lo = _lowest_within(p.pre, j, value)
+        if p.mem_bound is not None and p.pmem is not None:
+            lo = max(lo, _lowest_within(p.pmem, j, p.mem_bound))
+        return max(lo, s, bisect.bisect_left(self.cnt, s - 1, 0, p.n + 1))
+
+
+def _farthest_within(prefix: list[float], i: int, bound: float, e: int) -> int:
+    """Largest j in [i, e] with ``prefix[j] - prefix[i] <= bound`` (the sums as the DP rounds them)."""
+    base = prefix[i]
+    j = bisect.bisect_right(prefix, base + bound, i + 1, e + 1) - 1
+    while j < e and prefix[j + 1] - base <= bound:  # exact predicate (rounding of base + bound)
+        j += 1
+    while j > i and prefix[j] - base > bound:
+        j -= 1
+    return j
+
+
+def _lowest_within(prefix: list[float], j: int, bound: float) -> int:
+    """Smallest i in [0, j] with ``prefix[j] - prefix[i] <= bound`` (the sums as the DP rounds them)."""
+    lo = bisect.bisect_left(prefix, prefix[j] - bound, 0, j)
+    while lo > 0 and prefix[j] - prefix[lo - 1] <= bound:
+        lo -= 1
+    while lo < j and prefix[j] - prefix[lo] > bound:
+        lo += 1
+    return lo

@@ -265,7 +265,8 @@ class Profile:
         out = []
         for s, (a, b) in enumerate(stage_ranges(list(cuts), self.n_layers)):
             ls = self.layers[a:b]
-            bf = [lp.backward_flops for lp in ls]
+            # the stage's backward FLOPs are known only when every block's are
+            bf = [lp.backward_flops for lp in ls if lp.backward_flops is not None]
             split = all(lp.measured_split for lp in ls)
             share = _combined_conv_share(ls)
             out.append(LayerProfile(
@@ -278,7 +279,7 @@ class Profile:
                 saved_bytes=sum(lp.saved_bytes for lp in ls),
                 flops=sum(lp.flops for lp in ls),
                 weight_layers=sum(lp.weight_layers for lp in ls),
-                backward_flops=None if any(x is None for x in bf) else sum(bf),  # type: ignore[misc]
+                backward_flops=sum(bf) if len(bf) == len(ls) else None,
                 backward_input_s=sum(lp.backward_split()[0] for lp in ls) if split else None,
                 backward_weight_s=sum(lp.backward_split()[1] for lp in ls) if split else None,
                 conv_flop_share=share,

@@ -45,6 +45,8 @@ import platform
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import torch
@@ -223,17 +225,10 @@ def _static_pass(
         param_keys = {_storage_key(p) for p in block.parameters()}
         param_keys |= {_storage_key(b) for b in block.buffers()}
         storages: dict[int, int] = {}
-
-        def pack(t: torch.Tensor, param_keys: set[int] = param_keys,
-                 storages: dict[int, int] = storages) -> torch.Tensor:
-            key = _storage_key(t)
-            if key not in param_keys:
-                storages[key] = t.untyped_storage().nbytes()
-            return t
-
+        pack = partial(_note_saved, param_keys, storages)
         x = xs[i]
         counter = flop_counter()
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), counter:
+        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack), counter:
             y = block(x)
             outb.append(_nbytes(y))
             if i == len(blocks) - 1:
@@ -260,6 +255,19 @@ def _static_pass(
     return saved, outb, fflops, bflops, share
 
 
+def _note_saved(param_keys: set[int], storages: dict[int, int], t: torch.Tensor) -> torch.Tensor:
+    """saved_tensors_hooks pack: note the size of each storage autograd saves, parameters and
+    buffers excluded (``param_bytes`` counts them)."""
+    key = _storage_key(t)
+    if key not in param_keys:
+        storages[key] = t.untyped_storage().nbytes()
+    return t
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 def _measure_batch(
     model: LayeredModel,
     batch_size: int,
@@ -271,103 +279,146 @@ def _measure_batch(
 ) -> tuple[list[LayerProfile], float, dict[str, float]]:
     x0, target = model.random_batch(batch_size, torch.Generator().manual_seed(seed), dtype)
     x0, target = x0.to(device), target.to(device)  # float images or int64 token ids
-    blocks = model.blocks
-    n = len(blocks)
-
     saved, outb, fflops, bflops, share = _static_pass(model, x0, target)
-    opts: list[torch.optim.Optimizer | None] = []
-    for block in blocks:
-        params = [p for p in block.parameters() if p.requires_grad]
-        # lr=0 keeps the weights fixed across repeats while doing the full update arithmetic
-        opts.append(torch.optim.SGD(params, lr=0.0, momentum=0.9) if params else None)
+    opts = _block_optimizers(model)
     timer = _Timer(device)
-    fw: list[list[float]] = [[] for _ in range(n)]
-    bw: list[list[float]] = [[] for _ in range(n)]
-    up: list[list[float]] = [[] for _ in range(n)]
-    bi: list[list[float]] = [[] for _ in range(n)]
-    bwt: list[list[float]] = [[] for _ in range(n)]
-    whole: list[float] = []
     # the whole model in one piece, for sum_over_whole_ratio
     whole_opt = torch.optim.SGD(list(model.parameters()), lr=0.0, momentum=0.9)
-
-    def whole_step() -> None:
-        loss = _loss(model(x0), target)
-        loss.backward()
-        whole_opt.step()
-
+    kept = _BlockTimes.empty(len(model.blocks))
+    whole: list[float] = []
     # Each round = one block-by-block step, then one whole-model step, so that a
     # burst of interference on a shared machine hits both and the ratio stays honest.
     for r in range(warmup + repeats):
-        keep = r >= warmup
-        f_s: list[list[float]] = [[] for _ in range(n)]
-        b_s: list[list[float]] = [[] for _ in range(n)]
-        u_s: list[list[float]] = [[] for _ in range(n)]
-        model.zero_grad(set_to_none=True)
-        xs = [x0]
-        outs: list[torch.Tensor] = []
-        for i, block in enumerate(blocks):
-            x = xs[i]
-            if i == n - 1:
-                y = timer.time(f_s[i], lambda b=block, x=x: _loss(b(x), target))
-            else:
-                y = timer.time(f_s[i], lambda b=block, x=x: b(x))
-            outs.append(y)
-            xs.append(y.detach().requires_grad_(True))
-        for i in reversed(range(n)):
-            if i == n - 1:
-                timer.time(b_s[i], outs[i].backward)
-            else:
-                g = xs[i + 1].grad
-                timer.time(b_s[i], lambda y=outs[i], g=g: y.backward(g))
-        for i, opt in enumerate(opts):
-            if opt is not None:
-                timer.time(u_s[i], opt.step)
-            else:
-                u_s[i].append(0.0)
-        timer.flush()
-        grads = [None if xs[i + 1].grad is None else xs[i + 1].grad.detach() for i in range(n)]
-        del outs, xs
-        i_s, w_s_ = _split_backward_round(model, x0, target, grads, timer)
-        model.zero_grad(set_to_none=True)
-        w_s: list[float] = []
-        timer.time(w_s, whole_step)
-        timer.flush()
-        if keep:
-            whole += w_s
-            for i in range(n):
-                fw[i] += f_s[i]
-                bw[i] += b_s[i]
-                up[i] += u_s[i]
-                bi[i] += i_s[i]
-                bwt[i] += w_s_[i]
+        times, whole_s = _round(model, x0, target, opts, whole_opt, timer)
+        if r >= warmup:
+            whole += whole_s
+            kept.extend(times)
     model.zero_grad(set_to_none=True)
-
-    layers = []
-    for i, block in enumerate(blocks):
-        f_med, f_sp = _stats(fw[i])
-        b_med, b_sp = _stats(bw[i])
-        u_med, u_sp = _stats(up[i])
-        i_med, i_sp = _stats(bi[i])
-        w_med_, w_sp_ = _stats(bwt[i])
-        layers.append(LayerProfile(
-            name=model.block_names[i],
-            forward_s=f_med,
-            backward_s=b_med,
-            update_s=u_med,
-            param_bytes=sum(_nbytes(p) for p in block.parameters()),
-            output_bytes=outb[i],
-            saved_bytes=saved[i],
-            flops=fflops[i],
-            weight_layers=model.weight_layers[i],
-            backward_flops=bflops[i],
-            spread={"forward_s": f_sp, "backward_s": b_sp, "update_s": u_sp,
-                    "backward_input_s": i_sp, "backward_weight_s": w_sp_},
-            backward_input_s=i_med,
-            backward_weight_s=w_med_,
-            conv_flop_share=share[i],
-        ))
+    layers = [_layer_profile(model, i, kept, saved[i], outb[i], fflops[i], bflops[i], share[i])
+              for i in range(len(model.blocks))]
     w_med, w_sp = _stats(whole)
     return layers, w_med, w_sp
+
+
+@dataclass
+class _BlockTimes:
+    """Timing samples per phase, one list per block (:class:`LayerProfile`'s field names)."""
+
+    forward_s: list[list[float]]
+    backward_s: list[list[float]]
+    update_s: list[list[float]]
+    backward_input_s: list[list[float]]
+    backward_weight_s: list[list[float]]
+
+    @classmethod
+    def empty(cls, n: int) -> _BlockTimes:
+        return cls(*(_per_block(n) for _ in fields(cls)))
+
+    def extend(self, other: _BlockTimes) -> None:
+        """Append ``other``'s samples block by block."""
+        for f in fields(self):
+            for mine, theirs in zip(getattr(self, f.name), getattr(other, f.name)):
+                mine += theirs
+
+
+def _per_block(n: int) -> list[list[float]]:
+    """An empty sample list for each of ``n`` blocks."""
+    return [[] for _ in range(n)]
+
+
+def _block_optimizers(model: LayeredModel) -> list[torch.optim.Optimizer | None]:
+    """Each block's own SGD-momentum optimizer (None: a block without trainable parameters)."""
+    opts: list[torch.optim.Optimizer | None] = []
+    for block in model.blocks:
+        params = [p for p in block.parameters() if p.requires_grad]
+        # lr=0 keeps the weights fixed across repeats while doing the full update arithmetic
+        opts.append(torch.optim.SGD(params, lr=0.0, momentum=0.9) if params else None)
+    return opts
+
+
+def _round(model: LayeredModel, x0: torch.Tensor, target: torch.Tensor,
+           opts: list[torch.optim.Optimizer | None], whole_opt: torch.optim.Optimizer,
+           timer: _Timer) -> tuple[_BlockTimes, list[float]]:
+    """One measured round: the block-by-block step, its split backward, then the whole model."""
+    model.zero_grad(set_to_none=True)
+    f_s, b_s, u_s, grads = _block_step(model, x0, target, opts, timer)
+    i_s, w_s = _split_backward_round(model, x0, target, grads, timer)
+    model.zero_grad(set_to_none=True)
+    whole_s: list[float] = []
+    timer.time(whole_s, partial(_whole_step, model, x0, target, whole_opt))
+    timer.flush()
+    return _BlockTimes(f_s, b_s, u_s, i_s, w_s), whole_s
+
+
+def _block_step(model: LayeredModel, x0: torch.Tensor, target: torch.Tensor,
+                opts: list[torch.optim.Optimizer | None], timer: _Timer
+                ) -> tuple[list[list[float]], list[list[float]], list[list[float]], list[torch.Tensor | None]]:
+    """One training step block by block, as a pipeline stage runs it: forward, update and
+    backward seconds per block, and each block's output gradient (None for the last block,
+    whose output is the loss) for the split backward."""
+    blocks = model.blocks
+    n = len(blocks)
+    f_s = _per_block(n)
+    b_s = _per_block(n)
+    u_s = _per_block(n)
+    xs = [x0]  # each block's input, detached from the block before it
+    outs: list[torch.Tensor] = []
+    for i, block in enumerate(blocks):
+        fn = partial(_forward_loss, block, xs[i], target) if i == n - 1 else partial(block, xs[i])
+        y = timer.time(f_s[i], fn)
+        outs.append(y)
+        xs.append(y.detach().requires_grad_(True))
+    for i in reversed(range(n)):
+        timer.time(b_s[i], outs[i].backward if i == n - 1 else partial(outs[i].backward, xs[i + 1].grad))
+    for i, opt in enumerate(opts):
+        if opt is not None:
+            timer.time(u_s[i], opt.step)
+        else:
+            u_s[i].append(0.0)
+    timer.flush()
+    return f_s, b_s, u_s, [_detached(xs[i + 1].grad) for i in range(n)]
+
+
+def _detached(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach()
+
+
+def _forward_loss(block: torch.nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The last block's forward with the loss (what its stage computes)."""
+    return _loss(block(x), target)
+
+
+def _whole_step(model: LayeredModel, x0: torch.Tensor, target: torch.Tensor,
+                opt: torch.optim.Optimizer) -> None:
+    """The whole model's training step in one piece."""
+    _loss(model(x0), target).backward()
+    opt.step()
+
+
+def _layer_profile(model: LayeredModel, i: int, times: _BlockTimes, saved: int, output_bytes: int,
+                   flops: int, backward_flops: int, conv_share: float | None) -> LayerProfile:
+    """Block ``i``'s profile: the median of each phase's samples, the spread, the static counts."""
+    medians: dict[str, float] = {}
+    spread: dict[str, dict[str, float]] = {}
+    for f in fields(times):
+        medians[f.name], spread[f.name] = _stats(getattr(times, f.name)[i])
+    block = model.blocks[i]
+    return LayerProfile(
+        name=model.block_names[i],
+        forward_s=medians["forward_s"],
+        backward_s=medians["backward_s"],
+        update_s=medians["update_s"],
+        param_bytes=sum(_nbytes(p) for p in block.parameters()),
+        output_bytes=output_bytes,
+        saved_bytes=saved,
+        flops=flops,
+        weight_layers=model.weight_layers[i],
+        backward_flops=backward_flops,
+        spread=spread,
+        backward_input_s=medians["backward_input_s"],
+        backward_weight_s=medians["backward_weight_s"],
+        conv_flop_share=conv_share,
+    )
 
 
 def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.Tensor,
@@ -379,8 +430,8 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
     is the loss)."""
     blocks = model.blocks
     n = len(blocks)
-    i_s: list[list[float]] = [[] for _ in range(n)]
-    w_s: list[list[float]] = [[] for _ in range(n)]
+    i_s = _per_block(n)
+    w_s = _per_block(n)
     with torch.no_grad():
         inputs = [x0]
         for block in blocks[:-1]:
@@ -391,8 +442,7 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
                   for m in block.modules()]
         owners = [(m, ps) for m, ps in owners if ps]
         outs: list[torch.Tensor] = []
-        handles = [m.register_forward_hook(lambda _m, _i, o, outs=outs: outs.append(o))
-                   for m, _ in owners]
+        handles = [m.register_forward_hook(partial(_keep_output, outs)) for m, _ in owners]
         try:
             y = block(x)
         finally:
@@ -406,23 +456,35 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
             if g is None:
                 g = torch.ones_like(y)
         wanted = ([x] if x.requires_grad else []) + outs
-        got: list[Any] = []
-        timer.time(i_s[i], lambda y=y, w=wanted, g=g, got=got: got.extend(
-            torch.autograd.grad(y, w, g, retain_graph=True, allow_unused=True)))
+        got: list[torch.Tensor | None] = []
+        timer.time(i_s[i], partial(_input_grads, got, y, wanted, g))
         timer.flush()
         out_grads = got[1:] if x.requires_grad else got
         pairs = [(o, ps, og) for o, (_m, ps), og in zip(outs, owners, out_grads) if og is not None]
-
-        def weights(pairs: list = pairs) -> None:
-            for o, ps, og in pairs:
-                torch.autograd.grad(o, ps, og, retain_graph=True)
-
         if pairs:
-            timer.time(w_s[i], weights)
+            timer.time(w_s[i], partial(_weight_grads, pairs))
         else:
             w_s[i].append(0.0)
         timer.flush()
     return i_s, w_s
+
+
+def _keep_output(outs: list[torch.Tensor], _module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+    """Forward hook: collect a parameter-owning module's output (its W needs it)."""
+    outs.append(output)
+
+
+def _input_grads(got: list[torch.Tensor | None], y: torch.Tensor, wanted: list[torch.Tensor],
+                 g: torch.Tensor | None) -> None:
+    """The input-gradient half (``I``): gradients w.r.t. the block's input and its
+    parameter-owning modules' outputs, the graph kept for the weight half."""
+    got.extend(torch.autograd.grad(y, wanted, g, retain_graph=True, allow_unused=True))
+
+
+def _weight_grads(pairs: list[tuple[torch.Tensor, list[torch.nn.Parameter], torch.Tensor]]) -> None:
+    """The weight-gradient half (``W``): each module's parameter gradients from its own output."""
+    for o, ps, og in pairs:
+        torch.autograd.grad(o, ps, og, retain_graph=True)
 
 
 def _loadavg() -> float | None:
@@ -463,17 +525,7 @@ def profile_model(
     The top-level ``layers`` are those of the first batch size given; with
     several, every one is stored in ``by_batch_size`` for interpolation.
     """
-    sizes = [batch_sizes] if isinstance(batch_sizes, int) else list(batch_sizes)
-    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
-        raise StalesimError(f"batch_size: expected integers >= 1, got {batch_sizes!r}")
-    if len(set(sizes)) != len(sizes):
-        raise StalesimError(f"batch_size: duplicate values in {sizes}")
-    if repeats < 1:
-        raise StalesimError(f"repeats: expected an integer >= 1, got {repeats}")
-    if warmup < 0:
-        raise StalesimError(f"warmup: expected an integer >= 0, got {warmup}")
-    if threads is not None and threads < 1:
-        raise StalesimError(f"threads: expected an integer >= 1, got {threads}")
+    sizes = _check_profile_args(batch_sizes, repeats, warmup, threads)
     dev = parse_device(device)
     tdtype = parse_dtype(dtype)
     net = build_model(model, num_classes=num_classes, seed=seed) if isinstance(model, str) else model
@@ -495,20 +547,6 @@ def profile_model(
     first = points[0]
     layer_sum = sum(lp.compute_s for lp in first.layers)
     ratio = layer_sum / first.whole_model_s if first.whole_model_s else None
-    meta: dict[str, Any] = {
-        "device_name": _device_name(dev),
-        "torch": torch.__version__,
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "timer": "cuda-events" if dev.type == "cuda" else "perf_counter",
-        "update": "SGD(momentum=0.9) step over the block's parameters",
-        # 1-minute load average before/after: a busy shared machine explains wide spreads
-        "loadavg_1min": [load_before, _loadavg()],
-        "cpu_count": os.cpu_count(),
-        "whole_model_spread_s": whole_spread,
-        # torch's precision switches as they were (the profile's ``precision`` is what they meant)
-        "precision_flags": flags,
-    }
     return Profile(
         model=net.name,
         device=str(dev),
@@ -522,10 +560,46 @@ def profile_model(
         whole_model_s=first.whole_model_s,
         sum_over_whole_ratio=ratio,
         by_batch_size=sorted(points, key=lambda p: p.batch_size) if len(points) > 1 else None,
-        meta=meta,
+        meta=_profile_meta(dev, load_before, whole_spread, flags),
         schema_version=SCHEMA_VERSION,
         precision=precision,
     )
+
+
+def _check_profile_args(batch_sizes: int | Sequence[int], repeats: int, warmup: int,
+                        threads: int | None) -> list[int]:
+    """The batch sizes as a list, after checking them and the round counts."""
+    sizes = [batch_sizes] if isinstance(batch_sizes, int) else list(batch_sizes)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+        raise StalesimError(f"batch_size: expected integers >= 1, got {batch_sizes!r}")
+    if len(set(sizes)) != len(sizes):
+        raise StalesimError(f"batch_size: duplicate values in {sizes}")
+    if repeats < 1:
+        raise StalesimError(f"repeats: expected an integer >= 1, got {repeats}")
+    if warmup < 0:
+        raise StalesimError(f"warmup: expected an integer >= 0, got {warmup}")
+    if threads is not None and threads < 1:
+        raise StalesimError(f"threads: expected an integer >= 1, got {threads}")
+    return sizes
+
+
+def _profile_meta(dev: torch.device, load_before: float | None,
+                  whole_spread: dict[str, dict[str, float]], flags: dict[str, Any]) -> dict[str, Any]:
+    """Where and how the profile was measured (read after the measurement: the load after)."""
+    return {
+        "device_name": _device_name(dev),
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "timer": "cuda-events" if dev.type == "cuda" else "perf_counter",
+        "update": "SGD(momentum=0.9) step over the block's parameters",
+        # 1-minute load average before/after: a busy shared machine explains wide spreads
+        "loadavg_1min": [load_before, _loadavg()],
+        "cpu_count": os.cpu_count(),
+        "whole_model_spread_s": whole_spread,
+        # torch's precision switches as they were (the profile's ``precision`` is what they meant)
+        "precision_flags": flags,
+    }
 
 
 def _measure_sizes(net: LayeredModel, sizes: list[int], dev: torch.device, tdtype: torch.dtype,

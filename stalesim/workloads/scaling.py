@@ -153,8 +153,8 @@ def classify(sizes: Sequence[int], batch_size: int, rule: str, *, roofline: bool
                "per-call overhead if higher")
     else:
         how = "conservative: lowest per-sample cost of any measured batch"
-    sizes = "batch sizes" if len(ss) > 1 else "batch size"
-    return CostSource(batch_size, "extrapolated", ss, rule, f"{side} the measured {sizes} {rng}; {how}")
+    noun = "batch sizes" if len(ss) > 1 else "batch size"
+    return CostSource(batch_size, "extrapolated", ss, rule, f"{side} the measured {noun} {rng}; {how}")
 
 
 # ------------------------------------------------------------------ scaling

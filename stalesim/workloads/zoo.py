@@ -193,7 +193,7 @@ def model_factory(name: str) -> Callable[[int], LayeredModel]:
 
     if factory is None and is_gpt_name(key):
         parse_gpt_name(key)  # validate the options before seeding
-        def factory(nc):
+        def factory(nc: int) -> LayeredModel:
             return build_gpt(key)  # the vocabulary is fixed (ASCII)
     if factory is None:
         from stalesim.workloads.zoo_facts import model_facts
