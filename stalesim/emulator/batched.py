@@ -1,6 +1,7 @@
 """Batched emulation: K runs of one shape, schedule and partition trained at once.
 
-:class:`BatchedEmulator` is the :class:`~stalesim.emulator.replay.Emulator` with one
+:class:`BatchedEmulator` is a :class:`~stalesim.emulator.engine.ReplayEngine`, as the
+single :class:`~stalesim.emulator.replay.Emulator` is, with one
 :class:`~stalesim.runtime.batched.BatchedStageRuntime` per (worker, stage) whose
 tensors carry a leading run axis (see :mod:`stalesim.runtime.batched`). The replay
 order, the version table, the hand-offs, the checkpoints and the events are the
@@ -8,13 +9,14 @@ single emulator's, executed once for all K runs; what is per run is:
 
 * the data: global batch t of run k is ``batch_stream(cfg_k)(t)`` (its own seed, so
   its own order), stacked along the run axis; micro-batch and worker shards are
-  slices of the batch axis (axis 1);
+  slices of the batch axis (axis 1) (:class:`~stalesim.emulator.feed.BatchedFeed`);
 * the initial weights (each run's model is built from its own seed, then stacked),
   the optimizer state and hyper-parameters, the mitigations;
 * the losses, training statistics, evaluation, divergence (a run that diverges stops
   being logged at that step, as a single run stops; the others go on), and the run
   folder: ``config.json``, ``metrics.jsonl``, ``summary.json``, ``versions.jsonl``
-  exactly as a single run writes them, plus ``"batched"`` (K) in the summary.
+  exactly as a single run writes them, plus ``"batched"`` (K) in the summary
+  (:class:`~stalesim.emulator.tally.BatchedTally`).
 
 The batch folder (``out``) holds ``batch.json`` (the runs) and the checkpoint, which
 resumes all K runs bitwise on CPU. Before anything large is allocated, the memory the
@@ -34,7 +36,7 @@ from typing import Any
 import torch
 
 from stalesim.atomic import AppendLog, ensure_dir, write_json_atomic, write_lines_atomic
-from stalesim.emulator.engine import CKPT_NAME, ReplayEngine, progress_bar
+from stalesim.emulator.engine import CKPT_NAME, ReplayEngine
 from stalesim.emulator.feed import BatchedFeed
 from stalesim.emulator.results import (
     eval_batch_size,
@@ -193,15 +195,10 @@ class BatchedEmulator(ReplayEngine):
                                                           "batched": self.K})
                 self.tally.logs.append(AppendLog(d / "metrics.jsonl",
                                                  (json.dumps(r) for r in self.state.run_metrics[k])))
-        bar = progress_bar(self.progress, self.total, f"{self.cfg.schedule} S={self.S}", len(self.state.losses))
         try:
-            self.replay_s = round(self.replay(bar), 4)
+            self.replay_s = round(self.replay(bar=True), 4)
         finally:
-            if bar is not None:
-                bar.close()
-            for fh in self.tally.logs or []:
-                fh.close()
-            self.tally.logs = None
+            self.tally.close_logs()
         return self.finish()
 
     def finish(self) -> list[dict[str, Any]]:

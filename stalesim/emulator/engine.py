@@ -202,43 +202,50 @@ class ReplayEngine:
         """Read the queued training numbers now (:meth:`stalesim.emulator.tally.TallyBase.read_out`)."""
         self.tally.read_out()
 
-    def replay(self, bar: Progress | None = None) -> float:
+    def replay(self, bar: bool = False) -> float:
         """The training replay from the state's position to the end (or the divergence);
-        returns seconds. Alone (no run folder open, no evaluation but at epoch ends): for
-        benchmarks; :meth:`run` wraps it."""
+        returns seconds. ``bar``: show progress (as ``progress`` says: a bar on a terminal,
+        else a line every ~10 s). Alone (no run folder open, no evaluation but at epoch
+        ends): for benchmarks; ``run`` wraps it."""
         from stalesim.emulator import checkpoint as ckpt
 
         self._t0 = time.perf_counter()
         st = self.state
+        progress = progress_bar(self.progress, self.total, f"{self.cfg.schedule} S={self.S}",
+                                len(st.losses)) if bar else None
         steps, events = self.steps, self.plan.events
         i = st.index
         n = len(steps)
-        while i < n:
-            a = steps[i]
-            self._step(a)
-            i += 1
-            ev = events.get(i - 1)
-            if ev is not None and (ev["epoch_end"] or ev["checkpoint"]):
-                self._read_out()  # the epoch's numbers and the checkpointed state are read
-            if st.diverged_at is not None:
-                st.index = i
-                return time.perf_counter() - self._t0
-            if ev is not None:
-                if bar is not None:
-                    bar.goto(ev["done"])
-                for e in ev["epoch_end"]:
-                    self.tally.end_epoch(e)
-                if ev["checkpoint"]:
+        try:
+            while i < n:
+                a = steps[i]
+                self._step(a)
+                i += 1
+                ev = events.get(i - 1)
+                if ev is not None and (ev["epoch_end"] or ev["checkpoint"]):
+                    self._read_out()  # the epoch's numbers and the checkpointed state are read
+                if st.diverged_at is not None:
                     st.index = i
-                    assert self.out is not None, "checkpoints are planned only with a run folder"
-                    ckpt.save(self, self.out / CKPT_NAME)
-                    self.release_reserved(i - 1)
+                    return time.perf_counter() - self._t0
+                if ev is not None:
+                    if progress is not None:
+                        progress.goto(ev["done"])
+                    for e in ev["epoch_end"]:
+                        self.tally.end_epoch(e)
+                    if ev["checkpoint"]:
+                        st.index = i
+                        assert self.out is not None, "checkpoints are planned only with a run folder"
+                        ckpt.save(self, self.out / CKPT_NAME)
+                        self.release_reserved(i - 1)
+                        self._track_memory()
+                if a.kind is Kind.F:
                     self._track_memory()
-            if a.kind is Kind.F:
-                self._track_memory()
-        self._read_out()
-        st.index = i
-        return time.perf_counter() - self._t0
+            self._read_out()
+            st.index = i
+            return time.perf_counter() - self._t0
+        finally:
+            if progress is not None:
+                progress.close()
 
     def _track_memory(self) -> None:
         self.peak_inflight_bytes = max(self.peak_inflight_bytes, inflight_bytes(self.rts.values()))

@@ -12,6 +12,10 @@ the schedule needs (see :mod:`stalesim.runtime.stage`).
 The schedule is built once for the whole run (about 1 ms per batch to build and
 dry-run), so the pipeline never drains between epochs, exactly as a real
 pipeline would run, and a resumed run replays the same order.
+
+This module builds one run (:class:`Emulator`) and runs it with a run folder; the
+replay itself is :class:`~stalesim.emulator.engine.ReplayEngine`'s, shared with the
+batched emulation.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import torch
 
 from stalesim.atomic import AppendLog, ensure_dir, write_json_atomic, write_lines_atomic
-from stalesim.emulator.engine import CKPT_NAME, READ_EVERY_CUDA, ReplayEngine, progress_bar, read_every_default
+from stalesim.emulator.engine import CKPT_NAME, READ_EVERY_CUDA, ReplayEngine, read_every_default
 from stalesim.emulator.feed import BatchFeed
 from stalesim.emulator.results import (
     eval_batch_size,
@@ -127,15 +131,10 @@ class Emulator(ReplayEngine):
                                          (json.dumps(rec) for rec in self.state.metrics))]
         elif resume:
             raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
-        bar = progress_bar(self.progress, self.total, f"{self.cfg.schedule} S={self.S}", len(self.state.losses))
         try:
-            self.replay_s = round(self.replay(bar), 4)
+            self.replay_s = round(self.replay(bar=True), 4)
         finally:
-            if bar is not None:
-                bar.close()
-            for fh in self.tally.logs or []:
-                fh.close()
-            self.tally.logs = None
+            self.tally.close_logs()
         return self.finish()
 
     def finish(self) -> dict[str, Any]:

@@ -90,6 +90,12 @@ class TallyBase(ABC):
                 break
             self._complete_batch(t, now)
 
+    def close_logs(self) -> None:
+        """Close the ``metrics.jsonl`` logs (at the end of a run, or when it fails)."""
+        for fh in self.logs or []:
+            fh.close()
+        self.logs = None
+
     def _write(self, run: int, rec: dict[str, Any]) -> None:
         if self.logs is not None:
             self.logs[run].write_line(json.dumps(rec))
