@@ -32,3 +32,32 @@ def test_reservations_are_the_forwards_in_flight_at_each_checkpoint() -> None:
     assert dict(res) == {16: [(0, 0, 0)], 25: [(0, 1, 2), (0, 0, 1)], 38: [(0, 0, 2)]}
     no_ck = plan_events(steps, units=2, bpe=2, total=4, epochs=True, checkpoints=False, checkpoint_every=1)
     assert dict(checkpoint_reservations(steps, no_ck, sched)) == {}
+
+
+def test_replay_plan_reserves_and_releases_through_the_runtimes() -> None:
+    from stalesim.emulator.plan import ReplayPlan
+
+    sched, steps = _run()
+
+    class Runtime:
+        def __init__(self) -> None:
+            self.kept: list[int] = []
+
+        def reserve(self, v: int) -> None:
+            self.kept.append(v)
+
+        def release(self, v: int) -> None:
+            self.kept.remove(v)
+
+    rts = {(0, s): Runtime() for s in range(2)}
+    plan = ReplayPlan(steps, sched, bpe=2, total=4, epochs=True, checkpoints=True, checkpoint_every=1)
+    assert plan.events == plan_events(steps, units=2, bpe=2, total=4, epochs=True, checkpoints=True,
+                                      checkpoint_every=1)
+    assert plan.reserved == checkpoint_reservations(steps, plan.events, sched) and plan.reserved
+    plan.reserve(rts)
+    assert sum(len(r.kept) for r in rts.values()) == sum(len(v) for v in plan.reserved.values())
+    for index in plan.reserved:
+        plan.release(index, rts)
+    assert all(r.kept == [] for r in rts.values())
+    off = ReplayPlan(steps, sched, bpe=2, total=4, epochs=True, checkpoints=False, checkpoint_every=1)
+    assert off.reserved == {}

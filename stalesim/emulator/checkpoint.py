@@ -14,34 +14,71 @@ A checkpoint holds only tensors and plain data and is read with
 ``weights_only=True`` through the bounded reader of :mod:`stalesim.checkpoint_io`
 (size from the run's length, nesting): a file that is not ours is a one-line
 error within a second, never code execution.
+
+What it reads of an emulation is the :class:`Checkpointable` interface (the replay
+engine's public attributes and methods), so the engine's insides can change without
+this module following.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import torch
 
 from stalesim.atomic import torch_save_atomic
 from stalesim.checkpoint_io import brief, mismatch, read_checkpoint, require_keys
-from stalesim.emulator.state import Handoff
+from stalesim.emulator.state import Handoff, RunState
 from stalesim.errors import StalesimError
+from stalesim.runtime.stage import StageRuntime
 from stalesim.runtime.stage_checkpoint import restore_runtimes, runtime_state
-
-if TYPE_CHECKING:  # pragma: no cover
-    from stalesim.emulator.replay import Emulator
 
 FORMAT = 1
 KEYS = ("format", "config", "checkpoint_every", "run", "runtimes", "acts", "grads", "batch_left",
         "peak_inflight")
 
 
-def _rows(emu: Emulator) -> list[list[Any]]:
+class Checkpointable(Protocol):
+    """What a checkpoint saves and restores of an emulation (both emulators are one).
+
+    ``state`` and ``handoff`` are restored in place (the engine's collaborators hold them);
+    ``runs``: the runs trained at once (bounds the file's size)."""
+
+    runs: int
+    S: int
+    P: int
+    total: int
+    device: torch.device
+    checkpoint_every: int
+    peak_inflight_bytes: int
+
+    @property
+    def state(self) -> RunState[Any, Any]: ...
+
+    @property
+    def handoff(self) -> Handoff: ...
+
+    @property
+    def rts(self) -> Mapping[tuple[int, int], StageRuntime]: ...
+
+    def now(self) -> float: ...
+
+    def checkpoint_config(self) -> dict[str, Any]: ...
+
+    def loss_labels(self, t: int, worker: int, micro: int | None) -> torch.Tensor: ...
+
+    def release_reserved(self, index: int) -> None: ...
+
+
+def _rows(emu: Checkpointable) -> list[list[Any]]:
     """The runtimes as checkpoints store them: one list per worker, in stage order."""
     return [[emu.rts[(w, s)] for s in range(emu.S)] for w in range(emu.P)]
 
 
-def save(emu: Emulator, path: Path) -> None:
+def save(emu: Checkpointable, path: Path) -> None:
     run = dataclasses.asdict(emu.state)
     run["elapsed"] = emu.now()
     hand = emu.handoff
@@ -60,12 +97,12 @@ def save(emu: Emulator, path: Path) -> None:
     torch_save_atomic(state, path)
 
 
-def load(emu: Emulator, path: Path) -> None:
+def load(emu: Checkpointable, path: Path) -> None:
     # bounded by what this run could have written: its length, its runs when batched, its tensors
     tensors = sum(len(rt.module.state_dict()) + (0 if rt.head is None else len(rt.head.state_dict()))
                   for rt in emu.rts.values())
     state = read_checkpoint(path, what="resume", map_location=emu.device, steps=emu.total,
-                            runs=getattr(emu, "K", 1), tensors=tensors)
+                            runs=emu.runs, tensors=tensors)
     if state.get("format") != FORMAT:
         raise StalesimError(f"resume: checkpoint {path} has format {brief(state.get('format'))}, "
                             f"expected {FORMAT}")
@@ -89,11 +126,11 @@ def load(emu: Emulator, path: Path) -> None:
         raise mismatch(path, "resume", exc) from None
 
 
-def _apply(emu: Emulator, state: dict[str, Any]) -> None:
-    emu.state = type(emu.state)(**state["run"])
+def _apply(emu: Checkpointable, state: dict[str, Any]) -> None:
+    emu.state.restore(state["run"])
     entries = [((w, s), rt, sv) for w, (row, srow) in enumerate(zip(_rows(emu), state["runtimes"]))
                for s, (rt, sv) in enumerate(zip(row, srow))]
     restore_runtimes(entries, lambda w, s, t, m: emu.loss_labels(t, w, m))
-    emu.handoff = Handoff(acts=state["acts"], grads=state["grads"], batch_left=state["batch_left"])
+    emu.handoff.restore(acts=state["acts"], grads=state["grads"], batch_left=state["batch_left"])
     emu.peak_inflight_bytes = state["peak_inflight"]
     emu.release_reserved(emu.state.index - 1)

@@ -3,16 +3,20 @@
 A batch is *done* when all its updates ran; "after step k" means every batch < k is done.
 For every checkpoint the forwards in flight there are found in advance, so the weight
 versions they read can be reserved (kept in the stash) until the checkpoint saved them.
+:class:`ReplayPlan` holds both for one replay.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from stalesim.schedule import Action, Kind, Schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.runtime.stage import StageRuntime
 
 #: A reserved weight version: (worker, stage, version).
 Reservation = tuple[int, int, int]
@@ -75,3 +79,31 @@ def checkpoint_reservations(steps: Sequence[Action], events: dict[int, dict[str,
             out[ck[j]].append((w, s, table.v_f(s, t, m, w)))
             j += 1
     return out
+
+
+class ReplayPlan:
+    """The events of one replay and the weight versions its checkpoints keep.
+
+    A class so that the replay asks two questions (what happens after step i; release
+    what the checkpoint after step i kept) without knowing how either was planned:
+    ``events`` as :func:`plan_events` gives them, ``reserved`` as
+    :func:`checkpoint_reservations` gives them (empty without checkpoints)."""
+
+    def __init__(self, steps: Sequence[Action], sched: Schedule, *, bpe: int, total: int, epochs: bool,
+                 checkpoints: bool, checkpoint_every: int) -> None:
+        self.events = plan_events(steps, units=sched.stages * sched.workers, bpe=bpe, total=total,
+                                  epochs=epochs, checkpoints=checkpoints, checkpoint_every=checkpoint_every)
+        self.reserved: dict[int, list[Reservation]] = (
+            checkpoint_reservations(steps, self.events, sched) if checkpoints else {})
+
+    def reserve(self, runtimes: Mapping[tuple[int, int], StageRuntime]) -> None:
+        """Keep every reserved version in its (worker, stage) runtime's stash."""
+        for items in self.reserved.values():
+            for w, s, v in items:
+                runtimes[(w, s)].reserve(v)
+
+    def release(self, index: int, runtimes: Mapping[tuple[int, int], StageRuntime]) -> None:
+        """Release the versions reserved for the checkpoint after replay step ``index`` (once
+        it is written, or once a resume from it has rebuilt the in-flight graphs)."""
+        for w, s, v in self.reserved.get(index, ()):
+            runtimes[(w, s)].release(v)

@@ -47,7 +47,8 @@ from stalesim.outlock import folder_lock
 from stalesim.runtime.config import TrainConfig
 from stalesim.summary import get as summary_get
 
-MITIGATIONS = {
+#: mitigation name -> the TrainConfig fields it sets
+MITIGATIONS: dict[str, dict[str, Any]] = {
     "none": {},
     "weight-prediction": {"weight_prediction": True},
     "spike-compensation": {"spike_compensation": True},
@@ -118,7 +119,7 @@ def expand(base: TrainConfig, schedules: list[str], placements: list[list[int] |
         # a placement-free schedule is the baseline: it always runs, unmitigated
         mits = ["none"] if placement_free else mitigations
         # -M applies to the grid's micro-batch schedules; the others take whole batches
-        micro = {} if get_spec(name).uses_micro else {"microbatches": 1}
+        micro: dict[str, Any] = {} if get_spec(name).uses_micro else {"microbatches": 1}
         for place in places:
             for mit in mits:
                 for seed in seeds:
@@ -166,9 +167,9 @@ def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_di
         emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every,
                               progress=False)
         summaries = emu.run(resume=resume)
-    for rid, sm, d in zip(run_ids, summaries, cfg_dicts):
+    for rid, sm, cfg_dict in zip(run_ids, summaries, cfg_dicts):
         sm["run_id"] = rid
-        sm["config"] = d
+        sm["config"] = cfg_dict
     return summaries
 
 
@@ -208,7 +209,7 @@ def group_batches(points: list[tuple[str, TrainConfig]], batch_runs: int | None 
         key = json.dumps({k: v for k, v in d.items() if k not in PER_RUN_FIELDS and k not in ("stages", "ppv")}
                          | {"S": cfg.num_stages, "ppv": d["ppv"]}, sort_keys=True)
         groups.setdefault(key, []).append((rid, cfg))
-    out = []
+    out: list[tuple[str, list[tuple[str, TrainConfig]]]] = []
     for members in groups.values():
         size = batch_runs or len(members)
         for a in range(0, len(members), size):
@@ -295,12 +296,12 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
             r["mitigation"] = (mitigation_of or {}).get(r["run_id"], "none")
             results.append(r)
         if batched:
-            futs = {pool.submit(_run_batch, str(out / "batches" / bid), [rid for rid, _ in members],
-                                [cfg.to_dict() for _, cfg in members],
-                                [str(out / "runs" / rid) for rid, _ in members], threads,
-                                checkpoint_every, continue_runs): bid for bid, members in batches}
-            for fut in as_completed(futs):
-                for res in fut.result():
+            batch_futs = {pool.submit(_run_batch, str(out / "batches" / bid), [rid for rid, _ in members],
+                                      [cfg.to_dict() for _, cfg in members],
+                                      [str(out / "runs" / rid) for rid, _ in members], threads,
+                                      checkpoint_every, continue_runs): bid for bid, members in batches}
+            for batch_fut in as_completed(batch_futs):
+                for res in batch_fut.result():
                     keep(res, log)
         else:
             futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads,

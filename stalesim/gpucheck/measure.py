@@ -212,7 +212,7 @@ def batched_step(ctx: Context) -> Outcome:
     t2 = time.perf_counter()
     steps = K * int(base.iterations or 0)
     loop_rate, batch_rate = steps / (t1 - t0), steps / (t2 - t1)
-    by_batch: dict[int, list[float]] = batched.state.losses  # type: ignore[assignment]  # a loss per run
+    by_batch: dict[int, list[float]] = batched.state.losses  # a loss per run
     got = torch.tensor([[by_batch[t][k] for t in sorted(by_batch)] for k in range(K)], dtype=torch.float64)
     want = torch.tensor([_losses(e.state.losses) for e in singles], dtype=torch.float64)
     rel = float(((got - want).abs() / want.abs().clamp_min(1e-12)).max()) if got.shape == want.shape else float("inf")
