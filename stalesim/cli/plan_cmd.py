@@ -220,8 +220,6 @@ def _check(args: argparse.Namespace, plan: Plan, req: PlanRequest) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from stalesim.atomic import check_writable_dir
     from stalesim.plan.workflow import make_plan
 
@@ -397,8 +395,6 @@ def _run_workload(args: argparse.Namespace) -> int:
            "plan": base.to_dict(), "iterations": args.iterations, "rows": rows}
     written = []
     if args.out:
-        from pathlib import Path
-
         from stalesim.atomic import check_writable_dir, write_csv_atomic, write_json_atomic
 
         out = check_writable_dir(Path(args.out))

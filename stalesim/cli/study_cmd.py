@@ -72,7 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from pathlib import Path
 
     from stalesim.outlock import folder_lock
 
