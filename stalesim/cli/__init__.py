@@ -16,7 +16,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import IO
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 from stalesim.errors import StalesimError
 
@@ -48,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
         where = f"{' '.join(cmd)}: " if cmd else ""
         self.exit(2, f"stalesim: error: {where}{message}\n")
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """argparse ignores a failed write of ``--help``/``--version`` and exits 0; a help text
         that never reached a full device or a closed pipe is a failure: one line, status 2."""
         if not message:
@@ -56,7 +59,9 @@ class _Parser(argparse.ArgumentParser):
         out = file if file is not None else sys.stderr
         try:
             out.write(message)
-            out.flush()
+            flush = getattr(out, "flush", None)  # argparse passes sys.stdout/stderr; any writer may come
+            if flush is not None:
+                flush()
         except BrokenPipeError:
             _detach_stdout()  # the reader closed the pipe: quiet, as main() does
             raise SystemExit(141) from None

@@ -32,7 +32,7 @@ def fit_warnings(data: dict, bound: float = FIT_ERROR_BOUND) -> list[str]:
     return out
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "calibrate",
         help="measure link latency/bandwidth, all-reduce and CPU occupancy; write HW.json",

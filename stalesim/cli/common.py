@@ -87,6 +87,11 @@ def int_list(text: str) -> list[int]:
     return values
 
 
+def fmt_or_na(x: float | None, spec: str) -> str:
+    """``x`` formatted by ``spec``, or ``n/a`` for a value that was not measured (None)."""
+    return "n/a" if x is None else format(x, spec)
+
+
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, allow_nan=False)
     sys.stdout.write("\n")

@@ -19,10 +19,21 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from stalesim.cli.common import add_extrapolate_arg, int_type, positive_int
+from stalesim.cli.common import add_extrapolate_arg, fmt_or_na, int_type, positive_int
 from stalesim.limits import MAX_REPEATS
 from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
+
+if TYPE_CHECKING:
+    from stalesim.devices import Devices
+    from stalesim.sim.model import SimHardware
+    from stalesim.validate.config import ValidateConfig
+    from stalesim.validate.costmodel import CostModel
+    from stalesim.workloads.profile import Profile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +71,10 @@ MAX_TABLE_STAGES = 16
 
 
 def _validate_config(args: argparse.Namespace, out: str, devices: str, B: int, iters: int, scheds: str,
-                     **files: str | None):
+                     hardware: str | None = None, profile: str | None = None,
+                     contended_profile: str | None = None) -> ValidateConfig:
+    """The validation step's config (also checked up front by :func:`check_args`); the files
+    are the profiles and link measured by the earlier steps (None: validate measures them)."""
     from stalesim.validate.config import ValidateConfig
 
     return ValidateConfig(model=args.model, devices=devices, schedules=[scheds], iterations=iters,
@@ -68,7 +82,8 @@ def _validate_config(args: argparse.Namespace, out: str, devices: str, B: int, i
                           emulate_iterations=3, repeats=args.repeats,
                           command=f"stalesim validate --model {args.model} --devices {devices} "
                                   f"--schedules {scheds} --iterations {iters} --batch-size {B} "
-                                  f"--repeats {args.repeats} --out {os.path.join(out, 'validate')}", **files)
+                                  f"--repeats {args.repeats} --out {os.path.join(out, 'validate')}",
+                          hardware=hardware, profile=profile, contended_profile=contended_profile)
 
 
 def _defaults(args: argparse.Namespace) -> None:
@@ -106,13 +121,13 @@ def schedule_table(stages: int) -> str:
         spec = get_spec(name)  # virtual stages: `stages` devices of V chunks each
         sched = build_schedule(spec.config(stages=stages * spec.stages_per_device,
                                            batches=4 * stages + 4, microbatches=stages, workers=2))
-        v = sched.versions
+        v = sched.table
         rows.append((name, str(sched.policy), str(v.staleness()), str(v.inconsistent_stages() or "-"),
                      get_spec(name).summary))
     return _table(rows)
 
 
-def _table(rows: list[tuple]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -143,6 +158,26 @@ def run(args: argparse.Namespace) -> int:
     return run_demo(args, devices)
 
 
+@dataclass(frozen=True)
+class _Demo:
+    """What every step reads: the checked flags, the ranks, the output folder and the progress."""
+
+    args: argparse.Namespace
+    devices: str  # as given (or defaulted)
+    devs: Devices
+    out: Path
+    step: _Steps
+
+    @property
+    def cuda(self) -> bool:
+        return self.devices.startswith("cuda")
+
+    @property
+    def predict_batch(self) -> int:
+        """The prediction's mini-batch: four validation mini-batches."""
+        return 4 * int(self.args.batch_size)
+
+
 def run_demo(args: argparse.Namespace, devices: str) -> int:
     """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
     step = _Steps(7)
@@ -151,135 +186,171 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
     # In-process work (profiling, emulation) uses one thread, as each rank does: with
     # more, OpenMP threads spin against each other and everything else on a small shared box.
-    from stalesim.cli.common import DEFAULT_THREADS, apply_threads, write_json_atomic
+    from stalesim.cli.common import DEFAULT_THREADS, apply_threads
+    from stalesim.devices import parse_devices
+    from stalesim.runtime.datapaths import pin_data_env
     from stalesim.validate.config import check_out_dir
 
     apply_threads(DEFAULT_THREADS)
     out = check_out_dir(args.out)
-    quick = args.quick
-    B = args.batch_size
-    iters = args.iterations
-    cuda = devices.startswith("cuda")
-    from stalesim.runtime.datapaths import pin_data_env
-
     data_dir = args.data_dir or pin_data_env()
     load0 = os.getloadavg()
+    d = _Demo(args, devices, parse_devices(devices), out, step)
+    cm = _profile_step(d)
+    hw = _calibrate_step(d)
+    grid = _predict_step(d, cm, hw)
+    vsum = _validate_step(d, cm)
+    study = _study_step(d, data_dir)
+    _summary_step(d, load0, grid, vsum, study)
+    return 0
 
-    # 2. profile ----------------------------------------------------------------------
-    # steps that run longer than a few seconds with no count to show: a heartbeat on stderr
-    from stalesim.devices import parse_devices
+
+def _profile_step(d: _Demo) -> CostModel:
+    """Step 2: profile the model (alone, and on CPU with the other rank busy) at the batch
+    sizes validation and prediction use, and measure the per-action runtime overhead."""
     from stalesim.progress import heartbeat
-    from stalesim.validate.corunners import measure_overhead, paired_profiles
+    from stalesim.validate.corunners import measure_overhead
     from stalesim.validate.costmodel import CostModel
     from stalesim.validate.steps import profile_sizes
-    from stalesim.workloads.profiler import profile_model
 
-    devs = parse_devices(devices)
-    dev0 = devs.device_for(0)
-    sizes = profile_sizes(B, 4, devs.count)
+    sizes = profile_sizes(d.args.batch_size, 4, d.devs.count)
     co_batch = sizes[-1]
     # the prediction's mini-batch too: its one-device baseline is then measured, not
     # extrapolated (its micro-batches and worker slices 4B/2n, 4B/n lie inside the range)
-    predict_batch = 4 * B
-    if predict_batch not in sizes:
-        sizes.append(predict_batch)
-    repeats = 2 if quick else 3
-    contended = None
-    if cuda:
-        step(f"profiling {args.model} on {dev0} at batch {sizes} (as each rank runs it)")
-        with heartbeat("step 2: profiling"):
-            prof = profile_model(args.model, sizes, device=dev0, threads=1, repeats=repeats,
-                                 warmup=1 if quick else 2)
-    else:
-        step(f"profiling {args.model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
-             "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
-        with heartbeat("step 2: profiling"):
-            prof, contended = paired_profiles(args.model, sizes, co_runners=devs.count - 1, threads=1,
-                                              device=dev0, repeats=2 * repeats, co_batch=co_batch)
-        contended.to_json(out / "profile_contended.json")
-    prof.to_json(out / "profile.json")
-    prof = prof.with_extrapolation(args.extrapolate)
-    contended = None if contended is None else contended.with_extrapolation(args.extrapolate)
+    if d.predict_batch not in sizes:
+        sizes.append(d.predict_batch)
+    prof, contended = _measure_profiles(d, sizes, co_batch)
+    if contended is not None:
+        contended.to_json(d.out / "profile_contended.json")
+    prof.to_json(d.out / "profile.json")
+    prof = prof.with_extrapolation(d.args.extrapolate)
+    contended = None if contended is None else contended.with_extrapolation(d.args.extrapolate)
     with heartbeat("step 2: measuring the per-action overhead"):
-        overhead = measure_overhead(threads=1, device=dev0)
+        overhead = measure_overhead(threads=1, device=d.devs.device_for(0))
     cm = CostModel(prof, contended, overhead)
     ratio = cm.contention_ratio()
-    step.note(f"one training step at batch {B}: {prof.whole_model_s * 1e3:.1f} ms alone"
-              + (f", x{ratio:.2f} with the other rank busy" if ratio else "")
-              + "; per-action runtime overhead F/B/U/LOSS "
-              + "/".join(f"{overhead[k] * 1e6:.0f}" for k in UNSPLIT_COMPUTE_NAMES) + " us")
+    whole = prof.whole_model_s
+    if whole is None:  # profile_model and paired_profiles always time the whole model too
+        raise AssertionError("the measured profile has no whole-model time")
+    d.step.note(f"one training step at batch {d.args.batch_size}: {whole * 1e3:.1f} ms alone"
+                + (f", x{ratio:.2f} with the other rank busy" if ratio else "")
+                + "; per-action runtime overhead F/B/U/LOSS "
+                + "/".join(f"{overhead[k] * 1e6:.0f}" for k in UNSPLIT_COMPUTE_NAMES) + " us")
+    return cm
 
-    # 3. calibrate ---------------------------------------------------------------------
+
+def _measure_profiles(d: _Demo, sizes: list[int], co_batch: int) -> tuple[Profile, Profile | None]:
+    """The profile alone and, on CPU ranks, its twin with the other rank busy (None on CUDA)."""
+    # steps that run longer than a few seconds with no count to show: a heartbeat on stderr
+    from stalesim.progress import heartbeat
+    from stalesim.validate.corunners import paired_profiles
+    from stalesim.workloads.profiler import profile_model
+
+    model, dev0, quick = d.args.model, d.devs.device_for(0), d.args.quick
+    repeats = 2 if quick else 3
+    if d.cuda:
+        d.step(f"profiling {model} on {dev0} at batch {sizes} (as each rank runs it)")
+        with heartbeat("step 2: profiling"):
+            prof = profile_model(model, sizes, device=dev0, threads=1, repeats=repeats, warmup=1 if quick else 2)
+        return prof, None
+    d.step(f"profiling {model} on {dev0} at batch {sizes} (1 thread, as each rank runs it), "
+           "alone and with the other rank busy (memory-bandwidth / cache contention), alternating")
+    with heartbeat("step 2: profiling"):
+        return paired_profiles(model, sizes, co_runners=d.devs.count - 1, threads=1, device=dev0,
+                               repeats=2 * repeats, co_batch=co_batch)
+
+
+def _calibrate_step(d: _Demo) -> SimHardware:
+    """Step 3: calibrate the link between two local ranks (written as hardware.json)."""
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.progress import heartbeat
     from stalesim.sim.model import SimHardware
     from stalesim.workloads.calibrate import calibrate
     from stalesim.workloads.hardware import hardware_from_dict
 
-    backend = "nccl" if cuda else "gloo"
-    step(f"calibrating the {backend} link between 2 local ranks")
+    quick = d.args.quick
+    backend = "nccl" if d.cuda else "gloo"
+    d.step(f"calibrating the {backend} link between 2 local ranks")
     with heartbeat("step 3: calibrating"):
         hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
-                            repeats=2 if quick else 3, devices=devs.first(2) if devs.count >= 2 else None)
-    write_json_atomic(out / "hardware.json", hw_dict)
+                            repeats=2 if quick else 3, devices=d.devs.first(2) if d.devs.count >= 2 else None)
+    write_json_atomic(d.out / "hardware.json", hw_dict)
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
-    step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
-              f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
+    d.step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
+                f"{hw.bandwidth_Bps / 1e9:.2f} GB/s, CPU occupancy of a transfer {hw.cpu_comm_occupancy:.2f}")
+    return hw
 
-    # 4. predict -----------------------------------------------------------------------
-    from stalesim.units import fmt_bytes
-    from stalesim.validate.demo import (
-        ideal_line_statement,
-        predict_grid,
-        prediction_figure,
-    )
 
-    step(f"predicting 2/4/8 devices: this {'GPU' if cuda else 'CPU'} over the calibrated link, "
-         f"and {args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
+def _predict_step(d: _Demo, cm: CostModel, hw: SimHardware) -> list[dict[str, Any]]:
+    """Step 4: predict 2/4/8 devices of this kind and of the catalog ``--target``."""
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.progress import heartbeat
+    from stalesim.validate.demo import ideal_line_statement, predict_grid, prediction_figure
+
+    d.step(f"predicting 2/4/8 devices: this {'GPU' if d.cuda else 'CPU'} over the calibrated link, "
+           f"and {d.args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
     with heartbeat("step 4: predicting"):
-        grid = predict_grid(cm, hw, batch_size=predict_batch, gpu=args.target,
-                            cpu_label="this GPU" if cuda else "this CPU")
-    prediction_figure(grid, out / "predict_speedup.png")
-    write_json_atomic(out / "predictions.json", grid)
-    _print_grid(grid, fmt_bytes)
+        grid = predict_grid(cm, hw, batch_size=d.predict_batch, gpu=d.args.target,
+                            cpu_label="this GPU" if d.cuda else "this CPU")
+    prediction_figure(grid, d.out / "predict_speedup.png")
+    write_json_atomic(d.out / "predictions.json", grid)
+    _print_grid(grid)
     print(ideal_line_statement(grid))
+    return grid
 
-    # 5. validate ----------------------------------------------------------------------
+
+def _validate_step(d: _Demo, cm: CostModel) -> dict[str, Any]:
+    """Step 5: validate on the local ranks, reusing the profiles and link measured above."""
     from stalesim.cli.validate_cmd import summary_table
     from stalesim.validate.workflow import validate
 
-    scheds = args.schedules
-    step(f"validating on {devices}: {scheds} ({iters} iterations each, {args.repeats} interleaved repeats): "
-         "predicted vs measured, with each schedule's noise floor")
-    vcfg = _validate_config(args, str(out), devices, B, iters, scheds, hardware=str(out / "hardware.json"),
-                            profile=str(out / "profile.json"),
-                            contended_profile=str(out / "profile_contended.json") if contended else None)
-    vsum = validate(vcfg, progress=lambda m: step.note(m.split("] ", 1)[-1]))
+    args, out = d.args, d.out
+    d.step(f"validating on {d.devices}: {args.schedules} ({args.iterations} iterations each, {args.repeats} "
+           "interleaved repeats): predicted vs measured, with each schedule's noise floor")
+    vcfg = _validate_config(args, str(out), d.devices, args.batch_size, args.iterations, args.schedules,
+                            hardware=str(out / "hardware.json"), profile=str(out / "profile.json"),
+                            contended_profile=str(out / "profile_contended.json") if cm.contended else None)
+    vsum = validate(vcfg, progress=lambda m: d.step.note(m.split("] ", 1)[-1]))
     print(summary_table(vsum))
+    return vsum
 
-    # 6. staleness study ---------------------------------------------------------------
-    study = None
-    if data_dir and os.path.isdir(data_dir):  # an explicit --data-dir was checked up front
-        from stalesim.validate.demo import staleness_figure, staleness_study
 
-        n = args.study_iterations
-        step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
-        with heartbeat("step 6: staleness study"):
-            study = staleness_study(data_dir, iterations=n, progress=step.note)
-        staleness_figure(study, out / "staleness.png")
-        write_json_atomic(out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
-    else:
-        step("staleness study skipped: no MNIST (give --data-dir or set STALESIM_DATA)")
+def _study_step(d: _Demo, data_dir: str | None) -> list[dict[str, Any]] | None:
+    """Step 6: the emulated staleness study on MNIST (None: no MNIST here)."""
+    if not (data_dir and os.path.isdir(data_dir)):  # an explicit --data-dir was checked up front
+        d.step("staleness study skipped: no MNIST (give --data-dir or set STALESIM_DATA)")
+        return None
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.progress import heartbeat
+    from stalesim.validate.demo import staleness_figure, staleness_study
 
-    # 7. summary -----------------------------------------------------------------------
-    elapsed = time.perf_counter() - step.t0
-    step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
-    print(_summary(grid, vsum, study, args.target))
+    n = d.args.study_iterations
+    d.step(f"staleness study on MNIST ({data_dir}): LeNet-5 sequential vs stale, {n} iterations, emulated")
+    with heartbeat("step 6: staleness study"):
+        study = staleness_study(data_dir, iterations=n, progress=d.step.note)
+    staleness_figure(study, d.out / "staleness.png")
+    write_json_atomic(d.out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
+    return study
+
+
+# the validation summary's fields that summary.json keeps
+_VALIDATE_KEYS = ("median_abs_time_error", "max_abs_time_error", "median_noise_floor", "max_noise_floor",
+                  "max_abs_memory_error", "max_abs_utilization_error_points", "max_abs_speedup_error",
+                  "max_loss_rel_diff")
+
+
+def _summary_step(d: _Demo, load0: tuple[float, float, float], grid: list[dict[str, Any]],
+                  vsum: dict[str, Any], study: list[dict[str, Any]] | None) -> None:
+    """Step 7: the summary table, summary.json and where the figures are."""
+    from stalesim.cli.common import write_json_atomic
+
+    out = d.out
+    elapsed = time.perf_counter() - d.step.t0
+    d.step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
+    print(_summary(grid, vsum, study, d.args.target))
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
-               "load_average_after": list(os.getloadavg()), "devices": devices, "model": args.model,
-               "validate": {k: vsum.get(k) for k in ("median_abs_time_error", "max_abs_time_error",
-                                                     "median_noise_floor", "max_noise_floor",
-                                                     "max_abs_memory_error",
-                                                     "max_abs_utilization_error_points",
-                                                     "max_abs_speedup_error", "max_loss_rel_diff")},
+               "load_average_after": list(os.getloadavg()), "devices": d.devices, "model": d.args.model,
+               "validate": {k: vsum.get(k) for k in _VALIDATE_KEYS},
                "validate_rows": vsum["rows"], "predictions": grid,
                "staleness": None if study is None else [{k: v for k, v in r.items() if k != "losses"}
                                                         for r in study]}
@@ -287,11 +358,12 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     print(f"\nfigures: {out}/predict_speedup.png, {out}/validate/figures/, "
           + (f"{out}/staleness.png; " if study else "")
           + f"report: {out}/validate/report.md; summary: {out}/summary.json")
-    return 0
 
 
-def _print_grid(grid: list[dict], fmt_bytes) -> None:
-    groups: dict[tuple, dict] = {}
+def _print_grid(grid: list[dict[str, Any]]) -> None:
+    from stalesim.units import fmt_bytes
+
+    groups: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
     names: list[str] = []
     for r in grid:
         groups.setdefault((r["hardware"], r["link"], r["devices"]), {})[r["schedule"]] = r
@@ -301,14 +373,14 @@ def _print_grid(grid: list[dict], fmt_bytes) -> None:
     for (hwl, link, n), by in groups.items():
         cells = []
         for s in names:
-            r = by.get(s)
-            cells.append("-" if r is None else
-                         f"{r['speedup']:.2f}x{_mark(r)} u{r['utilization_mean']:.2f}")
+            cell = by.get(s)
+            cells.append("-" if cell is None else
+                         f"{cell['speedup']:.2f}x{_mark(cell)} u{cell['utilization_mean']:.2f}")
         mem = max((r["peak_memory_bytes_max"] or 0) for r in by.values())
         rows.append((f"{hwl} / {link}", str(n), *cells, fmt_bytes(mem)))
     print("predicted speed-up over one device (and mean utilization):")
     print(_table(rows))
-    sources = {}
+    sources: dict[tuple[str, str], dict[str, str]] = {}
     for r in grid:
         sources.setdefault((r["hardware"], r["link"]), {}).update(r.get("cost_batches", {}))
     for (hwl, link), by_b in sources.items():
@@ -324,15 +396,16 @@ def _print_grid(grid: list[dict], fmt_bytes) -> None:
                 print(f"  WARNING {r['schedule']} on {r['devices']} x {r['hardware']} / {r['link']}: {w}")
 
 
-def _mark(r: dict) -> str:
+def _mark(r: dict[str, Any]) -> str:
     return ("*" if r.get("cost_source") == "extrapolated" else "") + ("!" if r.get("above_ideal") else "")
 
 
-def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -> str:
+def _summary(grid: list[dict[str, Any]], vsum: dict[str, Any], study: list[dict[str, Any]] | None,
+             gpu: str) -> str:
     from stalesim.validate.report import busy_line
 
     lines = []
-    best: dict[tuple, dict] = {}
+    best: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in grid:
         k = (r["hardware"], r["link"], r["devices"])
         if r["speedup"] and (k not in best or r["speedup"] > best[k]["speedup"]):
@@ -344,16 +417,7 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
                       f"{r['utilization_mean']:.2f}, staleness {r['staleness_max']}, "
                       f"costs {r.get('cost_source', 'given')}")))
     for r in vsum["rows"]:
-        def f(x, fmt):
-            return "n/a" if x is None else format(x, fmt)
-
-        pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
-        within = " within noise" if r.get("time_error_within_noise") else ""
-        rows.append(("validated", f"{r['schedule']} on {vsum['devices']}",
-                     (f"predicted {f(pit and pit * 1e3, '.1f')} ms vs measured {f(mit and mit * 1e3, '.1f')}"
-                      f" ms ({f(r['time_error'], '+.1%')}, noise {f(r.get('noise_floor'), '.1%')}{within}); "
-                      f"speed-up {f(r['predicted_speedup'], '.2f')}/{f(r['measured_speedup'], '.2f')}; "
-                      f"memory {f(r.get('memory_error'), '+.1%')}; loss diff {f(r['max_loss_rel_diff'], '.0e')}")))
+        rows.append(("validated", f"{r['schedule']} on {vsum['devices']}", _validated(r)))
     wn, wt = vsum.get("schedules_within_noise"), vsum.get("schedules_with_noise_floor")
     rows.append(("validation", "all schedules",
                  (f"median |time error| {_pct(vsum.get('median_abs_time_error'))}, max "
@@ -374,5 +438,16 @@ def _summary(grid: list[dict], vsum: dict, study: list[dict] | None, gpu: str) -
     return "\n".join(lines)
 
 
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
+def _validated(r: dict[str, Any]) -> str:
+    """One validated schedule: predicted vs measured time, speed-up, memory and loss."""
+    na = fmt_or_na
+    pit, mit = r["predicted_iteration_time_s"], r["measured_iteration_time_s"]
+    within = " within noise" if r.get("time_error_within_noise") else ""
+    return (f"predicted {na(pit and pit * 1e3, '.1f')} ms vs measured {na(mit and mit * 1e3, '.1f')} ms "
+            f"({na(r['time_error'], '+.1%')}, noise {na(r.get('noise_floor'), '.1%')}{within}); "
+            f"speed-up {na(r['predicted_speedup'], '.2f')}/{na(r['measured_speedup'], '.2f')}; "
+            f"memory {na(r.get('memory_error'), '+.1%')}; loss diff {na(r['max_loss_rel_diff'], '.0e')}")
+
+
+def _pct(x: float | None) -> str:
+    return fmt_or_na(x, ".1%")

@@ -6,11 +6,16 @@ import argparse
 import math
 import re
 from itertools import pairwise
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import float_type, int_list, positive_int, print_json, seconds
 from stalesim.cli.model_source import add_model_source_args, load_costs
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_BYTES, MAX_RATE, MIN_RATE
+
+if TYPE_CHECKING:
+    from stalesim.workloads.partition import Partition
+    from stalesim.workloads.profile import Profile
 
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
           "t": 1e12, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -32,7 +37,7 @@ def byte_size(text: str) -> float:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "partition",
         help="balance a profile over S pipeline stages (min-max) and print the PPV",
@@ -67,83 +72,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from stalesim.workloads.partition import (
-        min_max_partition,
-        weights_ppv_to_cuts,
-    )
-    if not args.include_comm:  # link flags without --include-comm would be silently ignored
-        given = [f for f, v in (("--hardware", args.hardware), ("--bandwidth", args.bandwidth),
-                                ("--latency", args.latency)) if v is not None]
-        if given:
-            raise StalesimError(f"{given[0]}: only used with --include-comm (the cut's communication time)")
+    from stalesim.workloads.partition import min_max_partition
+
+    _check_link_flags(args)
     prof = load_costs(args, args.batch_size)
     if args.batch_size:
         prof = prof.at_batch_size(args.batch_size)
-    comm = None
-    link_desc = None
-    if args.include_comm:
-        lat, bw = args.latency, args.bandwidth
-        if args.hardware:
-            from stalesim.workloads.hardware import load_hardware
-
-            hw = load_hardware(args.hardware)
-            lat = hw.link.latency_s if lat is None else lat
-            bw = hw.link.bandwidth_Bps if bw is None else bw
-        lat = 0.0 if lat is None else lat
-        if bw is None:
-            raise StalesimError("--include-comm: needs --bandwidth BYTES_PER_S or --hardware")
-        if not math.isfinite(lat) or lat < 0:
-            raise StalesimError(f"--latency: must be a finite number >= 0, got {lat}")
-        comm = [2 * (lat + lp.output_bytes / bw) for lp in prof.layers[:-1]]
-        link_desc = {"latency_s": lat, "bandwidth_Bps": None if math.isinf(bw) else bw}
-    memory = prof.memory()
+    comm, link_desc = _comm_costs(args, prof) if args.include_comm else (None, None)
     if args.ppv is not None:
-        cuts = weights_ppv_to_cuts(prof.weight_layers, args.ppv)
-        stages = len(cuts) + 1
-        # evaluate the given cuts: forbid every other boundary via the DP on a
-        # restricted problem is overkill; compute directly.
-        from stalesim.workloads.partition import Partition
-
-        bounds = [0, *cuts, prof.n_layers]
-        costs = prof.costs()
-        cm = comm or [0.0] * (prof.n_layers - 1)
-        sc = [sum(costs[a:b]) + (cm[b - 1] if b < prof.n_layers else 0.0)
-              for a, b in pairwise(bounds)]
-        part = Partition(
-            cuts=cuts, ppv=list(args.ppv), stage_costs=sc,
-            stage_memory=[sum(memory[a:b]) for a, b in pairwise(bounds)],
-            stage_comm=[cm[b - 1] if b < prof.n_layers else 0.0 for b in bounds[1:]],
-        )
-        if args.memory_limit is not None:
-            for s, m in enumerate(part.stage_memory or []):
-                if m > args.memory_limit:
-                    raise StalesimError(
-                        f"--memory-limit: stage {s} of ppv {args.ppv} needs {m:.0f} bytes "
-                        f"> {args.memory_limit:.0f}"
-                    )
+        part = _evaluate_ppv(args, prof, comm)
+        stages = len(part.cuts) + 1
     else:
         stages = args.stages
-        part = min_max_partition(prof.costs(), stages, memory=memory,
+        part = min_max_partition(prof.costs(), stages, memory=prof.memory(),
                                  memory_limit=args.memory_limit, comm=comm,
                                  weight_layers=prof.weight_layers)
-    bounds = [0, *part.cuts, prof.n_layers]
-    stage_rows = []
-    for s, (a, b) in enumerate(pairwise(bounds)):
-        ls = prof.layers[a:b]
-        stage_rows.append({
-            "stage": s,
-            "blocks": [lp.name for lp in ls],
-            "weight_layers": sum(lp.weight_layers for lp in ls),
-            "forward_s": sum(lp.forward_s for lp in ls),
-            "backward_s": sum(lp.backward_s for lp in ls),
-            "update_s": sum(lp.update_s for lp in ls),
-            "comm_s": part.stage_comm[s] if part.stage_comm else 0.0,
-            "time_s": part.stage_costs[s],
-            "param_bytes": sum(lp.param_bytes for lp in ls),
-            "saved_bytes": sum(lp.saved_bytes for lp in ls),
-            "memory_bytes": (part.stage_memory or [0.0] * stages)[s],
-            "output_bytes": ls[-1].output_bytes if b < prof.n_layers else 0,
-        })
+    stage_rows = _stage_rows(prof, part, stages)
     total = sum(prof.costs())
     result = {
         "model": prof.model,
@@ -162,7 +106,92 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.json:
         print_json(result)
-        return 0
+    else:
+        _print_table(prof, stages, part, stage_rows, total)
+    return 0
+
+
+def _check_link_flags(args: argparse.Namespace) -> None:
+    """Link flags without --include-comm would be silently ignored: an error instead."""
+    if args.include_comm:
+        return
+    given = [f for f, v in (("--hardware", args.hardware), ("--bandwidth", args.bandwidth),
+                            ("--latency", args.latency)) if v is not None]
+    if given:
+        raise StalesimError(f"{given[0]}: only used with --include-comm (the cut's communication time)")
+
+
+def _comm_costs(args: argparse.Namespace, prof: Profile) -> tuple[list[float], dict[str, float | None]]:
+    """Each cut's communication time (activation forward, gradient back) and the link used:
+    --latency/--bandwidth, else the --hardware link's."""
+    lat, bw = args.latency, args.bandwidth
+    if args.hardware:
+        from stalesim.workloads.hardware import load_hardware
+
+        hw = load_hardware(args.hardware)
+        lat = hw.link.latency_s if lat is None else lat
+        bw = hw.link.bandwidth_Bps if bw is None else bw
+    lat = 0.0 if lat is None else lat
+    if bw is None:
+        raise StalesimError("--include-comm: needs --bandwidth BYTES_PER_S or --hardware")
+    if not math.isfinite(lat) or lat < 0:
+        raise StalesimError(f"--latency: must be a finite number >= 0, got {lat}")
+    comm = [2 * (lat + lp.output_bytes / bw) for lp in prof.layers[:-1]]
+    return comm, {"latency_s": lat, "bandwidth_Bps": None if math.isinf(bw) else bw}
+
+
+def _evaluate_ppv(args: argparse.Namespace, prof: Profile, comm: list[float] | None) -> Partition:
+    """The given --ppv's stages, costed directly (the min-max search restricted to one
+    partition would be overkill), checked against --memory-limit."""
+    from stalesim.workloads.partition import Partition, weights_ppv_to_cuts
+
+    cuts = weights_ppv_to_cuts(prof.weight_layers, args.ppv)
+    memory = prof.memory()
+    bounds = [0, *cuts, prof.n_layers]
+    costs = prof.costs()
+    cm = comm or [0.0] * (prof.n_layers - 1)
+    sc = [sum(costs[a:b]) + (cm[b - 1] if b < prof.n_layers else 0.0)
+          for a, b in pairwise(bounds)]
+    part = Partition(
+        cuts=cuts, ppv=list(args.ppv), stage_costs=sc,
+        stage_memory=[sum(memory[a:b]) for a, b in pairwise(bounds)],
+        stage_comm=[cm[b - 1] if b < prof.n_layers else 0.0 for b in bounds[1:]],
+    )
+    if args.memory_limit is not None:
+        for s, m in enumerate(part.stage_memory or []):
+            if m > args.memory_limit:
+                raise StalesimError(
+                    f"--memory-limit: stage {s} of ppv {args.ppv} needs {m:.0f} bytes "
+                    f"> {args.memory_limit:.0f}"
+                )
+    return part
+
+
+def _stage_rows(prof: Profile, part: Partition, stages: int) -> list[dict[str, Any]]:
+    """One row per stage: its blocks, their time and memory, and what it sends on."""
+    bounds = [0, *part.cuts, prof.n_layers]
+    stage_rows = []
+    for s, (a, b) in enumerate(pairwise(bounds)):
+        ls = prof.layers[a:b]
+        stage_rows.append({
+            "stage": s,
+            "blocks": [lp.name for lp in ls],
+            "weight_layers": sum(lp.weight_layers for lp in ls),
+            "forward_s": sum(lp.forward_s for lp in ls),
+            "backward_s": sum(lp.backward_s for lp in ls),
+            "update_s": sum(lp.update_s for lp in ls),
+            "comm_s": part.stage_comm[s] if part.stage_comm else 0.0,
+            "time_s": part.stage_costs[s],
+            "param_bytes": sum(lp.param_bytes for lp in ls),
+            "saved_bytes": sum(lp.saved_bytes for lp in ls),
+            "memory_bytes": (part.stage_memory or [0.0] * stages)[s],
+            "output_bytes": ls[-1].output_bytes if b < prof.n_layers else 0,
+        })
+    return stage_rows
+
+
+def _print_table(prof: Profile, stages: int, part: Partition, stage_rows: list[dict[str, Any]],
+                 total: float) -> None:
     print(f"{prof.model}, batch {prof.batch_size}, S = {stages}: PPV ({', '.join(map(str, part.ppv))})"
           f"  cuts {part.cuts}")
     print(f"{'stage':>5} {'blocks':<22} {'WL':>3} {'time ms':>9} {'comm ms':>8} {'memory MiB':>11}")
@@ -171,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
         label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)})"
         print(f"{r['stage']:>5} {label:<22} {r['weight_layers']:>3} {r['time_s'] * 1e3:9.3f} "
               f"{r['comm_s'] * 1e3:8.3f} {r['memory_bytes'] / 2**20:11.2f}")
-    sp = result["ideal_speedup"]
+    sp = total / part.bottleneck if part.bottleneck > 0 else None
     print(f"bottleneck: stage {part.bottleneck_stage} ({part.bottleneck * 1e3:.3f} ms of "
           f"{total * 1e3:.3f} ms total; ideal pipelined speed-up {sp:.2f}x)")
-    return 0

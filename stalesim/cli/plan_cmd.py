@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stalesim.cli.cluster_args import add_cluster_args
 from stalesim.cli.common import (
@@ -24,6 +27,12 @@ from stalesim.cli.train_args import DATASET_HELP, MODEL_HELP
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_COUNT, MAX_JOBS, MAX_SEED
 
+if TYPE_CHECKING:
+    from stalesim.plan.candidates import GridRequest
+    from stalesim.plan.workflow import Plan, PlanRequest
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.workloads.profile import Profile
+
 # a device of at most 1 PiB
 _gib = float_type(0.0, 2.0**20, lo_open=True)
 _loss = float_type(0.0, 1e6, lo_open=True)
@@ -36,7 +45,8 @@ def _csv(text: str) -> list[str]:
     return items
 
 
-def _ints(lo: int, hi: int):  # noqa: ANN202 - an argparse type
+def _ints(lo: int, hi: int) -> Callable[[str], list[int]]:
+    """An argparse type: comma-separated integers in [lo, hi]."""
     def parse(text: str) -> list[int]:
         try:
             vals = [int(p) for p in _csv(text)]
@@ -146,7 +156,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
+def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool) -> TrainConfig:
     from stalesim.plugins import is_plugin
     from stalesim.runtime.config import TrainConfig
     from stalesim.workloads.zoo_facts import model_facts, model_names
@@ -156,7 +166,6 @@ def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
         raise StalesimError(f"model: unknown {args.model!r} (known: {', '.join(model_names())}, "
                             "or any resnet<6n+2>, or your own as pkg.module:factory)")
     default_dataset = facts.default_dataset if facts is not None else "synthetic"
-    length = {"epochs": horizon} if accuracy else {"iterations": horizon}
     for opt in args.optimizers:
         TrainConfig(optimizer=opt, iterations=1)._check_optimizer()
     from stalesim.runtime.build import check_own_code
@@ -164,12 +173,13 @@ def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool):
     cfg = TrainConfig(model=args.model, dataset=args.dataset or default_dataset, schedule="sequential",
                       batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                       weight_decay=args.weight_decay, device=args.emulate_device, data_dir=args.data_dir,
-                      synthetic_size=args.synthetic_size, optimizer=args.optimizers[0], **length).check_runnable()
+                      synthetic_size=args.synthetic_size, optimizer=args.optimizers[0],
+                      iterations=None if accuracy else horizon, epochs=horizon if accuracy else None).check_runnable()
     check_own_code(cfg)  # the user's --model/--dataset, if any, before any emulation starts
     return cfg
 
 
-def _profile(args: argparse.Namespace, out, sizes: list[int]):
+def _profile(args: argparse.Namespace, out: Path, sizes: list[int]) -> Profile:
     """The --profile given, or one measured here (stored in --out and reused)."""
     from stalesim.workloads.profile import load_profile
 
@@ -191,7 +201,7 @@ def _profile(args: argparse.Namespace, out, sizes: list[int]):
     return prof
 
 
-def _check(args: argparse.Namespace, plan, req) -> None:  # noqa: ANN001 - Plan, PlanRequest
+def _check(args: argparse.Namespace, plan: Plan, req: PlanRequest) -> None:
     from stalesim.atomic import write_json_atomic, write_text_atomic
     from stalesim.plan.check import GOAL, check_rows, markdown, pick
 
@@ -210,19 +220,32 @@ def _check(args: argparse.Namespace, plan, req) -> None:  # noqa: ANN001 - Plan,
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from stalesim.atomic import check_writable_dir
-    from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
-    from stalesim.cli.simulate_cmd import resolve_cli_hardware
-    from stalesim.plan.candidates import UNPRICED_MITIGATIONS, GridRequest, mitigation_fields
-    from stalesim.plan.convergence import Target
-    from stalesim.plan.report import table
-    from stalesim.plan.workflow import PlanRequest, make_plan
-    from stalesim.validate.steps import profile_sizes
+    from stalesim.plan.workflow import make_plan
 
     if args.workload is not None:
         return _run_workload(args)
+    _check_emulation_flags(args)
+    accuracy = args.target_accuracy is not None
+    horizon = (args.epochs or 1) if accuracy else (args.iterations or 200)
+    max_h = args.max_horizon or 8 * horizon
+    if max_h < horizon:
+        raise StalesimError(f"max_horizon: {max_h} is shorter than the first horizon {horizon}")
+    _resolve_mitigations(args)
+    _check_emulate_device(args.emulate_device)
+    _check_check_flags(args, accuracy)  # flags only: checked before any profile or hardware is read
+    out = check_writable_dir(Path(args.out))
+    base = _base_config(args, horizon, accuracy)
+    req = _plan_request(args, base, out, horizon, max_h)
+    plan = make_plan(req)
+    if args.check:
+        _check(args, plan, req)
+    _print_plan(args, plan, out)
+    return 0
+
+
+def _check_emulation_flags(args: argparse.Namespace) -> None:
+    """The flags of an emulated plan (no --workload), with the defaults of the left-out ones filled in."""
     for name, default in LLM_ONLY:
         if getattr(args, name, default) not in (default, None):
             raise StalesimError(f"--{name.replace('_', '-')}: needs --workload (an analytic transformer)")
@@ -238,10 +261,12 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError("iterations: an accuracy target is evaluated at epoch ends; use --epochs")
     if not accuracy and args.epochs is not None:
         raise StalesimError("epochs: a loss target is followed per iteration; use --iterations")
-    horizon = (args.epochs or 1) if accuracy else (args.iterations or 200)
-    max_h = args.max_horizon or 8 * horizon
-    if max_h < horizon:
-        raise StalesimError(f"max_horizon: {max_h} is shorter than the first horizon {horizon}")
+
+
+def _resolve_mitigations(args: argparse.Namespace) -> None:
+    """Expand --mitigations all to the priced ones; refuse an unpriced one by name."""
+    from stalesim.plan.candidates import UNPRICED_MITIGATIONS, mitigation_fields
+
     if "all" in args.mitigations:
         from stalesim.emulator.study import MITIGATIONS
 
@@ -251,15 +276,20 @@ def run(args: argparse.Namespace) -> int:
         if m in UNPRICED_MITIGATIONS:
             raise StalesimError(f"mitigations: plan does not price {m}'s state and update time; compare it with "
                                 "study and price it with simulate --basis-rotation")
-    dev = args.emulate_device
+
+
+def _check_emulate_device(dev: str) -> None:
     if not (dev == "cpu" or dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit())):
         raise StalesimError(f"emulate_device: expected cpu or cuda[:N], got {dev!r}")
-    if args.emulate_device.startswith("cuda"):
+    if dev.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            raise StalesimError(f"emulate_device: {args.emulate_device} requested but no CUDA device is visible")
-    # flags only: checked before any profile or hardware is read
+            raise StalesimError(f"emulate_device: {dev} requested but no CUDA device is visible")
+
+
+def _check_check_flags(args: argparse.Namespace, accuracy: bool) -> None:
+    """--check runs the plan on this machine's CPU ranks: only a loss target of this machine."""
     if args.check and accuracy:
         raise StalesimError("check: compares time to a loss target; use --target-loss")
     if args.check and (args.target or args.node):
@@ -267,14 +297,32 @@ def run(args: argparse.Namespace) -> int:
                             "(--profile measured here, --hardware from `stalesim calibrate`), not --target/--node")
     if args.check and args.devices > 64:
         raise StalesimError(f"check: runs {args.devices} CPU ranks on this machine; at most 64")
-    out = check_writable_dir(Path(args.out))
-    base = _base_config(args, horizon, accuracy)
+
+
+def _grid_request(args: argparse.Namespace, horizon: int, accuracy: bool) -> GridRequest:
+    """The candidates: the flags' schedules and mitigations, and the warm-ups and switch
+    points searched (by default a tenth, and a quarter and a half, of a loss target's first horizon)."""
+    from stalesim.plan.candidates import GridRequest
+
     warmups = tuple(args.warmups) if args.warmups is not None else (0, max(1, horizon // 10) if not accuracy else 0)
     switches = tuple(args.switches) if args.switches is not None else \
         ((max(1, horizon // 4), max(1, horizon // 2)) if not accuracy else ())
-    greq = GridRequest(devices=args.devices, schedules=args.schedules, mitigations=tuple(args.mitigations),
+    return GridRequest(devices=args.devices, schedules=args.schedules, mitigations=tuple(args.mitigations),
                        optimizers=tuple(args.optimizers), microbatches=args.microbatches,
                        warmups=tuple(sorted(set(warmups))), switches=tuple(sorted(set(switches))))
+
+
+def _plan_request(args: argparse.Namespace, base: TrainConfig, out: Path, horizon: int,
+                  max_h: int) -> PlanRequest:
+    """The plan's request: candidates, target, and the target hardware's profile and link."""
+    from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
+    from stalesim.cli.simulate_cmd import resolve_cli_hardware
+    from stalesim.plan.convergence import Target
+    from stalesim.plan.workflow import PlanRequest
+    from stalesim.validate.steps import profile_sizes
+
+    accuracy = args.target_accuracy is not None
+    greq = _grid_request(args, horizon, accuracy)
     micro = args.microbatches or 2 * args.devices
     cluster_link_defaults(args)
     opts = cluster_options(args)
@@ -287,25 +335,27 @@ def run(args: argparse.Namespace) -> int:
     name = args.target or getattr(prof, "device", "profile device")
     if args.link:
         name += f" + {args.link}"
-    req = PlanRequest(base=base, grid=greq, target=target, seeds=list(dict.fromkeys(args.seeds)),
-                      horizon=horizon, max_horizon=max_h, profile=prof, hardware=hw, hardware_name=name,
-                      out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
-                      batched=args.batched, progress=False if args.quiet else None,
-                      sim_options={**opts, "method": args.method})
-    plan = make_plan(req)
-    if args.check:
-        _check(args, plan, req)
+    return PlanRequest(base=base, grid=greq, target=target, seeds=list(dict.fromkeys(args.seeds)),
+                       horizon=horizon, max_horizon=max_h, profile=prof, hardware=hw, hardware_name=name,
+                       out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
+                       batched=args.batched, progress=False if args.quiet else None,
+                       sim_options={**opts, "method": args.method})
+
+
+def _print_plan(args: argparse.Namespace, plan: Plan, out: Path) -> None:
+    """plan.json (--json), or the ranked table, what was skipped and the files written."""
+    from stalesim.plan.report import table
+
     if args.json:
         import json
 
         print_json(json.loads((out / "plan.json").read_text(encoding="utf-8")))
-    else:
-        print(table(plan.rows, plan.header))
-        if plan.skipped:
-            print(f"skipped {len(plan.skipped)}: " + "; ".join(f"{a} ({b})" for a, b in plan.skipped[:6])
-                  + (" ..." if len(plan.skipped) > 6 else ""))
-        print(f"wrote {', '.join(str(p) for p in plan.paths)}")
-    return 0
+        return
+    print(table(plan.rows, plan.header))
+    if plan.skipped:
+        print(f"skipped {len(plan.skipped)}: " + "; ".join(f"{a} ({b})" for a, b in plan.skipped[:6])
+              + (" ..." if len(plan.skipped) > 6 else ""))
+    print(f"wrote {', '.join(str(p) for p in plan.paths)}")
 
 
 def _run_workload(args: argparse.Namespace) -> int:
@@ -345,8 +395,6 @@ def _run_workload(args: argparse.Namespace) -> int:
            "plan": base.to_dict(), "iterations": args.iterations, "rows": rows}
     written = []
     if args.out:
-        from pathlib import Path
-
         from stalesim.atomic import check_writable_dir, write_csv_atomic, write_json_atomic
 
         out = check_writable_dir(Path(args.out))

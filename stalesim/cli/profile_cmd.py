@@ -29,7 +29,7 @@ def batch_sizes(text: str) -> list[int]:
     return values
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "profile",
         help="measure per-block forward/backward/update time, bytes and FLOPs",

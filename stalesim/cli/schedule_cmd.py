@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from stalesim.cli.common import nonneg_int, positive_int, print_json
+
+if TYPE_CHECKING:
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.schedule.ir import Schedule
 
 # what `stalesim schedule` prints: about 100,000 actions take a few seconds to build and
 # render; a longer grid is unreadable (the simulator and the emulator take longer runs)
@@ -39,7 +44,8 @@ def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True,
                         "schedules; default: the schedule's, 2 for interleaving, ZB-V, DualPipeV)")
 
 
-def config_from_args(args: argparse.Namespace, *, stages: int | None = None, batches: int | None = None):
+def config_from_args(args: argparse.Namespace, *, stages: int | None = None,
+                     batches: int | None = None) -> ScheduleConfig:
     """The ScheduleConfig the flags describe (every field, nothing dropped)."""
     from stalesim.schedule import ScheduleConfig
 
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _imported(args: argparse.Namespace):
+def _imported(args: argparse.Namespace) -> tuple[Schedule, str]:
     """(schedule, one-line summary) of ``--from-torch`` / ``--from-torch-csv``."""
     from stalesim.errors import StalesimError
     from stalesim.schedule.torch_interop import from_torch, read_torch_csv, schedule_from_orders
@@ -148,28 +154,31 @@ def _imported(args: argparse.Namespace):
     if args.workers != 1 or args.warmup:
         raise StalesimError("--workers/--warmup: not with --from-torch")
     batches = args.batches or 1
-
-    def shown(step: int) -> None:  # the same bound as for our own schedules, before building
-        if batches * step > MAX_SHOWN:
-            raise StalesimError(f"batches: about {batches * step:,} actions are more than this command "
-                                f"prints (at most {MAX_SHOWN:,}); show fewer batches or micro-batches")
-
     if args.from_torch_csv is not None:
         if args.ranks is not None or args.stages_per_rank is not None:
             raise StalesimError("--ranks/--stages-per-rank: the CSV fixes them (one row per rank)")
         orders = read_torch_csv(args.from_torch_csv)
-        shown(sum(len(ops) for ops in orders.values()))
+        _check_shown(batches, sum(len(ops) for ops in orders.values()))
         sched = schedule_from_orders(orders, batches=batches, name=f"torch-csv:{args.from_torch_csv}")
         return sched, "torch CSV order, lowered and validated by the IR"
     if args.ranks is None:
         raise StalesimError("--ranks: --from-torch needs the number of pipeline ranks")
-    shown(3 * args.ranks * (args.stages_per_rank or 1) * args.microbatches)
+    _check_shown(batches, 3 * args.ranks * (args.stages_per_rank or 1) * args.microbatches)
     sched = from_torch(args.from_torch, args.ranks, args.microbatches, args.stages_per_rank,
                        batches=batches)
     return sched, same_as_ours(sched)
 
 
-def same_as_ours(sched) -> str:
+def _check_shown(batches: int, step: int) -> None:
+    """The same bound as for our own schedules (``step`` actions per batch), before building."""
+    from stalesim.errors import StalesimError
+
+    if batches * step > MAX_SHOWN:
+        raise StalesimError(f"batches: about {batches * step:,} actions are more than this command "
+                            f"prints (at most {MAX_SHOWN:,}); show fewer batches or micro-batches")
+
+
+def same_as_ours(sched: Schedule) -> str:
     """Whether stalesim's own generator of the same schedule orders it identically."""
     from stalesim.schedule import ScheduleConfig, build_schedule
     from stalesim.schedule.torch_interop import compute_orders

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.cluster_args import add_cluster_args
 from stalesim.cli.common import (
@@ -20,6 +20,13 @@ from stalesim.cli.model_source import add_model_source_args, load_costs
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.cli.train_args import add_schedule_file_arg
 
+if TYPE_CHECKING:
+    from stalesim.schedule import ScheduleConfig
+    from stalesim.sim.api import SimOptions
+    from stalesim.sim.model import SimHardware, StageCosts
+    from stalesim.workloads.hardware import Hardware
+    from stalesim.workloads.profile import Profile
+
 
 def add_hardware_args(p: argparse.ArgumentParser) -> None:
     """Hardware flags shared with ``sweep`` (which takes lists of devices/links instead)."""
@@ -34,7 +41,8 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
                    help="fraction of a transfer's time its cores are busy (no-overlap hardware)")
 
 
-def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, link: str | None):
+def resolve_cli_hardware(args: argparse.Namespace, profile: Profile, device: str | None,
+                         link: str | None) -> tuple[Profile, SimHardware]:
     """(profile, SimHardware) from --hardware | --target/--node/--link | default (ideal link).
 
     Which profile times apply is one rule (:mod:`stalesim.workloads.retime`): a hardware JSON's
@@ -46,29 +54,19 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
     from stalesim.errors import StalesimError
     from stalesim.sim.model import SimHardware
     from stalesim.workloads.hardware import get_link, hardware_from_catalog, load_hardware
-    from stalesim.workloads.retime import retime
 
-    overlap = None if args.comm_overlap is None else args.comm_overlap == "yes"
+    overlap = _overlap(args)
     occ = args.cpu_comm_occupancy
     if occ is not None and not 0 <= occ <= 1:
         raise StalesimError(f"--cpu-comm-occupancy: must be in [0, 1], got {occ}")
     topo = args.topology
-
-    def timed_for(hwc, force: bool):
-        prof = retime(profile, hwc.device, force=force)
-        hw = SimHardware.from_hardware(hwc, topology=topo, comm_overlaps_compute=overlap, cpu_comm_occupancy=occ)
-        if prof is not profile:
-            hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key or hwc.device.name} "
-                                    f"from the profile measured on {profile.device}",))
-        return prof, hw
-
     if args.hardware:
         if device or link:
             raise StalesimError("--hardware: give either a hardware JSON or --target/--link, not both")
-        return timed_for(load_hardware(args.hardware), force=False)
-    node_device = getattr(args, "node_device", None)
-    if device or node_device:
-        return timed_for(hardware_from_catalog(device or node_device, link or "ideal"), force=bool(device))
+        return _timed_for(args, profile, load_hardware(args.hardware), force=False)
+    kind = device or getattr(args, "node_device", None)
+    if kind:
+        return _timed_for(args, profile, hardware_from_catalog(kind, link or "ideal"), force=bool(device))
     if link:
         lnk = get_link(link)
         cpu = "cpu" in profile.device.lower()
@@ -80,6 +78,29 @@ def resolve_cli_hardware(args: argparse.Namespace, profile, device: str | None, 
     hw = replace(SimHardware.ideal(profile.device), topology=topo or "p2p",
                  notes=("default: the profile's own device with an ideal link",))
     return profile, hw
+
+
+def _overlap(args: argparse.Namespace) -> bool | None:
+    """--comm-overlap as a bool (None: the hardware's own)."""
+    return None if args.comm_overlap is None else args.comm_overlap == "yes"
+
+
+def _timed_for(args: argparse.Namespace, profile: Profile, hwc: Hardware, force: bool) -> tuple[Profile, SimHardware]:
+    """The profile for ``hwc``'s device (re-timed by roofline when it is not for it, or when
+    ``force``) and the SimHardware with the flags' topology, overlap and occupancy."""
+    from dataclasses import replace
+
+    from stalesim.sim.model import SimHardware
+    from stalesim.workloads.retime import retime
+
+    overlap = _overlap(args)
+    prof = retime(profile, hwc.device, force=force)
+    hw = SimHardware.from_hardware(hwc, topology=args.topology, comm_overlaps_compute=overlap,
+                                   cpu_comm_occupancy=args.cpu_comm_occupancy)
+    if prof is not profile:
+        hw = replace(hw, notes=(f"compute estimated by roofline for {hwc.device.key or hwc.device.name} "
+                                f"from the profile measured on {profile.device}",))
+    return prof, hw
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -227,7 +248,8 @@ def _file_schedule(args: argparse.Namespace) -> Any:
     return load_schedule_file(args.schedule_file, batches)
 
 
-def _rotation_costs(args: argparse.Namespace, prof, cfg, opts):
+def _rotation_costs(args: argparse.Namespace, prof: Profile, cfg: ScheduleConfig,
+                    opts: SimOptions) -> tuple[StageCosts, StageCosts]:
     """The profile's stage costs, without and with basis rotation's state and update time
     (:mod:`stalesim.sim.rotation_cost`)."""
     from stalesim.errors import StalesimError

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import add_threads_arg, int_type, positive_float, print_json
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.limits import MAX_COUNT, MAX_JOBS
+
+if TYPE_CHECKING:
+    from stalesim.runtime.config import TrainConfig
 
 
 def _csv(text: str) -> list[str]:
@@ -67,32 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from pathlib import Path
 
-    from stalesim.cli.common import write_json_atomic
-    from stalesim.emulator.study import (
-        aggregate,
-        expand,
-        parse_placements,
-        plot,
-        run_study,
-        write_table,
-    )
     from stalesim.outlock import folder_lock
-    from stalesim.schedule import get_spec
 
-    if args.ppv is not None or args.stages is not None:
-        from stalesim.errors import StalesimError
-
-        raise StalesimError("placements: use --placements for a study, not --ppv/--stages")
-    if args.batch_runs is not None and not args.batched:
-        from stalesim.errors import StalesimError
-
-        raise StalesimError("batch_runs: --batch-runs sets the size of batches; it needs --batched")
-    if args.depths is not None and args.placements is not None:
-        from stalesim.errors import StalesimError
-
-        raise StalesimError("depths: give --depths or --placements, not both")
+    _check_study_flags(args)
     # -M is for the grid's micro-batch schedules (expand() gives the others whole batches)
     micro, args.microbatches = args.microbatches, 1
     base = replace(train_config_from_args(args), microbatches=micro)
@@ -102,43 +85,9 @@ def run(args: argparse.Namespace) -> int:
     # start (they inherit this process's sys.path, where the modules were found)
     check_own_code(base)
     out = Path(args.out)
-    if args.depths is not None:
-        from stalesim.plan.depth import depth_placements, parse_depths
-
-        places = depth_placements(parse_depths(args.depths))
-    else:
-        places = parse_placements(args.placements or "S2")
-    points, mit_of = [], {}
-    for mit in args.mitigations:
-        for rid, cfg in expand(base, args.schedules, places, [mit], args.seeds):
-            if rid not in mit_of:
-                points.append((rid, cfg))
-                mit_of[rid] = "none" if get_spec(cfg.schedule).placement_free else mit
+    points, mit_of = _grid(args, base)
     with folder_lock(out):  # held from the first write (study.json) to the table
-        write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
-                                               "placements": args.placements, "depths": args.depths,
-                                               "target_loss": args.target_loss,
-                                               "target_smooth": args.target_smooth,
-                                               "mitigations": args.mitigations, "seeds": args.seeds,
-                                               "batched": args.batched, "batch_runs": args.batch_runs,
-                                               "runs": [rid for rid, _ in points]})
-        results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
-                            mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
-                            continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0,
-                            threads=args.threads)
-        rows = aggregate(results)
-        write_table(rows, out)
-        fig = plot(rows, out)
-        extra = []
-        if args.target_loss is not None:
-            from stalesim.plan.convergence import Target
-            from stalesim.plan.depth import depth_rows, plot_slowdown, write_depth_table
-
-            target = Target("loss", args.target_loss, args.target_smooth)
-            drows = depth_rows(results, target)
-            extra = [p.name for p in write_depth_table(drows, target, out)]
-            extra.append(plot_slowdown(drows, out / "slowdown_vs_stages.png",
-                                       title=f"{base.model}\n{target.describe()}").name)
+        rows, fig, extra = _run_grid(args, base, points, mit_of, out)
     if args.json:
         print_json(rows)
     else:
@@ -147,3 +96,70 @@ def run(args: argparse.Namespace) -> int:
             print((out / "depth.md").read_text(), end="")
         print(f"wrote {out}/table.csv, table.md, {fig.name}, results.jsonl" + "".join(f", {e}" for e in extra))
     return 0
+
+
+def _check_study_flags(args: argparse.Namespace) -> None:
+    from stalesim.errors import StalesimError
+
+    if args.ppv is not None or args.stages is not None:
+        raise StalesimError("placements: use --placements for a study, not --ppv/--stages")
+    if args.batch_runs is not None and not args.batched:
+        raise StalesimError("batch_runs: --batch-runs sets the size of batches; it needs --batched")
+    if args.depths is not None and args.placements is not None:
+        raise StalesimError("depths: give --depths or --placements, not both")
+
+
+def _grid(args: argparse.Namespace, base: TrainConfig) -> tuple[list[tuple[str, TrainConfig]], dict[str, str]]:
+    """The grid's (run id, config) points, each once, and each run's mitigation (``none`` for
+    a schedule whose staleness does not depend on the placement)."""
+    from stalesim.emulator.study import expand, parse_placements
+    from stalesim.schedule import get_spec
+
+    if args.depths is not None:
+        from stalesim.plan.depth import depth_placements, parse_depths
+
+        places = depth_placements(parse_depths(args.depths))
+    else:
+        places = parse_placements(args.placements or "S2")
+    points: list[tuple[str, TrainConfig]] = []
+    mit_of: dict[str, str] = {}
+    for mit in args.mitigations:
+        for rid, cfg in expand(base, args.schedules, places, [mit], args.seeds):
+            if rid not in mit_of:
+                points.append((rid, cfg))
+                mit_of[rid] = "none" if get_spec(cfg.schedule).placement_free else mit
+    return points, mit_of
+
+
+def _run_grid(args: argparse.Namespace, base: TrainConfig, points: list[tuple[str, TrainConfig]],
+              mit_of: dict[str, str], out: Path) -> tuple[list[dict[str, Any]], Path, list[str]]:
+    """Write study.json, run the grid, write the table and plot (and, with --target-loss, the
+    depth table and slowdown plot); the rows, the plot and the extra files' names."""
+    from stalesim.cli.common import write_json_atomic
+    from stalesim.emulator.study import aggregate, plot, run_study, write_table
+
+    write_json_atomic(out / "study.json", {"base": base.to_dict(), "schedules": args.schedules,
+                                           "placements": args.placements, "depths": args.depths,
+                                           "target_loss": args.target_loss,
+                                           "target_smooth": args.target_smooth,
+                                           "mitigations": args.mitigations, "seeds": args.seeds,
+                                           "batched": args.batched, "batch_runs": args.batch_runs,
+                                           "runs": [rid for rid, _ in points]})
+    results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
+                        mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
+                        continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0,
+                        threads=args.threads)
+    rows = aggregate(results)
+    write_table(rows, out)
+    fig = plot(rows, out)
+    extra: list[str] = []
+    if args.target_loss is not None:
+        from stalesim.plan.convergence import Target
+        from stalesim.plan.depth import depth_rows, plot_slowdown, write_depth_table
+
+        target = Target("loss", args.target_loss, args.target_smooth)
+        drows = depth_rows(results, target)
+        extra = [p.name for p in write_depth_table(drows, target, out)]
+        extra.append(plot_slowdown(drows, out / "slowdown_vs_stages.png",
+                                   title=f"{base.model}\n{target.describe()}").name)
+    return rows, fig, extra

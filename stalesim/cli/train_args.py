@@ -17,7 +17,7 @@ from stalesim.cli.common import (
 )
 from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.errors import StalesimError
-from stalesim.runtime.config import LOOKAHEAD_MOMENTA, MUON_MAX_NS_STEPS
+from stalesim.runtime.config import LOOKAHEAD_MOMENTA, MUON_MAX_NS_STEPS, TrainConfig
 
 MODEL_HELP = ("zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
               "gpt-char:n_layer=L,n_embd=C,n_head=H,block_size=T), or your own as pkg.module:factory "
@@ -153,9 +153,7 @@ def _optimizer_fields(args: argparse.Namespace) -> dict:
     return {k: getattr(args, k) for k in names}
 
 
-def train_config_from_args(args: argparse.Namespace):
-    from stalesim.runtime.config import TrainConfig
-
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     iterations = args.iterations
     if args.batches is not None:  # the deprecated spelling of --iterations on training commands
         if iterations is not None or args.epochs is not None:

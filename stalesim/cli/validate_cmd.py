@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import (
     add_threads_arg,
@@ -20,6 +21,9 @@ from stalesim.cli.common import (
     print_json,
     seed_int,
 )
+
+if TYPE_CHECKING:
+    from stalesim.validate.config import ValidateConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> ValidateConfig:
     from stalesim.errors import StalesimError
     from stalesim.validate.config import ValidateConfig
 
@@ -109,13 +113,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_table(summary: dict) -> str:
+def summary_table(summary: dict[str, Any]) -> str:
     """The per-schedule comparison as aligned text, then the one-line summary (with the
     busy-machine warning when there is one)."""
+    from stalesim.cli.common import fmt_or_na as f
     from stalesim.validate.report import busy_line
-
-    def f(x, fmt):
-        return "n/a" if x is None else format(x, fmt)
 
     head = ("schedule", "pred ms", "meas ms", "noise", "error", "replay", "util p/m", "speed-up p/m",
             "mem err", "loss diff")

@@ -16,7 +16,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from stalesim.workloads.profile import Profile
 
 SHAPE_BATCH = 8
 # package data (pyproject's package-data), so an installed stalesim finds them too
@@ -44,7 +51,8 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def pyplot():
+def pyplot() -> ModuleType:
+    """matplotlib.pyplot on the Agg backend (no display needed) with the figures' sizes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,7 +62,7 @@ def pyplot():
     return plt
 
 
-def save(fig, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+def save(fig: Figure, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
     """Lay out (``rect``: the part of the figure the axes may fill, leaving room for a figure
     legend), write atomically, close."""
     import matplotlib.pyplot as plt
@@ -68,7 +76,7 @@ def save(fig, path: Path, rect: tuple[float, float, float, float] | None = None)
         plt.close(fig)
 
 
-def shape_profile(model: str, cache_dir: Path = SHAPE_PROFILES, *, refresh: bool = False):
+def shape_profile(model: str, cache_dir: Path = SHAPE_PROFILES, *, refresh: bool = False) -> Profile:
     """The model's shape profile (FLOPs, bytes) at batch SHAPE_BATCH, cached as JSON in ``cache_dir``."""
     from stalesim.atomic import ensure_dir
     from stalesim.workloads.profile import load_profile
@@ -119,7 +127,7 @@ def merge_coincident(series: Sequence[tuple[str, Sequence[float], Sequence[float
     return [((" = " if exact else " ≈ ").join(labels), mx, my) for labels, mx, my, exact in merged]
 
 
-def plain_log_ticks(ax, axis: str = "both") -> None:
+def plain_log_ticks(ax: Axes, axis: str = "both") -> None:
     """Log axes with plain numbers (2, 4, 8) instead of 2x10^0-style labels."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 

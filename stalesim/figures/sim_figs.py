@@ -6,12 +6,22 @@ it wrote (a CSV with every number plotted, and a PNG).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.figures import paper
 from stalesim.figures.common import merge_coincident, plain_log_ticks, pyplot, save, shape_profile, write_csv
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from stalesim.schedule.ir import Schedule
+    from stalesim.sim.model import SimHardware
+    from stalesim.sim.result import SimResult
+    from stalesim.workloads.hardware import Hardware
+    from stalesim.workloads.profile import Profile
 
 GPU_WHATIFS = (  # (device, link): the 2-GPU what-ifs (roofline from the shape profile)
     ("v100-sxm2", "pcie3-x16"),
@@ -30,17 +40,17 @@ class Ctx:
     refresh: bool = False
     log: Any = print
 
-    def profile(self, model: str, batch: int = BATCH):
+    def profile(self, model: str, batch: int = BATCH) -> Profile:
         return shape_profile(model, self.profiles, refresh=self.refresh).at_batch_size(batch)
 
 
-def _roofline(prof, device: str):
+def _roofline(prof: Profile, device: str) -> Profile:
     from stalesim.workloads.hardware import roofline_profile
 
     return roofline_profile(prof, device)
 
 
-def _hw(device: str, link: str):
+def _hw(device: str, link: str) -> Hardware:
     from stalesim.workloads.hardware import hardware_from_catalog
 
     return hardware_from_catalog(device, link)
@@ -51,25 +61,26 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     """Derived staleness per stage for every schedule (S = ``stages``), from the IR."""
     from stalesim.schedule import build_schedule, get_spec, schedule_names
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     names: list[str] = []  # one per plotted row: a switching schedule gets one row per phase
     for name in schedule_names():
         spec = get_spec(name)
         sched = build_schedule(spec.config(stages=stages, batches=4 * stages + 4,
                                            microbatches=stages, workers=2))
-        vt = sched.versions
-        phases = [("", None)]
+        vt = sched.table
+        # (label suffix, first batch, end batch) of each phase
+        phases: list[tuple[str, float, float]] = [("", -math.inf, math.inf)]
         if spec.switches:
-            sw = sched.config.switch
-            phases = [(f" (before switch: {name})", lambda t, sw=sw: t < sw),
-                      (f" (after switch: {spec.switch_to})", lambda t, sw=sw: t >= sw)]
-        for suffix, keep in phases:
+            sw = _switch_batch(sched)
+            phases = [(f" (before switch: {name})", -math.inf, sw),
+                      (f" (after switch: {spec.switch_to})", sw, math.inf)]
+        for suffix, lo, hi in phases:
             label = name + (suffix.replace(f": {name})", ")") if suffix else "")
             names.append(label)
             st = [0] * stages
             inc: set[int] = set()
             for key in vt.vf:
-                if keep is None or keep(key[2]):
+                if lo <= key[2] < hi:
                     st[key[1]] = max(st[key[1]], vt.staleness_of(key))
                     if vt.vb[key] != vt.vf[key]:
                         inc.add(key[1])
@@ -90,10 +101,10 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
     for i in range(len(names)):
         for j in range(stages):
             if not np.isnan(grid[i, j]):
-                inc = any(r["row"] == names[i] and r["stage"] == j and r["weight_inconsistent"]
-                          for r in rows)
+                marked = any(r["row"] == names[i] and r["stage"] == j and r["weight_inconsistent"]
+                             for r in rows)
                 dark = grid[i, j] > 0.6 * np.nanmax(grid)  # black text vanishes on the darkest cells
-                ax.text(j, i, f"{int(grid[i, j])}{'*' if inc else ''}", ha="center", va="center", fontsize=8,
+                ax.text(j, i, f"{int(grid[i, j])}{'*' if marked else ''}", ha="center", va="center", fontsize=8,
                         color="white" if dark else "black")
     ax.set_xticks(range(stages), [f"s={j}" for j in range(stages)])
     ax.set_yticks(range(len(names)), names)
@@ -101,6 +112,14 @@ def staleness_table(out: Path, ctx: Ctx, stages: int = 4) -> list[Path]:
                  "(max over batches of each phase; * = v_B != v_F)", fontsize=9)
     fig.colorbar(im, ax=ax, shrink=0.8)
     return [csv_path, save(fig, out / "staleness_table.png")]
+
+
+def _switch_batch(sched: Schedule) -> int:
+    """The batch a switching schedule switches at (its builder always resolves one)."""
+    sw = None if sched.config is None else sched.config.switch
+    if sw is None:
+        raise AssertionError(f"schedule {sched.name!r} switches but was built without a switch point")
+    return sw
 
 
 # --------------------------------------------------------------------------- 2-GPU ResNets
@@ -240,25 +259,21 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
             res[name] = simulate(prof, ScheduleConfig(name, stages=S), options=staged)
         # PipeDream on as many devices as the paper's pipeline has stages (4; min-max partition)
         res["pipedream4"] = simulate(prof, ScheduleConfig("pipedream", stages=4), options=fast)
-
-        def tot(r, comps=None):
-            return sum(sum(v for k, v in b.items() if comps is None or k in comps) for b in r.memory_breakdown)
-
         wa = ("weights", "activations")
         seq = res["sequential"]
         row = {"model": model, "ppv": ref["ppv"], "batch_size": BATCH,
-               "weights_mib": tot(seq, ("weights",)) / 2**20,
-               "activations_mib_sequential": tot(seq, ("activations",)) / 2**20,
+               "weights_mib": _memory_total(seq, ("weights",)) / 2**20,
+               "activations_mib_sequential": _memory_total(seq, ("activations",)) / 2**20,
                "paper_weights_mb": ref["weights_mb"],
                "paper_activations_mb": ref["act_mb_per_sample"] * BATCH}
         for name in ("stale", "pipedream", "pipedream4"):
             r = res[name]
-            row[f"{name}_total_mib"] = tot(r) / 2**20
-            row[f"{name}_increase_pct_all"] = 100 * (tot(r) / tot(seq) - 1)
-            row[f"{name}_increase_pct_w_act"] = 100 * (tot(r, wa) / tot(seq, wa) - 1)
+            row[f"{name}_total_mib"] = _memory_total(r) / 2**20
+            row[f"{name}_increase_pct_all"] = 100 * (_memory_total(r) / _memory_total(seq) - 1)
+            row[f"{name}_increase_pct_w_act"] = 100 * (_memory_total(r, wa) / _memory_total(seq, wa) - 1)
             row[f"{name}_versions_kept"] = r.versions["versions_kept"]
             row[f"{name}_in_flight"] = r.versions["max_in_flight"]
-        row["sequential_total_mib"] = tot(seq) / 2**20
+        row["sequential_total_mib"] = _memory_total(seq) / 2**20
         row["paper_stale_pct"] = ref["stale_pct"]
         row["paper_pipedream_pct"] = ref["pipedream_pct"]
         rows.append(row)
@@ -290,10 +305,61 @@ def memory_stale_vs_stash(out: Path, ctx: Ctx) -> list[Path]:
     return [csv_path, save(fig, out / "memory_stale_vs_stash.png")]
 
 
+def _memory_total(r: SimResult, comps: tuple[str, ...] | None = None) -> float:
+    """Memory summed over devices, of the components ``comps`` (None: all)."""
+    return sum(sum(v for k, v in b.items() if comps is None or k in comps) for b in r.memory_breakdown)
+
+
 # --------------------------------------------------------------------------- Pipe-SGD
-def _scale_allreduce(prof, factor: float):
+def _scale_allreduce(prof: Profile, factor: float) -> Profile:
     """Compression as the timing model sees it: all-reduce messages shrink by ``factor``."""
     return replace(prof, layers=[replace(lp, param_bytes=round(lp.param_bytes * factor)) for lp in prof.layers])
+
+
+# all-reduce compression as the timing model sees it: (name, bytes on the wire per byte)
+_COMPRESSIONS = (("none", 1.0), ("fp16", 0.5), ("int8", 0.25))
+_CLUSTER_LINKS = ("10gbe", "25gbe", "100gbe")
+
+
+@dataclass(frozen=True)
+class _PipeSgdCase:
+    """The workload every Pipe-SGD point simulates: ``base`` (roofline) at ``per_worker_batch``."""
+
+    base: Profile
+    model: str
+    device: str
+    per_worker_batch: int
+
+    def point(self, sweep: str, P: int, hw: Hardware | SimHardware, link: str, comp: str, factor: float,
+              lat_us: float | None = None, bw: float | None = None, event: bool = False) -> dict[str, Any]:
+        """Synchronous dp and Pipe-SGD on ``P`` workers over ``hw`` (with the event simulation
+        beside the fast path when ``event``), against one device."""
+        from stalesim.schedule import ScheduleConfig, get_spec
+        from stalesim.sim import SimOptions, simulate
+
+        pwb = self.per_worker_batch
+        prof = replace(_scale_allreduce(self.base, factor), batch_size=pwb)
+        B = pwb * P
+        one = simulate(prof, ScheduleConfig("sequential"),
+                       options=SimOptions(batch_size=pwb, method="fast", keep_timeline=False))
+        rec: dict[str, Any] = {"sweep": sweep, "model": self.model, "device": self.device, "link": link,
+                               "workers": P, "latency_us": lat_us, "bandwidth_GBps": bw, "compression": comp,
+                               "per_worker_batch": pwb}
+        for name in ("dp", "pipe-sgd"):
+            r = simulate(prof, ScheduleConfig(name, workers=P), hw,
+                         SimOptions(batch_size=B, method="fast", keep_timeline=False))
+            key = "sync" if get_spec(name).staleness_free else "pipe"
+            rec[f"{key}_iteration_ms"] = 1e3 * r.iteration_time_s
+            rec[f"{key}_samples_per_s"] = B / r.iteration_time_s
+            if event:
+                e = simulate(prof, ScheduleConfig(name, workers=P), hw,
+                             SimOptions(batch_size=B, method="event", keep_timeline=False))
+                rec[f"{key}_iteration_ms_event"] = 1e3 * e.iteration_time_s
+        rec["one_device_samples_per_s"] = pwb / one.iteration_time_s
+        rec["pipe_over_sync"] = rec["sync_iteration_ms"] / rec["pipe_iteration_ms"]
+        rec["sync_scaling"] = rec["sync_samples_per_s"] / rec["one_device_samples_per_s"]
+        rec["pipe_scaling"] = rec["pipe_samples_per_s"] / rec["one_device_samples_per_s"]
+        return rec
 
 
 def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = "v100-sxm2",
@@ -307,69 +373,54 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     Pipe-SGD (with its compression) beside uncompressed synchronous training, the kind
     of comparison behind the paper's 5.4x.
     """
-    from stalesim.schedule import ScheduleConfig, get_spec
-    from stalesim.sim import SimOptions, simulate
+    case = _PipeSgdCase(_roofline(ctx.profile(model, per_worker_batch), device), model, device, per_worker_batch)
+    rows = _pipe_sgd_rows(case)
+    csv_path = write_csv(out / "pipe_sgd_timing.csv", rows)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    _pipe_sgd_scaling_panel(axes[0], rows)
+    _pipe_sgd_latency_panel(axes[1], rows)
+    _pipe_sgd_bandwidth_panel(axes[2], rows)
+    fig.suptitle(f"Pipe-SGD timing model: {model} on {device} (roofline), {per_worker_batch} samples per "
+                 "worker, ring all-reduce; compression = fewer bytes on the wire only", fontsize=9)
+    return [csv_path, save(fig, out / "pipe_sgd_timing.png")]
+
+
+def _pipe_sgd_rows(case: _PipeSgdCase) -> list[dict[str, Any]]:
+    """The three sweeps: cluster size x catalog link x compression, latency at P = 4 over
+    10GbE's bandwidth, bandwidth x compression at P = 4 and 20 us."""
     from stalesim.sim.model import SimHardware
-
-    base = _roofline(ctx.profile(model, per_worker_batch), device)
-    rows = []
-
-    def point(sweep: str, P: int, hw, link: str, comp: str, factor: float, lat_us=None, bw=None,
-              event=False):
-        prof = _scale_allreduce(base, factor)
-        prof = replace(prof, batch_size=per_worker_batch)
-        B = per_worker_batch * P
-        one = simulate(prof, ScheduleConfig("sequential"),
-                       options=SimOptions(batch_size=per_worker_batch, method="fast", keep_timeline=False))
-        rec = {"sweep": sweep, "model": model, "device": device, "link": link, "workers": P,
-               "latency_us": lat_us, "bandwidth_GBps": bw, "compression": comp,
-               "per_worker_batch": per_worker_batch}
-        for name in ("dp", "pipe-sgd"):
-            r = simulate(prof, ScheduleConfig(name, workers=P), hw,
-                         SimOptions(batch_size=B, method="fast", keep_timeline=False))
-            key = "sync" if get_spec(name).staleness_free else "pipe"
-            rec[f"{key}_iteration_ms"] = 1e3 * r.iteration_time_s
-            rec[f"{key}_samples_per_s"] = B / r.iteration_time_s
-            if event:
-                e = simulate(prof, ScheduleConfig(name, workers=P), hw,
-                             SimOptions(batch_size=B, method="event", keep_timeline=False))
-                rec[f"{key}_iteration_ms_event"] = 1e3 * e.iteration_time_s
-        rec["one_device_samples_per_s"] = per_worker_batch / one.iteration_time_s
-        rec["pipe_over_sync"] = rec["sync_iteration_ms"] / rec["pipe_iteration_ms"]
-        rec["sync_scaling"] = rec["sync_samples_per_s"] / rec["one_device_samples_per_s"]
-        rec["pipe_scaling"] = rec["pipe_samples_per_s"] / rec["one_device_samples_per_s"]
-        rows.append(rec)
-
-    comps = (("none", 1.0), ("fp16", 0.5), ("int8", 0.25))
-    for link in ("10gbe", "25gbe", "100gbe"):
-        for P in (2, 4, 8, 16):
-            for comp, f in comps:
-                point("cluster", P, _hw(device, link), link, comp, f, event=(comp == "none"))
     from stalesim.workloads.hardware import get_link
 
+    device = case.device
+    rows = []
+    for link in _CLUSTER_LINKS:
+        for P in (2, 4, 8, 16):
+            for comp, f in _COMPRESSIONS:
+                rows.append(case.point("cluster", P, _hw(device, link), link, comp, f, event=(comp == "none")))
     bw10 = get_link("10gbe").bandwidth_Bps
     for lat in (1, 10, 100, 1000, 10000):
         hw = SimHardware(device=device, link=f"{lat}us-10GbE", latency_ns=lat * 1000, bandwidth_Bps=bw10)
-        point("latency", 4, hw, f"alpha={lat}us, 10GbE bandwidth", "none", 1.0, lat_us=lat, bw=bw10 / 1e9)
+        rows.append(case.point("latency", 4, hw, f"alpha={lat}us, 10GbE bandwidth", "none", 1.0, lat_us=lat,
+                               bw=bw10 / 1e9))
     for gbps in (1, 2.5, 5, 10, 25, 50, 100, 200):
         hw = SimHardware(device=device, link=f"{gbps}Gb/s", latency_ns=20_000, bandwidth_Bps=gbps * 1e9 / 8)
-        for comp, f in comps:
-            point("bandwidth", 4, hw, f"{gbps} Gb/s, 20 us", comp, f, lat_us=20, bw=gbps / 8)
+        for comp, f in _COMPRESSIONS:
+            rows.append(case.point("bandwidth", 4, hw, f"{gbps} Gb/s, 20 us", comp, f, lat_us=20, bw=gbps / 8))
     for r in rows:
         ref = next(q for q in rows if q["sweep"] == r["sweep"] and q["link"] == r["link"]
                    and q["workers"] == r["workers"] and q["compression"] == "none")
         r["over_sync_uncompressed"] = ref["sync_iteration_ms"] / r["pipe_iteration_ms"]
-    csv_path = write_csv(out / "pipe_sgd_timing.csv", rows)
+    return rows
 
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    ax = axes[0]
+
+def _pipe_sgd_scaling_panel(ax: Axes, rows: list[dict[str, Any]]) -> None:
     cl = [r for r in rows if r["sweep"] == "cluster"]
     Ps = sorted({r["workers"] for r in cl})
     series = []
     for name, key in (("sync", "sync_scaling"), ("pipe-sgd", "pipe_scaling")):
-        for link in ("10gbe", "25gbe", "100gbe"):
-            for comp, _f in comps:
+        for link in _CLUSTER_LINKS:
+            for comp, _f in _COMPRESSIONS:
                 if name == "sync" and link != "10gbe" and comp != "none":
                     continue  # in the CSV; the plot keeps compression for sync at 10GbE only
                 rs = [r for r in cl if r["link"] == link and r["compression"] == comp]
@@ -386,7 +437,9 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
     ax.set_xticks(Ps)
     plain_log_ticks(ax)
     ax.legend(fontsize=5.5)
-    ax = axes[1]
+
+
+def _pipe_sgd_latency_panel(ax: Axes, rows: list[dict[str, Any]]) -> None:
     rs = [r for r in rows if r["sweep"] == "latency"]
     ax.plot([r["latency_us"] for r in rs], [r["sync_iteration_ms"] for r in rs], "s--", label="synchronous dp")
     ax.plot([r["latency_us"] for r in rs], [r["pipe_iteration_ms"] for r in rs], "o-", label="pipe-sgd (width 2)")
@@ -394,8 +447,10 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
            title="P=4, 10GbE bandwidth, vs link latency")
     plain_log_ticks(ax)
     ax.legend(fontsize=7)
-    ax = axes[2]
-    for (comp, _f), col in zip(comps, ("tab:blue", "tab:orange", "tab:green"), strict=True):
+
+
+def _pipe_sgd_bandwidth_panel(ax: Axes, rows: list[dict[str, Any]]) -> None:
+    for (comp, _f), col in zip(_COMPRESSIONS, ("tab:blue", "tab:orange", "tab:green"), strict=True):
         rs = [r for r in rows if r["sweep"] == "bandwidth" and r["compression"] == comp]
         ax.plot([r["bandwidth_GBps"] for r in rs], [r["sync_iteration_ms"] for r in rs], "s--", color=col,
                 label=f"synchronous dp, {comp}", ms=4)
@@ -405,6 +460,3 @@ def pipe_sgd_timing(out: Path, ctx: Ctx, model: str = "resnet56", device: str = 
            title="P=4, 20 us latency, vs bandwidth and compression")
     plain_log_ticks(ax)
     ax.legend(fontsize=6)
-    fig.suptitle(f"Pipe-SGD timing model: {model} on {device} (roofline), {per_worker_batch} samples per "
-                 "worker, ring all-reduce; compression = fewer bytes on the wire only", fontsize=9)
-    return [csv_path, save(fig, out / "pipe_sgd_timing.png")]

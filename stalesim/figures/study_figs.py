@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.figures import paper
 from stalesim.figures.common import pyplot, read_csv, save, write_csv
 from stalesim.summary import get as summary_get
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def _spec(row: dict[str, Any]) -> Any:
@@ -121,11 +124,11 @@ def lenet5_accuracy_vs_depth(out: Path, ctx: Any = None, roots: tuple[Path, ...]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5.0), gridspec_kw={"width_ratios": [1, 1.25]})
     _depth_panel(left, rows, seeds)
     _mitigation_panel(right, rows, seeds)
-    ref = paper.STALE_DROPS_4STAGE["lenet5"]
+    published = paper.STALE_DROPS_4STAGE["lenet5"]
     fig.suptitle("LeNet-5 / MNIST test accuracy. Dots: one seed each (x at the bottom: diverged, NaN loss; "
                  "hollow: collapsed to chance, <= 15 %).\n"
                  "Diamond with bar: mean ± std over the seeds that did not diverge, collapsed ones "
-                 f"included (as in RESULTS.md). Paper: PPV (2) drops {ref[2]} points.", fontsize=8.5)
+                 f"included (as in RESULTS.md). Paper: PPV (2) drops {published[2]} points.", fontsize=8.5)
     paths.append(save(fig, out / "lenet5_accuracy_vs_depth.png"))
     return paths
 
@@ -157,7 +160,7 @@ def per_seed(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -
     return out
 
 
-def _dots(ax, x: float, accs: list[dict[str, Any]], color: str, width: float = 0.25) -> None:
+def _dots(ax: Axes, x: float, accs: list[dict[str, Any]], color: str, width: float = 0.25) -> None:
     n = max(len(accs), 1)
     for k, r in enumerate(accs):
         dx = (k - (n - 1) / 2) * width / n
@@ -168,7 +171,7 @@ def _dots(ax, x: float, accs: list[dict[str, Any]], color: str, width: float = 0
                     mfc="none" if r["collapsed"] else color, alpha=0.85)
 
 
-def _mean_marker(ax, x: float, row: dict[str, Any] | None, color: str) -> None:
+def _mean_marker(ax: Axes, x: float, row: dict[str, Any] | None, color: str) -> None:
     if row is not None:
         m, sd = row["test_acc_mean_pct"], row["test_acc_std_pct"]
         # the bar stops at 100 %: a bimodal std (one collapsed seed) would otherwise run past it
@@ -182,7 +185,7 @@ def _mean_label(row: dict[str, Any], unit: str) -> str:
     return f"{row['test_acc_mean_pct']:.2f} %\n{row['seeds'] - row['diverged']}/{row['seeds']} {unit}"
 
 
-def _depth_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
+def _depth_panel(ax: Axes, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
     """Sequential and unmitigated stale at every depth, from the longest study with most seeds."""
     plain = [s for s in seeds if s["mitigation"] == "none" and not _spec(s).switches]
     # a depth study: one that has runs at some staleness (a study of local updates has none)
@@ -217,7 +220,7 @@ def _depth_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) ->
     ax.grid(alpha=0.3)
 
 
-def _mitigation_panel(ax, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
+def _mitigation_panel(ax: Axes, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:
     """At the deepest placement: stale with no mitigation, each mitigation, hybrid (same length)."""
     mit = [r for r in rows if r["mitigation"] != "none" or _spec(r).switches]
     if not mit:

@@ -459,42 +459,141 @@ def _paired(study: Path, ppv: list[int]) -> Any:
 
 
 def summary(root: Path) -> str:
-    from stalesim.figures import paper
+    """The claims table: each paper claim, its published number, ours and where it comes from."""
+    seq2, st2, deep2 = _lenet_2ep(root)
+    out = [
+        _summary_stale_lenet(root, seq2, st2),
+        _summary_stale_cifar(root),
+        _summary_deep(root, seq2, deep2),
+        _summary_hybrid(root, seq2, deep2),
+        *_summary_2gpu(root),
+        _summary_memory(root),
+        _summary_pipe_sgd(root),
+        _summary_he(),
+        _summary_local(root),
+        lm_summary_row(root),
+    ]
+    return table(["claim (paper)", "published", "ours", "how", "section"], ["---"] * 5, out)
 
-    s5, s2 = root / LENET_5EP, root / LENET_2EP
-    rows2, _ = _study(s2)
+
+def _lenet_2ep(root: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The 2-epoch LeNet-5 study's sequential, PPV (2) and PPV (1,2,3,4) rows."""
+    rows2, _ = _study(root / LENET_2EP)
     seq2 = next(r for r in rows2 if is_baseline(r))
     st2 = next(r for r in rows2 if r["ppv"] == [2])
     deep2 = next(r for r in rows2 if r["ppv"] == [1, 2, 3, 4])
+    return seq2, st2, deep2
+
+
+def _acc_drop(base: dict[str, Any], r: dict[str, Any]) -> str:
+    """``base``'s mean test accuracy minus ``r``'s, in points."""
+    return f"{100 * (float(base['test_acc_mean']) - float(r['test_acc_mean'])):.2f}"
+
+
+def _summary_stale_lenet(root: Path, seq2: dict[str, Any], st2: dict[str, Any]) -> list[str]:
+    from stalesim.figures import paper
+
+    s5 = root / LENET_5EP
     p2 = _paired(s5, [2])
     seq5, st5 = _row(s5, "sequential", []), _row(s5, "stale", [2])
-    deep5 = _row(s5, "stale", [1, 2, 3, 4])
-    pd5 = _paired(s5, [1, 2, 3, 4]) if int(deep5["seeds"]) - int(deep5["diverged"]) >= 2 else None
     n5 = int(seq5["seeds"])
     sig = "significant" if p2.significant else "not significant"
     lenet = (f"**{p2.mean:.2f} pts** paired (95 % CI [{p2.ci_low:.2f}, {p2.ci_high:.2f}], {sig}; "
              f"{pct(float(seq5['test_acc_mean']))} → {pct(float(st5['test_acc_mean']))} %, {n5} seeds, 5 epochs, "
-             f"step lr); 2 epochs, 3 seeds, constant lr: "
-             f"{100 * (float(seq2['test_acc_mean']) - float(st2['test_acc_mean'])):.2f} pts")
+             f"step lr); 2 epochs, 3 seeds, constant lr: {_acc_drop(seq2, st2)} pts")
+    return ["stale weights, LeNet-5/MNIST, 4-stage (our S=2), PPV (2): accuracy drop",
+            f"{paper.STALE_DROPS_4STAGE['lenet5'][2]} pts", lenet, "emulator, `stalesim study`",
+            "[LeNet-5](#lenet-5-on-mnist-stale-weight-pipelining)"]
+
+
+def _summary_stale_cifar(root: Path) -> list[str]:
+    from stalesim.figures import paper
+
     pr = _paired(root / RES / "resnet20_cifar10_short", [7])
     cifar = ("not reproduced (full CIFAR training unaffordable on 2 CPU cores; `make reproduce-gpu` runs it on a "
              f"GPU); short relative run: ResNet-20 PPV (7) after 0.77 epoch: **{pr.mean:.2f} ± {pr.std:.2f} pts** "
              "below sequential (3 seeds, paired)")
+    return ["same, AlexNet (PPV 3) / VGG-16 (PPV 2) / ResNet-20 (PPV 7) on CIFAR-10",
+            " / ".join(str(paper.STALE_DROPS_4STAGE[m][2]) for m in ("alexnet", "vgg16", "resnet20")) + " pts",
+            cifar, "emulator", "[CIFAR-10](#cifar-10-networks-short-relative-runs-only)"]
+
+
+def _summary_deep(root: Path, seq2: dict[str, Any], deep2: dict[str, Any]) -> list[str]:
+    from stalesim.figures import paper
+
+    s5 = root / LENET_5EP
+    deep5 = _row(s5, "stale", [1, 2, 3, 4])
+    trained5 = int(deep5["seeds"]) - int(deep5["diverged"])
+    pd5 = _paired(s5, [1, 2, 3, 4]) if trained5 >= 2 else None
     deep_txt = ("LeNet-5 PPV (1,2,3,4) (S=5, staleness 8), 5 epochs, step lr: "
                 + (f"**{pd5.mean:.2f} pts** paired (95 % CI [{pd5.ci_low:.2f}, {pd5.ci_high:.2f}])"
                    if pd5 else "n/a")
-                + f", {pct(float(deep5['test_acc_mean']))} %, {int(deep5['seeds']) - int(deep5['diverged'])} of "
-                f"{deep5['seeds']} seeds trained; 2 epochs, constant lr: "
-                f"{100 * (float(seq2['test_acc_mean']) - float(deep2['test_acc_mean'])):.2f} pts "
+                + f", {pct(float(deep5['test_acc_mean']))} %, {trained5} of "
+                f"{deep5['seeds']} seeds trained; 2 epochs, constant lr: {_acc_drop(seq2, deep2)} pts "
                 f"({int(deep2['seeds']) - int(deep2['diverged'])} of {deep2['seeds']} seeds)")
+    return ["deep placements", f"up to {paper.STALE_DEEP_DROPS['vgg16']:g} (VGG-16) / "
+            f"{paper.STALE_DEEP_DROPS['resnet20']:g} pts (ResNet-20)", deep_txt, "emulator",
+            "[LeNet-5](#lenet-5-on-mnist-stale-weight-pipelining)"]
+
+
+def _summary_hybrid(root: Path, seq2: dict[str, Any], deep2: dict[str, Any]) -> list[str]:
     hyb = study_rows(root / RES / "lenet5_mnist_hybrid")[0]
     rec = (float(hyb["test_acc_mean"]) - float(deep2["test_acc_mean"])) / (
         float(seq2["test_acc_mean"]) - float(deep2["test_acc_mean"]))
+    return ["hybrid recovers the deep-placement drop", "yes (2-GPU table)",
+            f"LeNet-5 PPV (1,2,3,4), stale for epoch 1 then sequential, 2 epochs: **{mean_std(hyb)} %** "
+            f"({100 * rec:.0f} % of the lost accuracy recovered)", "emulator",
+            "[mitigations](#lenet-5-on-mnist-how-much-of-the-stale-drop-mitigations-recover)"]
+
+
+def _summary_2gpu(root: Path) -> list[list[str]]:
+    """The 2-GPU ResNet table's rows: pipelined and hybrid speed-ups (predicted), accuracy (not run)."""
+    from stalesim.figures import paper
+
     g = _csv(root / FIG / "predicted_speedup_resnet_2gpu.csv")
     comp = [r for r in g if r["device"] != "rtx4090"]
+    section = "[2-GPU](#stale-weights-paper-2-gpu-resnet-table-predicted-speed-ups)"
+    return [
+        ["2-GPU ResNet-56/110/224/362 speed-up, pipelined",
+         " / ".join(f"{r['speedup_pipelined']}" for r in paper.STALE_2GPU) + "×",
+         f"predicted {_rng([float(r['pred_speedup_stale']) for r in comp])}× (V100, A100, H100 roofline: "
+         f"compute-bound) and {_rng([float(r['pred_speedup_stale']) for r in g if r['device'] == 'rtx4090'])}× "
+         "(RTX 4090 roofline: memory-bound)", "simulator + roofline", section],
+        ["same, hybrid", " / ".join(f"{r['speedup_hybrid']}" for r in paper.STALE_2GPU) + "×",
+         f"predicted {_rng([float(r['pred_speedup_hybrid']) for r in g if r['link'].startswith('nvlink')])}× "
+         f"(A100/H100 over NVLink), "
+         f"{_rng([float(r['pred_speedup_hybrid']) for r in g if r['device'] == 'v100-sxm2'])}× (V100 over PCIe 3), "
+         f"{_rng([float(r['pred_speedup_hybrid']) for r in g if r['device'] == 'rtx4090'])}× (RTX 4090 over PCIe 4)",
+         "simulator (switch at N/2)", section],
+        ["same, accuracy: non-pipelined / pipelined / hybrid",
+         f"{_rng([r['acc_nonpipelined'] for r in paper.STALE_2GPU])} / "
+         f"{_rng([r['acc_pipelined'] for r in paper.STALE_2GPU])} / "
+         f"{_rng([r['acc_hybrid'] for r in paper.STALE_2GPU])} %",
+         "not reproduced here (weeks of CPU time); `make reproduce-gpu` runs it with the executor on 2 GPUs", "",
+         "[GPU](#reproducing-the-cifar-10-results-on-a-gpu-make-reproduce-gpu)"],
+    ]
+
+
+def _summary_memory(root: Path) -> list[str]:
+    from stalesim.figures import paper
+
     mem = {r["model"]: r for r in _csv(root / FIG / "memory_stale_vs_stash.csv")}
     order = ("lenet5", "alexnet", "vgg16", "resnet20")
     t9 = paper.STALE_MEMORY_TABLE9
+    return ["memory increase, 4-stage, this work vs PipeDream",
+            ", ".join(f"{m} {t9[m]['stale_pct']} vs {t9[m]['pipedream_pct']} %" for m in order),
+            "stale " + " / ".join(f"{float(mem[m]['stale_increase_pct_w_act']):.0f}" for m in order)
+            + " %, PipeDream on the same 2 partitions "
+            + " / ".join(f"{float(mem[m]['pipedream_increase_pct_w_act']):.0f}" for m in order)
+            + " %, PipeDream on 4 devices "
+            + " / ".join(f"{float(mem[m]['pipedream4_increase_pct_w_act']):.0f}" for m in order)
+            + " % (weights + activations, predicted; VGG-16/ImageNet row not computed)", "simulator memory model",
+            "[memory](#memory-stale-pipelining-vs-weight-stashing)"]
+
+
+def _summary_pipe_sgd(root: Path) -> list[str]:
+    from stalesim.figures import paper
+
     ps = _csv(root / FIG / "pipe_sgd_timing.csv")
     best = max((r for r in ps if r["compression"] == "none" and r["workers"] == "4"),
                key=lambda r: float(r["pipe_over_sync"]))
@@ -505,81 +604,46 @@ def summary(root: Path) -> str:
     val = json.loads((root / RES / "pipe_sgd_validate_2cpu" / "summary.json").read_text())
     v = {r["schedule"]: r for r in val["rows"]}
     vd, vp = v["dp"], v["pipe-sgd"]
-    pipe_acc = ""
-    if (root / RES / "lenet5_mnist_pipesgd_int8" / "table.csv").exists():
-        cells = []
-        for sched, c in PIPE_ACC:
-            r = next(q for q in study_rows(root / RES / f"lenet5_mnist_pipesgd_{c}") if q["schedule"] == sched)
-            cells.append(f"{sched}{'' if c == 'none' else ' + ' + c} {pct(float(r['test_acc_mean']))}")
-        pipe_acc = ("; accuracy, LeNet-5/MNIST, P=4, 2 epochs, 3 seeds: " + " / ".join(cells) + " %")
+    return ["Pipe-SGD speed-up over conventional training, 4 nodes", f"up to {paper.PIPE_SGD_MAX_SPEEDUP}×",
+            f"model: width-2 pipelining alone is bounded by 2× over synchronous; predicted up to "
+            f"**{float(best['pipe_over_sync']):.2f}×** uncompressed (ResNet-56, V100 roofline, P=4, {best['link']}), "
+            f"{float(gb10['pipe_over_sync']):.2f}× at 10GbE; with int8 at 1 Gb/s "
+            f"{float(i8['over_sync_uncompressed']):.2f}× over uncompressed sync; measured on 2 CPU ranks (LeNet-5): "
+            f"pipe-sgd {vd['measured_iteration_time_s'] / vp['measured_iteration_time_s']:.2f}× faster than dp, but "
+            f"**both slower than one rank** ({vd['measured_speedup']:.2f}× / {vp['measured_speedup']:.2f}×)"
+            + _pipe_sgd_accuracy_note(root),
+            "simulator; executor; emulator", "[Pipe-SGD](#pipe-sgd-timing-model-and-2-rank-measurement)"]
+
+
+def _pipe_sgd_accuracy_note(root: Path) -> str:
+    """The Pipe-SGD row's accuracy clause (empty until the int8 study is stored)."""
+    if not (root / RES / "lenet5_mnist_pipesgd_int8" / "table.csv").exists():
+        return ""
+    cells = []
+    for sched, c in PIPE_ACC:
+        r = next(q for q in study_rows(root / RES / f"lenet5_mnist_pipesgd_{c}") if q["schedule"] == sched)
+        cells.append(f"{sched}{'' if c == 'none' else ' + ' + c} {pct(float(r['test_acc_mean']))}")
+    return "; accuracy, LeNet-5/MNIST, P=4, 2 epochs, 3 seeds: " + " / ".join(cells) + " %"
+
+
+def _summary_he() -> list[str]:
+    from stalesim.figures import paper
+
+    he = paper.HE_RESNET_CIFAR10
+    return ["ResNet-20/56/110 on CIFAR-10 (He et al.)", " / ".join(f"{he[m]}" for m in he) + " %",
+            "not reproduced (~160 epochs per network; `make reproduce-gpu` runs ResNet-20's)", "", ""]
+
+
+def _summary_local(root: Path) -> list[str]:
     loc = study_rows(root / RES / "lenet5_mnist_local")
     lseq = next(r for r in loc if is_baseline(r))
     l2, l3 = (next(r for r in loc if int(r["stages"]) == k) for k in (2, 3))
     sp = {int(q["stages"]): float(q["speedup"]) for q in _csv(root / LOCAL_SPEEDUP) if q["device"] == "cpu-core"}
-
-    def drop(r: dict[str, Any]) -> str:
-        return f"{100 * (float(lseq['test_acc_mean']) - float(r['test_acc_mean'])):.2f}"
-
-    he = paper.HE_RESNET_CIFAR10
-    out = [
-        ["stale weights, LeNet-5/MNIST, 4-stage (our S=2), PPV (2): accuracy drop",
-         f"{paper.STALE_DROPS_4STAGE['lenet5'][2]} pts", lenet, "emulator, `stalesim study`",
-         "[LeNet-5](#lenet-5-on-mnist-stale-weight-pipelining)"],
-        ["same, AlexNet (PPV 3) / VGG-16 (PPV 2) / ResNet-20 (PPV 7) on CIFAR-10",
-         " / ".join(str(paper.STALE_DROPS_4STAGE[m][2]) for m in ("alexnet", "vgg16", "resnet20")) + " pts",
-         cifar, "emulator", "[CIFAR-10](#cifar-10-networks-short-relative-runs-only)"],
-        ["deep placements", f"up to {paper.STALE_DEEP_DROPS['vgg16']:g} (VGG-16) / "
-         f"{paper.STALE_DEEP_DROPS['resnet20']:g} pts (ResNet-20)", deep_txt, "emulator",
-         "[LeNet-5](#lenet-5-on-mnist-stale-weight-pipelining)"],
-        ["hybrid recovers the deep-placement drop", "yes (2-GPU table)",
-         f"LeNet-5 PPV (1,2,3,4), stale for epoch 1 then sequential, 2 epochs: **{mean_std(hyb)} %** "
-         f"({100 * rec:.0f} % of the lost accuracy recovered)", "emulator",
-         "[mitigations](#lenet-5-on-mnist-how-much-of-the-stale-drop-mitigations-recover)"],
-        ["2-GPU ResNet-56/110/224/362 speed-up, pipelined",
-         " / ".join(f"{r['speedup_pipelined']}" for r in paper.STALE_2GPU) + "×",
-         f"predicted {_rng([float(r['pred_speedup_stale']) for r in comp])}× (V100, A100, H100 roofline: "
-         f"compute-bound) and {_rng([float(r['pred_speedup_stale']) for r in g if r['device'] == 'rtx4090'])}× "
-         "(RTX 4090 roofline: memory-bound)", "simulator + roofline",
-         "[2-GPU](#stale-weights-paper-2-gpu-resnet-table-predicted-speed-ups)"],
-        ["same, hybrid", " / ".join(f"{r['speedup_hybrid']}" for r in paper.STALE_2GPU) + "×",
-         f"predicted {_rng([float(r['pred_speedup_hybrid']) for r in g if r['link'].startswith('nvlink')])}× "
-         f"(A100/H100 over NVLink), "
-         f"{_rng([float(r['pred_speedup_hybrid']) for r in g if r['device'] == 'v100-sxm2'])}× (V100 over PCIe 3), "
-         f"{_rng([float(r['pred_speedup_hybrid']) for r in g if r['device'] == 'rtx4090'])}× (RTX 4090 over PCIe 4)",
-         "simulator (switch at N/2)", "[2-GPU](#stale-weights-paper-2-gpu-resnet-table-predicted-speed-ups)"],
-        ["same, accuracy: non-pipelined / pipelined / hybrid",
-         f"{_rng([r['acc_nonpipelined'] for r in paper.STALE_2GPU])} / "
-         f"{_rng([r['acc_pipelined'] for r in paper.STALE_2GPU])} / "
-         f"{_rng([r['acc_hybrid'] for r in paper.STALE_2GPU])} %",
-         "not reproduced here (weeks of CPU time); `make reproduce-gpu` runs it with the executor on 2 GPUs", "",
-         "[GPU](#reproducing-the-cifar-10-results-on-a-gpu-make-reproduce-gpu)"],
-        ["memory increase, 4-stage, this work vs PipeDream",
-         ", ".join(f"{m} {t9[m]['stale_pct']} vs {t9[m]['pipedream_pct']} %" for m in order),
-         "stale " + " / ".join(f"{float(mem[m]['stale_increase_pct_w_act']):.0f}" for m in order)
-         + " %, PipeDream on the same 2 partitions "
-         + " / ".join(f"{float(mem[m]['pipedream_increase_pct_w_act']):.0f}" for m in order)
-         + " %, PipeDream on 4 devices "
-         + " / ".join(f"{float(mem[m]['pipedream4_increase_pct_w_act']):.0f}" for m in order)
-         + " % (weights + activations, predicted; VGG-16/ImageNet row not computed)", "simulator memory model",
-         "[memory](#memory-stale-pipelining-vs-weight-stashing)"],
-        ["Pipe-SGD speed-up over conventional training, 4 nodes", f"up to {paper.PIPE_SGD_MAX_SPEEDUP}×",
-         f"model: width-2 pipelining alone is bounded by 2× over synchronous; predicted up to "
-         f"**{float(best['pipe_over_sync']):.2f}×** uncompressed (ResNet-56, V100 roofline, P=4, {best['link']}), "
-         f"{float(gb10['pipe_over_sync']):.2f}× at 10GbE; with int8 at 1 Gb/s "
-         f"{float(i8['over_sync_uncompressed']):.2f}× over uncompressed sync; measured on 2 CPU ranks (LeNet-5): "
-         f"pipe-sgd {vd['measured_iteration_time_s'] / vp['measured_iteration_time_s']:.2f}× faster than dp, but "
-         f"**both slower than one rank** ({vd['measured_speedup']:.2f}× / {vp['measured_speedup']:.2f}×)" + pipe_acc,
-         "simulator; executor; emulator", "[Pipe-SGD](#pipe-sgd-timing-model-and-2-rank-measurement)"],
-        ["ResNet-20/56/110 on CIFAR-10 (He et al.)", " / ".join(f"{he[m]}" for m in he) + " %",
-         "not reproduced (~160 epochs per network; `make reproduce-gpu` runs ResNet-20's)", "", ""],
-        ["local updates (Laskin et al.)", "\"particularly effective in the high-compute regime\" (vision and "
-         "language, large models)",
-         f"LeNet-5/MNIST, 1 epoch, 3 seeds: local S=2 / S=3 lose **{drop(l2)} / {drop(l3)} pts** vs backprop "
-         f"({mean_std(lseq)} %) at equal compute, at {sp[2]:.2f}× / {sp[3]:.2f}× idealized speed-up; "
-         "time-matched run not done", "emulator + simulator", "[local](#local-updates-lenet-5-on-mnist)"],
-        lm_summary_row(root),
-    ]
-    return table(["claim (paper)", "published", "ours", "how", "section"], ["---"] * 5, out)
+    return ["local updates (Laskin et al.)", "\"particularly effective in the high-compute regime\" (vision and "
+            "language, large models)",
+            f"LeNet-5/MNIST, 1 epoch, 3 seeds: local S=2 / S=3 lose **{_acc_drop(lseq, l2)} / {_acc_drop(lseq, l3)} "
+            f"pts** vs backprop ({mean_std(lseq)} %) at equal compute, at {sp[2]:.2f}× / {sp[3]:.2f}× idealized "
+            "speed-up; time-matched run not done", "emulator + simulator", "[local](#local-updates-lenet-5-on-mnist)"]
 
 
 GPU_RENDERERS: dict[str, Callable[[Path], str]] = {"gpu-cifar10": gpu_cifar10, "gpu-2gpu": gpu_2gpu}
