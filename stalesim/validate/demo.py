@@ -123,8 +123,9 @@ def ideal_line_statement(rows: Sequence[dict[str, Any]]) -> str:
 
 # marker per cost source: filled = measured at every batch size used, light = interpolated
 # between measured sizes, hollow = extrapolated outside them, square = roofline estimate
-_MARKERS: dict[str, tuple[str, FillStyleType]] = {"measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
-            "extrapolated": ("o", "none"), "given": ("D", "full")}
+_MARKERS: dict[str, tuple[str, FillStyleType]] = {
+    "measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
+    "extrapolated": ("o", "none"), "given": ("D", "full")}
 
 
 def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
