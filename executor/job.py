@@ -15,13 +15,16 @@ import os
 import time
 from collections.abc import Hashable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from executor.spec import needs_data_count, plan, verify_schedule
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from executor.rank import Rank
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
 #: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
@@ -220,7 +223,7 @@ def _own_runtimes(cfg: Any, sched: Any, mods: Any, mine: list[tuple[int, int]], 
 
 
 def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
-               stream: Any, shapes: list[tuple[int, ...]], model: Any) -> tuple[Any, CudaPeak | None]:
+               stream: Any, shapes: list[tuple[int, ...]], model: Any) -> tuple[Rank, CudaPeak | None]:
     """The rank, restored from a checkpoint when resuming, with the checkpoint hook attached
     (on CUDA wrapped so that its allocations stay out of the peak), and the CUDA peak."""
     from executor.checkpoint import Checkpointer
@@ -241,7 +244,7 @@ def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: di
     return rank, cuda_peak
 
 
-def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Any, runtimes: dict[tuple[int, int], Any],
+def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict[tuple[int, int], Any],
              rows: list[list[Any]], cuda_peak: CudaPeak | None, setup_s: float) -> dict[str, Any]:
     """What this rank sends rank 0 after its run: rows, losses, memory, traffic, weights."""
     dev = ctx.device
