@@ -129,6 +129,7 @@ def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[
 def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the summary, the others None."""
     from stalesim.runtime.build import build_stage_modules
+    from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
 
     t_start = time.perf_counter()
@@ -137,7 +138,10 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     # job's max_memory_allocated (seen on an H200: +2.2 MB per earlier ResNet-20 job, 54 MB and
     # 0.97 GB after jobs with more state); collect them before anything is measured
     gc.collect()
-    cfg, base = _job_config(job, ctx)
+    # checked where the job was made (make_job); what this rank builds from it is verified
+    # against the job's schedule fingerprint (verify_schedule)
+    cfg = TrainConfig.from_dict(dict(job["train"]))
+    base = _prepare(cfg, job, ctx)
     N, sched, stream = _plan_batches(cfg, ctx, base)
     verify_schedule(job, sched)
     mods = build_stage_modules(cfg, sched, model=base)  # on the CPU; each rank moves its own stages
@@ -171,20 +175,17 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
                          device=ctx.device)
 
 
-def _job_config(job: dict[str, Any], ctx: Any) -> tuple[Any, Any]:
-    """The job's TrainConfig on this rank's device (determinism set) and the full model."""
+def _prepare(cfg: Any, job: dict[str, Any], ctx: Any) -> Any:
+    """Point ``cfg`` at this rank's device, set the job's determinism, make the user's modules
+    importable; returns the full model."""
     from stalesim.plugins import add_import_roots
     from stalesim.runtime.build import run_model
-    from stalesim.runtime.config import TrainConfig
 
-    # checked where the job was made (make_job); what this rank builds from it is verified
-    # against the job's schedule fingerprint (verify_schedule)
-    cfg = TrainConfig.from_dict(dict(job["train"]))
     cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
     prepare_determinism(bool(job.get("deterministic")), ctx.device)
     # the user's --model/--dataset modules, importable here as they were where the run started
     add_import_roots(job.get("import_roots") or ())
-    return cfg, run_model(cfg)
+    return run_model(cfg)
 
 
 def _plan_batches(cfg: Any, ctx: Any, base: Any) -> tuple[int, Any, Any]:
