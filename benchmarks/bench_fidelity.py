@@ -327,8 +327,44 @@ def grid_plan(args: argparse.Namespace, models: list[str]) -> list[dict[str, Any
 
 # ---------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.fidelity_scope import fmt_minutes
+    default = sys.argv[1:] if __name__ == "__main__" else ["--quick"]
+    args = _parser().parse_args(argv if argv is not None else default)
+    q = args.quick
+    if args.wait is None:
+        args.wait = 30.0 if q else 900.0
+    K = args.repeats or (2 if q else 5)
+    rounds = args.rounds or (1 if q else 5)
+    models = (args.models or ("lenet5" if q else "lenet5,resnet20")).split(",")
+    parts = set(args.only.split(","))
+    out = Path(args.out)
+    report: dict[str, Any] = {"command": "python -m benchmarks.bench_fidelity " + " ".join(argv or sys.argv[1:]),
+                              "quick": q, "repeats": K, "loads": {}}
+    t_all = time.perf_counter()
+    print(f"fidelity campaign ({'quick' if q else 'full'}): models {models}, {K} repeats, parts {sorted(parts)}")
+    report["loads"]["start"] = wait_quiet(args.max_load, 0 if args.estimate else args.wait)
+    plan = plan_campaign(args, models, parts, K)
+    report["plan"] = plan
+    print_plan(plan, report["loads"]["start"])
+    if args.estimate:
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
 
+    lines: list[str] = []
+    if "main" in parts:
+        lines += run_main_part(out, plan, K, q, report)
+        report["loads"]["after_main"] = wait_quiet(args.max_load, 0)
+    if "grid" in parts:
+        lines += run_grid_part(out, plan, K, q, report)
+        report["loads"]["after_grid"] = wait_quiet(args.max_load, 0)
+    if "executor" in parts:
+        lines += run_executor_part(rounds, q, report)
+        report["loads"]["after_executor"] = wait_quiet(args.max_load, 0)
+    report["elapsed_s"] = time.perf_counter() - t_all
+    write_and_print(out, report, lines, plan["estimate_s"], q)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_fidelity")
     p.add_argument("--quick", action="store_true", help="a few minutes: checks the campaign end to end")
     p.add_argument("--out", default="runs/bench_fidelity")
@@ -346,22 +382,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", type=float, default=None,
                    help="seconds to wait for a quiet machine (default 900; --quick: 30)")
     p.add_argument("--estimate", action="store_true", help="print the plan and its estimated duration; run nothing")
-    args = p.parse_args(argv if argv is not None else (sys.argv[1:] if __name__ == "__main__" else ["--quick"]))
-    q = args.quick
-    if args.wait is None:
-        args.wait = 30.0 if q else 900.0
-    K = args.repeats or (2 if q else 5)
-    rounds = args.rounds or (1 if q else 5)
-    models = (args.models or ("lenet5" if q else "lenet5,resnet20")).split(",")
-    parts = set(args.only.split(","))
-    out = Path(args.out)
-    report: dict[str, Any] = {"command": "python -m benchmarks.bench_fidelity " + " ".join(argv or sys.argv[1:]),
-                              "quick": q, "repeats": K, "loads": {}}
-    t_all = time.perf_counter()
-    print(f"fidelity campaign ({'quick' if q else 'full'}): models {models}, {K} repeats, parts {sorted(parts)}")
-    report["loads"]["start"] = wait_quiet(args.max_load, 0 if args.estimate else args.wait)
-    plan = plan_campaign(args, models, parts, K)
-    report["plan"] = plan
+    return p
+
+
+def print_plan(plan: dict[str, Any], start: dict[str, Any]) -> None:
+    """Iterations and estimated duration of every part (``start``: the load when it began)."""
+    from benchmarks.fidelity_scope import fmt_minutes
+
     for x in plan["main"]:
         print(f"  main {x['model']} B={x['batch']}: 1-rank step {x['step_s'] * 1e3:.1f} ms -> "
               f"{x['iterations']} iterations per run, ~{fmt_minutes(x['estimate_s'])}")
@@ -371,82 +398,93 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  grid: {len(plan['grid'])} configurations")
     est = plan["estimate_s"]
     print("estimated duration from the step probes (load "
-          f"{report['loads']['start']['load_average'][0]}; meaningful on a quiet machine only: under load "
+          f"{start['load_average'][0]}; meaningful on a quiet machine only: under load "
           "the 2-rank runs slow down more than the 1-thread probe): "
           + ", ".join(f"{k} {fmt_minutes(v)}" for k, v in est.items()), flush=True)
-    if args.estimate:
-        return 0
-    out.mkdir(parents=True, exist_ok=True)
 
+
+def run_main_part(out: Path, plan: dict[str, Any], K: int, q: bool, report: dict[str, Any]) -> list[str]:
+    """Every schedule on 2 ranks per (model, batch); fills ``report["main"]``; returns goal lines."""
+    from stalesim.cli.validate_cmd import summary_table
+
+    print("\n== main: every schedule on 2 ranks ==", flush=True)
     lines: list[str] = []
-    if "main" in parts:
-        print("\n== main: every schedule on 2 ranks ==", flush=True)
-        rows_all: list[dict] = []
-        report["main"] = {}
-        for x in plan["main"]:
-            model, batch = x["model"], x["batch"]
-            s = run_validate(out / "main" / f"{model}-b{batch}", model=model, devices="cpu:2", batch=batch,
-                             micro=4, iterations=x["iterations"], repeats=K, profile_repeats=2 if q else 5,
-                             schedules=",".join(plan["schedules"]))
-            from stalesim.cli.validate_cmd import summary_table
+    rows_all: list[dict] = []
+    report["main"] = {}
+    for x in plan["main"]:
+        model, batch = x["model"], x["batch"]
+        s = run_validate(out / "main" / f"{model}-b{batch}", model=model, devices="cpu:2", batch=batch,
+                         micro=4, iterations=x["iterations"], repeats=K, profile_repeats=2 if q else 5,
+                         schedules=",".join(plan["schedules"]))
+        print(summary_table(s), flush=True)
+        agg = aggregate_rows(s["rows"])
+        report["main"][f"{model}/b{batch}"] = {"aggregates": agg, "load_average": s["load_average"],
+                                              "rows": s["rows"]}
+        lines += goal_lines(agg, f"main {model} batch {batch} (load {s['load_average']['before']})")
+        rows_all += s["rows"]
+    agg = aggregate_rows(rows_all)
+    report["main_aggregates"] = agg
+    lines += goal_lines(agg, "main, all models and batches")
+    return lines
 
-            print(summary_table(s), flush=True)
-            agg = aggregate_rows(s["rows"])
-            report["main"][f"{model}/b{batch}"] = {"aggregates": agg, "load_average": s["load_average"],
-                                                  "rows": s["rows"]}
-            lines += goal_lines(agg, f"main {model} batch {batch} (load {s['load_average']['before']})")
-            rows_all += s["rows"]
-        agg = aggregate_rows(rows_all)
-        report["main_aggregates"] = agg
-        lines += goal_lines(agg, "main, all models and batches")
-        report["loads"]["after_main"] = wait_quiet(args.max_load, 0)
 
-    if "grid" in parts:
-        print("\n== grid: held-out configurations ==", flush=True)
-        configs = plan["grid"]
-        cal: dict[tuple[str, str], dict[str, str]] = {}
-        rows_all = []
-        report["grid"] = []
-        for c in configs:
-            key = (c["model"], c["devices"])
-            if key not in cal:
-                from stalesim.validate.steps import profile_sizes
+def run_grid_part(out: Path, plan: dict[str, Any], K: int, q: bool, report: dict[str, Any]) -> list[str]:
+    """The held-out configurations, each reusing its (model, devices) calibration; fills
+    ``report["grid"]`` (a failed configuration is recorded and skipped); returns goal lines."""
+    print("\n== grid: held-out configurations ==", flush=True)
+    configs = plan["grid"]
+    cal: dict[tuple[str, str], dict[str, str]] = {}
+    rows_all: list[dict] = []
+    report["grid"] = []
+    for c in configs:
+        key = (c["model"], c["devices"])
+        if key not in cal:
+            cal[key] = grid_calibration(out, configs, key, q)
+        name = f"{c['model']}-{c['devices'].replace(':', '')}-b{c['batch']}-m{c['micro']}"
+        try:
+            s = run_validate(out / "grid" / name, model=c["model"], devices=c["devices"], batch=c["batch"],
+                             micro=c["micro"], iterations=c["iterations"], repeats=K, schedules=c["schedules"],
+                             reuse=cal[key])
+        except Exception as exc:  # noqa: BLE001 - one bad configuration does not end the campaign
+            print(f"  {name}: failed: {exc}", flush=True)
+            report["grid"].append({"config": c, "error": str(exc)})
+            continue
+        agg = aggregate_rows(s["rows"])
+        report["grid"].append({"config": c, "aggregates": agg, "load_average": s["load_average"],
+                               "rows": s["rows"]})
+        rows_all += s["rows"]
+    agg = aggregate_rows(rows_all)
+    report["grid_aggregates"] = agg
+    return goal_lines(agg, f"held-out grid: {len(report['grid'])} configurations, {len(rows_all)} rows")
 
-                n = int(c["devices"].split(":")[1])
-                sizes = sorted({b for cc in configs if (cc["model"], cc["devices"]) == key
-                                for b in profile_sizes(cc["batch"], cc["micro"], n)})
-                cal[key] = calibration(out / "grid" / f"calibration-{c['model']}-{n}", c["model"], c["devices"],
-                                       sizes, 2 if q else 5)
-            name = f"{c['model']}-{c['devices'].replace(':', '')}-b{c['batch']}-m{c['micro']}"
-            try:
-                s = run_validate(out / "grid" / name, model=c["model"], devices=c["devices"], batch=c["batch"],
-                                 micro=c["micro"], iterations=c["iterations"], repeats=K, schedules=c["schedules"],
-                                 reuse=cal[key])
-            except Exception as exc:  # noqa: BLE001 - one bad configuration does not end the campaign
-                print(f"  {name}: failed: {exc}", flush=True)
-                report["grid"].append({"config": c, "error": str(exc)})
-                continue
-            agg = aggregate_rows(s["rows"])
-            report["grid"].append({"config": c, "aggregates": agg, "load_average": s["load_average"],
-                                   "rows": s["rows"]})
-            rows_all += s["rows"]
-        agg = aggregate_rows(rows_all)
-        report["grid_aggregates"] = agg
-        lines += goal_lines(agg, f"held-out grid: {len(report['grid'])} configurations, {len(rows_all)} rows")
-        report["loads"]["after_grid"] = wait_quiet(args.max_load, 0)
 
-    if "executor" in parts:
-        print("\n== executor targets ==", flush=True)
-        ex = executor_targets(rounds, q)
-        report["executor"] = ex
-        lines.append(f"-- executor (median of {rounds} round(s)) --")
-        for k, goal in EXECUTOR_GOALS.items():
-            v = ex.get(k)
-            ok = "n/a" if v is None else ("met" if v >= goal else "MISSED")
-            lines.append(f"  {k:36s} {'n/a' if v is None else f'{v:.2f}x':>8s}  goal >= {goal:.2f}x  {ok}")
-        report["loads"]["after_executor"] = wait_quiet(args.max_load, 0)
+def grid_calibration(out: Path, configs: list[dict[str, Any]], key: tuple[str, str], q: bool) -> dict[str, str]:
+    """:func:`calibration` for one (model, devices) of the grid, profiled at every size its
+    configurations use."""
+    from stalesim.validate.steps import profile_sizes
 
-    report["elapsed_s"] = time.perf_counter() - t_all
+    model, devices = key
+    n = int(devices.split(":")[1])
+    sizes = sorted({b for cc in configs if (cc["model"], cc["devices"]) == key
+                    for b in profile_sizes(cc["batch"], cc["micro"], n)})
+    return calibration(out / "grid" / f"calibration-{model}-{n}", model, devices, sizes, 2 if q else 5)
+
+
+def run_executor_part(rounds: int, q: bool, report: dict[str, Any]) -> list[str]:
+    """The executor's speed targets; fills ``report["executor"]``; returns goal lines."""
+    print("\n== executor targets ==", flush=True)
+    ex = executor_targets(rounds, q)
+    report["executor"] = ex
+    lines = [f"-- executor (median of {rounds} round(s)) --"]
+    for k, goal in EXECUTOR_GOALS.items():
+        v = ex.get(k)
+        ok = "n/a" if v is None else ("met" if v >= goal else "MISSED")
+        lines.append(f"  {k:36s} {'n/a' if v is None else f'{v:.2f}x':>8s}  goal >= {goal:.2f}x  {ok}")
+    return lines
+
+
+def write_and_print(out: Path, report: dict[str, Any], lines: list[str], est: dict[str, float], q: bool) -> None:
+    """``fidelity.json`` (atomic), then the goal lines and the loads."""
     from stalesim.atomic import write_json_atomic
     from stalesim.validate.steps import clean
 
@@ -459,7 +497,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{out / 'fidelity.json'}")
     if q:
         print("(--quick: a check of the campaign, not evidence for the goals)")
-    return 0
 
 
 if __name__ == "__main__":

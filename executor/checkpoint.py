@@ -166,7 +166,7 @@ class Checkpointer:
             return
         self.ctx.beacon.set(f"writing checkpoint k={k}")
         st = rank.store
-        def det(d):
+        def det(d: dict[tuple[int, ...], torch.Tensor]) -> dict[tuple[int, ...], torch.Tensor]:
             return {key: t.detach() for key, t in d.items()}
         state = {
             "format": FORMAT, "k": k, "every": self.every, "rank": self.ctx.rank,

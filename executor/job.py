@@ -13,15 +13,18 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import MutableMapping
+from collections.abc import Hashable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from executor.spec import needs_data_count, plan, verify_schedule
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from executor.rank import Rank
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
 #: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
@@ -125,9 +128,7 @@ def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[
 
 def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     """Run one job on this rank; rank 0 returns the summary, the others None."""
-    from executor.checkpoint import Checkpointer
-    from executor.rank import Rank
-    from stalesim.runtime.build import build_stage_modules, stage_runtimes
+    from stalesim.runtime.build import build_stage_modules
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
 
@@ -138,30 +139,10 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     # 0.97 GB after jobs with more state); collect them before anything is measured
     gc.collect()
     # checked where the job was made (make_job); what this rank builds from it is verified
-    # against the job's schedule fingerprint below
+    # against the job's schedule fingerprint (verify_schedule)
     cfg = TrainConfig.from_dict(dict(job["train"]))
-    cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
-    prepare_determinism(bool(job.get("deterministic")), ctx.device)
-    from stalesim.plugins import add_import_roots
-    from stalesim.runtime.build import run_model
-
-    # the user's --model/--dataset modules, importable here as they were where the run started
-    add_import_roots(job.get("import_roots") or ())
-    base = run_model(cfg)
-    # batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data
-    # set when counting by epochs; the count is broadcast.
-    stream = None
-    bpe: int | None = None
-    if not needs_data_count(cfg):
-        N, sched = plan(cfg)
-    else:
-        if ctx.rank == 0:
-            stream = batch_stream(cfg, input_shape=base.input_shape)
-            bpe = stream.batches_per_epoch
-        box = [bpe]
-        dist.broadcast_object_list(box, src=0)
-        bpe = int(box[0])
-        N, sched = plan(cfg, bpe)
+    base = _prepare(cfg, job, ctx)
+    N, sched, stream = _plan_batches(cfg, ctx, base)
     verify_schedule(job, sched)
     mods = build_stage_modules(cfg, sched, model=base)  # on the CPU; each rank moves its own stages
     model, stages = mods.model, mods.stages
@@ -173,12 +154,83 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     mine = sched.stages_on(ctx.rank)
     if any(s == 0 for _, s in mine) and stream is None:
         stream = batch_stream(cfg, input_shape=model.input_shape)
-    dev = ctx.device
+    runtimes = _own_runtimes(cfg, sched, mods, mine, ctx.device, N)
+    rank, cuda_peak = _make_rank(job, ctx, sched, cfg, runtimes, stream, shapes, model)
+    setup_s = time.perf_counter() - t_start
+    ctx.beacon.set("barrier before the run")
+    dist.barrier()
+    rank.rec.start_clock(_common_origin(ctx))
+    rank.run()
+    rows = rank.rec.finish()
+    ctx.beacon.set("gathering results")
+    payload = _payload(job, cfg, ctx, rank, runtimes, rows, cuda_peak, setup_s)
+    if ctx.rank != 0:
+        dist.gather_object(payload, None, dst=0)
+        return None
+    gathered: list[Any] = [None] * ctx.world
+    dist.gather_object(payload, gathered, dst=0)
+    from executor.results import summarize_job
+
+    return summarize_job(job, cfg, sched, N, gathered, model=model, stages=stages, stream=stream,
+                         device=ctx.device)
+
+
+def _prepare(cfg: Any, job: dict[str, Any], ctx: Any) -> Any:
+    """Point ``cfg`` at this rank's device, set the job's determinism, make the user's modules
+    importable; returns the full model."""
+    from stalesim.plugins import add_import_roots
+    from stalesim.runtime.build import run_model
+
+    cfg.device = str(ctx.device) if ctx.device.type == "cuda" else "cpu"
+    prepare_determinism(bool(job.get("deterministic")), ctx.device)
+    # the user's --model/--dataset modules, importable here as they were where the run started
+    add_import_roots(job.get("import_roots") or ())
+    return run_model(cfg)
+
+
+def _plan_batches(cfg: Any, ctx: Any, base: Any) -> tuple[int, Any, Any]:
+    """(batches N, schedule, rank 0's batch stream or None). Counting by epochs needs the
+    batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data set,
+    and broadcasts the count."""
+    from stalesim.runtime.data import batch_stream
+
+    stream = None
+    if not needs_data_count(cfg):
+        N, sched = plan(cfg)
+        return N, sched, stream
+    bpe: int | None = None
+    if ctx.rank == 0:
+        stream = batch_stream(cfg, input_shape=base.input_shape)
+        bpe = stream.batches_per_epoch
+    box = [bpe]
+    dist.broadcast_object_list(box, src=0)
+    count = box[0]
+    assert count is not None  # rank 0's count, now on every rank
+    N, sched = plan(cfg, int(count))
+    return N, sched, stream
+
+
+def _own_runtimes(cfg: Any, sched: Any, mods: Any, mine: list[tuple[int, int]], dev: torch.device,
+                  N: int) -> dict[tuple[int, int], Any]:
+    """A StageRuntime per (worker, stage) this rank holds."""
+    from stalesim.runtime.build import stage_runtimes
+
     runtimes: dict[tuple[int, int], Any] = {}
     for w in sorted({w for w, _ in mine}):
         ours = [s for ww, s in mine if ww == w]
         for s, rt in stage_runtimes(cfg, sched, mods, worker=w, stages=ours, device=dev, total=N).items():
             runtimes[(w, s)] = rt
+    return runtimes
+
+
+def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
+               stream: Any, shapes: list[tuple[int, ...]], model: Any) -> tuple[Rank, CudaPeak | None]:
+    """The rank, restored from a checkpoint when resuming, with the checkpoint hook attached
+    (on CUDA wrapped so that its allocations stay out of the peak), and the CUDA peak."""
+    from executor.checkpoint import Checkpointer
+    from executor.rank import Rank
+
+    dev = ctx.device
     ck = Checkpointer(job, ctx, sched, runtimes)
     start_index, restored = ck.restore()  # (0, None) unless resuming
     rank = Rank(ctx, sched, cfg, runtimes, stream, shapes, start_index=start_index,
@@ -190,20 +242,20 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     cuda_peak = CudaPeak(dev) if dev.type == "cuda" else None
     if cuda_peak is not None and rank.on_action_done is not None:
         rank.on_action_done = cuda_peak.around(rank.on_action_done)
-    setup_s = time.perf_counter() - t_start
-    ctx.beacon.set("barrier before the run")
-    dist.barrier()
-    rank.rec.start_clock(_common_origin(ctx))
-    rank.run()
-    rows = rank.rec.finish()
-    ctx.beacon.set("gathering results")
+    return rank, cuda_peak
+
+
+def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict[tuple[int, int], Any],
+             rows: list[list[Any]], cuda_peak: CudaPeak | None, setup_s: float) -> dict[str, Any]:
+    """What this rank sends rank 0 after its run: rows, losses, memory, traffic, weights."""
+    dev = ctx.device
     peak = rank.memory.peak_bytes if cuda_peak is None else cuda_peak.peak()
     if cuda_peak is not None:
         cuda_peak.dump_history(f"{job.get('label') or cfg.schedule}-rank{ctx.rank}")
-    payload = {
+    return {
         "rank": ctx.rank,
         "rows": rows,
-        "losses": [[w, s, t, v] for (w, s, t), v in sorted(rank.losses.items())],
+        "losses": _loss_rows(rank.losses),
         "versions_used": {f"{w}:{s}": list(rt.versions_used) for (w, s), rt in runtimes.items()},
         "peak_memory_bytes": int(peak),
         "peak_memory_parts": None if dev.type == "cuda" else dict(rank.memory.peak_parts or {}),
@@ -216,14 +268,16 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         "setup_s": setup_s,
         "state": _stage_states(runtimes) if job.get("evaluate", True) else None,
     }
-    gathered: list[Any] | None = [None] * ctx.world if ctx.rank == 0 else None
-    dist.gather_object(payload, gathered, dst=0)
-    if ctx.rank != 0:
-        return None
-    from executor.results import summarize_job
 
-    return summarize_job(job, cfg, sched, N, gathered, model=model, stages=stages, stream=stream,
-                         device=dev)
+
+def _loss_rows(losses: Mapping[Hashable, float]) -> list[list[Any]]:
+    """``[worker, stage, batch, loss]`` per entry of the rank's loss sums, in key order (the
+    rank keys them by (worker, stage, batch))."""
+    out = []
+    for key, v in losses.items():
+        assert isinstance(key, tuple) and len(key) == 3  # (worker, stage, batch)
+        out.append([*key, v])
+    return sorted(out)
 
 
 def _common_origin(ctx: Any) -> float | None:

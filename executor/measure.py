@@ -135,26 +135,29 @@ def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages:
     :func:`warmup_batches` applies.
     """
     done = completions(rows_by_rank, batches)
-    present = [t for t in range(batches) if done[t] is not None]
+    known = {t: x for t, x in enumerate(done) if x is not None}  # the batches that ran here
+    present = list(known)
     skip = warmup_batches(len(present), stages)
     wall = max((r[7] for rows in rows_by_rank.values() for r in rows), default=0.0)
     it = 0.0
     lo, hi = 0.0, wall
     rule = "warm-up"
-    if window is not None and window[1] > window[0] and done[window[0]] is not None \
-            and done[window[1]] is not None and done[window[1]] > done[window[0]]:
-        k0, k1 = window
-        lo, hi = done[k0], done[k1]  # type: ignore[assignment]
+    # the window's bounding batches, when it is a window (k1 > k0) and both ran here
+    k0, k1 = window if window is not None else (0, 0)
+    w_lo = done[k0] if k1 > k0 else None
+    w_hi = done[k1] if w_lo is not None else None
+    if w_lo is not None and w_hi is not None and w_hi > w_lo:
+        lo, hi = w_lo, w_hi
         it = (hi - lo) / (k1 - k0)
         skip, rule = k0, "steady window"
     elif whole_run and len(present) == batches and batches > 0:
         it, skip, rule = wall / batches, 0, "whole run"
     elif len(present) >= 2:
         a, b = present[skip], present[-1]
-        lo, hi = done[a], done[b]  # type: ignore[assignment]
+        lo, hi = known[a], known[b]
         it = (hi - lo) / (b - a) if b > a and hi > lo else 0.0
     elif present:
-        it = done[present[0]] or 0.0  # type: ignore[assignment]
+        it = known[present[0]] or 0.0
     if hi <= lo:
         lo, hi = 0.0, wall
     util: dict[str, float] = {}

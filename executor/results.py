@@ -47,7 +47,7 @@ def divergence(losses: list[float | None]) -> int | None:
     return None
 
 
-def _rows_to_events(rows_by_rank: dict[int, list]):
+def _rows_to_events(rows_by_rank: dict[int, list]) -> dict[str, Any]:
     from stalesim.trace import TraceEvent, chrome_trace
 
     events = []

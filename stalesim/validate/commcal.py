@@ -35,12 +35,15 @@ import statistics
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.atomic import write_json_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 from stalesim.rendezvous import LOCAL_ADDR, free_port
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
 
@@ -89,15 +92,30 @@ def stamp_tensor(device: Any) -> Any:
 
 def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, timeout_s: float,
             devices: list[str]) -> None:  # pragma: no cover - runs in a child process
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dev = _init_group(rank, port, timeout_s, devices)
+    probe = _Probe(rank, dev, timeout_s)
+    probe.warm_up(sizes)
+    for n in sizes:
+        probe.measure(n, repeats)
+    box: list[Any] = [None] * COMM_RANKS
+    dist.all_gather_object(box, probe.res)
+    if rank == 0:
+        _write_medians(box, sizes, out)
+    dist.destroy_process_group()
+
+
+def _init_group(rank: int, port: int, timeout_s: float,
+                devices: list[str]) -> torch.device:  # pragma: no cover - runs in a child process
+    """Join the 2-rank process group on this rank's device (NCCL on a GPU, gloo on the CPU)."""
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    from executor.transport import Transport
-    from stalesim.runtime.allreduce import pack, unpack_mean
-
-    torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR=LOCAL_ADDR, MASTER_PORT=str(port))
     dev = torch.device(devices[rank])
     backend = "nccl" if dev.type == "cuda" else "gloo"
@@ -107,97 +125,145 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
     # it instead of guessing a device from the rank number
     dist.init_process_group(backend, rank=rank, world_size=COMM_RANKS,
                             timeout=datetime.timedelta(seconds=timeout_s),
-                            **({"device_id": dev} if backend == "nccl" else {}))
-    tr = Transport(rank, timeout_s)
-    a = torch.randn(128, 128)  # the CPU work a rank "computes" while a message is in flight
-    res: dict[str, dict[int, list[float]]] = {q: {} for q in QUANTITIES}
-    stamp = stamp_tensor(dev)
+                            device_id=dev if backend == "nccl" else None)
+    return dev
 
-    def spin(seconds: float) -> None:
+
+class _Probe:  # pragma: no cover - runs in a child process
+    """One rank's side of the microbenchmark: rank 0 sends, rank 1 receives; both time their
+    side into ``res`` (quantity -> message size -> seconds per repeat). ``tag`` advances by 2
+    per exchange, so every message of a run has its own tag pair."""
+
+    def __init__(self, rank: int, dev: torch.device, timeout_s: float) -> None:
+        import torch
+
+        from executor.transport import Transport
+
+        self.rank, self.dev = rank, dev
+        self.tr = Transport(rank, timeout_s)
+        self.a = torch.randn(128, 128)  # the CPU work a rank "computes" while a message is in flight
+        self.res: dict[str, dict[int, list[float]]] = {q: {} for q in QUANTITIES}
+        self.stamp = stamp_tensor(dev)
+        self.tag = 0
+
+    def spin(self, seconds: float) -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
-            a @ a
+            self.a @ self.a
 
-    tag = 0
-    for n in sizes:  # warm-up: every size once each way (first messages set up buffers)
-        tag += 2
-        if rank == 0:
-            tr.flush()
-            tr.send(torch.zeros(max(1, n // 4), device=dev), 1, tag, "calibrate", "warm-up")
-            tr.flush()
-        else:
-            tr.wait(tr.post_recv(torch.empty(max(1, n // 4), device=dev), 0, tag, "calibrate", "warm-up"))
-    for n in sizes:
-        numel = max(1, n // 4)
-        x = torch.randn(numel, device=dev)
-        for name in QUANTITIES:
-            res[name][n] = []
-        for _ in range(repeats):
-            # post + complete: the receiver's message is there before it waits
-            tag += 2
-            dist.barrier()
-            if rank == 0:
-                t0 = time.perf_counter()
-                p = tr.send(x, 1, tag, "calibrate", "a message")
-                res["post"][n].append(time.perf_counter() - t0)
-            else:
-                buf = torch.empty(numel, device=dev)
-                p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
-                spin(0.003 + n / 2e8)  # computing while the message comes, as a stage does
-                t0 = time.perf_counter()
-                tr.wait(p)
-                nxt = tr.post_recv(torch.empty(numel, device=dev), 0, tag + 1, "calibrate", "next")
-                res["complete"][n].append(time.perf_counter() - t0)
-            dist.barrier()
-            if rank == 0:  # the receiver has the message: the send is complete
-                t0 = time.perf_counter()
-                tr.complete(p)
-                res["release"][n].append(time.perf_counter() - t0)
-                tr.send(torch.zeros(numel, device=dev), 1, tag + 1, "calibrate", "drain")
+    def warm_up(self, sizes: list[int]) -> None:
+        """Every size once each way (first messages set up buffers)."""
+        import torch
+
+        tr, dev = self.tr, self.dev
+        for n in sizes:
+            self.tag += 2
+            if self.rank == 0:
+                tr.flush()
+                tr.send(torch.zeros(max(1, n // 4), device=dev), 1, self.tag, "calibrate", "warm-up")
                 tr.flush()
             else:
-                tr.wait(nxt)
-            # arrive: the receiver blocks in its wait, the sender computes after posting
-            tag += 2
-            dist.barrier()
-            if rank == 0:
-                time.sleep(0.002)
-                stamp[0] = time.perf_counter()
-                p = tr.send(x, 1, tag, "calibrate", "a message")
-                spin(0.004)
-                tr.complete(p)
-                dist.send(stamp, 1, tag=tag + 1)
-            else:
-                buf = torch.empty(numel, device=dev)
-                p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
-                tr.wait(p)
-                t1 = time.perf_counter()
-                dist.recv(stamp, 0, tag=tag + 1)
-                res["arrive"][n].append(t1 - float(stamp[0]))
-            # all-reduce start (pack) and wait (unpack), both ranks
-            dist.barrier()
-            grads = [x.view(-1)]
+                tr.wait(tr.post_recv(torch.empty(max(1, n // 4), device=dev), 0, self.tag, "calibrate",
+                                     "warm-up"))
+
+    def measure(self, n: int, repeats: int) -> None:
+        """``repeats`` samples of every quantity for messages of ``n`` bytes."""
+        import torch
+
+        numel = max(1, n // 4)
+        x = torch.randn(numel, device=self.dev)
+        for name in QUANTITIES:
+            self.res[name][n] = []
+        for _ in range(repeats):
+            self.post_complete_release(n, x)
+            self.arrive(n, x)
+            self.allreduce(n, x)
+
+    def post_complete_release(self, n: int, x: torch.Tensor) -> None:
+        """post + complete: the receiver's message is there before it waits; then release: the
+        sender waits on its send once the receiver has the message."""
+        import torch
+        import torch.distributed as dist
+
+        tr, dev, res, numel = self.tr, self.dev, self.res, x.numel()
+        self.tag += 2
+        tag = self.tag
+        dist.barrier()
+        if self.rank == 0:
             t0 = time.perf_counter()
-            flat = pack(grads, "none", dtype=x.dtype, device=dev)
-            w = dist.all_reduce(flat, async_op=True)
-            res["ar_post"][n].append(time.perf_counter() - t0)
-            time.sleep(0.005 + n / 2e8)  # the collective finishes: what remains is completing it
+            p = tr.send(x, 1, tag, "calibrate", "a message")
+            res["post"][n].append(time.perf_counter() - t0)
+        else:
+            buf = torch.empty(numel, device=dev)
+            p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
+            self.spin(0.003 + n / 2e8)  # computing while the message comes, as a stage does
             t0 = time.perf_counter()
-            w.wait()
-            unpack_mean(flat, grads, 2)
-            res["ar_complete"][n].append(time.perf_counter() - t0)
-    box: list[Any] = [None] * COMM_RANKS
-    dist.all_gather_object(box, res)
-    if rank == 0:
-        merged: dict[str, dict[str, float]] = {}
-        for q in QUANTITIES:
-            merged[q] = {}
-            for n in sizes:
-                vals = [v for r in box for v in r[q].get(n, [])]
-                merged[q][str(n)] = statistics.median(vals) if vals else 0.0
-        # atomic (docs/CONTRACTS.md): the parent never reads a half-written file
-        write_json_atomic(out, merged, compact=True)
-    dist.destroy_process_group()
+            tr.wait(p)
+            nxt = tr.post_recv(torch.empty(numel, device=dev), 0, tag + 1, "calibrate", "next")
+            res["complete"][n].append(time.perf_counter() - t0)
+        dist.barrier()
+        if self.rank == 0:  # the receiver has the message: the send is complete
+            t0 = time.perf_counter()
+            tr.complete(p)
+            res["release"][n].append(time.perf_counter() - t0)
+            tr.send(torch.zeros(numel, device=dev), 1, tag + 1, "calibrate", "drain")
+            tr.flush()
+        else:
+            tr.wait(nxt)
+
+    def arrive(self, n: int, x: torch.Tensor) -> None:
+        """The receiver blocks in its wait, the sender computes after posting; one clock."""
+        import torch
+        import torch.distributed as dist
+
+        tr, stamp = self.tr, self.stamp
+        self.tag += 2
+        tag = self.tag
+        dist.barrier()
+        if self.rank == 0:
+            time.sleep(0.002)
+            stamp[0] = time.perf_counter()
+            p = tr.send(x, 1, tag, "calibrate", "a message")
+            self.spin(0.004)
+            tr.complete(p)
+            dist.send(stamp, 1, tag=tag + 1)
+        else:
+            buf = torch.empty(x.numel(), device=self.dev)
+            p = tr.post_recv(buf, 0, tag, "calibrate", "a message")
+            tr.wait(p)
+            t1 = time.perf_counter()
+            dist.recv(stamp, 0, tag=tag + 1)
+            self.res["arrive"][n].append(t1 - float(stamp[0]))
+
+    def allreduce(self, n: int, x: torch.Tensor) -> None:
+        """All-reduce start (pack) and wait (unpack), both ranks."""
+        import torch.distributed as dist
+
+        from stalesim.runtime.allreduce import pack, unpack_mean
+
+        dist.barrier()
+        grads = [x.view(-1)]
+        t0 = time.perf_counter()
+        flat = pack(grads, "none", dtype=x.dtype, device=self.dev)
+        w = dist.all_reduce(flat, async_op=True)
+        self.res["ar_post"][n].append(time.perf_counter() - t0)
+        time.sleep(0.005 + n / 2e8)  # the collective finishes: what remains is completing it
+        t0 = time.perf_counter()
+        w.wait()
+        unpack_mean(flat, grads, 2)
+        self.res["ar_complete"][n].append(time.perf_counter() - t0)
+
+
+def _write_medians(box: list[Any], sizes: list[int], out: str) -> None:
+    """Per quantity and size, the median over both ranks' samples, to ``out`` (JSON)."""
+    merged: dict[str, dict[str, float]] = {}
+    for q in QUANTITIES:
+        merged[q] = {}
+        for n in sizes:
+            vals = [v for r in box for v in r[q].get(n, [])]
+            merged[q][str(n)] = statistics.median(vals) if vals else 0.0
+    # atomic (docs/CONTRACTS.md): the parent never reads a half-written file
+    write_json_atomic(out, merged, compact=True)
 
 
 def measure_comm(sizes: Sequence[int], *, repeats: int = 20, devices: Devices | str = "cpu:2",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 
 def rel_error(predicted: float | None, measured: float | None) -> float | None:
@@ -62,9 +62,9 @@ def noise_floor(values: Sequence[float | None]) -> float | None:
 def within_noise(error: float | None, noise: float | None) -> bool | None:
     """True when a relative error is no larger than the noise floor: a measurement repeated
     under the same protocol could have landed on the prediction. None when either is unknown."""
-    if not _finite(error) or not _finite(noise):
-        return None
-    return abs(error) <= noise  # type: ignore[arg-type]
+    if _finite(error) and _finite(noise):
+        return abs(error) <= noise
+    return None
 
 
 def memory_error(predicted: Sequence[float] | None, measured: Sequence[float] | None) -> float | None:
@@ -72,8 +72,8 @@ def memory_error(predicted: Sequence[float] | None, measured: Sequence[float] | 
     if not predicted or not measured or len(predicted) != len(measured):
         return None
     errs = [rel_error(p, m) for p, m in zip(predicted, measured)]
-    errs = [e for e in errs if e is not None]
-    return max(errs, key=abs) if errs else None
+    known = [e for e in errs if e is not None]
+    return max(known, key=abs) if known else None
 
 
 def mean(xs: Sequence[float] | None) -> float | None:
@@ -160,5 +160,6 @@ def goals_met(agg: dict[str, Any]) -> dict[str, bool | None]:
     return {k: (None if not _finite(agg.get(k)) else agg[k] <= v) for k, v in GOALS.items()}
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
+    """A real, finite number (bools excluded); a TypeGuard, so callers' Optional values narrow."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

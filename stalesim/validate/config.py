@@ -211,7 +211,7 @@ def read_hardware_json(path: str) -> dict[str, Any]:
         hardware_from_dict(data)
     except StalesimError as exc:
         raise StalesimError(f"hardware {path!r}: {exc}") from None
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def reused_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:

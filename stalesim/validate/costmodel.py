@@ -42,6 +42,9 @@ from typing import TYPE_CHECKING, Any
 from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, SPLIT_BACKWARD_KINDS, TRANSFER_NAMES_ORDERED, Kind
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
+    from stalesim.sim.events import Timeline
     from stalesim.sim.model import SimHardware, StageCosts
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
@@ -304,7 +307,7 @@ def busy_overlap(result: SimResult) -> list[float]:
     n = result.devices
     if n <= 1:
         return [0.0] * n
-    lo, hi = _window_ns(result)
+    lo, hi = _window_ns(result, tl)
     ivs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for gid, a in enumerate(prog.actions):
         if a.kind.value in KINDS:
@@ -338,10 +341,10 @@ def busy_overlap(result: SimResult) -> list[float]:
     return [weighted[i] / busy_t[i] / (n - 1) if busy_t[i] else 0.0 for i in range(n)]
 
 
-def _window_ns(result: SimResult) -> tuple[int, int]:
+def _window_ns(result: SimResult, tl: Timeline) -> tuple[int, int]:
+    """The steady window in simulated ns, read from ``tl`` (``result``'s timeline)."""
     from stalesim.sim.model import NS
 
-    tl = result.timeline
     w = result.steady_window
     if not w or w[1] <= w[0]:
         return 0, tl.makespan
@@ -398,9 +401,10 @@ def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[i
                    loss_ns=to_ns(max(losses)) if losses else costs.loss_ns)
 
 
-def with_memory_facts(costs: StageCosts, facts: list[dict[str, int]] | None) -> StageCosts:
+def with_memory_facts(costs: StageCosts, facts: list[dict[str, Any]] | None) -> StageCosts:
     """The stage costs with the bytes the memory model reads replaced by ones measured as
-    the executor counts them (:func:`stalesim.runtime.memory.stage_memory_facts`)."""
+    the executor counts them (:func:`stalesim.runtime.memfacts.stage_memory_facts`): ints per
+    stage, and on a GPU ``cuda_transient``, a per-kind dict of bytes."""
     if not facts:
         return costs
     if len(facts) != costs.stages:
@@ -545,9 +549,10 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
     if not overheads:
         return out
 
-    gap = {k: tuple(to_ns(statistics.median(gaps[(k, s)])) if gaps.get((k, s)) else 0 for s in range(S))
-           for k in {k for k, _s in gaps}}
-    comm = {}
+    gap: dict[str, Sequence[int]] = {
+        k: tuple(to_ns(statistics.median(gaps[(k, s)])) if gaps.get((k, s)) else 0 for s in range(S))
+        for k in {k for k, _s in gaps}}
+    comm: dict[str, Sequence[int]] = {}
     # the posting kinds (a send, the all-reduce start): the action's own duration is the cost
     for k in (n for n in TRANSFER_NAMES_ORDERED if n.startswith("SEND_") or n == Kind.AR.value):
         if any((k, s) in durs for s in range(S)):

@@ -15,7 +15,10 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.typing import FillStyleType
 
 PREDICT_SCHEDULES = ("gpipe", "1f1b", "pipedream", "stale", "dp", "pipe-sgd", "interleaved-1f1b", "zb-h1",
                      "zb-h2", "zb-v", "dualpipev")
@@ -120,8 +123,9 @@ def ideal_line_statement(rows: Sequence[dict[str, Any]]) -> str:
 
 # marker per cost source: filled = measured at every batch size used, light = interpolated
 # between measured sizes, hollow = extrapolated outside them, square = roofline estimate
-_MARKERS = {"measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
-            "extrapolated": ("o", "none"), "given": ("D", "full")}
+_MARKERS: dict[str, tuple[str, FillStyleType]] = {
+    "measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
+    "extrapolated": ("o", "none"), "given": ("D", "full")}
 
 
 def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:

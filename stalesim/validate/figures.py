@@ -14,10 +14,11 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
-def _plt():
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg", force=False)

@@ -8,6 +8,7 @@ against the goals, and links the figures and traces.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def write_outputs(out: Path, summary: dict[str, Any], *, sims: dict[str, Any],
         timelines[name] = f"figures/timeline_{name}.png"
     files["timeline_figures"] = timelines
     files["traces"] = traces
-    curves = {}
+    curves: dict[str, tuple[Sequence[float | None], Sequence[float | None]]] = {}
     for name in sims:
         exe = (measured.get(name) or {}).get("losses")
         if exe:
@@ -101,137 +102,173 @@ def busy_line(summary: dict[str, Any]) -> str | None:
 
 
 def render_report(summary: dict[str, Any]) -> str:
+    """``report.md``'s text: the sections below, in order."""
+    L = [*_header(summary), *_method_section(summary), *_cost_model_section(summary),
+         *_results_section(summary), *_attribution_section(summary), *_failures(summary),
+         *_aggregate_section(summary), *_figures_section(summary)]
+    return "\n".join(L)
+
+
+def _header(summary: dict[str, Any]) -> list[str]:
+    """Title, the busy-machine warning, the command, the load and the machine."""
     cfg = summary["config"]
-    cm = summary.get("cost_model") or {}
-    hw = summary.get("sim_hardware") or {}
     load = summary.get("load_average") or {}
-    base = summary.get("baseline") or {}
-    files = summary.get("files") or {}
-    L: list[str] = []
-    L.append(f"# Validation: {cfg['model']} on {summary['devices']}")
-    L.append("")
+    L = [f"# Validation: {cfg['model']} on {summary['devices']}", ""]
     warning = busy_line(summary)
     if warning:
-        L.append(f"> **{warning}**")
-        L.append("")
+        L += [f"> **{warning}**", ""]
     L.append(f"Command: `{summary.get('command', 'stalesim validate')}`  ")
     L.append(f"Load average (1/5/15 min) before: {load.get('before')}, after: {load.get('after')}  ")
     L.append(f"Machine: {summary.get('machine', {}).get('device_name')} "
              f"({summary.get('machine', {}).get('cpu_count')} logical CPUs)")
     L.append("")
-    L.append("## What was compared, and how")
-    L.append("")
-    L.append(f"* Same configuration for every consumer: batch {cfg['batch_size']}, "
-             f"{cfg['microbatches']} micro-batches (gpipe/1f1b/2bw), partition PPV {summary.get('ppv')} "
-             f"(min-max over the profile), {cfg['iterations']} iterations, dataset `{cfg['dataset']}`, "
-             f"seed {cfg['seed']}, {cfg['threads']} torch thread(s) per rank. Pipeline schedules use "
-             f"S = number of devices; dp and pipe-sgd use that many workers with S = 1.")
-    L.append("* **Predicted**: the event simulator with per-stage costs from the per-layer profile "
-             "measured on this device with the ranks' thread count, plus the measured per-action "
-             "runtime overhead, plus (CPU ranks) contention: a stage's cost is interpolated between "
-             "the profile measured alone and the one measured with the other ranks busy, by how much "
-             "the other devices compute at the same time in the simulated timeline (fixed point). "
-             "Link: the calibrated alpha-beta model, all-reduce ring, CPU occupancy of transfers.")
-    L.append("* **Measured**: the executor (one process per device, torch.distributed) ran each "
-             "schedule; iteration time = time between the completions (last U) of the batches "
-             "bounding the simulator's steady window (the middle half of the run; hybrid: whole run / "
-             "batches), utilization = compute (F/B/U/LOSS) time per device inside that window.")
-    L.append("* **Speed-up**: over one rank running `sequential` (S = 1): predicted from the same "
-             "cost model, measured by running it. "
-             f"Baseline iteration: predicted {_ms(base.get('predicted_iteration_time_s'))} ms, "
-             f"measured {_ms(base.get('measured_iteration_time_s'))} ms.")
-    L.append(f"* **Loss**: the emulator (one process) ran the same config for "
-             f"{cfg.get('emulate_iterations')} iterations; `loss diff` is the largest relative "
-             "difference to the executed per-step loss (exactness check).")
-    L.append("* **Memory**: predicted = the simulator's memory model; measured = the executor's "
-             "tracked bytes (CPU: params + buffers + optimizer + stashes + gradient buffers + "
-             "in-flight tensors; CUDA: max_memory_allocated).")
-    L.append("")
-    L.append("## Cost-model parameters (measured)")
-    L.append("")
+    return L
+
+
+def _method_section(summary: dict[str, Any]) -> list[str]:
+    """What was compared and how each number was obtained."""
+    cfg = summary["config"]
+    base = summary.get("baseline") or {}
+    return [
+        "## What was compared, and how",
+        "",
+        f"* Same configuration for every consumer: batch {cfg['batch_size']}, "
+        f"{cfg['microbatches']} micro-batches (gpipe/1f1b/2bw), partition PPV {summary.get('ppv')} "
+        f"(min-max over the profile), {cfg['iterations']} iterations, dataset `{cfg['dataset']}`, "
+        f"seed {cfg['seed']}, {cfg['threads']} torch thread(s) per rank. Pipeline schedules use "
+        f"S = number of devices; dp and pipe-sgd use that many workers with S = 1.",
+        "* **Predicted**: the event simulator with per-stage costs from the per-layer profile "
+        "measured on this device with the ranks' thread count, plus the measured per-action "
+        "runtime overhead, plus (CPU ranks) contention: a stage's cost is interpolated between "
+        "the profile measured alone and the one measured with the other ranks busy, by how much "
+        "the other devices compute at the same time in the simulated timeline (fixed point). "
+        "Link: the calibrated alpha-beta model, all-reduce ring, CPU occupancy of transfers.",
+        "* **Measured**: the executor (one process per device, torch.distributed) ran each "
+        "schedule; iteration time = time between the completions (last U) of the batches "
+        "bounding the simulator's steady window (the middle half of the run; hybrid: whole run / "
+        "batches), utilization = compute (F/B/U/LOSS) time per device inside that window.",
+        "* **Speed-up**: over one rank running `sequential` (S = 1): predicted from the same "
+        "cost model, measured by running it. "
+        f"Baseline iteration: predicted {_ms(base.get('predicted_iteration_time_s'))} ms, "
+        f"measured {_ms(base.get('measured_iteration_time_s'))} ms.",
+        f"* **Loss**: the emulator (one process) ran the same config for "
+        f"{cfg.get('emulate_iterations')} iterations; `loss diff` is the largest relative "
+        "difference to the executed per-step loss (exactness check).",
+        "* **Memory**: predicted = the simulator's memory model; measured = the executor's "
+        "tracked bytes (CPU: params + buffers + optimizer + stashes + gradient buffers + "
+        "in-flight tensors; CUDA: max_memory_allocated).",
+        "",
+    ]
+
+
+def _cost_model_section(summary: dict[str, Any]) -> list[str]:
+    """The cost model's measured parameters: overheads, contention, the link."""
+    cm = summary.get("cost_model") or {}
+    hw = summary.get("sim_hardware") or {}
     ov = cm.get("overhead_s") or {}
-    L.append("| parameter | value |")
-    L.append("| --- | --- |")
-    L.append("| per-action overhead F / B / U / LOSS | " +
-             " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in UNSPLIT_COMPUTE_NAMES) + " |")
-    L.append(f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |")
     cr = cm.get("contention_ratio")
-    L.append(f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |")
     bw = hw.get("bandwidth_Bps")
-    L.append(f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "
-             f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |")
-    L.append(f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "
-             f"{_f(hw.get('cpu_comm_occupancy'), '.2f')} |")
-    L.append("")
-    L.append("## Results")
-    L.append("")
-    K = cfg.get("repeats") or 1
-    L.append(f"Measured = median of {K} run(s) per schedule, interleaved round-robin (each round runs the "
-             "1-rank baseline, then every schedule once, in rotated order). *noise* = interquartile "
-             "range / median of those runs; an error is marked *within noise* (≈) only when "
-             "|error| <= noise, i.e. a repeat of the measurement could have landed on the prediction.")
-    L.append("")
-    L.append("| schedule | predicted ms | measured ms | noise | error | replay error | util pred | util meas | "
-             "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | memory error | loss diff |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: |")
-    for r in summary["rows"]:
-        pu = " ".join(f"{u:.2f}" for u in r.get("predicted_utilization") or [])
-        mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
-        L.append(f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
-                 f"{_ms(r['measured_iteration_time_s'])} | {_f(r.get('noise_floor'), '.1%')} | "
-                 f"{_f(r['time_error'], '+.1%')}{_mark(r.get('time_error_within_noise'))} | "
-                 f"{_f(r.get('replay_time_error'), '+.1%')}{_mark(r.get('replay_error_within_noise'))} | "
-                 f"{pu} | {mu} | "
-                 f"{_f(r['predicted_speedup'], '.2f')} | {_f(r['measured_speedup'], '.2f')} | "
-                 f"{_mib(r.get('predicted_peak_memory_bytes'))} | {_mib(r.get('measured_peak_memory_bytes'))} | "
-                 f"{_f(r.get('memory_error'), '+.1%')} | {_f(r.get('max_loss_rel_diff'), '.1e')} |")
-    L.append("")
-    L.append("*replay error*: the simulator run with the **measured** costs of each action kind and "
-             "stage (steady window, median per repeat) instead of the predicted ones. Small replay error "
-             "with a large error means the costs were off (profile vs. the ranks' real speed: machine "
-             "load, contention, overhead); a large replay error points at the schedule/communication "
-             "model. ≈ marks an error within the noise floor.")
-    L += _attribution_section(summary)
-    errs = [r for r in summary["rows"] if r.get("error")]
-    for r in errs:
-        L.append(f"\n**{r['schedule']} failed**: {r['error']}")
-    L.append("")
+    return [
+        "## Cost-model parameters (measured)",
+        "",
+        "| parameter | value |",
+        "| --- | --- |",
+        "| per-action overhead F / B / U / LOSS | " +
+        " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in UNSPLIT_COMPUTE_NAMES) + " |",
+        f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |",
+        f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |",
+        f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "
+        f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |",
+        f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "
+        f"{_f(hw.get('cpu_comm_occupancy'), '.2f')} |",
+        "",
+    ]
+
+
+def _results_section(summary: dict[str, Any]) -> list[str]:
+    """The per-schedule table, how its measured numbers were taken, what replay error means."""
+    K = summary["config"].get("repeats") or 1
+    L = ["## Results", "",
+         f"Measured = median of {K} run(s) per schedule, interleaved round-robin (each round runs the "
+         "1-rank baseline, then every schedule once, in rotated order). *noise* = interquartile "
+         "range / median of those runs; an error is marked *within noise* (≈) only when "
+         "|error| <= noise, i.e. a repeat of the measurement could have landed on the prediction.",
+         "",
+         "| schedule | predicted ms | measured ms | noise | error | replay error | util pred | util meas | "
+         "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | memory error | loss diff |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
+    L += [_result_row(r) for r in summary["rows"]]
+    L += ["",
+          "*replay error*: the simulator run with the **measured** costs of each action kind and "
+          "stage (steady window, median per repeat) instead of the predicted ones. Small replay error "
+          "with a large error means the costs were off (profile vs. the ranks' real speed: machine "
+          "load, contention, overhead); a large replay error points at the schedule/communication "
+          "model. ≈ marks an error within the noise floor."]
+    return L
+
+
+def _result_row(r: dict[str, Any]) -> str:
+    """One schedule's row of the results table."""
+    pu = " ".join(f"{u:.2f}" for u in r.get("predicted_utilization") or [])
+    mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
+    return (f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
+            f"{_ms(r['measured_iteration_time_s'])} | {_f(r.get('noise_floor'), '.1%')} | "
+            f"{_f(r['time_error'], '+.1%')}{_mark(r.get('time_error_within_noise'))} | "
+            f"{_f(r.get('replay_time_error'), '+.1%')}{_mark(r.get('replay_error_within_noise'))} | "
+            f"{pu} | {mu} | "
+            f"{_f(r['predicted_speedup'], '.2f')} | {_f(r['measured_speedup'], '.2f')} | "
+            f"{_mib(r.get('predicted_peak_memory_bytes'))} | {_mib(r.get('measured_peak_memory_bytes'))} | "
+            f"{_f(r.get('memory_error'), '+.1%')} | {_f(r.get('max_loss_rel_diff'), '.1e')} |")
+
+
+def _failures(summary: dict[str, Any]) -> list[str]:
+    """A paragraph per schedule whose run failed."""
+    return [f"\n**{r['schedule']} failed**: {r['error']}" for r in summary["rows"] if r.get("error")]
+
+
+def _aggregate_section(summary: dict[str, Any]) -> list[str]:
+    """The aggregate fidelity next to its goals (met / missed / n/a)."""
     goals = summary.get("goals_met") or {}
 
     def g(k: str) -> str:
         v = goals.get(k)
         return "n/a" if v is None else ("met" if v else "missed")
 
-    L.append("| aggregate | value | goal | |")
-    L.append("| --- | ---: | ---: | --- |")
-    L.append(f"| median abs iteration-time error | {_f(summary.get('median_abs_time_error'), '.1%')} | 3% | "
-             f"{g('median_abs_time_error')} |")
-    L.append(f"| max abs iteration-time error | {_f(summary.get('max_abs_time_error'), '.1%')} | 8% | "
-             f"{g('max_abs_time_error')} |")
-    L.append(f"| max utilization gap (mean over devices) | "
-             f"{_f(summary.get('max_abs_utilization_error_points'), '.1f')} points | 3 points | "
-             f"{g('max_abs_utilization_error_points')} |")
-    L.append(f"| max speed-up error | {_f(summary.get('max_abs_speedup_error'), '.1%')} | 5% | "
-             f"{g('max_abs_speedup_error')} |")
-    L.append(f"| max peak-memory error | {_f(summary.get('max_abs_memory_error'), '.1%')} | 5% | "
-             f"{g('max_abs_memory_error')} |")
-    L.append(f"| median / max abs replay error | {_f(summary.get('median_abs_replay_error'), '.1%')} / "
-             f"{_f(summary.get('max_abs_replay_error'), '.1%')} | 2% / 5% | "
-             f"{g('median_abs_replay_error')} / {g('max_abs_replay_error')} |")
-    L.append(f"| noise floor (median / max over schedules) | {_f(summary.get('median_noise_floor'), '.1%')} / "
-             f"{_f(summary.get('max_noise_floor'), '.1%')} | | |")
     wn, wt = summary.get("schedules_within_noise"), summary.get("schedules_with_noise_floor")
-    L.append(f"| schedules whose time error is within noise | {'n/a' if wt is None else f'{wn} of {wt}'} | | |")
-    L.append(f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |")
-    L.append("")
-    L.append("## Figures and traces")
-    L.append("")
+    return [
+        "",
+        "| aggregate | value | goal | |",
+        "| --- | ---: | ---: | --- |",
+        f"| median abs iteration-time error | {_f(summary.get('median_abs_time_error'), '.1%')} | 3% | "
+        f"{g('median_abs_time_error')} |",
+        f"| max abs iteration-time error | {_f(summary.get('max_abs_time_error'), '.1%')} | 8% | "
+        f"{g('max_abs_time_error')} |",
+        f"| max utilization gap (mean over devices) | "
+        f"{_f(summary.get('max_abs_utilization_error_points'), '.1f')} points | 3 points | "
+        f"{g('max_abs_utilization_error_points')} |",
+        f"| max speed-up error | {_f(summary.get('max_abs_speedup_error'), '.1%')} | 5% | "
+        f"{g('max_abs_speedup_error')} |",
+        f"| max peak-memory error | {_f(summary.get('max_abs_memory_error'), '.1%')} | 5% | "
+        f"{g('max_abs_memory_error')} |",
+        f"| median / max abs replay error | {_f(summary.get('median_abs_replay_error'), '.1%')} / "
+        f"{_f(summary.get('max_abs_replay_error'), '.1%')} | 2% / 5% | "
+        f"{g('median_abs_replay_error')} / {g('max_abs_replay_error')} |",
+        f"| noise floor (median / max over schedules) | {_f(summary.get('median_noise_floor'), '.1%')} / "
+        f"{_f(summary.get('max_noise_floor'), '.1%')} | | |",
+        f"| schedules whose time error is within noise | {'n/a' if wt is None else f'{wn} of {wt}'} | | |",
+        f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |",
+        "",
+    ]
+
+
+def _figures_section(summary: dict[str, Any]) -> list[str]:
+    """Links to the figures and traces, then the phase times (the report's last lines)."""
+    files = summary.get("files") or {}
+    L = ["## Figures and traces", ""]
     if files.get("iteration_time_figure"):
-        L.append(f"![predicted vs measured]({files['iteration_time_figure']})")
-        L.append("")
+        L += [f"![predicted vs measured]({files['iteration_time_figure']})", ""]
     if files.get("loss_figure"):
-        L.append(f"![emulated vs executed loss]({files['loss_figure']})")
-        L.append("")
+        L += [f"![emulated vs executed loss]({files['loss_figure']})", ""]
     for name, p in (files.get("timeline_figures") or {}).items():
         L.append(f"* {name}: [timeline]({p})" + "".join(
             f", [{k} trace]({v})" for k, v in (files.get("traces") or {}).get(name, {}).items()))
@@ -242,7 +279,7 @@ def render_report(summary: dict[str, Any]) -> str:
     L.append("")
     L.append("Phase times: " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in t.items()))
     L.append("")
-    return "\n".join(L)
+    return L
 
 
 def _attribution_section(summary: dict[str, Any]) -> list[str]:
