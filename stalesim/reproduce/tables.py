@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from stalesim.errors import StalesimError
-from stalesim.reproduce import lm_staleness
+from stalesim.reproduce import delay2026, lm_staleness
 from stalesim.reproduce.stats import paired_difference
 from stalesim.reproduce.store import seed_records
 from stalesim.summary import get as summary_get
@@ -649,24 +649,9 @@ def _summary_local(root: Path) -> list[str]:
 GPU_RENDERERS: dict[str, Callable[[Path], str]] = {"gpu-cifar10": gpu_cifar10, "gpu-2gpu": gpu_2gpu}
 
 def lm_summary_row(root: Path) -> list[str]:
-    """The summary's char-GPT row, from the AdamW study's table.csv (S = 2 rows)."""
-    rows = _csv(root / RES / "gptchar_shakespeare_staleness" / "adamw" / "table.csv")
-
-    def get(schedule: str, mitigation: str) -> tuple[float, float]:
-        r = next(r for r in rows if r["schedule"] == schedule and r["mitigation"] == mitigation
-                 and r["stages"] in ("1", "2"))
-        return float(r["val_loss_mean"]), float(r["val_loss_std"] or 0.0)
-
-    seq, bw, ef = get("sequential", "none"), get("2bw", "none"), get("2bw", "error-feedback")
-    rec = 100 * (bw[0] - ef[0]) / (bw[0] - seq[0])
-    verdict = "direction reproduces" if bw[0] > seq[0] and ef[0] < bw[0] else "direction does not reproduce"
-    return ["2BW one-step delay degrades AdamW; error feedback closes the gap (ICML 2026)",
-            "yes (decoder LMs, 100M+ params)",
-            f"char-GPT 6x32 on Shakespeare, 200 steps, 3 seeds: 2bw + AdamW **{bw[0]:.3f} ± {bw[1]:.3f}** vs "
-            f"sequential {seq[0]:.3f} ± {seq[1]:.3f} nats/char; + error feedback **{ef[0]:.3f} ± {ef[1]:.3f}** "
-            f"({rec:.0f} % of the gap recovered); {verdict}",
-            "emulator, `stalesim study --batched`",
-            "[char-GPT](#char-gpt-on-shakespeare-staleness-with-sgd-and-adamw-and-mitigations)"]
+    """The summary's one-step-delay row, from the stored 2026 comparison (AdamW and Muon, 2bw vs
+    sequential, paired by seed; :mod:`stalesim.reproduce.delay2026`)."""
+    return delay2026.summary_row(root)
 
 
 def stored_markdown(folder: str) -> Callable[[Path], str]:
@@ -709,6 +694,7 @@ def depth_scaling(root: Path) -> str:
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "depth-scaling": depth_scaling,
+    "claims-2026": delay2026.table,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
     "lm-staleness": lambda root: lm_staleness.table(root / lm_staleness.DEFAULT),
