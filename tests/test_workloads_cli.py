@@ -47,6 +47,16 @@ def test_partition_text_and_ppv(prof_path: Path, capsys) -> None:
     assert res["stage_table"][1]["time_s"] == pytest.approx(5 * 3.1e-3)
 
 
+def test_partition_of_a_profile_that_costs_nothing_says_so(tmp_path: Path, capsys) -> None:
+    # a hand-written profile with zero times: no speed-up to state, and no traceback
+    path = tmp_path / "zero.json"
+    uniform_profile(4, 0.0, 0.0, 8).to_json(path)
+    assert main(["partition", "--profile", str(path), "--stages", "2"]) == 0
+    assert "ideal pipelined speed-up n/a (the stages cost 0 s)" in capsys.readouterr().out
+    assert main(["partition", "--profile", str(path), "--stages", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ideal_speedup"] is None
+
+
 def test_partition_comm_and_memory(prof_path: Path, capsys) -> None:
     assert main(["partition", "--profile", str(prof_path), "--stages", "2", "--include-comm",
                  "--bandwidth", "1e9", "--latency", "1e-5", "--json"]) == 0

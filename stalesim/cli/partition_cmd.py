@@ -200,6 +200,7 @@ def _print_table(prof: Profile, stages: int, part: Partition, stage_rows: list[d
         label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)})"
         print(f"{r['stage']:>5} {label:<22} {r['weight_layers']:>3} {r['time_s'] * 1e3:9.3f} "
               f"{r['comm_s'] * 1e3:8.3f} {r['memory_bytes'] / 2**20:11.2f}")
-    sp = total / part.bottleneck if part.bottleneck > 0 else None
+    # a profile whose stages all cost 0 (e.g. a hand-written one) has no speed-up to state
+    sp = f"{total / part.bottleneck:.2f}x" if part.bottleneck > 0 else "n/a (the stages cost 0 s)"
     print(f"bottleneck: stage {part.bottleneck_stage} ({part.bottleneck * 1e3:.3f} ms of "
-          f"{total * 1e3:.3f} ms total; ideal pipelined speed-up {sp:.2f}x)")
+          f"{total * 1e3:.3f} ms total; ideal pipelined speed-up {sp})")
