@@ -106,3 +106,20 @@ def test_cli_batch_that_does_not_fit_is_exit_2(capsys, tmp_path, monkeypatch):
     assert rc == 2
     assert err.startswith("stalesim: error: batched: 2 runs need about") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_study_extended_with_more_seeds_resumes_into_a_fresh_batch(tmp_path):
+    """Batch folders are named by grid position: the new seeds' batch gets the finished batch's
+    folder, whose checkpoint is not theirs; they train from step 0 and the old runs are kept."""
+    first = expand(_base(), ["2bw"], [2], ["none"], [0, 1])
+    done = run_study(first, tmp_path, jobs=1, progress=False, batched=True, checkpoint_every=2)
+    assert (tmp_path / "batches" / "b00_2bw_S2" / "checkpoint.pt").is_file()
+    more = expand(_base(), ["2bw"], [2], ["none"], [0, 1, 2, 3])
+    again = run_study(more, tmp_path, jobs=1, progress=False, batched=True, checkpoint_every=2, resume=True,
+                      continue_runs=True)
+    assert [r["run_id"] for r in again] == [rid for rid, _ in more]
+    assert [r["losses"] for r in again[:2]] == [r["losses"] for r in done]
+    alone = run_study(expand(_base(), ["2bw"], [2], ["none"], [2, 3]), tmp_path / "alone", jobs=1,
+                      progress=False, batched=True)
+    for a, b in zip(again[2:], alone):
+        assert a["losses"] == pytest.approx(b["losses"], rel=1e-10)

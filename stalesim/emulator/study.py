@@ -163,7 +163,7 @@ def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_di
     with contextlib.ExitStack() as held:  # the batch's folder and its runs' folders, while it trains
         for d in (batch_dir, *run_dirs):
             held.enter_context(folder_lock(d))
-        resume = resume and (Path(batch_dir) / CKPT_NAME).is_file()
+        resume = resume and (Path(batch_dir) / CKPT_NAME).is_file() and _same_runs(Path(batch_dir), run_dirs)
         emu = BatchedEmulator(cfgs, out=batch_dir, run_dirs=run_dirs, checkpoint_every=checkpoint_every,
                               progress=False)
         summaries = emu.run(resume=resume)
@@ -171,6 +171,18 @@ def _run_batch(batch_dir: str, run_ids: list[str], cfg_dicts: list[dict], run_di
         sm["run_id"] = rid
         sm["config"] = cfg_dict
     return summaries
+
+
+def _same_runs(batch_dir: Path, run_dirs: list[str]) -> bool:
+    """Whether the checkpoint in ``batch_dir`` was made by these runs. Batch folders are named by
+    grid position, so a study re-run with more seeds gives a new set of runs the folder of a
+    finished batch: that checkpoint is another batch's, and the new one starts from step 0."""
+    try:
+        made_by = json.loads((batch_dir / "batch.json").read_text(encoding="utf-8"))["run_dirs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    # by run id (the folder's name): the same study resumed from another directory still matches
+    return [Path(d).name for d in made_by] == [Path(d).name for d in run_dirs]
 
 
 def finished_runs(out: Path, points: dict[str, dict]) -> list[dict]:
