@@ -178,45 +178,49 @@ def _advance(rk: _Rank, d: int, queues: dict[tuple[Hashable, int], deque[_Op]]) 
 
 
 def _match(sched: Schedule, queues: dict[tuple[Hashable, int], deque[_Op]], n: int) -> bool:
-    """Complete every operation at the heads of its queues that NCCL would; True if any did."""
+    """Complete every operation at the heads of its queues that NCCL would; True if any did.
+    (Point-to-point pairs are matched here, in the loop: they are most of the operations.)"""
     moved = False
     for (qk, d), q in list(queues.items()):
-        while q and _complete_head(sched, queues, qk, d, n):
+        while q:
+            op = q[0]
+            if op.what == "coll":
+                if not _complete_collective(sched, queues, qk, n):
+                    break
+                moved = True
+                continue
+            assert op.peer is not None
+            other = queues.get((qk, op.peer))
+            if not other:
+                break
+            mate = other[0]
+            if op.what == mate.what or mate.peer != d:
+                break  # both send, both receive: neither can complete (a hang)
+            if op.message != mate.message:
+                raise CommOrderError(
+                    f"schedule '{sched.name}': NCCL would pair the wrong messages: rank {d}'s "
+                    f"{op.label} meets rank {op.peer}'s {mate.label}")
+            q.popleft().done = True
+            other.popleft().done = True
             moved = True
     return moved
 
 
-def _complete_head(sched: Schedule, queues: dict[tuple[Hashable, int], deque[_Op]], qk: Hashable, d: int,
-                   n: int) -> bool:
-    """Complete the operation at the head of rank d's queue ``qk`` (and its partners') if
-    they have met; False if it must wait."""
-    op = queues[(qk, d)][0]
-    if op.what == "coll":
-        heads = [queues.get((qk, r)) for r in range(n)]
-        if not all(h for h in heads):
-            return False
-        msgs = {h[0].message for h in heads if h}
-        if len(msgs) > 1 or any(h[0].what != "coll" for h in heads if h):
-            raise CommOrderError(
-                f"schedule '{sched.name}': the all-reduces meet different operations: "
-                + "; ".join(f"rank {r}: {h[0].label}" for r, h in enumerate(heads) if h))
-        for h in heads:
-            if h:
-                h.popleft().done = True
-        return True
-    assert op.peer is not None
-    other = queues.get((qk, op.peer))
-    if not other:
+def _complete_collective(sched: Schedule, queues: dict[tuple[Hashable, int], deque[_Op]], qk: Hashable,
+                         n: int) -> bool:
+    """Complete the all-reduce at the heads of every rank's queue ``qk`` once all have it
+    there; False while one has not."""
+    heads = [queues.get((qk, r)) for r in range(n)]
+    if not all(h for h in heads):
         return False
-    mate = other[0]
-    if op.what == mate.what or mate.peer != d:
-        return False  # both send, both receive: neither can complete (a hang)
-    if op.message != mate.message:
+    msgs = {h[0].message for h in heads if h}
+    if len(msgs) > 1 or any(h[0].what != "coll" for h in heads if h):
         raise CommOrderError(
-            f"schedule '{sched.name}': NCCL would pair the wrong messages: rank {d}'s "
-            f"{op.label} meets rank {op.peer}'s {mate.label}")
-    queues[(qk, d)].popleft().done = True
-    other.popleft().done = True
+            f"schedule '{sched.name}': the all-reduces meet different operations: "
+            + "; ".join(f"rank {r}: {h[0].label}" for r, h in enumerate(heads) if h))
+    for h in heads:
+        if h:
+            h.popleft().done = True
     return True
 
 
