@@ -90,13 +90,16 @@ class Candidate:
                 "optimizer": self.optimizer, "warmup": self.warmup, "switch": self.switch}
 
 
-def mitigation_fields(name: str) -> dict[str, bool]:
-    """TrainConfig flags of a mitigation name (the study's names: ``none``, ``pipemare``...)."""
+def mitigation_fields(name: str) -> dict[str, Any]:
+    """TrainConfig fields of a mitigation name (the study's names: ``none``, ``pipemare``...):
+    flags, and for the constant Nesterov look-ahead its momentum rule (a string)."""
     from stalesim.emulator.study import MITIGATIONS
 
     if name not in MITIGATIONS:
         raise StalesimError(f"mitigations: unknown {name!r} (known: {', '.join(MITIGATIONS)})")
-    return dict(MITIGATIONS[name])
+    fields = MITIGATIONS[name]
+    assert isinstance(fields, dict)  # the study's table is untyped: its values are field dicts
+    return dict(fields)
 
 
 def emulation_config(base: TrainConfig, cand: Candidate, *, seed: int, iterations: int | None = None,
@@ -106,13 +109,13 @@ def emulation_config(base: TrainConfig, cand: Candidate, *, seed: int, iteration
     Synchronous single-loss schedules (not data-parallel: each worker's BatchNorm sees its
     own shard) collapse to the one-device run with the same micro-batching."""
     spec = get_spec(cand.schedule)
-    length = {"iterations": iterations, "epochs": epochs}
-    flags = {k: False for k in MITIGATION_FIELDS}
+    # TrainConfig fields by name (bools; a mitigation may also set a string rule)
+    flags: dict[str, Any] = {k: False for k in MITIGATION_FIELDS}
     if spec.placement_free and not spec.data_parallel:
         cfg = replace(base, schedule=FLUSH if cand.microbatches > 1 else BASELINE, stages=1, ppv=None,
                       microbatches=cand.microbatches, workers=1, fold=None, warmup=0, switch=None,
                       switch_epoch=None, stages_per_device=None, optimizer=cand.optimizer, seed=seed,
-                      **length, **flags)
+                      iterations=iterations, epochs=epochs, **flags)
     else:
         flags.update(mitigation_fields(cand.mitigation))
         cfg = replace(base, schedule=cand.schedule, stages=cand.stages,
@@ -120,14 +123,14 @@ def emulation_config(base: TrainConfig, cand: Candidate, *, seed: int, iteration
                       microbatches=cand.microbatches, workers=cand.workers, fold=None,
                       warmup=cand.warmup, switch=cand.switch, switch_epoch=None,
                       stages_per_device=cand.stages_per_device, optimizer=cand.optimizer, seed=seed,
-                      **length, **flags)
+                      iterations=iterations, epochs=epochs, **flags)
     return cfg.check()
 
 
 def run_config(base: TrainConfig, cand: Candidate, *, seed: int, iterations: int) -> TrainConfig:
     """The candidate as it runs on real ranks (``stalesim run``, the executor): its own
     schedule, stages and partition, never the shared emulation of :func:`emulation_config`."""
-    flags = {k: False for k in MITIGATION_FIELDS}
+    flags: dict[str, Any] = {k: False for k in MITIGATION_FIELDS}
     flags.update(mitigation_fields(cand.mitigation))
     return replace(base, schedule=cand.schedule, stages=cand.stages,
                    ppv=None if cand.ppv is None else list(cand.ppv), microbatches=cand.microbatches,
@@ -205,6 +208,7 @@ def grid(req: GridRequest, base: TrainConfig, blocks: int,
         core = Candidate(name, devices=req.devices, stages=shape.stages, microbatches=shape.microbatches,
                          workers=shape.workers, stages_per_device=shape.stages_per_device, ppv=ppv)
         mits = ("none",) if spec.staleness_free else req.mitigations
+        policies: list[dict[str, Any]]  # Candidate fields: the searched warm-up or switch
         if spec.switches:
             policies = [{"switch": k} for k in req.switches if k > 0]
             if not policies:  # the default switch is half of the run: not a policy of its own

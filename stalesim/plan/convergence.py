@@ -118,12 +118,14 @@ def iterations_to_loss(losses: Sequence[float | None], target: float, smooth: in
     <= ``target`` (None: never; a missing / non-finite loss ends the search: divergence)."""
     w = max(1, int(smooth))
     acc = 0.0
+    seen: list[float] = []  # the losses so far, each checked finite
     for t, x in enumerate(losses):
         if x is None or not math.isfinite(x):
             return None
+        seen.append(x)
         acc += x
         if t >= w:
-            acc -= losses[t - w]  # type: ignore[operator]
+            acc -= seen[t - w]
         if t + 1 >= w and acc / w <= target:
             return t + 1
     return None
@@ -238,10 +240,10 @@ class EmulationStore:
         if todo:
             by_id = dict(todo)
             for summary in run(todo):
-                rid = summary.get("run_id")
-                if rid in by_id:
-                    self.put(by_id[rid], summary)
-                    out[rid] = self.get(by_id[rid]) or summary
+                done_id = summary.get("run_id")
+                if done_id in by_id:
+                    self.put(by_id[done_id], summary)
+                    out[done_id] = self.get(by_id[done_id]) or summary
             self.ran += len(todo)
         return out
 

@@ -67,7 +67,7 @@ class _Op:
 class _Rank:
     # (step, ops, action index): "issue" enqueues the ops, "wait" blocks until they are done
     program: list[tuple[str, list[_Op], int]] = field(default_factory=list)
-    pc: int = 0
+    pc: int = 0  # the next step
 
 
 def _message(sched: Schedule, d: int, i: int, part: str) -> tuple:
@@ -87,108 +87,20 @@ def check_comm_order(sched: Schedule, plan: PostingPlan, group_of: GroupOf = edg
     """
     from stalesim.schedule.completion import send_release
 
-    lists = sched.device_actions
-    n = len(lists)
+    n = len(sched.device_actions)
     if release is None:
         release = send_release(sched, plan=plan)
-    ranks = [_Rank() for _ in range(n)]
-    queues: dict[tuple[Hashable, int], deque[_Op]] = {}
 
-    def p2p_queue(e: Edge) -> Hashable:
+    def p2p_queue(e: Edge) -> Hashable:  # torch's communicator key: the group and the rank pair
         return (group_of(e), min(e.src, e.dst), max(e.src, e.dst))
 
-    for d, acts in enumerate(lists):
-        prog = ranks[d].program
-        carriers = label_carriers(acts)
-        recv_ops: dict[int, list[_Op]] = {}
-        send_ops: dict[int, list[_Op]] = {}
-        ar_ops: dict[tuple, _Op] = {}
-        releases: dict[int, list[int]] = {}
-        for s_i, j in release[d].items():
-            releases.setdefault(j, []).append(s_i)
-        for i, a in enumerate(acts):
-            for r in plan.before[d].get(i, ()):
-                ra = acts[r]
-                e = edge_of(sched, ra)
-                parts = ["data"] + (["labels"] if r in carriers else [])
-                ops = [_Op(d, "recv", _message(sched, d, r, p), f"receive of {p} for {ra}", p2p_queue(e), e.src)
-                       for p in parts]
-                recv_ops[r] = ops
-                prog += [("issue", [op], i) for op in ops]
-            k = a.kind
-            if k in SEND_KINDS:
-                e = edge_of(sched, a)
-                parts = ["data"] + (["labels"] if i in carriers else [])
-                ops = [_Op(d, "send", _message(sched, d, i, p), f"send of {p} of {a}", p2p_queue(e), e.dst)
-                       for p in parts]
-                send_ops[i] = ops
-                prog += [("issue", [op], i) for op in ops]
-            elif k in RECV_KINDS:
-                prog.append(("wait", recv_ops.pop(i), i))
-            elif k is Kind.AR:
-                op = _Op(d, "coll", ("AR", a.stage, a.batch), f"all-reduce {a}", (COLLECTIVE_GROUP, -1))
-                ar_ops[(a.worker, a.stage, a.batch)] = op
-                prog.append(("issue", [op], i))
-            elif k is Kind.ARW:
-                prog.append(("wait", [ar_ops.pop((a.worker, a.stage, a.batch))], i))
-            for s_i in releases.get(i, ()):
-                prog.append(("wait", send_ops.pop(s_i), i))
-        prog.append(("wait", [op for ops in send_ops.values() for op in ops], len(acts)))
-
-    def advance(d: int) -> bool:
-        rk = ranks[d]
-        moved = False
-        while rk.pc < len(rk.program):
-            step, ops, _ = rk.program[rk.pc]
-            if step == "issue":
-                for op in ops:
-                    queues.setdefault((op.queue, d), deque()).append(op)
-            elif not all(op.done for op in ops):
-                break
-            rk.pc += 1
-            moved = True
-        return moved
-
-    def match() -> bool:
-        moved = False
-        for (qk, d), q in list(queues.items()):
-            while q:
-                op = q[0]
-                if op.what == "coll":
-                    heads = [queues.get((qk, r)) for r in range(n)]
-                    if not all(h for h in heads):
-                        break
-                    msgs = {h[0].message for h in heads if h}
-                    if len(msgs) > 1 or any(h[0].what != "coll" for h in heads if h):
-                        raise CommOrderError(
-                            f"schedule '{sched.name}': the all-reduces meet different operations: "
-                            + "; ".join(f"rank {r}: {h[0].label}" for r, h in enumerate(heads) if h))
-                    for h in heads:
-                        if h:
-                            h.popleft().done = True
-                    moved = True
-                    continue
-                assert op.peer is not None
-                other = queues.get((qk, op.peer))
-                if not other:
-                    break
-                mate = other[0]
-                if op.what == mate.what or mate.peer != d:
-                    break  # both send, both receive: neither can complete (a hang)
-                if op.message != mate.message:
-                    raise CommOrderError(
-                        f"schedule '{sched.name}': NCCL would pair the wrong messages: rank {d}'s "
-                        f"{op.label} meets rank {op.peer}'s {mate.label}")
-                q.popleft().done = True
-                other.popleft().done = True
-                moved = True
-        return moved
-
+    ranks = [_Rank(_rank_program(sched, d, plan.before[d], release[d], p2p_queue)) for d in range(n)]
+    queues: dict[tuple[Hashable, int], deque[_Op]] = {}
     while True:
         moved = False
         for d in range(n):
-            moved |= advance(d)
-        moved |= match()
+            moved |= _advance(ranks[d], d, queues)
+        moved |= _match(sched, queues, n)
         if not moved:
             break
     stuck = {d: _diagnose(sched, d, ranks[d], queues) for d in range(n)
@@ -196,6 +108,120 @@ def check_comm_order(sched: Schedule, plan: PostingPlan, group_of: GroupOf = edg
     if stuck:
         raise CommOrderError(f"schedule '{sched.name}' hangs under NCCL's ordering: "
                              + "; ".join(stuck.values()), stuck)
+
+
+_Step = tuple[str, list[_Op], int]
+
+
+def _rank_program(sched: Schedule, d: int, posts: dict[int, tuple[int, ...]], release: dict[int, int],
+                  queue_of: Callable[[Edge], Hashable]) -> list[_Step]:
+    """What rank d issues and where it blocks, in the executor's order (module doc):
+    ``posts``: the receives posted before each action; ``release``: send index -> index
+    after which it is waited on; ``queue_of``: an edge's communicator."""
+    acts = sched.device_actions[d]
+    prog: list[_Step] = []
+    carriers = label_carriers(acts)
+    recv_ops: dict[int, list[_Op]] = {}
+    send_ops: dict[int, list[_Op]] = {}
+    ar_ops: dict[tuple, _Op] = {}
+    releases: dict[int, list[int]] = {}
+    for s_i, j in release.items():
+        releases.setdefault(j, []).append(s_i)
+    for i, a in enumerate(acts):
+        for r in posts.get(i, ()):
+            recv_ops[r] = ops = _p2p_ops(sched, d, r, r in carriers, queue_of)
+            prog += [("issue", [op], i) for op in ops]
+        k = a.kind
+        if k in SEND_KINDS:
+            send_ops[i] = ops = _p2p_ops(sched, d, i, i in carriers, queue_of)
+            prog += [("issue", [op], i) for op in ops]
+        elif k in RECV_KINDS:
+            prog.append(("wait", recv_ops.pop(i), i))
+        elif k is Kind.AR:
+            op = _Op(d, "coll", ("AR", a.stage, a.batch), f"all-reduce {a}", (COLLECTIVE_GROUP, -1))
+            ar_ops[(a.worker, a.stage, a.batch)] = op
+            prog.append(("issue", [op], i))
+        elif k is Kind.ARW:
+            prog.append(("wait", [ar_ops.pop((a.worker, a.stage, a.batch))], i))
+        for s_i in releases.get(i, ()):
+            prog.append(("wait", send_ops.pop(s_i), i))
+    prog.append(("wait", [op for ops in send_ops.values() for op in ops], len(acts)))
+    return prog
+
+
+def _p2p_ops(sched: Schedule, d: int, i: int, labels: bool, queue_of: Callable[[Edge], Hashable]) -> list[_Op]:
+    """The operations of device d's send or receive action i: the data, then the labels
+    when the message carries them."""
+    a = sched.device_actions[d][i]
+    e = edge_of(sched, a)
+    parts = ["data"] + (["labels"] if labels else [])
+    if a.kind in SEND_KINDS:
+        return [_Op(d, "send", _message(sched, d, i, p), f"send of {p} of {a}", queue_of(e), e.dst)
+                for p in parts]
+    return [_Op(d, "recv", _message(sched, d, i, p), f"receive of {p} for {a}", queue_of(e), e.src)
+            for p in parts]
+
+
+def _advance(rk: _Rank, d: int, queues: dict[tuple[Hashable, int], deque[_Op]]) -> bool:
+    """Run rank d's program until it blocks on an operation not yet done; True if it moved."""
+    moved = False
+    while rk.pc < len(rk.program):
+        step, ops, _ = rk.program[rk.pc]
+        if step == "issue":
+            for op in ops:
+                queues.setdefault((op.queue, d), deque()).append(op)
+        elif not all(op.done for op in ops):
+            break
+        rk.pc += 1
+        moved = True
+    return moved
+
+
+def _match(sched: Schedule, queues: dict[tuple[Hashable, int], deque[_Op]], n: int) -> bool:
+    """Complete every operation at the heads of its queues that NCCL would; True if any did.
+    (Point-to-point pairs are matched here, in the loop: they are most of the operations.)"""
+    moved = False
+    for (qk, d), q in list(queues.items()):
+        while q:
+            op = q[0]
+            if op.what == "coll":
+                if not _complete_collective(sched, queues, qk, n):
+                    break
+                moved = True
+                continue
+            assert op.peer is not None
+            other = queues.get((qk, op.peer))
+            if not other:
+                break
+            mate = other[0]
+            if op.what == mate.what or mate.peer != d:
+                break  # both send, both receive: neither can complete (a hang)
+            if op.message != mate.message:
+                raise CommOrderError(
+                    f"schedule '{sched.name}': NCCL would pair the wrong messages: rank {d}'s "
+                    f"{op.label} meets rank {op.peer}'s {mate.label}")
+            q.popleft().done = True
+            other.popleft().done = True
+            moved = True
+    return moved
+
+
+def _complete_collective(sched: Schedule, queues: dict[tuple[Hashable, int], deque[_Op]], qk: Hashable,
+                         n: int) -> bool:
+    """Complete the all-reduce at the heads of every rank's queue ``qk`` once all have it
+    there; False while one has not."""
+    heads = [queues.get((qk, r)) for r in range(n)]
+    if not all(h for h in heads):
+        return False
+    msgs = {h[0].message for h in heads if h}
+    if len(msgs) > 1 or any(h[0].what != "coll" for h in heads if h):
+        raise CommOrderError(
+            f"schedule '{sched.name}': the all-reduces meet different operations: "
+            + "; ".join(f"rank {r}: {h[0].label}" for r, h in enumerate(heads) if h))
+    for h in heads:
+        if h:
+            h.popleft().done = True
+    return True
 
 
 def _diagnose(sched: Schedule, d: int, rk: _Rank, queues: dict) -> str:

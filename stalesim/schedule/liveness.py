@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stalesim.schedule.actions import Kind
+from stalesim.schedule.actions import Action, Kind
 from stalesim.schedule.ir import Schedule
 from stalesim.schedule.versions import VersionTable
 
@@ -186,93 +186,137 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
     from stalesim.schedule.comm import posting_plan
     from stalesim.schedule.completion import send_release
 
-    stash = sched.policy.backward_reads_forward_version
-    local = sched.local_loss
     plan = posting_plan(sched, recv_ahead=max(0, recv_ahead))
     release = send_release(sched, plan=plan)
-    out: list[list[MemorySample]] = []
-    for d, acts in enumerate(sched.device_actions):
-        posts = plan.before[d]
-        waiting: set[int] = set()  # receives posted and not yet executed
-        state: dict[tuple[int, int], _State] = {}
-        for a in acts:
-            if (a.worker, a.stage) not in state:
-                state[(a.worker, a.stage)] = _State()
-        received: dict[tuple, tuple[str, int]] = {}  # consumer key -> message, until consumed
-        grads_out: dict[tuple, int] = {}  # input gradients awaiting SEND_B / a local B
-        sent: dict[int, tuple[str, int, tuple, int]] = {}  # send index -> (kind, stage, key, release)
-        samples: list[MemorySample] = []
-        for i, a in enumerate(acts):
-            st = state[(a.worker, a.stage)]
-            k = a.kind
-            key = (a.worker, a.stage, a.batch, a.micro)
-            waiting.update(posts.get(i, ()))
-            if k is Kind.F:
-                st.pending[(a.batch, a.micro)] = a.version if a.version is not None else st.version
-                received.pop(("F",) + key, None)
-            elif k is Kind.B:
-                st.grads.add(a.batch)
-                st.pending.pop((a.batch, a.micro), None)
-                received.pop(("B",) + key, None)
-                grads_out.pop((a.worker, a.stage + 1, a.batch, a.micro), None)  # consumed here
-                if a.stage > 0 and not local:
-                    grads_out[key] = a.stage - 1
-            elif k is Kind.I:
-                v = st.pending.pop((a.batch, a.micro), None)
-                st.deferred[(a.batch, a.micro)] = (a.version if a.version is not None
-                                                   else st.version if v is None else v)
-                received.pop(("B",) + key, None)
-                grads_out.pop((a.worker, a.stage + 1, a.batch, a.micro), None)
-                if a.stage > 0 and not local:
-                    grads_out[key] = a.stage - 1
-            elif k is Kind.W:
-                st.grads.add(a.batch)
-                st.deferred.pop((a.batch, a.micro), None)
-            elif k is Kind.U:
-                st.version += 1
-                st.grads.discard(a.batch)
-            elif k is Kind.AR:
-                st.ar += 1
-            elif k is Kind.ARW:
-                st.ar -= 1
-            elif k is Kind.RECV_F or k is Kind.RECV_B:
-                waiting.discard(i)
-                fwd = k is Kind.RECV_F
-                received[("F" if fwd else "B",) + key] = (k.value, a.stage - 1 if fwd else a.stage)
-            elif k is Kind.SEND_F:
-                sent[i] = ("SEND_F", a.stage, key, release[d].get(i, len(acts)))
-            elif k is Kind.SEND_B:
-                grads_out.pop(key, None)
-                sent[i] = ("SEND_B", a.stage - 1, key, release[d].get(i, len(acts)))
-            for j in [j for j, v in sent.items() if v[3] <= i]:  # released after this action
-                del sent[j]
-            if k not in (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS):
-                continue
-            rows = []
-            for (w, s), ss in sorted(state.items()):
-                need = {ss.version} | set(ss.deferred.values())
-                if stash:
-                    need |= set(ss.pending.values())
-                rows.append((w, s, len(need), len(ss.pending) + len(ss.deferred), len(ss.grads), ss.ar,
-                             len(ss.deferred)))
-            posted = [acts[j] for j in sorted(waiting)]
-            msgs = list(received.values()) + [
-                (p.kind.value, p.stage - 1 if p.kind is Kind.RECV_F else p.stage) for p in posted]
-            msgs += [("SEND_B", s) for s in grads_out.values()]
-            for kind, s, (w, ss, t, m), _rel in sent.values():
-                sw = state[(w, ss)]
-                if kind == "SEND_B" or ((t, m) not in sw.pending and (t, m) not in sw.deferred):
-                    msgs.append((kind, s))  # a sent activation is extra once its record is gone
-            shared: list[int] = []
-            if not local:
-                for (w, s), ss in state.items():
-                    nxt = state.get((w, s + 1))
-                    if nxt is not None:
-                        alive = ss.pending.keys() | ss.deferred.keys()
-                        shared += [s] * len(alive & (nxt.pending.keys() | nxt.deferred.keys()))
-            samples.append(MemorySample(i, tuple(rows), tuple(msgs), tuple(shared)))
-        out.append(samples)
-    return out
+    return [_device_series(sched, acts, plan.before[d], release[d])
+            for d, acts in enumerate(sched.device_actions)]
+
+
+# the actions after which memory_series samples (the executor measures at the same points)
+_SAMPLED = (Kind.F, Kind.B, Kind.I, Kind.W, Kind.U, Kind.LOSS)
+_Key = tuple[int, int, int, int | None]  # (worker, stage, batch, micro)
+
+
+@dataclass
+class _Buffers:
+    """One device's message-sized buffers as memory_series walks its list."""
+
+    waiting: set[int] = field(default_factory=set)  # receives posted and not yet executed
+    received: dict[tuple, tuple[str, int]] = field(default_factory=dict)  # consumer key -> message, until consumed
+    grads_out: dict[_Key, int] = field(default_factory=dict)  # input gradients awaiting SEND_B / a local B
+    # send index -> (kind, stage whose output it has the size of, key, index after which it is released)
+    sent: dict[int, tuple[str, int, _Key, int]] = field(default_factory=dict)
+
+
+def _device_series(sched: Schedule, acts: list[Action], posts: dict[int, tuple[int, ...]],
+                   release: dict[int, int]) -> list[MemorySample]:
+    """memory_series for one device: its list walked once (``posts``: the receives posted
+    before each action; ``release``: send index -> index after which it is released)."""
+    stash = sched.policy.backward_reads_forward_version
+    local = sched.local_loss
+    state: dict[tuple[int, int], _State] = {}
+    for a in acts:
+        if (a.worker, a.stage) not in state:
+            state[(a.worker, a.stage)] = _State()
+    buf = _Buffers()
+    samples: list[MemorySample] = []
+    for i, a in enumerate(acts):
+        buf.waiting.update(posts.get(i, ()))
+        _step_state(state[(a.worker, a.stage)], a)
+        _step_buffers(buf, a, i, local, release.get(i, len(acts)))
+        for j in [j for j, v in buf.sent.items() if v[3] <= i]:  # released after this action
+            del buf.sent[j]
+        if a.kind in _SAMPLED:
+            samples.append(MemorySample(i, _stage_rows(state, stash), _messages(buf, state, acts),
+                                        () if local else _shared(state)))
+    return samples
+
+
+def _step_state(st: _State, a: Action) -> None:
+    """Action ``a``'s effect on its (worker, stage)'s versions, activations, gradients, buckets."""
+    k = a.kind
+    if k is Kind.F:
+        st.pending[(a.batch, a.micro)] = a.version if a.version is not None else st.version
+    elif k is Kind.B:
+        st.grads.add(a.batch)
+        st.pending.pop((a.batch, a.micro), None)
+    elif k is Kind.I:
+        v = st.pending.pop((a.batch, a.micro), None)
+        st.deferred[(a.batch, a.micro)] = (a.version if a.version is not None
+                                           else st.version if v is None else v)
+    elif k is Kind.W:
+        st.grads.add(a.batch)
+        st.deferred.pop((a.batch, a.micro), None)
+    elif k is Kind.U:
+        st.version += 1
+        st.grads.discard(a.batch)
+    elif k is Kind.AR:
+        st.ar += 1
+    elif k is Kind.ARW:
+        st.ar -= 1
+
+
+def _step_buffers(buf: _Buffers, a: Action, i: int, local: bool, release_at: int) -> None:
+    """Action ``a`` (index ``i``) on the device's message buffers: a forward consumes its
+    received input, a backward (B or I) its received gradient and the input gradient the
+    next stage's backward left here, and leaves its own; receives fill, sends hold until
+    ``release_at``."""
+    k = a.kind
+    key = (a.worker, a.stage, a.batch, a.micro)
+    if k is Kind.F:
+        buf.received.pop(("F",) + key, None)
+    elif k is Kind.B or k is Kind.I:
+        buf.received.pop(("B",) + key, None)
+        buf.grads_out.pop((a.worker, a.stage + 1, a.batch, a.micro), None)  # consumed here
+        if a.stage > 0 and not local:
+            buf.grads_out[key] = a.stage - 1
+    elif k is Kind.RECV_F or k is Kind.RECV_B:
+        buf.waiting.discard(i)
+        fwd = k is Kind.RECV_F
+        buf.received[("F" if fwd else "B",) + key] = (k.value, a.stage - 1 if fwd else a.stage)
+    elif k is Kind.SEND_F:
+        buf.sent[i] = ("SEND_F", a.stage, key, release_at)
+    elif k is Kind.SEND_B:
+        buf.grads_out.pop(key, None)
+        buf.sent[i] = ("SEND_B", a.stage - 1, key, release_at)
+
+
+def _stage_rows(state: dict[tuple[int, int], _State],
+                stash: bool) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+    """MemorySample.stages: per (worker, stage) on the device, in order."""
+    rows = []
+    for (w, s), ss in sorted(state.items()):
+        need = {ss.version} | set(ss.deferred.values())
+        if stash:
+            need |= set(ss.pending.values())
+        rows.append((w, s, len(need), len(ss.pending) + len(ss.deferred), len(ss.grads), ss.ar,
+                     len(ss.deferred)))
+    return tuple(rows)
+
+
+def _messages(buf: _Buffers, state: dict[tuple[int, int], _State],
+              acts: list[Action]) -> tuple[tuple[str, int], ...]:
+    """MemorySample.messages: received, posted, outgoing-gradient and held-send buffers."""
+    posted = [acts[j] for j in sorted(buf.waiting)]
+    msgs = list(buf.received.values()) + [
+        (p.kind.value, p.stage - 1 if p.kind is Kind.RECV_F else p.stage) for p in posted]
+    msgs += [("SEND_B", s) for s in buf.grads_out.values()]
+    for kind, s, (w, ss, t, m), _rel in buf.sent.values():
+        sw = state[(w, ss)]
+        if kind == "SEND_B" or ((t, m) not in sw.pending and (t, m) not in sw.deferred):
+            msgs.append((kind, s))  # a sent activation is extra once its record is gone
+    return tuple(msgs)
+
+
+def _shared(state: dict[tuple[int, int], _State]) -> tuple[int, ...]:
+    """MemorySample.shared: one s per (micro-)batch alive on both stage s and s + 1 here."""
+    shared: list[int] = []
+    for (w, s), ss in state.items():
+        nxt = state.get((w, s + 1))
+        if nxt is not None:
+            alive = ss.pending.keys() | ss.deferred.keys()
+            shared += [s] * len(alive & (nxt.pending.keys() | nxt.deferred.keys()))
+    return tuple(shared)
 
 
 def updates_during_backward_wait(sched: Schedule, stage: int, worker: int = 0) -> bool:

@@ -13,17 +13,19 @@ steady window, phases, memory counts, staleness) is asked of the IR.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
 from stalesim.schedule import Schedule, ScheduleConfig, get_spec, resolve
+from stalesim.schedule.ir import Phase
 from stalesim.schedule.registry import phases_of
-from stalesim.sim.fastpath import fast_iteration
+from stalesim.sim.fastpath import FastResult, fast_iteration
 from stalesim.sim.memory import memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
 from stalesim.sim.result import SimResult, build_result
 
 if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.events import Program, Timeline
     from stalesim.workloads.hardware import Hardware
     from stalesim.workloads.profile import Profile
 
@@ -107,109 +109,140 @@ def simulate(
     options: SimOptions | None = None,
 ) -> SimResult:
     """Simulate one configuration (see the module doc); StalesimError names the bad field."""
-    from stalesim.sim.events import (
-        busy_in_window,
-        compile_schedule,
-        program_for,
-        schedule_for,
-        simulate_program,
-    )
-
     opts = options or SimOptions()
     opts.check()
-    if isinstance(schedule, Schedule):
-        full: Schedule | None = schedule
-        cfg = schedule.config
-        phases = list(schedule.phases)
-    elif isinstance(schedule, ScheduleConfig):
-        full = None
-        cfg = resolve(schedule)
-        phases = phases_of(cfg)
-    else:
-        raise StalesimError(f"schedule: expected a ScheduleConfig or Schedule, got {type(schedule).__name__}")
-    costs_given = isinstance(workload, StageCosts)
-    profile = None if costs_given else workload
-    hw = resolve_hardware(hardware, profile)
+    given, phases = _schedule_parts(schedule)
+    hw = resolve_hardware(hardware, None if isinstance(workload, StageCosts) else workload)
     if opts.replicas > 1 or hw.cluster is not None:  # data x pipeline on a cluster
         from stalesim.sim.scale import simulate_cluster
 
         return simulate_cluster(workload, schedule, hw, opts)
-    if full is None:
-        assert cfg is not None
-        if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
-            raise StalesimError(f"ppv: {len(opts.ppv)} entries give {len(opts.ppv) + 1} stages, "
-                                f"but stages is {cfg.stages}")
-        if opts.method == "event" and cfg.compute_actions() > MAX_EVENT_ACTIONS:
-            raise StalesimError(
-                f"batches: an event simulation of about {cfg.compute_actions():,} actions takes minutes "
-                f"(at most {MAX_EVENT_ACTIONS:,}); use the closed form (method fast) or fewer batches")
-        prog = program_for(cfg) if opts.method == "event" else None
-        sched = prog.sched if prog is not None else schedule_for(_short(cfg))
-    else:
-        sched = full
-        prog = compile_schedule(full) if opts.method == "event" else None
-    S, N = sched.stages, phases[-1].last if phases else sched.batches
-    if costs_given:
-        costs = workload  # type: ignore[assignment]
-        B = costs.batch_size
-        if costs.stages != S:
-            raise StalesimError(f"stages: {S} requested, the stage costs have {costs.stages}")
-    else:
-        if profile is None:
-            raise StalesimError("profile: give a profile or stage costs")
-        B = opts.batch_size or profile.batch_size
-        ab = sched.action_batch_size(B)
-        cuts, ppv_used = resolve_cuts(profile, S, opts.ppv, B)
-        costs = stage_costs(profile, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv_used)
+    sched, prog = _compile(given, opts)
+    N = phases[-1].last if phases else sched.batches
+    costs, B = _stage_costs(workload, sched, opts)
     # a user's own order (--schedule-file) has no generator, so no closed form: the event
     # simulation alone times it
     fast = fast_iteration(sched, costs, hw, phases=phases) if phases else None
-    if fast is None and prog is None:
+    if prog is not None:
+        from stalesim.sim.events import simulate_program
+
+        timeline = simulate_program(prog, costs, hw, workers=sched.workers)
+        timing = _event_timing(sched, timeline, phases, N)
+    elif fast is not None:
+        timeline, timing = None, _fast_timing(fast)
+    else:
         raise StalesimError(f"method: {sched.name!r} is a user's order without a closed form; "
                             "use the event simulation")
-    timeline = None
-    if prog is not None:
-        timeline = simulate_program(prog, costs, hw, workers=sched.workers)
-        done = timeline.batch_done
-        win = sched.steady_window()
-        if win is None or win[1] <= win[0]:  # no steady state: the run's mean, no window
-            it = timeline.makespan / N
-            lo, hi = 0, timeline.makespan
-            window = []
-        else:
-            k0, k1 = win
-            it = (done[k1] - done[k0]) / (k1 - k0)
-            lo, hi = done[k0], done[k1]
-            window = [k0, k1]
-        busy = busy_in_window(timeline, lo, hi)
-        span = max(1, hi - lo)
-        util = [b / span for b in busy]  # checked/clipped by the plausibility pass
-        makespan = timeline.makespan
-        phase_end = [done[p.last - 1] / NS for p in phases]
-    else:
-        assert fast is not None
-        it = fast.iteration_ns
-        util = [b / it if it else 0.0 for b in fast.busy_ns]  # checked by the plausibility pass
-        makespan = fast.makespan_ns
-        window = []
-        phase_end = []
     mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
                         recv_ahead=opts.recv_ahead, gradient_shards=opts.gradient_shards,
                         weight_shards=opts.weight_shards)
+    util = timing.utilization
     return build_result(
         sched, costs, hw, mem.stages, method=opts.method, microbatches=sched.microbatches,
         workers=sched.workers, devices=sched.num_devices, batches=N, batch_size=B,
-        iteration_ns=it, makespan_ns=makespan, utilization=util,
+        iteration_ns=timing.iteration_ns, makespan_ns=timing.makespan_ns, utilization=util,
         mean_utilization=sum(util) / len(util) if util else 0.0,
-        peak_memory_bytes=mem.peak_bytes, memory_breakdown=mem.breakdown, steady_window=window,
-        phases=[dict(asdict(p), **({"end_s": e} if phase_end else {}))
-                for p, e in zip(phases, phase_end or [None] * len(phases))],
+        peak_memory_bytes=mem.peak_bytes, memory_breakdown=mem.breakdown, steady_window=timing.window,
+        phases=_phase_rows(phases, timing.phase_end),
         timeline=timeline if opts.keep_timeline else None,
         schedule_fingerprint=sched.fingerprint() if prog is not None else None,
         fast_iteration_time_s=None if fast is None else fast.iteration_ns / NS,
         fast_formula="" if fast is None else fast.formula,
         notes=[],
     )
+
+
+def _schedule_parts(schedule: ScheduleConfig | Schedule) -> tuple[Schedule | ScheduleConfig, list[Phase]]:
+    """The schedule as given (a built one is simulated as it is) or its resolved
+    configuration, and the run's phases."""
+    if isinstance(schedule, Schedule):
+        return schedule, list(schedule.phases)
+    if isinstance(schedule, ScheduleConfig):
+        cfg = resolve(schedule)
+        return cfg, phases_of(cfg)
+    raise StalesimError(f"schedule: expected a ScheduleConfig or Schedule, got {type(schedule).__name__}")
+
+
+def _compile(given: Schedule | ScheduleConfig, opts: SimOptions) -> tuple[Schedule, Program | None]:
+    """The schedule to simulate and, for the event simulation, its compiled program (a
+    configuration's are cached per process; the fast path needs only a short build)."""
+    from stalesim.sim.events import compile_schedule, program_for, schedule_for
+
+    if isinstance(given, Schedule):
+        return given, compile_schedule(given) if opts.method == "event" else None
+    cfg = given
+    if opts.ppv is not None and cfg.stages != len(opts.ppv) + 1:
+        raise StalesimError(f"ppv: {len(opts.ppv)} entries give {len(opts.ppv) + 1} stages, "
+                            f"but stages is {cfg.stages}")
+    if opts.method == "event" and cfg.compute_actions() > MAX_EVENT_ACTIONS:
+        raise StalesimError(
+            f"batches: an event simulation of about {cfg.compute_actions():,} actions takes minutes "
+            f"(at most {MAX_EVENT_ACTIONS:,}); use the closed form (method fast) or fewer batches")
+    prog = program_for(cfg) if opts.method == "event" else None
+    return (prog.sched if prog is not None else schedule_for(_short(cfg))), prog
+
+
+def _stage_costs(workload: Profile | StageCosts, sched: Schedule, opts: SimOptions) -> tuple[StageCosts, int]:
+    """The stage costs and the mini-batch size: as given, or the profile partitioned over
+    the schedule's stages (``opts.ppv`` or min-max) and priced at its action batch size."""
+    S = sched.stages
+    if isinstance(workload, StageCosts):
+        if workload.stages != S:
+            raise StalesimError(f"stages: {S} requested, the stage costs have {workload.stages}")
+        return workload, workload.batch_size
+    if workload is None:
+        raise StalesimError("profile: give a profile or stage costs")
+    B = opts.batch_size or workload.batch_size
+    ab = sched.action_batch_size(B)
+    cuts, ppv_used = resolve_cuts(workload, S, opts.ppv, B)
+    return stage_costs(workload, cuts, batch_size=B, action_batch=ab, loss_s=opts.loss_s, ppv=ppv_used), B
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """What either path measured: ns per mini-batch, per-device utilization (checked and
+    clipped by the plausibility pass), and for the event simulation the steady window
+    and each phase's end (seconds)."""
+
+    iteration_ns: float
+    makespan_ns: float
+    utilization: list[float]
+    window: list[int]
+    phase_end: list[float]
+
+
+def _event_timing(sched: Schedule, timeline: Timeline, phases: list[Phase], N: int) -> _Timing:
+    """Iteration time and utilization over the steady window (no steady state: the run's mean)."""
+    from stalesim.sim.events import busy_in_window
+
+    done = timeline.batch_done
+    win = sched.steady_window()
+    if win is None or win[1] <= win[0]:  # no steady state: the run's mean, no window
+        it = timeline.makespan / N
+        lo, hi = 0, timeline.makespan
+        window: list[int] = []
+    else:
+        k0, k1 = win
+        it = (done[k1] - done[k0]) / (k1 - k0)
+        lo, hi = done[k0], done[k1]
+        window = [k0, k1]
+    busy = busy_in_window(timeline, lo, hi)
+    span = max(1, hi - lo)
+    return _Timing(it, timeline.makespan, [b / span for b in busy], window,
+                   [done[p.last - 1] / NS for p in phases])
+
+
+def _phase_rows(phases: list[Phase], phase_end: list[float]) -> list[dict[str, Any]]:
+    """SimResult.phases: each phase's fields, with its end (seconds) where the run timed it."""
+    if not phase_end:
+        return [asdict(p) for p in phases]
+    return [dict(asdict(p), end_s=e) for p, e in zip(phases, phase_end)]
+
+
+def _fast_timing(fast: FastResult) -> _Timing:
+    """The closed form's iteration, makespan and utilization (no window, no phase ends)."""
+    it = fast.iteration_ns
+    return _Timing(it, fast.makespan_ns, [b / it if it else 0.0 for b in fast.busy_ns], [], [])
 
 
 def default_batches(cfg: ScheduleConfig) -> int:

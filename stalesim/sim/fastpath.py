@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from stalesim.errors import StalesimError
 from stalesim.schedule import Phase, Schedule, get_spec
 from stalesim.schedule.liveness import in_flight_per_stage
+from stalesim.schedule.spec import ScheduleSpec
 from stalesim.sim.model import SimHardware, StageCosts
 
 
@@ -79,8 +80,8 @@ class _Pipe:
     B: list[float]
     U: list[float]
     loss: list[float]
-    T: list[float]
-    ser: list[float]
+    T: Sequence[float]
+    ser: Sequence[float]
     lat: float
     crosses: list[bool]
     dev: list[int]
@@ -100,13 +101,14 @@ def _pipe(sched: Schedule, costs: StageCosts, hw: SimHardware) -> _Pipe:
     cpu = [hw.cpu_ns(T[s]) for s in range(S)]
     local = sched.local_loss
     L = costs.loss_ns
-    loss = [L if sched.has_loss(s) else 0 for s in range(S)]
-    F = [costs.f_ns[s] + (cpu[s - 1] if s > 0 else 0) + cpu[s] for s in range(S)]
+    loss: list[float] = [L if sched.has_loss(s) else 0 for s in range(S)]
+    F: list[float] = [costs.f_ns[s] + (cpu[s - 1] if s > 0 else 0) + cpu[s] for s in range(S)]
+    B: list[float]
     if local:
         B = list(costs.b_ns)
     else:
         B = [costs.b_ns[s] + cpu[s] + (cpu[s - 1] if s > 0 else 0) for s in range(S)]
-    U = list(costs.u_ns)
+    U: list[float] = list(costs.u_ns)
     # per-action runtime costs (StageCosts.gap_ns / comm_ns) folded into the action they
     # accompany: a forward's send/receive into F, a backward's into B (the event engine
     # places them exactly; here they only lengthen the stage)
@@ -173,7 +175,7 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
             timed.append((p, *_phase_time(spec, pipe, inflight)))
     if not sched.has_steady_state:
         total = 0.0
-        terms: dict[str, float] = {}
+        terms = {}
         for p, it, kind, _t in timed:
             total += (p.batches + pipe.S - 1) * it if kind == "periodic" else p.batches * it
             terms[f"{p.schedule}_{p.first}_{p.last}_ns"] = it
@@ -194,7 +196,7 @@ def fast_iteration(sched: Schedule, costs: StageCosts, hw: SimHardware, *,
     return FastResult(it, before + last.batches * it, list(pipe.busy), formula, terms)
 
 
-def _phase_time(spec, pipe: _Pipe, inflight: list[int]) -> tuple[float, str, dict[str, float]]:
+def _phase_time(spec: ScheduleSpec, pipe: _Pipe, inflight: list[int]) -> tuple[float, str, dict[str, float]]:
     """(ns per batch, closed-form family, terms) of one phase's schedule."""
     kind = spec.fast_path
     P = pipe
@@ -215,7 +217,8 @@ def _phase_time(spec, pipe: _Pipe, inflight: list[int]) -> tuple[float, str, dic
     raise StalesimError(f"schedule: no fast path {kind!r} for a pipeline schedule")
 
 
-def _periodic(S, F, B, U, loss, T, busy, chan_max, inflight):
+def _periodic(S: int, F: list[float], B: list[float], U: list[float], loss: list[float], T: Sequence[float],
+              busy: list[float], chan_max: float, inflight: list[int] | None) -> tuple[float, dict[str, float]]:
     """Bottleneck work per batch; with ``inflight`` (whole-batch pipelines whose
     backward crosses stages) also each stage's round trip over the batches it keeps
     in flight (the liveness pass's count: S - s for PipeDream, 2(S-1-s)+1 stale)."""
@@ -232,7 +235,8 @@ def _periodic(S, F, B, U, loss, T, busy, chan_max, inflight):
     return period, terms
 
 
-def _sequential(S, F, B, U, loss, T, dev):
+def _sequential(S: int, F: list[float], B: list[float], U: list[float], loss: list[float], T: Sequence[float],
+                dev: list[int]) -> tuple[float, list[float]]:
     off = [0.0] * S  # when F(s) starts within the batch
     t = 0.0
     for s in range(S):
@@ -252,7 +256,9 @@ def _sequential(S, F, B, U, loss, T, dev):
     return it, end_u
 
 
-def _one_f_one_b(S, M, F, B, U, loss, ser, lat, crosses, dev):
+def _one_f_one_b(S: int, M: int, F: list[float], B: list[float], U: list[float], loss: list[float],
+                 ser: Sequence[float], lat: float, crosses: list[bool],
+                 dev: list[int]) -> tuple[float, dict[str, float]]:
     """One flush of 1F1B evaluated exactly: each stage walks its 1F1B order
     (S-1-s warm-up forwards), an action starts when its stage is free and its
     input has arrived; channels are FIFO. O(S M), no events.
@@ -389,7 +395,8 @@ def _flow(ps: list[float], delays: float, M: int) -> float:
     return sum(ps) + delays + (M - 1) * max(ps, default=0.0)
 
 
-def _gpipe(S, M, F, B, U, loss, T, ser, lat, crosses):
+def _gpipe(S: int, M: int, F: list[float], B: list[float], U: list[float], loss: list[float], T: Sequence[float],
+           ser: Sequence[float], lat: float, crosses: list[bool]) -> tuple[float, dict[str, float]]:
     # forward: machines stage 0, channel 0, stage 1, ..., stage S-1 (+ loss)
     ps: list[float] = []
     delays = 0.0
@@ -439,7 +446,7 @@ def _data_parallel(kind: str, costs: StageCosts, hw: SimHardware, P: int, batche
                           {"t_comp_ns": t_comp, "t_update_ns": t_up, "t_comm_ns": t_comm,
                            "synchronous_ns": t_comp + t_up + t_comm})
     # dp: buckets all-reduced as backwards finish, FIFO ring, then updates
-    t = sum(F) + L
+    t: float = sum(F) + L
     ring = 0.0
     done = [0.0] * S
     for s in reversed(range(S)):

@@ -25,6 +25,7 @@ use the hierarchical model; two representative workers are simulated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ from stalesim.schedule.ir import MAX_COMPUTE_ACTIONS
 from stalesim.schedule.registry import phases_of
 from stalesim.sim.cluster import Layout, comm_plan, replicate, send_pairs
 from stalesim.sim.events import Program, Timeline, compile_schedule, simulate_program
-from stalesim.sim.memory import memory_report
+from stalesim.sim.memory import MemoryReport, memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
 from stalesim.sim.periodic import Period, busy_at, detect
 from stalesim.sim.result import SimResult, build_result
@@ -83,8 +84,7 @@ def _run(cfg: ScheduleConfig, reps: list[int], P: int, layout: Layout, costs: St
          hw: SimHardware, bucket_bytes: int | None, check: bool) -> _Run:
     prog = _program(cfg, len(reps), P > 1, check)
     sched = prog.sched
-    slot = [0 if sched.data_parallel else sched.device_of(s) for s in range(sched.stages)]
-    plan = comm_plan(sched, layout, reps, costs, hw, bucket_bytes=bucket_bytes, stage_slot=slot)
+    plan = comm_plan(sched, layout, reps, costs, hw, bucket_bytes=bucket_bytes, stage_slot=_stage_slots(sched))
     tl = simulate_program(prog, costs, hw, workers=len(reps), comm=plan)
     n = sched.batches
     done = list(tl.batch_done)
@@ -217,68 +217,115 @@ def _costs(workload: Profile | StageCosts, cfg: ScheduleConfig, P: int, M: int, 
 def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int, layout: Layout,
             classes: list[tuple[int, int]], reps: list[int], costs: StageCosts, hw: SimHardware,
             opts: SimOptions, run: _Run, per: Period | None) -> SimResult:
+    """The long run's result from the representatives' short run (and its period)."""
     sched = run.prog.sched
-    S = sched.stages
-    D = layout.per_replica
-    j = per.inserted if per is not None else 0
-    shift = per.shift_ns if per is not None else 0
-
-    def done(k: int) -> int:
-        if per is None:
-            return run.done[k]
-        src, q = per.source(k)
-        return run.done[src] + q * shift
-
-    long_run = replace(sched, batches=N, phases=tuple(phases))
-    win = long_run.steady_window()
-    makespan = run.tl.makespan + j * shift
-    if win is None or win[1] <= win[0]:
-        lo_k, hi_k = 0, N
-        it = makespan / N
-        lo_t, hi_t = 0, makespan
-        window: list[int] = []
-    else:
-        lo_k, hi_k = win
-        lo_t, hi_t = done(lo_k), done(hi_k)
-        it = (hi_t - lo_t) / (hi_k - lo_k)
-        window = [lo_k, hi_k]
+    done = _long_done(run, per)
+    makespan = run.tl.makespan + (per.inserted * per.shift_ns if per is not None else 0)
+    lo_k, hi_k, lo_t, hi_t, window = _steady_span(replace(sched, batches=N, phases=tuple(phases)), N,
+                                                   makespan, done)
+    it = (hi_t - lo_t) / (hi_k - lo_k) if window else makespan / N
     # busy per device over [lo_t, hi_t]: the sum of the busy time between consecutive completions
     if window:
         busy = _mapped_sum(run.inc, lo_k, hi_k, per)
     else:  # no steady window: the whole run, never extrapolated (no period to repeat)
         busy = busy_at(run.tl, [run.tl.makespan])[:, 0]
-    span = max(1, hi_t - lo_t)
     waits = _mapped_sum(run.waits, lo_k, hi_k, per) / max(1, hi_k - lo_k)
     mem = memory_report(sched, costs, optimizer_state_factor=opts.optimizer_state_factor,
                         gradient_shards=opts.gradient_shards, weight_shards=opts.weight_shards)
-    roles: list[dict[str, Any]] = []
-    util: list[float] = []
-    weights: list[int] = []
-    peaks: list[int] = []
-    breakdown: list[dict[str, int]] = []
-    stage_on = [[s for s in range(S) if (0 if sched.data_parallel else sched.device_of(s)) == d] for d in range(D)]
+    roles = _device_roles(sched, layout, classes, reps, busy, max(1, hi_t - lo_t), mem)
+    slots = _stage_slots(sched)
+    ar = [sum(b) / NS for b in comm_plan(sched, layout, reps, costs, hw, bucket_bytes=opts.bucket_bytes,
+                                         stage_slot=slots).ar_buckets]
+    notes = []
+    if opts.method == "fast":
+        notes.append("no closed form for replicas on a cluster: the symmetric event simulation answered "
+                     "(exact, see docs/simulator.md)")
+    return build_result(
+        sched, costs, hw, mem.stages, method="symmetric" if opts.symmetry else "event",
+        microbatches=M, workers=P, devices=layout.devices, batches=N, batch_size=costs.batch_size,
+        iteration_ns=it, makespan_ns=makespan, utilization=roles.util, mean_utilization=roles.mean_util(),
+        peak_memory_bytes=roles.peaks, memory_breakdown=roles.breakdown, steady_window=window,
+        phases=[{"schedule": p.schedule, "first": p.first, "last": p.last, "end_s": done(p.last - 1) / NS}
+                for p in phases],
+        timeline=run.tl if opts.keep_timeline else None,
+        schedule_fingerprint=None, fast_iteration_time_s=None, fast_formula="", notes=notes,
+        device_roles=roles.roles, allreduce_s=ar, allreduce_exposed_s=[float(w) / NS for w in waits],
+        cluster={**layout.to_dict(), "bucket_bytes": opts.bucket_bytes,
+                 "allreduce_groups": [_group(layout.group_per_node(slot)) for slot in slots]},
+        symmetry=_symmetry(classes, reps, run, per),
+    )
+
+
+def _stage_slots(sched: Schedule) -> list[int]:
+    """Per stage, its device within a replica (0 for a data-parallel schedule: one device
+    per worker)."""
+    return [0 if sched.data_parallel else sched.device_of(s) for s in range(sched.stages)]
+
+
+def _long_done(run: _Run, per: Period | None) -> Callable[[int], int]:
+    """When batch k of the long run completes: its source batch in the short run, plus one
+    period's shift per period inserted before it."""
+    def done(k: int) -> int:
+        if per is None:
+            return run.done[k]
+        src, q = per.source(k)
+        return run.done[src] + q * per.shift_ns
+
+    return done
+
+
+def _steady_span(long_run: Schedule, N: int, makespan: int,
+                 done: Callable[[int], int]) -> tuple[int, int, int, int, list[int]]:
+    """(first batch, end batch, start ns, end ns, steady window) the iteration time is
+    measured over: the long run's steady window, or the whole run (window [])."""
+    win = long_run.steady_window()
+    if win is None or win[1] <= win[0]:
+        return 0, N, 0, makespan, []
+    lo_k, hi_k = win
+    return lo_k, hi_k, done(lo_k), done(hi_k), [lo_k, hi_k]
+
+
+@dataclass
+class _Roles:
+    """Per device role (a representative's device standing for ``weights`` devices)."""
+
+    roles: list[dict[str, Any]]
+    util: list[float]
+    weights: list[int]
+    peaks: list[int]
+    breakdown: list[dict[str, int]]
+
+    def mean_util(self) -> float:
+        """Mean utilization over every device of the cluster."""
+        return sum(u * w for u, w in zip(self.util, self.weights)) / max(1, sum(self.weights))
+
+
+def _device_roles(sched: Schedule, layout: Layout, classes: list[tuple[int, int]], reps: list[int],
+                  busy: np.ndarray, span: int, mem: MemoryReport) -> _Roles:
+    """One role per device of each replica class's representative, in class order."""
+    D = layout.per_replica
+    slots = _stage_slots(sched)
+    stage_on = [[s for s in range(sched.stages) if slots[s] == d] for d in range(D)]
+    out = _Roles([], [], [], [], [])
     for i, (rep, count) in enumerate(classes):
         w = reps.index(rep)
         for d in range(D):
             dev = w * D + d
             u = min(1.0, int(busy[dev]) / span)
-            util.append(u)
-            weights.append(count)
-            peaks.append(mem.peak_bytes[dev])
-            breakdown.append(mem.breakdown[dev])
-            roles.append({"role": f"class {i} device {d}", "stages": stage_on[d], "devices": count,
-                          "first_replica": rep, "global_device": layout.global_device(rep, d),
-                          "node": layout.node(rep, d), "utilization": u,
-                          "peak_memory_bytes": mem.peak_bytes[dev]})
-    mean_util = sum(u * w for u, w in zip(util, weights)) / max(1, sum(weights))
-    ar = [sum(b) / NS for b in comm_plan(sched, layout, reps, costs, hw, bucket_bytes=opts.bucket_bytes,
-                                         stage_slot=[0 if sched.data_parallel else sched.device_of(s)
-                                                     for s in range(S)]).ar_buckets]
-    notes = []
-    if opts.method == "fast":
-        notes.append("no closed form for replicas on a cluster: the symmetric event simulation answered "
-                     "(exact, see docs/simulator.md)")
-    symmetry = {
+            out.util.append(u)
+            out.weights.append(count)
+            out.peaks.append(mem.peak_bytes[dev])
+            out.breakdown.append(mem.breakdown[dev])
+            out.roles.append({"role": f"class {i} device {d}", "stages": stage_on[d], "devices": count,
+                              "first_replica": rep, "global_device": layout.global_device(rep, d),
+                              "node": layout.node(rep, d), "utilization": u,
+                              "peak_memory_bytes": mem.peak_bytes[dev]})
+    return out
+
+
+def _symmetry(classes: list[tuple[int, int]], reps: list[int], run: _Run, per: Period | None) -> dict[str, Any]:
+    """What the symmetric shortcut simulated (SimResult.symmetry)."""
+    return {
         "replica_classes": len(classes), "representatives_simulated": len(reps),
         "batches_simulated": run.n, "extrapolated": per is not None,
         "period_batches": per.length if per is not None else None,
@@ -286,20 +333,6 @@ def _result(cfg: ScheduleConfig, spec: Any, phases: list, N: int, P: int, M: int
         "periodic_from_batch": per.first if per is not None else None,
         "actions_simulated": run.prog.n_actions,
     }
-    return build_result(
-        sched, costs, hw, mem.stages, method="symmetric" if opts.symmetry else "event",
-        microbatches=M, workers=P, devices=layout.devices, batches=N, batch_size=costs.batch_size,
-        iteration_ns=it, makespan_ns=makespan, utilization=util, mean_utilization=mean_util,
-        peak_memory_bytes=peaks, memory_breakdown=breakdown, steady_window=window,
-        phases=[{"schedule": p.schedule, "first": p.first, "last": p.last, "end_s": done(p.last - 1) / NS}
-                for p in phases],
-        timeline=run.tl if opts.keep_timeline else None,
-        schedule_fingerprint=None, fast_iteration_time_s=None, fast_formula="", notes=notes,
-        device_roles=roles, allreduce_s=ar, allreduce_exposed_s=[float(w) / NS for w in waits],
-        cluster={**layout.to_dict(), "bucket_bytes": opts.bucket_bytes, "allreduce_groups": [
-            _group(layout.group_per_node(0 if sched.data_parallel else sched.device_of(s))) for s in range(S)]},
-        symmetry=symmetry,
-    )
 
 
 def _group(per_node: list[int]) -> dict[str, int]:

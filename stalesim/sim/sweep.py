@@ -27,10 +27,13 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stalesim.errors import StalesimError
 from stalesim.units import fmt_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.profile import Profile
 
 COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "microbatches", "workers", "devices",
            "ppv", "device", "link",
@@ -192,7 +195,7 @@ class _Worker:
         return row
 
 
-def sweep(profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
+def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
           batch_size: int | None = None, batches: int | None = None,
           extrapolate: str | None = None, cluster: dict[str, Any] | None = None,
           force_retime: bool = True) -> list[dict[str, Any]]:
@@ -286,8 +289,10 @@ def mark(row: dict[str, Any]) -> str:
 
 # marker per cost source (as in the demo figure): filled measured, half interpolated,
 # hollow extrapolated, square roofline
-_MARKERS = {"measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
-            "extrapolated": ("o", "none"), "given": ("D", "full")}
+_Fill = Literal["full", "left", "right", "bottom", "top", "none"]  # matplotlib's fill styles
+_MARKERS: dict[str, tuple[str, _Fill]] = {
+    "measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
+    "extrapolated": ("o", "none"), "given": ("D", "full")}
 
 
 def plot(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
