@@ -273,3 +273,38 @@ def test_checkpoints_use_the_public_interface() -> None:
 ])
 def test_the_private_read_check_itself(snippet: str, hit: bool) -> None:
     assert bool(list(_private_reads(ast.parse(snippet)))) is hit
+
+
+# Functions that are declarative tables (one literal entry per case or schedule, no logic): the
+# length limit is for logic a reader must follow, and a table is read one row at a time.
+TABLES = {"stalesim.checks.probe_inputs:cases", "stalesim.schedule.registry:_specs"}
+MAX_FUNCTION_LINES = 80
+MAX_METHODS = 25
+
+
+def _sizes(tree: ast.Module) -> Iterator[tuple[str, str, int]]:
+    """("function" | "class", name, size): a function's lines, a class's own methods."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield "function", node.name, (node.end_lineno or node.lineno) - node.lineno + 1
+        elif isinstance(node, ast.ClassDef):
+            methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            yield "class", node.name, len(methods)
+
+
+def test_functions_and_classes_stay_small() -> None:
+    too_big = []
+    for mod, path in MODULES.items():
+        for kind, name, size in _sizes(ast.parse(path.read_text(encoding="utf-8"))):
+            limit = MAX_FUNCTION_LINES if kind == "function" else MAX_METHODS
+            if size > limit and f"{mod}:{name}" not in TABLES:
+                too_big.append(f"{mod}:{name} ({kind}, {size})")
+    assert not too_big, f"over {MAX_FUNCTION_LINES} lines / {MAX_METHODS} methods: {too_big}"
+
+
+def test_the_size_check_itself() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    sizes = list(_sizes(ast.parse(f"def long():\n{body}\n")))
+    assert sizes == [("function", "long", MAX_FUNCTION_LINES + 1)]
+    methods = "\n".join(f"    def m{i}(self): pass" for i in range(3))
+    assert ("class", "C", 3) in _sizes(ast.parse(f"class C:\n{methods}\n"))
