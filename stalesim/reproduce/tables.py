@@ -664,24 +664,33 @@ def stored_markdown(folder: str) -> Callable[[Path], str]:
 
 
 DEPTH = "depth_scaling_2026-11-26"
+# the 32-block model's study (S = 1..32), the same targets
+DEPTH32 = "depth_scaling_32_2026-11-26"
 # (stored table, target) of the depth study: the target fixed before the run, then the one added after
 DEPTH_TABLES = (("depth.csv", 2.9), ("depth_target3.3.csv", 3.3))
 
 
-def depth_scaling(root: Path) -> str:
-    """Iterations to the target per S, with the slowdown vs S = 1, from the depth study's stored
-    ``depth.csv`` files (one study per optimizer; :mod:`stalesim.plan.depth` wrote them)."""
+def depth_table(root: Path, folder: str, tables: tuple[tuple[str, float], ...] = DEPTH_TABLES) -> str:
+    """Iterations to the target per S, with the slowdown vs S = 1, from a depth study's stored
+    ``depth.csv`` files (one study per optimizer; :mod:`stalesim.plan.depth` wrote them); a
+    column per stage count the study ran, a row per target whose tables are stored."""
     from stalesim.plan.depth import read_depth_csv
 
     names = {("adamw", "none"): "AdamW", ("adamw", "basis-rotation"): "AdamW + basis rotation",
              ("muon", "none"): "Muon"}
-    lines = ["| target | optimizer | S = 1 | S = 2 | S = 4 | S = 8 |", "| --- | --- | ---: | ---: | ---: | ---: |"]
-    for fname, target in DEPTH_TABLES:
-        rows = [r for opt in ("adamw", "muon") for r in read_depth_csv(root / RES / DEPTH / opt / fname)]
+    found = [(f, t) for f, t in tables if all((root / RES / folder / o / f).is_file() for o in ("adamw", "muon"))]
+    if not found:
+        raise StalesimError(f"{RES / folder}: no stored depth tables ({', '.join(f for f, _ in tables)})")
+    per = {f: [r for opt in ("adamw", "muon") for r in read_depth_csv(root / RES / folder / opt / f)]
+           for f, _ in found}
+    depths = sorted({r["stages"] for rows in per.values() for r in rows})
+    lines = ["| target | optimizer | " + " | ".join(f"S = {s}" for s in depths) + " |",
+             "| --- | --- | " + " | ".join("---:" for _ in depths) + " |"]
+    for fname, target in found:
         for key, label in names.items():
             cells = []
-            for S in (1, 2, 4, 8):
-                r = next(x for x in rows if (x["optimizer"], x["mitigation"]) == key and x["stages"] == S)
+            for S in depths:
+                r = next(x for x in per[fname] if (x["optimizer"], x["mitigation"]) == key and x["stages"] == S)
                 if r["iterations_mean"] is None:
                     cells.append(f"not reached in {r['horizon']}, **> {r['slowdown_at_least']:.2f}x**")
                     continue
@@ -691,9 +700,20 @@ def depth_scaling(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def depth_scaling(root: Path) -> str:
+    """The first depth study's table (8 blocks, S = 1..8)."""
+    return depth_table(root, DEPTH)
+
+
+def depth_scaling_32(root: Path) -> str:
+    """The 32-block study's table (S = 1..32)."""
+    return depth_table(root, DEPTH32)
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "depth-scaling": depth_scaling,
+    "depth-scaling-32": depth_scaling_32,
     "claims-2026": delay2026.table,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
