@@ -48,6 +48,8 @@ def test_gaps_pair_by_seed_and_the_verdicts_follow_the_rules(tmp_path: Path) -> 
     text = d.table(root)
     assert "AdamW gap +0.310" in text and "not tested" in text
     assert text.count("| reproduced |") == 2
+    seeds = d.seed_table(root)
+    assert "| AdamW | 0, 1, 2 | 2.000, 2.100, 2.200 | 2.300, 2.420, 2.510 | 2.150, 2.260, 2.355 |" in seeds
 
 
 def test_a_delay_that_hurts_nobody_is_not_reproduced(tmp_path: Path) -> None:

@@ -196,3 +196,18 @@ def summary_row(root: Path, folder: Path = DELAY) -> list[str]:
             f"{100 * m.recovered:.0f} % (Muon)",
             "emulator, `stalesim study --batched`",
             "[one-step delay](#one-step-delay-adamw-vs-muon-and-error-feedback-char-gpt-shakespeare)"]
+
+
+def seed_table(root: Path, folder: Path = DELAY) -> str:
+    """Per-seed final validation losses of the stored comparison (a row per optimizer)."""
+    lines = ["| optimizer | seeds | sequential | 2bw | 2bw + error feedback |", "| --- | --- | --- | --- | --- |"]
+    for opt in OPTIMIZERS:
+        e = delay_effect(root / folder / opt, opt)
+        seeds = sorted(set(e.sequential) | set(e.delayed) | set(e.corrected))
+
+        def cells(d: dict[int, float], seeds: list[int] = seeds) -> str:
+            return ", ".join(f"{d[s]:.3f}" if s in d else "-" for s in seeds)
+
+        lines.append(f"| {'AdamW' if opt == 'adamw' else 'Muon'} | {', '.join(map(str, seeds))} | "
+                     f"{cells(e.sequential)} | {cells(e.delayed)} | {cells(e.corrected)} |")
+    return "\n".join(lines) + "\n"

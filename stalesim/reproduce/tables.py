@@ -713,8 +713,8 @@ def depth_scaling_32(root: Path) -> str:
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "depth-scaling": depth_scaling,
-    "depth-scaling-32": depth_scaling_32,
     "claims-2026": delay2026.table,
+    "claims-2026-seeds": delay2026.seed_table,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
     "schedules-gptchar-h100": stored_markdown("schedules_gptchar_h100"),
     "lm-staleness": lambda root: lm_staleness.table(root / lm_staleness.DEFAULT),
