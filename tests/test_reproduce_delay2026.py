@@ -26,9 +26,32 @@ def _study(folder: Path, seq: list[float], dly: list[float], cor: list[float]) -
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _root(tmp: Path, adamw: tuple, muon: tuple) -> Path:
+def _depth_run(stages: int, mitigation: str, seed: int, reach_at: int | None) -> dict:
+    # a training curve that crosses both targets (2.9, 3.3) at reach_at, or stays above them
+    losses = [4.0] * 200 if reach_at is None else [4.0] * reach_at + [2.0] * (200 - reach_at)
+    return {"schedule": "pipedream", "stages": stages, "mitigation": mitigation, "seed": seed,
+            "losses": losses, "config": {"optimizer": "adamw"}}
+
+
+def _depth(folder: Path, reach: dict[tuple[str, int], int | None]) -> None:
+    from stalesim.plan.convergence import Target
+    from stalesim.plan.depth import depth_rows, write_depth_table
+
+    runs = [_depth_run(s, m, seed, at) for (m, s), at in reach.items() for seed in (0, 1)]
+    for fname, target in d.DEPTH_TARGETS:
+        out = folder / "tmp"
+        out.mkdir(parents=True, exist_ok=True)
+        tgt = Target("loss", target, 1)
+        write_depth_table(depth_rows(runs, tgt), tgt, out)
+        (out / "depth.csv").rename(folder / fname)
+
+
+def _root(tmp: Path, adamw: tuple, muon: tuple,
+          reach: dict[tuple[str, int], int | None] | None = None) -> Path:
     _study(tmp / d.DELAY / "adamw", *adamw)
     _study(tmp / d.DELAY / "muon", *muon)
+    _depth(tmp / d.DEPTH32 / "adamw", reach or {("none", 1): 20, ("none", 32): None,
+                                                 ("basis-rotation", 1): 30, ("basis-rotation", 32): 50})
     return tmp
 
 
@@ -48,6 +71,10 @@ def test_gaps_pair_by_seed_and_the_verdicts_follow_the_rules(tmp_path: Path) -> 
     text = d.table(root)
     assert "AdamW gap +0.310" in text and "not tested" in text
     assert text.count("| reproduced |") == 2
+    # depth: AdamW never reaches the target at S = 32 in 200 steps (> 201/21 = 9.57x, iterations
+    # count from 1); basis rotation does
+    assert "**> 9.57x**" in text and "| partly (direction; a far smaller model and run) |" in text
+    assert "to 2.9: 51 vs AdamW not reached in 200 (0/2 seeds)" in text
     seeds = d.seed_table(root)
     assert "| AdamW | 0, 1, 2 | 2.000, 2.100, 2.200 | 2.300, 2.420, 2.510 | 2.150, 2.260, 2.355 |" in seeds
 
@@ -67,6 +94,15 @@ def test_a_delay_that_helps_is_not_reproduced(tmp_path: Path) -> None:
     m = d.delay_effect(root / d.DELAY / "muon", "muon")
     assert d.adamw_verdict(a, m) == "not reproduced"
     assert d.muon_verdict(a, m) == "not reproduced"
+
+
+def test_depth_claims_fail_when_the_direction_fails(tmp_path: Path) -> None:
+    root = _root(tmp_path, ([2.0, 2.1, 2.2], [2.3, 2.4, 2.5], [2.3, 2.4, 2.5]),
+                 ([2.0, 2.1, 2.2], [2.31, 2.42, 2.5], [2.3, 2.4, 2.5]),
+                 {("none", 1): 20, ("none", 32): 20, ("basis-rotation", 1): 30, ("basis-rotation", 32): 40})
+    rows = d.depth_claim_rows(root)
+    assert rows[0][-1] == "not reproduced"  # no slowdown: 1.00x
+    assert rows[1][-1] == "not reproduced"  # rotation slower than AdamW at S = 32
 
 
 def test_muon_as_bad_as_adamw_is_not_robust(tmp_path: Path) -> None:

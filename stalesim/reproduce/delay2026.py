@@ -44,6 +44,9 @@ from stalesim.reproduce.stats import Paired, paired_difference
 
 # relative to the repository root, like every stored artifact stalesim.reproduce.tables reads
 DELAY = Path("docs/results/delay_gptchar_2026-11-26")
+# the depth study of a 32-block char-GPT (S = 1..32; :mod:`stalesim.plan.depth` wrote its tables)
+DEPTH32 = Path("docs/results/depth_scaling_32_2026-11-26")
+DEPTH_TARGETS = (("depth.csv", 2.9), ("depth_target3.3.csv", 3.3))
 OPTIMIZERS = ("adamw", "muon")
 DELAYED = "2bw"
 BASELINE = "sequential"
@@ -174,9 +177,53 @@ def delay_rows(root: Path, folder: Path = DELAY) -> list[list[str]]:
     ]
 
 
+def _depth_row(rows: list[dict[str, Any]], mitigation: str, stages: int) -> dict[str, Any]:
+    return next(r for r in rows if r["optimizer"] == "adamw" and r["mitigation"] == mitigation
+                and r["stages"] == stages)
+
+
+def _its(r: dict[str, Any]) -> str:
+    if r["iterations_mean"] is None:
+        return f"not reached in {r['horizon']} ({r['reached']}/{r['seeds']} seeds)"
+    return f"{r['iterations_mean']:.1f}".rstrip("0").rstrip(".")
+
+
+def _slow(r: dict[str, Any]) -> str:
+    return f"{r['slowdown']:.2f}x" if r["slowdown"] is not None else f"> {r['slowdown_at_least']:.2f}x"
+
+
+def depth_claim_rows(root: Path, folder: Path = DEPTH32) -> list[list[str]]:
+    """The two Jung et al. rows: Adam's slowdown from 1 to the deepest S, and basis rotation's
+    iterations against plain AdamW's at that depth, per target."""
+    from stalesim.plan.depth import read_depth_csv
+
+    per = [(target, read_depth_csv(root / folder / "adamw" / fname)) for fname, target in DEPTH_TARGETS]
+    deep = max(r["stages"] for r in per[0][1])
+    slow, rot = [], []
+    grows = helps = True
+    for target, rows in per:
+        base, top = _depth_row(rows, "none", 1), _depth_row(rows, "none", deep)
+        br = _depth_row(rows, "basis-rotation", deep)
+        slow.append(f"to {target:g}: {_its(base)} -> {_its(top)} iterations, **{_slow(top)}**")
+        rot.append(f"to {target:g}: {_its(br)} vs AdamW {_its(top)}")
+        grows &= (top["slowdown"] or top["slowdown_at_least"] or 0) > 1
+        helps &= br["iterations_mean"] is not None and (
+            top["iterations_mean"] is None or br["iterations_mean"] < top["iterations_mean"])
+    src = f"char-GPT with 32 blocks, pipedream, AdamW, S = 1 vs {deep}"
+    return [
+        ["Jung et al.: 1 -> 32 asynchronous stages slow Adam 5.81x", "5.81x",
+         f"{src}: " + "; ".join(slow), "partly (direction; a far smaller model and run)" if grows
+         else "not reproduced"],
+        ["Jung et al.: basis rotation needs 76.8-81.7 % fewer iterations than the best asynchronous "
+         "baseline", "76.8-81.7 % fewer", f"at S = {deep}, against plain AdamW (not the paper's "
+         "baselines): " + "; ".join(rot),
+         "partly (direction; other baseline)" if helps else "not reproduced"],
+    ]
+
+
 def table(root: Path) -> str:
     """docs/RESULTS.md's ``claims-2026`` table."""
-    rows = delay_rows(root)
+    rows = delay_rows(root) + depth_claim_rows(root)
     lines = ["| claim | paper | ours (mean [95 % interval], paired by seed) | verdict |",
              "| --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

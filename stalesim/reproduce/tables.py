@@ -694,10 +694,15 @@ def depth_table(root: Path, folder: str, tables: tuple[tuple[str, float], ...] =
                 if r["iterations_mean"] is None:
                     cells.append(f"not reached in {r['horizon']}, **> {r['slowdown_at_least']:.2f}x**")
                     continue
-                its = f"{r['iterations_mean']:g} ({r['iterations_lo']:g}-{r['iterations_hi']:g})"
+                its = f"{_iters(r['iterations_mean'])} ({_iters(r['iterations_lo'])}-{_iters(r['iterations_hi'])})"
                 cells.append(its if S == 1 else f"{its}, **{r['slowdown']:.2f}x**")
             lines.append(f"| {target:g} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _iters(x: float) -> str:
+    """A mean number of iterations to one decimal, without a trailing .0 (152, 144.5, 482.3)."""
+    return f"{x:.1f}".rstrip("0").rstrip(".")
 
 
 def depth_scaling(root: Path) -> str:
@@ -713,6 +718,7 @@ def depth_scaling_32(root: Path) -> str:
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "depth-scaling": depth_scaling,
+    "depth-scaling-32": depth_scaling_32,
     "claims-2026": delay2026.table,
     "claims-2026-seeds": delay2026.seed_table,
     "schedules-resnet56-h100": stored_markdown("schedules_resnet56_h100"),
