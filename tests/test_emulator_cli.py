@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from _cli import run_cli
 
 from stalesim.cli import main
 
@@ -13,14 +14,8 @@ SYN = ["emulate", "--model", "lenet5", "--dataset", "synthetic", "--synthetic-si
        "--batch-size", "16", "--quiet"]
 
 
-def _run(capsys, argv):
-    rc = main(argv)
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
 def test_emulate_json_and_run_folder(capsys, tmp_path):
-    rc, out, _ = _run(capsys, SYN + ["--schedule", "stale", "--stages", "4", "--iterations", "10",
+    rc, out, _ = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "4", "--iterations", "10",
                                      "--out", str(tmp_path), "--json"])
     assert rc == 0
     s = json.loads(out)
@@ -46,10 +41,7 @@ def test_emulate_json_and_run_folder(capsys, tmp_path):
     (["--schedule", "stale", "--stages", "2", "--iterations", "3", "--compression", "fp16"], "compression"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
-    try:
-        rc, _, err = _run(capsys, SYN + argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        rc, err = exc.code, capsys.readouterr().err
+    rc, _, err = run_cli(capsys, SYN + argv)  # argparse's own usage errors come back as 2 too
     assert rc == 2
     assert needle in err and len(err.strip().splitlines()) == 1, err
 
@@ -57,10 +49,10 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
 def test_batches_is_the_deprecated_spelling_of_iterations(capsys):
     """The run length of a training command is --iterations; --batches/-N (the schedule
     commands' N) still works for one release, with a warning, and is not in --help."""
-    rc, out, err = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--json"])
+    rc, out, err = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--json"])
     assert rc == 0 and json.loads(out)["iterations"] == 3 and len(json.loads(out)["losses"]) == 3
     assert "deprecated" in err and "--iterations" in err
-    rc, _, err = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--iterations", "3"])
+    rc, _, err = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--iterations", "3"])
     assert rc == 2 and "batches: give one of --iterations or --epochs" in err
     with pytest.raises(SystemExit):
         main(["emulate", "--help"])
@@ -80,17 +72,17 @@ def test_missing_data_offline_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("STALESIM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("STALESIM_DATA", raising=False)
     (tmp_path / "none").mkdir()  # a folder without the data set
-    rc, _, err = _run(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"),
+    rc, _, err = run_cli(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "none"),
                                "--iterations", "2", "--quiet"])
     assert rc == 2 and "looked in" in err and str(tmp_path / "none") in err
     # a --data-dir that is not a folder at all is refused before anything is loaded
-    rc, _, err = _run(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere"),
+    rc, _, err = run_cli(capsys, ["emulate", "--dataset", "mnist", "--data-dir", str(tmp_path / "nowhere"),
                                "--iterations", "2", "--quiet"])
     assert rc == 2 and "data_dir: " in err and "is not a folder" in err
 
 
 def test_divergence_is_not_a_crash(capsys, tmp_path):
-    rc, out, _ = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "--iterations", "40",
+    rc, out, _ = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "--iterations", "40",
                                      "--lr", "1e9", "--momentum", "0", "--out", str(tmp_path), "--json"])
     assert rc == 0
     s = json.loads(out)
@@ -100,7 +92,7 @@ def test_divergence_is_not_a_crash(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_study_grid_writes_table_and_plot(capsys, tmp_path):
-    rc, out, _ = _run(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic",
+    rc, out, _ = run_cli(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic",
                                "--synthetic-size", "64", "--batch-size", "16", "--iterations", "4",
                                "--schedules", "sequential,stale", "--placements", "2",
                                "--mitigations", "spike-compensation", "--seeds", "0,1",
@@ -137,7 +129,7 @@ def test_lenet5_mnist_stale_real_data(capsys, real_data_dir):
     Staleness 6 on stage 0 with momentum 0.9 and lr 0.05 diverges within 50 steps
     (a real effect of the stale pipeline); plain SGD at lr 0.05 learns steadily.
     """
-    rc, out, _ = _run(capsys, ["emulate", "--model", "lenet5", "--dataset", "mnist", "--data-dir",
+    rc, out, _ = run_cli(capsys, ["emulate", "--model", "lenet5", "--dataset", "mnist", "--data-dir",
                                str(real_data_dir), "--schedule", "stale", "--stages", "4",
                                "--iterations", "80", "--lr", "0.05", "--momentum", "0",
                                "--json", "--quiet"])
@@ -177,7 +169,7 @@ def test_absurd_input_refused_before_building(capsys, no_training, argv, needle)
     answered before the model, the data or the schedule is built."""
     argv = ["emulate", "--dataset", "synthetic", "--synthetic-size", "128", "--batch-size", "16", *argv]
     try:
-        rc, _, err = _run(capsys, argv)
+        rc, _, err = run_cli(capsys, argv)
     except SystemExit as exc:
         rc, err = exc.code, capsys.readouterr().err
     assert rc == 2 and err.startswith("stalesim: error: ") and needle in err, err
@@ -188,7 +180,7 @@ def test_run_folder_problems_refused_before_building(capsys, no_training, tmp_pa
     """Bad-input probe: `emulate --out FILE` failed after loading data and building the model."""
     f = tmp_path / "a-file"
     f.write_text("x")
-    rc, _, err = _run(capsys, SYN + ["--iterations", "1", "--out", str(f)])
+    rc, _, err = run_cli(capsys, SYN + ["--iterations", "1", "--out", str(f)])
     assert rc == 2 and "exists and is not a folder" in err
-    rc, _, err = _run(capsys, SYN + ["--iterations", "1", "--out", str(tmp_path / "run"), "--resume"])
+    rc, _, err = run_cli(capsys, SYN + ["--iterations", "1", "--out", str(tmp_path / "run"), "--resume"])
     assert rc == 2 and "resume: no checkpoint in" in err

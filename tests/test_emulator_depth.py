@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cli import run_cli
 
-from stalesim.cli import main
 from stalesim.errors import StalesimError
 from stalesim.plan.convergence import Target
 from stalesim.plan.depth import depth_placements, depth_rows, parse_depths, plot_slowdown
@@ -68,17 +68,8 @@ SYN = ["study", "--model", TINY, "--dataset", "synthetic", "--synthetic-size", "
        "--optimizer", "adamw", "--lr", "3e-3", "--schedules", "stale"]
 
 
-def _run(capsys, argv):
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        return exc.code, "", capsys.readouterr().err
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
 def test_cli_depth_study_on_a_tiny_model(capsys, tmp_path):
-    rc, out, _ = _run(capsys, SYN + ["--depths", "1,2,4", "--target-loss", "4.6", "--target-smooth", "2",
+    rc, out, _ = run_cli(capsys, SYN + ["--depths", "1,2,4", "--target-loss", "4.6", "--target-smooth", "2",
                                      "--batched", "--out", str(tmp_path)])
     assert rc == 0 and "slowdown vs S = 1" in out
     csv = (tmp_path / "depth.csv").read_text().splitlines()
@@ -102,7 +93,7 @@ def test_cli_depth_study_on_a_tiny_model(capsys, tmp_path):
     (["--depths", "1,2", "--target-loss", "-1"], "target-loss"),
 ])
 def test_cli_bad_depths_are_one_line_exit_2(capsys, tmp_path, argv, needle):
-    rc, _, err = _run(capsys, SYN + ["--out", str(tmp_path)] + argv)
+    rc, _, err = run_cli(capsys, SYN + ["--out", str(tmp_path)] + argv)
     assert rc == 2 and needle in err
     assert len(err.strip().splitlines()) == 1 or err.lstrip().startswith("usage:")
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
+from _cli import run_cli
 
-from stalesim.cli import main
 from stalesim.emulator.replay import Emulator
 from stalesim.runtime.config import TrainConfig
 
@@ -95,17 +95,8 @@ SYN = ["emulate", "--model", TINY, "--dataset", "synthetic", "--synthetic-size",
        "--batch-size", "8", "--eval-windows", "8", "--quiet", "--iterations", "4"]
 
 
-def _run(capsys, argv):
-    try:
-        rc = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        return exc.code, "", capsys.readouterr().err
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
 def test_cli_emulate_lm_json(capsys):
-    rc, out, _ = _run(capsys, SYN + ["--schedule", "2bw", "--stages", "2", "-M", "2",
+    rc, out, _ = run_cli(capsys, SYN + ["--schedule", "2bw", "--stages", "2", "-M", "2",
                                      "--optimizer", "adamw", "--lr", "3e-3", "--betas", "0.9,0.95",
                                      "--clip-grad-norm", "1.0", "--lr-warmup", "2", "--json"])
     assert rc == 0
@@ -114,7 +105,7 @@ def test_cli_emulate_lm_json(capsys):
 
 
 def test_cli_text_output_shows_bits_per_character(capsys):
-    rc, out, _ = _run(capsys, SYN + ["--schedule", "stale", "--stages", "2", "--optimizer", "adam"])
+    rc, out, _ = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "--optimizer", "adam"])
     assert rc == 0 and "val_bpc=" in out and "val_loss=" in out
 
 
@@ -135,13 +126,13 @@ def test_cli_text_output_shows_bits_per_character(capsys):
     (["--clip-grad-norm", "0"], "--clip-grad-norm"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
-    rc, _, err = _run(capsys, SYN + argv)
+    rc, _, err = run_cli(capsys, SYN + argv)
     assert rc == 2
     assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_missing_shakespeare_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("STALESIM_CACHE", str(tmp_path / "cache"))
-    rc, _, err = _run(capsys, ["emulate", "--model", TINY, "--dataset", "shakespeare", "--data-dir",
+    rc, _, err = run_cli(capsys, ["emulate", "--model", TINY, "--dataset", "shakespeare", "--data-dir",
                                str(tmp_path), "--iterations", "2", "--quiet"])
     assert rc == 2 and "dataset: shakespeare not found" in err and len(err.strip().splitlines()) == 1

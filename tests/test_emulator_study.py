@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from _cli import run_cli
 
-from stalesim.cli import main
 from stalesim.emulator.study import expand, group_batches, run_study
 from stalesim.runtime.config import TrainConfig
 
@@ -60,17 +60,8 @@ SYN = ["study", "--model", TINY, "--dataset", "synthetic", "--synthetic-size", "
        "--eval-windows", "8", "--iterations", "3", "--quiet", "--seeds", "0,1", "--jobs", "1"]
 
 
-def _run(capsys, argv):
-    try:
-        rc = main(argv)
-    except SystemExit as exc:
-        return exc.code, "", capsys.readouterr().err
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
-
-
 def test_cli_batched_study_writes_the_lm_table(capsys, tmp_path):
-    rc, out, _ = _run(capsys, SYN + ["--optimizer", "adamw", "--lr", "3e-3", "--schedules", "sequential,2bw",
+    rc, out, _ = run_cli(capsys, SYN + ["--optimizer", "adamw", "--lr", "3e-3", "--schedules", "sequential,2bw",
                                      "--placements", "S2", "-M", "2", "--mitigations", "none,error-feedback",
                                      "--batched", "--out", str(tmp_path), "--json"])
     assert rc == 0
@@ -92,7 +83,7 @@ def test_cli_batched_study_writes_the_lm_table(capsys, tmp_path):
     (["--batch-runs", "2"], "needs --batched"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
-    rc, out, err = _run(capsys, SYN + ["--schedules", "stale", "--placements", "S2", "--out", str(tmp_path)] + argv)
+    rc, out, err = run_cli(capsys, SYN + ["--schedules", "stale", "--placements", "S2", "--out", str(tmp_path)] + argv)
     assert rc == 2 and needle in err
     assert len(err.strip().splitlines()) == 1 or err.lstrip().startswith("usage:")
 
@@ -101,7 +92,7 @@ def test_cli_batch_that_does_not_fit_is_exit_2(capsys, tmp_path, monkeypatch):
     import stalesim.runtime.batched as rb
 
     monkeypatch.setattr(rb, "available_bytes", lambda device: 1024)
-    rc, _, err = _run(capsys, SYN + ["--schedules", "stale", "--placements", "S2", "--batched",
+    rc, _, err = run_cli(capsys, SYN + ["--schedules", "stale", "--placements", "S2", "--batched",
                                      "--out", str(tmp_path)])
     assert rc == 2
     assert err.startswith("stalesim: error: batched: 2 runs need about") and len(err.strip().splitlines()) == 1
