@@ -182,10 +182,15 @@ def _depth_row(rows: list[dict[str, Any]], mitigation: str, stages: int) -> dict
                 and r["stages"] == stages)
 
 
+def iterations_text(x: float) -> str:
+    """A mean number of iterations to one decimal, without a trailing .0 (152, 144.5, 482.3)."""
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
 def _its(r: dict[str, Any]) -> str:
     if r["iterations_mean"] is None:
         return f"not reached in {r['horizon']} ({r['reached']}/{r['seeds']} seeds)"
-    return f"{r['iterations_mean']:.1f}".rstrip("0").rstrip(".")
+    return iterations_text(r["iterations_mean"])
 
 
 def _slow(r: dict[str, Any]) -> str:

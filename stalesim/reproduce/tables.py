@@ -694,15 +694,13 @@ def depth_table(root: Path, folder: str, tables: tuple[tuple[str, float], ...] =
                 if r["iterations_mean"] is None:
                     cells.append(f"not reached in {r['horizon']}, **> {r['slowdown_at_least']:.2f}x**")
                     continue
-                its = f"{_iters(r['iterations_mean'])} ({_iters(r['iterations_lo'])}-{_iters(r['iterations_hi'])})"
+                mean, lo, hi = (delay2026.iterations_text(r[k])
+                                for k in ("iterations_mean", "iterations_lo", "iterations_hi"))
+                its = f"{mean} ({lo}-{hi})"
                 cells.append(its if S == 1 else f"{its}, **{r['slowdown']:.2f}x**")
             lines.append(f"| {target:g} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
-
-def _iters(x: float) -> str:
-    """A mean number of iterations to one decimal, without a trailing .0 (152, 144.5, 482.3)."""
-    return f"{x:.1f}".rstrip("0").rstrip(".")
 
 
 def depth_scaling(root: Path) -> str:
