@@ -42,6 +42,7 @@ def rows_from_trace(path: Path) -> dict[str, list[list[Any]]]:
 
 def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> Any:
     from stalesim.validate.costmodel import CostModel
+    from stalesim.validate.stagetime import stage_times_from_summary
     from stalesim.workloads.profile import load_profile
 
     c = summary["cost_model"]
@@ -54,7 +55,7 @@ def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> A
         hook[(ppv, int(m.group(2)))] = v
     return CostModel(load_profile(out / "profile.json"), load_profile(cont) if cont.exists() else None,
                      dict(c["overhead_s"]), [], float(c.get("dispatch_s") or 0.0), dict(c.get("gaps_s") or {}),
-                     hw_dict.get("executor_comm"), hook)
+                     hw_dict.get("executor_comm"), hook, stage_times_from_summary(c.get("stage_times")))
 
 
 def run_dir_of(out: Path, row: dict[str, Any], which: str) -> Path | None:

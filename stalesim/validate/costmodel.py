@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, SPLIT_BACKWARD_KINDS, TRANSFER_NAMES_ORDERED, Kind
+from stalesim.validate.stagetime import LayoutKey, StageTimes, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -68,8 +69,13 @@ class CostModel:
     gaps_s: dict[str, float] = field(default_factory=dict)
     comm: dict[str, Any] | None = None
     # extra F/B seconds per stage when it runs under the version hooks, and the LOSS action's
-    # cost, keyed by (PPV, action batch) (:func:`stalesim.validate.corunners.hook_overhead`)
+    # cost, keyed by (PPV, action batch), as folders written before ``stage_times`` stored them
     hook_s: dict[tuple, list[dict[str, float]]] = field(default_factory=dict)
+    # each stage layout's action times measured on its real stages, as the executor runs them
+    # (:mod:`stalesim.validate.stagetime`); where present they replace the per-layer sums,
+    # the runtime overhead and the hook cost above (``hook_s`` is read from folders written
+    # before stage times were measured)
+    stage_times: dict[LayoutKey, StageTimes] = field(default_factory=dict)
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -84,6 +90,8 @@ class CostModel:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "gaps_s": dict(self.gaps_s),
                 "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
+                "stage_times": [{"layout": k.to_dict(), "label": k.text(), **v.to_dict()}
+                                for k, v in self.stage_times.items()],
                 "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
                                                         if k in ("sizes", "repeats", "device")
                                                         or isinstance(v, dict)},
@@ -124,47 +132,87 @@ def dispatch_counts(sched: Any) -> dict[tuple[str, int], float]:
 
 def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_size: int,
                     action_batch: int, phi: list[float] | None = None,
-                    dispatch: dict[tuple[str, int], float] | None = None) -> StageCosts:
+                    dispatch: dict[tuple[str, int], float] | None = None,
+                    times: StageTimes | None = None) -> StageCosts:
     """Per-stage costs: alone/contended interpolation by ``phi[s]``, plus per-action
-    overhead, plus ``cm.dispatch_s`` x ``dispatch[(kind, stage)]`` (see :func:`dispatch_counts`)."""
+    overhead, plus ``cm.dispatch_s`` x ``dispatch[(kind, stage)]`` (see :func:`dispatch_counts`).
+
+    With ``times`` (the layout's stage times, :mod:`stalesim.validate.stagetime`) a stage's
+    F, B, I, W and the LOSS are the measured ones, which already include the runtime's
+    overhead; their contended value scales the measured one by the profile's contended over
+    alone ratio for that stage and kind, and stage 0's F adds reading its data."""
     from stalesim.sim.model import stage_costs, to_ns
 
     alone = stage_costs(cm.profile, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
     S = alone.stages
     phi = list(phi) if phi is not None else [0.0] * S
+    base = _per_kind(alone)
+    busy = None
     if cm.contended is not None and any(p > 0 for p in phi):
-        busy = stage_costs(cm.contended, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
-
-        def mix(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-            # co-runners never make a rank faster: a contended cost below the alone one is
-            # measurement noise, and using it made busy configurations cheaper per sample than
-            # the one-device baseline (2.02x on 2 devices in `make demo`); floor it at alone
-            return tuple(round((1 - phi[s]) * a[s] + phi[s] * max(a[s], b[s])) for s in range(S))
-
-        f, b_, u = mix(alone.f_ns, busy.f_ns), mix(alone.b_ns, busy.b_ns), mix(alone.u_ns, busy.u_ns)
-        bi = mix(alone.split_ns()[0], busy.split_ns()[0])
-        bw = mix(alone.split_ns()[1], busy.split_ns()[1])
-    else:
-        f, b_, u = alone.f_ns, alone.b_ns, alone.u_ns
-        bi, bw = alone.split_ns()
+        busy = _per_kind(stage_costs(cm.contended, cuts, batch_size=batch_size, action_batch=action_batch,
+                                     ppv=ppv))
+    if times is not None:
+        base, busy = _measured_per_kind(times, base, busy)
+    cost = {k: _mix(phi, v, None if busy is None else busy[k]) for k, v in base.items()}
+    measured = set(_TIMED) if times is not None else set()
     # a split backward's halves are dispatched like a backward: B's overhead each unless measured
-    o = {k: cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in _SPLIT else 0.0)
+    o = {k: 0.0 if k in measured else cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in _SPLIT else 0.0)
          for k in KINDS}
     dc = dispatch or {}
 
     disp = 0.0 if cm.gaps_s else cm.dispatch_s  # per-kind gaps (runtime_overheads) replace it
 
     def extra(kind: str, s: int) -> int:
-        return to_ns(o[kind] + disp * dc.get((kind, s), 1.0))
+        return to_ns(o[kind] + disp * dc.get((kind, s), 1.0)) + (
+            to_ns(times.median_s[0].get("DATA", 0.0)) if times is not None and kind == "F" and s == 0 else 0)
 
     # the profile's last block includes the loss arithmetic; the LOSS action adds its overhead
     loss_extra = max((extra("LOSS", s) for s in range(S) if ("LOSS", s) in dc), default=extra("LOSS", S - 1))
-    return replace(alone, f_ns=tuple(x + extra("F", s) for s, x in enumerate(f)),
-                   b_ns=tuple(x + extra("B", s) for s, x in enumerate(b_)),
-                   u_ns=tuple(x + extra("U", s) for s, x in enumerate(u)),
-                   bi_ns=tuple(x + extra("I", s) for s, x in enumerate(bi)),
-                   bw_ns=tuple(x + extra("W", s) for s, x in enumerate(bw)),
-                   loss_ns=alone.loss_ns + loss_extra)
+    loss = alone.loss_ns if times is None else to_ns(max((t.get("LOSS", 0.0) for t in times.median_s), default=0.0))
+    def add(kind: str) -> tuple[int, ...]:
+        return tuple(x + extra(kind, s) for s, x in enumerate(cost[kind]))
+
+    return replace(alone, f_ns=add("F"), b_ns=add("B"), u_ns=add("U"), bi_ns=add("I"), bw_ns=add("W"),
+                   loss_ns=loss + loss_extra)
+
+
+#: the kinds a stage-time measurement replaces (the update stays the profile's)
+_TIMED = ("F", "B", "I", "W", "LOSS")
+
+
+def _per_kind(costs: StageCosts) -> dict[str, tuple[int, ...]]:
+    bi, bw = costs.split_ns()
+    return {"F": costs.f_ns, "B": costs.b_ns, "U": costs.u_ns, "I": bi, "W": bw}
+
+
+def _mix(phi: list[float], a: tuple[int, ...], b: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``(1 - phi) * alone + phi * contended`` per stage. Co-runners never make a rank faster:
+    a contended cost below the alone one is measurement noise, and using it made busy
+    configurations cheaper per sample than the one-device baseline (2.02x on 2 devices in
+    `make demo`); it is floored at alone."""
+    if b is None:
+        return a
+    return tuple(round((1 - p) * x + p * max(x, y)) for p, x, y in zip(phi, a, b))
+
+
+def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
+                       busy: dict[str, tuple[int, ...]] | None
+                       ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]] | None]:
+    """The measured stage times in place of the profile's sums (a kind a stage did not run
+    keeps the sum), and the contended ones scaled by the profile's contended/alone ratio."""
+    from stalesim.sim.model import to_ns
+
+    med = times.median_s
+    if len(med) != len(alone["F"]):
+        raise ValueError(f"stage times for {len(med)} stages, the partition has {len(alone['F'])}")
+    base = dict(alone)
+    scaled = None if busy is None else dict(busy)
+    for k in ("F", "B", "I", "W"):
+        m = tuple(to_ns(med[s][k]) if k in med[s] else a for s, a in enumerate(alone[k]))
+        base[k] = m
+        if scaled is not None and busy is not None:
+            scaled[k] = tuple(round(x * c / a) if a > 0 else x for x, a, c in zip(m, alone[k], busy[k]))
+    return base, scaled
 
 
 def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahead: int = 8,
@@ -482,12 +530,14 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     result = None
     # the per-kind gaps (cm.gaps_s) replace the older single dispatch gap charged to compute
     dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 and not cm.gaps_s else None
+    times = cm.stage_times.get(layout_key(sched, ppv_used, batch_size))
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
-                                dispatch=dispatch)
+                                dispatch=dispatch, times=times)
         costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
                                   label_bytes=8 * (batch_size // max(1, sched.workers)))
-        costs = with_hook_overhead(cm, sched, costs, ppv_used, ab)
+        if times is None:  # measured stage times already include the hooks, the LOSS and the data
+            costs = with_hook_overhead(cm, sched, costs, ppv_used, ab)
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)

@@ -271,30 +271,29 @@ def simulate_step(v: Validation) -> None:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
         tc = train_config(cfg, name, N, v.ppvs[name], cfg.iterations)
         if cfg.overhead:
-            _hook_overhead(v, tc)
+            _stage_times(v, tc)
         r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppvs[name] or None,
                                       batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
                                       recv_ahead=RECV_AHEAD)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
     if cfg.overhead:
-        _hook_overhead(v, train_config(cfg, "sequential", 1, [], cfg.iterations))
+        _stage_times(v, train_config(cfg, "sequential", 1, [], cfg.iterations))
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
 
 
-def _hook_overhead(v: Validation, tc: Any) -> None:
-    """Measure (once per stage layout and action batch) what the version hooks cost each stage
-    and what a LOSS action costs (in this process, on the real stages, no schedule run)."""
+def _stage_times(v: Validation, tc: Any) -> None:
+    """Time (once per stage layout) each stage's actions on its real stages, as the run's
+    executor runs them (in this process, no schedule run; :mod:`stalesim.validate.stagetime`)."""
     from stalesim.schedule import build_schedule
-    from stalesim.validate.corunners import hook_overhead
+    from stalesim.validate.stagetime import layout_key, measure_stage_times
 
     sched = build_schedule(tc.schedule_config(tc.iterations))
-    ppv = list(tc.ppv or [])
-    key = (tuple(ppv), sched.action_batch_size(tc.batch_size))
-    if key not in v.cm.hook_s:
-        v.cm.hook_s[key] = hook_overhead(tc.model, ppv, key[1], threads=v.cfg.threads, dataset=tc.dataset,
-                                         data_dir=tc.data_dir, full_batch=tc.batch_size)
+    key = layout_key(sched, tc.ppv, tc.batch_size)
+    if key not in v.cm.stage_times:
+        v.cm.stage_times[key] = measure_stage_times(tc, device=v.devs.device_for(0), threads=v.cfg.threads,
+                                                    full_batch=tc.batch_size)
 
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:

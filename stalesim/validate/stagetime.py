@@ -1,0 +1,186 @@
+"""Per-stage action times measured on the run's real stages, as the executor runs them.
+
+Why not sum the per-layer profile: the profiler times each block alone, warm, one after
+another, so a block's working set is in the cache when it is timed. A stage runs its
+blocks back to back and its backward starts after the whole forward: at batch 64 a
+ResNet-32 stage of six residual blocks measured a backward of 97-104 ms in the executor
+while its blocks' profiled backwards summed to 130 ms (the block timed first the
+slowest), and at micro-batch 16 the same sum was right. Short chunks go the other way:
+an action of a 2-3-block chunk pays fixed per-action costs (the autograd graph walk,
+accumulating into the gradient buffer, the hooks) that a per-block profile spreads over
+its blocks. Neither is a per-schedule factor: both come from running a stage as a stage.
+
+So ``validate`` times each stage layout it predicts once, in this process, with no
+schedule run: the run's own :class:`~stalesim.runtime.stage.StageRuntime` per stage (its
+version hooks where the run needs them, its split backward where the run splits, its
+auxiliary heads), at the run's action batch, in rounds that go through the whole model
+the way one batch does in a pipeline (every stage's F on a fresh copy of the previous
+stage's output, the LOSS, then every stage's B, or I then W, on a fresh copy of the next
+stage's input gradient; a stage the run splits alternates B rounds with I-then-W rounds,
+since such a stage runs both). A kind's time is the median over the rounds after two warm-up
+rounds; the spread (quartiles) is kept beside it. The per-layer profile still chooses the
+partition and gives the update and the contended/alone ratio (:mod:`costmodel`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the kinds a stage's timing round measures (DATA: stage 0 reading its action batch)
+TIMED_KINDS = ("F", "B", "I", "W", "LOSS")
+WARMUP_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class LayoutKey:
+    """What a stage's action times depend on besides the model and the machine."""
+
+    ppv: tuple[int, ...]
+    action_batch: int
+    split: tuple[bool, ...]  # per stage: the run splits its backward into I and W
+    hooked: tuple[bool, ...]  # per stage: the run keeps its forwards under the version hooks
+    local_loss: bool  # every stage has an auxiliary head and a LOSS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ppv": list(self.ppv), "action_batch": self.action_batch, "split": list(self.split),
+                "hooked": list(self.hooked), "local_loss": self.local_loss}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LayoutKey:
+        return cls(tuple(int(x) for x in d["ppv"]), int(d["action_batch"]), tuple(bool(x) for x in d["split"]),
+                   tuple(bool(x) for x in d["hooked"]), bool(d["local_loss"]))
+
+    def text(self) -> str:
+        """The key as summary.json writes it."""
+        flags = "".join("s" if sp else ("h" if h else "-") for sp, h in zip(self.split, self.hooked))
+        return (f"ppv={list(self.ppv)} batch={self.action_batch} stages={flags}"
+                + (" local" if self.local_loss else ""))
+
+
+@dataclass
+class StageTimes:
+    """Per stage ``{kind: seconds}`` (medians over ``rounds``) and the quartiles beside them."""
+
+    median_s: list[dict[str, float]]
+    quartiles_s: list[dict[str, tuple[float, float]]] = field(default_factory=list)
+    rounds: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_s": self.median_s, "rounds": self.rounds,
+                "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StageTimes:
+        return cls([{k: float(v) for k, v in m.items()} for m in d["median_s"]],
+                   [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
+                   int(d.get("rounds", 0)))
+
+
+def stage_times_from_summary(entries: list[dict[str, Any]] | None) -> dict[LayoutKey, StageTimes]:
+    """The cost model's ``stage_times`` as ``summary.json`` stores them, read back."""
+    return {LayoutKey.from_dict(e["layout"]): StageTimes.from_dict(e) for e in entries or []}
+
+
+def layout_key(sched: Any, ppv: list[int] | tuple[int, ...] | None, batch_size: int) -> LayoutKey:
+    """The :class:`LayoutKey` of ``sched`` cut at ``ppv`` with mini-batch ``batch_size``
+    (validate's runs use no mitigation, so the schedule alone says which stages are hooked)."""
+    from stalesim.validate.costmodel import hooked_stages
+
+    split = sched.split_stages()
+    return LayoutKey(ppv=tuple(ppv or ()), action_batch=sched.action_batch_size(batch_size),
+                     split=tuple((0, s) in split for s in range(sched.stages)),
+                     hooked=tuple(hooked_stages(sched)), local_loss=bool(sched.local_loss))
+
+
+def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, rounds: int = 12,
+                        full_batch: int | None = None) -> StageTimes:
+    """Time every stage of the run ``tc`` (a TrainConfig) as its executor runs them (module
+    doc): F, LOSS (loss stages), B or I and W per stage, plus ``DATA`` on stage 0 (reading
+    one action batch of the run's data set out of a mini-batch of ``full_batch``)."""
+    import torch
+
+    from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
+    from stalesim.schedule import build_schedule
+    from stalesim.validate.corunners import data_cost
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        n = rounds + WARMUP_ROUNDS
+        sched = build_schedule(tc.schedule_config(max(n, 2)))
+        mods = build_stage_modules(tc, sched, model=model_of(tc.model, tc.dataset, seed=tc.seed))
+        rts = stage_runtimes(tc, sched, mods, worker=0, stages=range(sched.stages), device=device, total=n)
+        ab = sched.action_batch_size(tc.batch_size)
+        x, y = mods.model.random_batch(ab, torch.Generator().manual_seed(0), tc.torch_dtype)
+        clock = _clock(device)
+        samples: list[dict[str, list[float]]] = [{} for _ in range(sched.stages)]
+        micro = 0 if sched.uses_micro else None
+        for t in range(n):
+            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock,
+                       samples if t >= WARMUP_ROUNDS else None)
+        med = [{k: statistics.median(v) for k, v in s.items()} for s in samples]
+        quart = [{k: _quartiles(v) for k, v in s.items()} for s in samples]
+        med[0]["DATA"] = data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
+                                   rounds, tc.dtype)
+        return StageTimes(med, quart, rounds)
+    finally:
+        torch.set_num_threads(old)
+
+
+def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: int | None,
+               clock: Callable[[], float], samples: list[dict[str, list[float]]] | None) -> None:
+    """One batch through every stage: each F, its LOSS, then each backward in reverse."""
+    from stalesim.schedule import Action, Kind
+
+    def timed(s: int, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
+        t0 = clock()
+        out = fn(*args)
+        if samples is not None:
+            samples[s].setdefault(kind, []).append(clock() - t0)
+        return out
+
+    S = sched.stages
+    h = x
+    for s in range(S):
+        rt = rts[s]
+        xin = h.detach().clone()  # a fresh buffer, as a received activation is
+        if s > 0 and not sched.local_loss:
+            xin.requires_grad_(True)
+        h = timed(s, "F", rt.forward, Action(Kind.F, s, t, micro), xin)
+        if rt.is_loss_stage:
+            timed(s, "LOSS", rt.loss, Action(Kind.LOSS, s, t, micro), y)
+    g = None
+    for s in reversed(range(S)):
+        rt = rts[s]
+        gin = None if rt.is_loss_stage or g is None else g.detach().clone()
+        if rt.split and t % 2 == 1:  # a split stage runs B too (DualPipeV's overlapped pairs)
+            g = timed(s, "I", rt.backward_input, Action(Kind.I, s, t, micro), gin)
+            timed(s, "W", rt.backward_weight, Action(Kind.W, s, t, micro))
+        else:
+            g = timed(s, "B", rt.backward, Action(Kind.B, s, t, micro), gin)
+        rt.buffers.clear()
+
+
+def _clock(device: str) -> Callable[[], float]:
+    """``perf_counter`` after the device finished its queued work (a GPU runs asynchronously)."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        dev = torch.device(device)
+
+        def cuda_clock() -> float:
+            torch.cuda.synchronize(dev)
+            return time.perf_counter()
+        return cuda_clock
+    return time.perf_counter
+
+
+def _quartiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return (xs[0], xs[0])
+    q = statistics.quantiles(xs, n=4)
+    return (q[0], q[2])

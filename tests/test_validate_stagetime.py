@@ -1,0 +1,109 @@
+"""Stage times: measured per stage layout on the real stages, and how the cost model uses them."""
+
+from __future__ import annotations
+
+import pytest
+
+from stalesim.schedule import ScheduleConfig, build_schedule
+from stalesim.sim.model import SimHardware, to_ns
+from stalesim.validate.config import ValidateConfig
+from stalesim.validate.costmodel import CostModel, simulate_with_costs, stage_costs_for
+from stalesim.validate.stagetime import (
+    LayoutKey,
+    StageTimes,
+    layout_key,
+    measure_stage_times,
+    stage_times_from_summary,
+)
+from stalesim.validate.steps import train_config
+from stalesim.workloads.profile import Profile, uniform_profile
+
+US = 1000
+TINY_GPT = "gpt-char:n_layer=1,n_embd=8,n_head=1,block_size=8"
+
+
+def _profile(forward_s: float = 1e-3, backward_s: float = 2e-3) -> Profile:
+    return uniform_profile(4, forward_s, backward_s, 32, param_bytes=4000, output_bytes=10_000, saved_bytes=100)
+
+
+def _tc(name: str, n: int, ppv: list[int], model: str = "lenet5", batch: int = 16) -> object:
+    return train_config(ValidateConfig(model=model, batch_size=batch, dataset="synthetic"), name, n, ppv, 8)
+
+
+def test_layout_key_names_what_the_times_depend_on() -> None:
+    stale = build_schedule(ScheduleConfig("stale", stages=2, batches=8))
+    k = layout_key(stale, [2], 32)
+    assert k == LayoutKey((2,), 32, (False, False), (True, False), False)
+    assert k.text() == "ppv=[2] batch=32 stages=h-"
+    zb = build_schedule(ScheduleConfig("zb-h1", stages=2, batches=8, microbatches=4))
+    kz = layout_key(zb, [2], 32)
+    assert kz.action_batch == 8 and kz.split == (True, True)
+    # 1F1B and GPipe cut the same way run the same stages: one measurement serves both
+    g = build_schedule(ScheduleConfig("gpipe", stages=2, batches=8, microbatches=4))
+    o = build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=4))
+    assert layout_key(g, [2], 32) == layout_key(o, [2], 32) != kz
+    assert LayoutKey.from_dict(kz.to_dict()) == kz
+
+
+@pytest.mark.parametrize(("name", "n", "ppv", "kinds"), [
+    ("pipedream", 2, [2], [{"F", "B", "DATA"}, {"F", "B", "LOSS"}]),
+    ("zb-h1", 2, [2], [{"F", "B", "I", "W", "DATA"}, {"F", "B", "I", "W", "LOSS"}]),
+    ("local", 2, [2], [{"F", "B", "LOSS", "DATA"}, {"F", "B", "LOSS"}]),
+    ("dp", 2, [], [{"F", "B", "LOSS", "DATA"}]),
+])
+def test_every_stage_is_timed_as_its_run_runs_it(name: str, n: int, ppv: list[int], kinds: list[set[str]]) -> None:
+    st = measure_stage_times(_tc(name, n, ppv), rounds=4)
+    assert [set(m) for m in st.median_s] == kinds
+    assert all(v > 0 for m in st.median_s for v in m.values())
+    assert all(lo <= m[k] <= hi for m, q in zip(st.median_s, st.quartiles_s) for k, (lo, hi) in q.items())
+    assert StageTimes.from_dict(st.to_dict()).median_s == st.median_s
+
+
+def test_the_char_gpt_is_timed_with_token_ids() -> None:
+    st = measure_stage_times(_tc("1f1b", 2, [2], model=TINY_GPT, batch=4), rounds=2)
+    assert len(st.median_s) == 2 and st.median_s[1]["LOSS"] > 0 and st.median_s[0]["DATA"] > 0
+
+
+def test_measured_times_replace_the_profile_sums_and_its_overhead() -> None:
+    cm = CostModel(_profile(), overhead_s={"F": 5e-4, "B": 5e-4, "U": 0.0, "LOSS": 5e-4, "I": 0.0, "W": 0.0})
+    before = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32)
+    assert before.f_ns == (to_ns(2.5e-3),) * 2  # two layers' 1 ms + the runtime overhead
+    times = StageTimes([{"F": 1.5e-3, "B": 3e-3, "DATA": 1e-4}, {"F": 0.7e-3, "B": 6e-3, "LOSS": 2e-4}])
+    c = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, times=times)
+    assert c.f_ns == (to_ns(1.6e-3), to_ns(0.7e-3))  # stage 0 reads its data in F
+    assert c.b_ns == (to_ns(3e-3), to_ns(6e-3))
+    assert c.loss_ns == to_ns(2e-4) and c.u_ns == before.u_ns  # the update stays the profile's
+
+
+def test_contention_scales_the_measured_time_by_the_profiles_ratio() -> None:
+    cm = CostModel(_profile(), contended=_profile(forward_s=1.5e-3, backward_s=2e-3))
+    times = StageTimes([{"F": 4e-3, "B": 3e-3}, {"F": 4e-3, "B": 3e-3, "LOSS": 1e-4}])
+    c = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, phi=[1.0, 0.5], times=times)
+    assert c.f_ns == (to_ns(6e-3), to_ns(5e-3))  # x1.5 when always contended, half of it at phi 0.5
+    assert c.b_ns == (to_ns(3e-3),) * 2  # the profile's backward is not slower with co-runners
+
+
+def test_simulation_uses_the_times_of_its_own_layout_only() -> None:
+    cfg = ScheduleConfig("gpipe", stages=2, batches=4, microbatches=2)
+    sched = build_schedule(cfg)
+    cm = CostModel(_profile())
+    slow = StageTimes([{"F": 0.1, "B": 0.2}, {"F": 0.1, "B": 0.2, "LOSS": 0.0}])
+    base, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    cm.stage_times[layout_key(sched, [3], 32)] = slow  # another cut: not this run's
+    assert simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)[0].iteration_time_s == base.iteration_time_s
+    cm.stage_times[layout_key(sched, [2], 32)] = slow
+    r, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    assert r.iteration_time_s > 10 * base.iteration_time_s
+
+
+def test_stage_times_round_trip_through_the_summary() -> None:
+    cm = CostModel(_profile())
+    key = LayoutKey((2,), 16, (True, False), (False, False), False)
+    cm.stage_times[key] = StageTimes([{"F": 1e-3, "I": 1e-3, "W": 2e-3}, {"F": 1e-3, "B": 1e-3}],
+                                     [{"F": (0.9e-3, 1.1e-3)}, {}], 12)
+    back = stage_times_from_summary(cm.to_dict()["stage_times"])
+    assert back[key].median_s == cm.stage_times[key].median_s and back[key].rounds == 12
+
+
+def _hw() -> SimHardware:
+    return SimHardware(device="x", link="l", latency_ns=1000, bandwidth_Bps=1e9)
