@@ -24,6 +24,9 @@ from typing import Any
 def _set_threads(threads: int | None) -> None:
     import torch
 
+    from stalesim.runtime.heap import keep_heap
+
+    keep_heap()  # before the first activation: freed ones are reused, not faulted back in
     if threads:
         torch.set_num_threads(int(threads))
         with contextlib.suppress(RuntimeError):

@@ -17,8 +17,9 @@ auxiliary heads), at the run's action batch, in rounds that go through the whole
 the way one batch does in a pipeline (every stage's F on a fresh copy of the previous
 stage's output, the LOSS, then every stage's B, or I then W, on a fresh copy of the next
 stage's input gradient; a stage the run splits alternates B rounds with I-then-W rounds,
-since such a stage runs both). A kind's time is the median over the rounds after two warm-up
-rounds; the spread (quartiles) is kept beside it. The per-layer profile still chooses the
+since such a stage runs both), each layout in a fresh process, in passes interleaved over
+the layouts (:func:`measure_layouts`). A kind's time is the median over the rounds after
+each pass's two warm-up rounds; the spread (quartiles) is kept beside it. The per-layer profile still chooses the
 partition and gives the update and the contended/alone ratio (:mod:`costmodel`).
 """
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,14 @@ class StageTimes:
                 "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
 
     @classmethod
+    def from_samples(cls, samples: list[dict[str, list[float]]]) -> StageTimes:
+        """Medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the most
+        samples of any kind."""
+        return cls([{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
+                   [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
+                   max((len(v) for s in samples for v in s.values()), default=0))
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
         return cls([{k: float(v) for k, v in m.items()} for m in d["median_s"]],
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
@@ -97,10 +106,64 @@ def layout_key(sched: Any, ppv: list[int] | tuple[int, ...] | None, batch_size: 
 
 
 def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, rounds: int = 12,
-                        full_batch: int | None = None) -> StageTimes:
+                        full_batch: int | None = None, fresh_process: bool = True) -> StageTimes:
     """Time every stage of the run ``tc`` (a TrainConfig) as its executor runs them (module
     doc): F, LOSS (loss stages), B or I and W per stage, plus ``DATA`` on stage 0 (reading
-    one action batch of the run's data set out of a mini-batch of ``full_batch``)."""
+    one action batch of the run's data set out of a mini-batch of ``full_batch``).
+
+    ``fresh_process`` (default): in a new process, as a rank starts (with a rank's heap
+    policy, :mod:`stalesim.runtime.heap`). Measured inside
+    ``validate``'s own process, after the profiles and calibrations had run there, the
+    first stage's forward at batch 64 took 102-146 ms where a fresh process and the
+    executor's ranks took 85-90 ms (ResNet-32; that process's heap, not the stage)."""
+    job = (tc, device, threads, rounds, full_batch)
+    return StageTimes.from_samples(_sample_fresh(*job) if fresh_process else _sample(*job))
+
+
+def measure_layouts(tcs: Sequence[Any], *, device: str = "cpu", threads: int = 1, passes: int = 3,
+                    rounds: int = 6, full_batch: int | None = None) -> list[StageTimes]:
+    """:func:`measure_stage_times` for several runs' layouts, in ``passes`` interleaved passes
+    (each pass times every layout for ``rounds`` rounds in a fresh process, in an order
+    rotated by one per pass) whose samples are pooled. Why: on a shared or virtual machine
+    the speed drifts by 10-15% over minutes; timing one layout after another put that drift
+    between layouts (a stage that no layout change touched measured 13% slower in the next
+    layout), while interleaved passes give every layout the same mix of moments."""
+    pooled: list[list[dict[str, list[float]]] | None] = [None] * len(tcs)
+    for p in range(passes):
+        for j in range(len(tcs)):
+            i = (j + p) % len(tcs)
+            got = _sample_fresh(tcs[i], device, threads, rounds, full_batch)
+            have = pooled[i]
+            pooled[i] = got if have is None else _merge(have, got)
+    return [StageTimes.from_samples(x or []) for x in pooled]
+
+
+def _merge(a: list[dict[str, list[float]]], b: list[dict[str, list[float]]]) -> list[dict[str, list[float]]]:
+    return [{k: sa.get(k, []) + sb.get(k, []) for k in sa.keys() | sb.keys()} for sa, sb in zip(a, b)]
+
+
+def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
+                  ) -> list[dict[str, list[float]]]:
+    """:func:`_sample` in a new (spawned) process."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch).result()
+
+
+def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
+                      ) -> list[dict[str, list[float]]]:  # pragma: no cover - in the child process
+    """:func:`_sample` in a process set up as an executor rank is (its heap policy)."""
+    from stalesim.runtime.heap import keep_heap
+
+    keep_heap()
+    return _sample(tc, device, threads, rounds, full_batch)
+
+
+def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
+            ) -> list[dict[str, list[float]]]:
+    """Per stage ``{kind: [seconds of each round after the warm-up]}`` (``DATA``: one value)."""
     import torch
 
     from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
@@ -122,11 +185,9 @@ def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, round
         for t in range(n):
             _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock,
                        samples if t >= WARMUP_ROUNDS else None)
-        med = [{k: statistics.median(v) for k, v in s.items()} for s in samples]
-        quart = [{k: _quartiles(v) for k, v in s.items()} for s in samples]
-        med[0]["DATA"] = data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
-                                   rounds, tc.dtype)
-        return StageTimes(med, quart, rounds)
+        samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
+                                        rounds, tc.dtype)]
+        return samples
     finally:
         torch.set_num_threads(old)
 

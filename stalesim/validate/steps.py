@@ -267,33 +267,40 @@ def simulate_step(v: Validation) -> None:
     ensure_dir(v.out / "traces")  # a file in the way is one line, not a traceback
     from executor.rank import RECV_AHEAD
 
+    tcs = {name: train_config(cfg, name, N, v.ppvs[name], cfg.iterations) for name in v.schedules}
+    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    if cfg.overhead:
+        _stage_times(v, [*tcs.values(), base_tc])
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
-        tc = train_config(cfg, name, N, v.ppvs[name], cfg.iterations)
-        if cfg.overhead:
-            _stage_times(v, tc)
+        tc = tcs[name]
         r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppvs[name] or None,
                                       batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
                                       recv_ahead=RECV_AHEAD)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
-    if cfg.overhead:
-        _stage_times(v, train_config(cfg, "sequential", 1, [], cfg.iterations))
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
 
 
-def _stage_times(v: Validation, tc: Any) -> None:
-    """Time (once per stage layout) each stage's actions on its real stages, as the run's
-    executor runs them (in this process, no schedule run; :mod:`stalesim.validate.stagetime`)."""
+def _stage_times(v: Validation, tcs: list[Any]) -> None:
+    """Time each stage layout of the runs ``tcs`` once (layouts that schedules share, once),
+    on its real stages as the run's executor runs them, in interleaved passes of fresh
+    processes, no schedule run (:mod:`stalesim.validate.stagetime`)."""
     from stalesim.schedule import build_schedule
-    from stalesim.validate.stagetime import layout_key, measure_stage_times
+    from stalesim.validate.stagetime import layout_key, measure_layouts
 
-    sched = build_schedule(tc.schedule_config(tc.iterations))
-    key = layout_key(sched, tc.ppv, tc.batch_size)
-    if key not in v.cm.stage_times:
-        v.cm.stage_times[key] = measure_stage_times(tc, device=v.devs.device_for(0), threads=v.cfg.threads,
-                                                    full_batch=tc.batch_size)
+    todo: dict[Any, Any] = {}
+    for tc in tcs:
+        key = layout_key(build_schedule(tc.schedule_config(tc.iterations)), tc.ppv, tc.batch_size)
+        if key not in v.cm.stage_times:
+            todo.setdefault(key, tc)
+    if not todo:
+        return
+    v.say(f"[validate 4/{STEPS}] timing {len(todo)} stage layout(s) on their real stages")
+    times = measure_layouts(list(todo.values()), device=v.devs.device_for(0), threads=v.cfg.threads,
+                            full_batch=v.cfg.batch_size)
+    v.cm.stage_times.update(zip(todo, times))
 
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:

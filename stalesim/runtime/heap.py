@@ -1,0 +1,49 @@
+"""The host heap policy of a process that trains: keep freed memory instead of returning it.
+
+A CPU rank frees a stage's activations after every backward and allocates them again in
+the next forward. glibc's defaults return freed memory at the top of the heap to the
+kernel (its trim threshold) and serve large blocks with fresh ``mmap`` calls under a
+threshold that moves with the heap's history, so the next forward page-faults the same
+bytes back in. Measured on ResNet-32 at batch 64 (one stage of 13 blocks, 2-core VM): 0 to
+13,000 minor faults per action depending on the process's past, each action 5-40% slower
+than with no faults, and two processes running the same stage differing by 13%. With the
+heap kept (no trim; blocks up to 32 MiB from the heap) every action after the first
+iteration faults nothing and its time is steady: the behaviour of a GPU's caching
+allocator, and what makes a stage timed in one process predict the same stage in a rank.
+
+``mallopt`` sets it at run time (glibc reads ``GLIBC_TUNABLES`` only at start-up, which a
+rank started by ``torchrun`` does not control). Both settings go together: a trim
+threshold alone switches off glibc's moving ``mmap`` threshold, which leaves it at 128 KiB
+and made every action 2-2.5x slower (every activation a fresh ``mmap``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+# mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+#: the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2)
+MMAP_THRESHOLD_BYTES = 32 << 20
+#: never trim: ``mallopt`` takes a C int
+TRIM_THRESHOLD_BYTES = (1 << 31) - 1
+
+
+def keep_heap() -> bool:
+    """Set this process's glibc heap to keep freed memory (module doc). Returns whether it
+    was set (False where the C library is not glibc: nothing is changed there)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # the mmap threshold first: setting either switches off glibc's moving threshold
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
