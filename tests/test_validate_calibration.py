@@ -223,3 +223,37 @@ def test_the_labels_ride_the_executors_carriers() -> None:
     sched = build_schedule(ScheduleConfig("gpipe", stages=3, batches=5, microbatches=2))
     assert _forward_messages(sched, Kind.SEND_F) == ({0: 10, 1: 10}, {0: 5, 1: 5})
     assert _forward_messages(sched, Kind.RECV_F) == ({1: 10, 2: 10}, {1: 5, 2: 5})
+
+
+def test_replay_costs_are_the_mean_spans_that_add_up_to_the_measured_time() -> None:
+    from stalesim.validate.costmodel import replay_costs
+
+    # one slow forward in four: the window's time is the sum of the spans, i.e. 4 x their mean
+    spans = [0.010, 0.010, 0.010, 0.040]
+    rows, t = [], 0.0
+    for b, d in enumerate(spans):
+        rows.append([f"0F{b}", "F", 0, b, None, 0, t, t + d])
+        t += d
+    base = uniform_costs(1, 1000 * US, 1000 * US, batch_size=32, action_batch=32)
+    assert replay_costs(base, {"0": rows}, overheads=False).f_ns == (17_500 * US,)
+
+
+def test_an_allreduce_overlapped_with_compute_is_not_taken_as_a_slow_collective() -> None:
+    from stalesim.validate.costmodel import allreduce_times
+
+    def rows(wait_after_s: float, wait_s: float) -> dict[str, list[list[object]]]:
+        out: dict[str, list[list[object]]] = {"0": [], "1": []}
+        for b in range(8):
+            t = b * 0.2
+            for r in out.values():
+                r.append([f"AR{b}", "AR", 0, b, None, 0, t, t + 0.001])
+                r.append([f"ARW{b}", "ARW", 0, b, None, 0, t + 0.001 + wait_after_s,
+                          t + 0.001 + wait_after_s + wait_s])
+        return out
+
+    # dp: the wait follows the start and lasts the collective (5 ms)
+    dp = allreduce_times(rows(0.0, 0.005))
+    assert dp["blocked"] == 16 and all(abs(c - 0.005 + dp["complete_s"]) < 1e-9 for c in dp["collective_s"])
+    # pipe-sgd: the wait comes a batch's compute later and returns at once: no collective time
+    overlapped = allreduce_times(rows(0.18, 0.0005))
+    assert overlapped["blocked"] == 0 and overlapped["collective_s"] == []

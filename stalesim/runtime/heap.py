@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -29,11 +30,17 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 << 20
 #: never trim: ``mallopt`` takes a C int
 TRIM_THRESHOLD_BYTES = (1 << 31) - 1
+#: ``STALESIM_HEAP=default`` leaves glibc's policy as it is (for A/B measurements, or a
+#: host where a rank must give memory back between iterations)
+HEAP_ENV = "STALESIM_HEAP"
 
 
 def keep_heap() -> bool:
     """Set this process's glibc heap to keep freed memory (module doc). Returns whether it
-    was set (False where the C library is not glibc: nothing is changed there)."""
+    was set (False where the C library is not glibc, or ``STALESIM_HEAP=default``: nothing
+    is changed then)."""
+    if os.environ.get(HEAP_ENV, "") == "default":
+        return False
     name = ctypes.util.find_library("c")
     if name is None:
         return False
