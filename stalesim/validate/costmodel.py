@@ -164,11 +164,11 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
 
     def extra(kind: str, s: int) -> int:
         return to_ns(o[kind] + disp * dc.get((kind, s), 1.0)) + (
-            to_ns(times.median_s[0].get("DATA", 0.0)) if times is not None and kind == "F" and s == 0 else 0)
+            to_ns(times.mean_s[0].get("DATA", 0.0)) if times is not None and kind == "F" and s == 0 else 0)
 
     # the profile's last block includes the loss arithmetic; the LOSS action adds its overhead
     loss_extra = max((extra("LOSS", s) for s in range(S) if ("LOSS", s) in dc), default=extra("LOSS", S - 1))
-    loss = alone.loss_ns if times is None else to_ns(max((t.get("LOSS", 0.0) for t in times.median_s), default=0.0))
+    loss = alone.loss_ns if times is None else to_ns(max((t.get("LOSS", 0.0) for t in times.mean_s), default=0.0))
     def add(kind: str) -> tuple[int, ...]:
         return tuple(x + extra(kind, s) for s, x in enumerate(cost[kind]))
 
@@ -202,7 +202,7 @@ def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
     keeps the sum), and the contended ones scaled by the profile's contended/alone ratio."""
     from stalesim.sim.model import to_ns
 
-    med = times.median_s
+    med = times.mean_s
     if len(med) != len(alone["F"]):
         raise ValueError(f"stage times for {len(med)} stages, the partition has {len(alone['F'])}")
     base = dict(alone)

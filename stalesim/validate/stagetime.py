@@ -18,8 +18,8 @@ the way one batch does in a pipeline (every stage's F on a fresh copy of the pre
 stage's output, the LOSS, then every stage's B, or I then W, on a fresh copy of the next
 stage's input gradient; a stage the run splits alternates B rounds with I-then-W rounds,
 since such a stage runs both), each layout in a fresh process, in passes interleaved over
-the layouts (:func:`measure_layouts`). A kind's time is the median over the rounds after
-each pass's two warm-up rounds; the spread (quartiles) is kept beside it. The per-layer profile still chooses the
+the layouts (:func:`measure_layouts`). A kind's time is the mean over the rounds after
+each pass's two warm-up rounds; the median and quartiles are kept beside it. The per-layer profile still chooses the
 partition and gives the update and the contended/alone ratio (:mod:`costmodel`).
 """
 
@@ -64,27 +64,34 @@ class LayoutKey:
 
 @dataclass
 class StageTimes:
-    """Per stage ``{kind: seconds}`` (medians over ``rounds``) and the quartiles beside them."""
+    """Per stage ``{kind: seconds}``: the means over ``rounds`` (what the cost model uses: an
+    iteration adds its actions' times, so their means, as the replay does), and the median
+    and quartiles beside them (the spread)."""
 
-    median_s: list[dict[str, float]]
+    mean_s: list[dict[str, float]]
+    median_s: list[dict[str, float]] = field(default_factory=list)
     quartiles_s: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     rounds: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"median_s": self.median_s, "rounds": self.rounds,
+        return {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
                 "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
 
     @classmethod
     def from_samples(cls, samples: list[dict[str, list[float]]]) -> StageTimes:
-        """Medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the most
-        samples of any kind."""
-        return cls([{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
+        """Means, medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the
+        most samples of any kind."""
+        return cls([{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples],
+                   [{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
                    [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
                    max((len(v) for s in samples for v in s.values()), default=0))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
-        return cls([{k: float(v) for k, v in m.items()} for m in d["median_s"]],
+        def per_stage(key: str) -> list[dict[str, float]]:
+            return [{k: float(v) for k, v in m.items()} for m in d.get(key, [])]
+
+        return cls(per_stage("mean_s"), per_stage("median_s"),
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
                    int(d.get("rounds", 0)))
 
