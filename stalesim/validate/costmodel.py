@@ -39,8 +39,14 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, SPLIT_BACKWARD_KINDS, TRANSFER_NAMES_ORDERED, Kind
-from stalesim.validate.stagetime import LayoutKey, StageTimes, layout_key
+from stalesim.schedule.actions import (
+    COMPUTE_NAMES_ORDERED,
+    SPLIT_BACKWARD_KINDS,
+    TRANSFER_NAMES_ORDERED,
+    VERSIONED_KINDS,
+    Kind,
+)
+from stalesim.validate.stagetime import LayoutKey, StageTimes, hooked_stages, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -176,8 +182,10 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
                    loss_ns=loss + loss_extra)
 
 
-#: the kinds a stage-time measurement replaces (the update stays the profile's)
-_TIMED = ("F", "B", "I", "W", "LOSS")
+#: the kinds a stage time replaces: those that run the stage's modules (the update stays the
+#: profile's), and the LOSS
+_MODULE_KINDS = tuple(k for k in COMPUTE_NAMES_ORDERED if Kind(k) in VERSIONED_KINDS)
+_TIMED = (*_MODULE_KINDS, Kind.LOSS.value)
 
 
 def _per_kind(costs: StageCosts) -> dict[str, tuple[int, ...]]:
@@ -207,7 +215,7 @@ def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
         raise ValueError(f"stage times for {len(med)} stages, the partition has {len(alone['F'])}")
     base = dict(alone)
     scaled = None if busy is None else dict(busy)
-    for k in ("F", "B", "I", "W"):
+    for k in _MODULE_KINDS:
         m = tuple(to_ns(med[s][k]) if k in med[s] else a for s, a in enumerate(alone[k]))
         base[k] = m
         if scaled is not None and busy is not None:
@@ -411,15 +419,6 @@ def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
         m = sum(overlap) / len(overlap)
         return [m] * stages
     return [overlap[sched.device_of(s, 0)] for s in range(stages)]  # virtual stages: their device
-
-
-def hooked_stages(sched: Any) -> list[bool]:
-    """Per stage: does it run under the version hooks (an update of it can fall between one
-    of its forwards and that forward's backward, on any worker)?"""
-    from stalesim.schedule.liveness import updates_during_backward_wait
-
-    return [any(updates_during_backward_wait(sched, s, w) for w in range(sched.workers))
-            for s in range(sched.stages)]
 
 
 def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int

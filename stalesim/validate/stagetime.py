@@ -31,8 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: the kinds a stage's timing round measures (DATA: stage 0 reading its action batch)
-TIMED_KINDS = ("F", "B", "I", "W", "LOSS")
 WARMUP_ROUNDS = 2
 
 
@@ -104,12 +102,19 @@ def stage_times_from_summary(entries: list[dict[str, Any]] | None) -> dict[Layou
 def layout_key(sched: Any, ppv: list[int] | tuple[int, ...] | None, batch_size: int) -> LayoutKey:
     """The :class:`LayoutKey` of ``sched`` cut at ``ppv`` with mini-batch ``batch_size``
     (validate's runs use no mitigation, so the schedule alone says which stages are hooked)."""
-    from stalesim.validate.costmodel import hooked_stages
-
     split = sched.split_stages()
     return LayoutKey(ppv=tuple(ppv or ()), action_batch=sched.action_batch_size(batch_size),
                      split=tuple((0, s) in split for s in range(sched.stages)),
                      hooked=tuple(hooked_stages(sched)), local_loss=bool(sched.local_loss))
+
+
+def hooked_stages(sched: Any) -> list[bool]:
+    """Per stage: does it run under the version hooks (an update of it can fall between one
+    of its forwards and that forward's backward, on any worker)?"""
+    from stalesim.schedule.liveness import updates_during_backward_wait
+
+    return [any(updates_during_backward_wait(sched, s, w) for w in range(sched.workers))
+            for s in range(sched.stages)]
 
 
 def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, rounds: int = 12,
