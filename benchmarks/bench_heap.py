@@ -25,9 +25,10 @@ def _run(model: str, schedule: str, batch: int, micro: int, iterations: int, pol
     from executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.heap import HEAP_ENV
+    from stalesim.schedule import get_spec
 
     cfg = TrainConfig(model=model, dataset="synthetic", schedule=schedule, stages=2,
-                      microbatches=micro if schedule in ("gpipe", "1f1b") else 1, iterations=iterations,
+                      microbatches=micro if get_spec(schedule).uses_micro else 1, iterations=iterations,
                       batch_size=batch, synthetic_size=max(batch * 4, 512)).check()
     env = {HEAP_ENV: "default"} if policy == "default" else {}
     res = run_local(make_job(cfg, evaluate=False), "cpu:2", timeout_s=600, threads=1, env=env)
