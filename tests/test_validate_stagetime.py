@@ -122,3 +122,93 @@ def test_stage_times_round_trip_through_the_summary() -> None:
 
 def _hw() -> SimHardware:
     return SimHardware(device="x", link="l", latency_ns=1000, bandwidth_Bps=1e9)
+
+
+class _FakeCoRunners:
+    """Records pause/resume; ``busy`` is what a timed process would see."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.busy = False
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.busy = True
+        self.calls.append("resume")
+
+
+def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
+    """Each layout twice per pass, in a fresh process each: alone with the co-runners paused
+    (reading the data too) and contended with them computing; which first alternates over
+    layouts and passes; the samples of the passes pool per mode."""
+    import stalesim.validate.stagetime as st_mod
+
+    co = _FakeCoRunners()
+    seen: list[tuple[str, bool, bool]] = []
+
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True):
+        seen.append((tc, co.busy, data))
+        f = 2.0 if co.busy else 1.0
+        out = [{"F": [f] * rounds}, {"F": [f] * rounds, "LOSS": [0.25] * rounds}]
+        if data:
+            out[0]["DATA"] = [0.5]
+        return out
+
+    monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
+    timer = st_mod.LayoutTimer(["a", "b"], rounds=3)
+    timer.run_pass(co)
+    timer.run_pass(co)
+    assert seen == [("a", False, True), ("a", True, False), ("b", True, False), ("b", False, True),
+                    ("b", False, True), ("b", True, False), ("a", True, False), ("a", False, True)]
+    assert co.calls[-1] == "pause" and not co.busy  # left paused for the runs
+    a, b = timer.times()
+    assert a.rounds == 6 and a.mean_s == [{"F": 1.0, "DATA": 0.5}, {"F": 1.0, "LOSS": 0.25}]
+    assert a.contended is not None and a.contended.mean_s == [{"F": 2.0}, {"F": 2.0, "LOSS": 0.25}]
+    back = StageTimes.from_dict(a.to_dict())
+    assert back == a
+    timer.run_pass()  # no co-runners (a GPU rank): alone only
+    assert [m for _tc, m, _d in seen[8:]] == [False, False]
+
+
+def test_rounds_per_pass_spread_the_samples_over_the_passes() -> None:
+    from stalesim.validate.stagetime import SAMPLES, rounds_per_pass
+
+    assert rounds_per_pass(1) == SAMPLES
+    assert rounds_per_pass(5) * 5 >= SAMPLES and rounds_per_pass(100) == 3
+
+
+def test_contended_stage_times_are_the_contended_cost() -> None:
+    """With stage times measured alongside co-runners, phi interpolates between the alone and
+    the contended stage times (no contended profile needed); a contended time below the alone
+    one is noise and floored at alone."""
+    cm = CostModel(_profile())
+    times = StageTimes([{"F": 4e-3, "B": 3e-3}, {"F": 4e-3, "B": 3e-3, "LOSS": 1e-4}],
+                       contended=StageTimes([{"F": 5e-3, "B": 2e-3}, {"F": 6e-3, "B": 3.6e-3, "LOSS": 1e-4}]))
+    c = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, phi=[1.0, 0.5], times=times)
+    assert c.f_ns == (to_ns(5e-3), to_ns(5e-3))
+    assert c.b_ns == (to_ns(3e-3), to_ns(3.3e-3))  # stage 0's faster contended B is floored
+    alone = stage_costs_for(cm, [2], [2], batch_size=32, action_batch=32, phi=[0.0, 0.0], times=times)
+    assert alone.f_ns == (to_ns(4e-3),) * 2
+
+
+def test_contended_stage_times_drive_the_fixed_point_without_a_contended_profile() -> None:
+    """A pipeline whose devices overlap pays the contended stage times; the sequential
+    schedule (devices never overlap) pays the alone ones."""
+    cm = CostModel(_profile())
+    fast = StageTimes([{"F": 1e-3, "B": 2e-3}, {"F": 1e-3, "B": 2e-3, "LOSS": 0.0}])
+    slow = StageTimes([{"F": 2e-3, "B": 4e-3}, {"F": 2e-3, "B": 4e-3, "LOSS": 0.0}])
+    for name in ("pipedream", "sequential"):
+        cfg = ScheduleConfig(name, stages=2, batches=16)
+        key = layout_key(build_schedule(cfg), [2], 32)
+        cm.stage_times[key] = fast
+        plain, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+        cm.stage_times[key] = StageTimes(fast.mean_s, contended=slow)
+        r, info = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+        if name == "pipedream":
+            assert info["rounds"] > 1 and min(info["phi"]) > 0.9
+            assert r.iteration_time_s == pytest.approx(2 * plain.iteration_time_s, rel=0.05)
+        else:
+            assert r.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-6)

@@ -143,7 +143,7 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, out=str(tmp_path),
-                         repeats=3)
+                         repeats=3, overhead=False)
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
                    say=lambda _m: None, ppv=[2], ppvs={"stale": [2], "dp": []})
     run_step(v)
@@ -152,3 +152,45 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
                      ["baseline@baseline-1rank.r2"], ["stale@stale.r2", "dp@dp.r2"]]
     assert [m["run_dir"] for m in v.runs["dp"]] == [str(tmp_path / "runs" / n) for n in ("dp", "dp.r1", "dp.r2")]
     assert len(v.base_runs) == 2  # rounds 1 and 2 (round 0's is the baseline step's)
+
+
+def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_path: Path, monkeypatch) -> None:
+    """One timing pass after each round of runs, every layout of the runs and the baseline in
+    it (layouts that schedules share once); the pooled times land in the cost model."""
+    import executor.launch
+    import stalesim.validate.steps as steps_mod
+    from stalesim.validate.stagetime import StageTimes
+
+    events: list[str] = []
+
+    def fake_run_local(jobs, devs, **_kw):
+        js = [jobs] if isinstance(jobs, dict) else jobs
+        events.extend(f"run {j['label']}" for j in js)
+        res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
+        return res[0] if isinstance(jobs, dict) else res
+
+    class FakeTimer:
+        def __init__(self, tcs, **kw):
+            self.tcs, self.kw, self.passes = tcs, kw, 0
+
+        def times(self):
+            return [StageTimes([{"F": float(self.passes)}]) for _ in self.tcs]
+
+    def fake_pass(v, timer):
+        timer.passes += 1
+        events.append(f"time {len(timer.tcs)} layouts")
+
+    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", FakeTimer)
+    monkeypatch.setattr(steps_mod, "_time_pass", fake_pass)
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, microbatches=4,
+                         out=str(tmp_path), repeats=2)
+    prof = uniform_profile(6, 1e-3, 2e-3, 16, param_bytes=1000, output_bytes=100, saved_bytes=100)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["gpipe", "1f1b", "stale"], out=tmp_path,
+                   say=lambda _m: None, prof=prof, cm=CostModel(prof))
+    steps_mod.run_step(v)
+    # gpipe and 1f1b share a layout; stale's is hooked; the baseline's is one stage
+    assert events == ["run gpipe", "run 1f1b", "run stale", "time 3 layouts",
+                      "run baseline", "run 1f1b", "run stale", "run gpipe", "time 3 layouts"]
+    assert v.ppv == [3] and len(v.cm.stage_times) == 3
+    assert all(t.mean_s == [{"F": 2.0}] for t in v.cm.stage_times.values())

@@ -104,11 +104,16 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
-               seed: int, go: Any = None, dataset: str | None = None) -> None:  # (runs in a child process)
+               seed: int, go: Any = None, dataset: str | None = None, gen: Any = None,
+               ack: Any = None) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
-    model) and its task's loss.
+    model) and its task's loss. While paused it writes the pause generation it has seen
+    (``gen``) into ``ack`` (:meth:`CoRunners.pause` waits for it): it reads the generation
+    first and acknowledges only if ``go`` is still clear after that, so an acknowledgement
+    of a pause always comes from a co-runner that is between steps and will not start one
+    until it is resumed.
     """
     import torch
 
@@ -125,6 +130,10 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     first = True
     while not stop.is_set():
         if go is not None and not first and not go.is_set():
+            if gen is not None and ack is not None:
+                g = gen.value
+                if not go.is_set():
+                    ack.value = g
             go.wait(0.05)
             continue
         loss = loss_of(net(x), y)
@@ -134,6 +143,78 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
         if first:
             ready.set()
             first = False
+
+
+class CoRunners:
+    """``n`` processes that train ``model`` (same threads and device as a rank) to keep the
+    other cores busy, the way the other ranks of a run do; paused and resumed between
+    measurements (a context manager: started on entry, stopped on exit).
+
+    :meth:`pause` returns only once every co-runner has finished its step and waits, so
+    what is timed next runs alone; :meth:`resume` lets them compute again. Used for the
+    contended profile, the alternating alone/contended profiles and the contended stage
+    times (:mod:`stalesim.validate.stagetime`)."""
+
+    def __init__(self, model: str, batch_size: int, n: int, *, threads: int = 1, device: str = "cpu",
+                 dataset: str | None = None, timeout_s: float = 120.0, running: bool = True) -> None:
+        if n < 1:
+            raise StalesimError(f"co_runners: expected >= 1, got {n}")
+        self.n, self.timeout_s = n, timeout_s
+        ctx = mp.get_context("spawn")
+        self._stop, self._go = ctx.Event(), ctx.Event()
+        self._gen = ctx.Value("q", 0)
+        self._acks = [ctx.Value("q", 0) for _ in range(n)]
+        self._readies = [ctx.Event() for _ in range(n)]
+        if running:
+            self._go.set()
+        self._procs = [ctx.Process(target=_busy_loop,
+                                   args=(model, batch_size, threads, device, self._stop, self._readies[i], i + 1,
+                                         self._go, dataset, self._gen, self._acks[i]), daemon=True)
+                       for i in range(n)]
+
+    def __enter__(self) -> CoRunners:
+        for p in self._procs:
+            p.start()
+        try:
+            _wait_ready(self._procs, self._readies, self.timeout_s)
+            if not self._go.is_set():
+                self.pause()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def pause(self) -> None:
+        """Stop the co-runners after their current step; wait until each has."""
+        self._go.clear()
+        with self._gen.get_lock():
+            self._gen.value += 1
+            g = self._gen.value
+        deadline = time.monotonic() + self.timeout_s
+        for p, ack in zip(self._procs, self._acks):
+            while ack.value < g:
+                if not p.is_alive():
+                    raise StalesimError("contention: a co-runner process died")
+                if time.monotonic() > deadline:
+                    raise StalesimError("contention: a co-runner did not pause in time")
+                time.sleep(0.005)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._go.set()
+        for p in self._procs:
+            if p.pid is None:
+                continue
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
 
 
 def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, threads: int = 1,
@@ -147,27 +228,10 @@ def contended_profile(model: str, batch_sizes: list[int], *, co_runners: int, th
     """
     from stalesim.workloads.profiler import profile_model
 
-    if co_runners < 1:
-        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    readies = [ctx.Event() for _ in range(co_runners)]
-    procs = [ctx.Process(target=_busy_loop,
-                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
-                               None, dataset), daemon=True) for i in range(co_runners)]
-    for p in procs:
-        p.start()
-    try:
-        _wait_ready(procs, readies, timeout_s)
+    with CoRunners(model, co_batch or batch_sizes[0], co_runners, threads=threads, device=device,
+                   dataset=dataset, timeout_s=timeout_s):
         prof = profile_model(profiled_model(model, dataset), batch_sizes, device=device, threads=threads,
                              repeats=repeats, warmup=warmup)
-    finally:
-        stop.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
     meta = dict(prof.meta or {})
     meta["co_runners"] = co_runners
     meta["note"] = (f"measured while {co_runners} other process(es) trained {model} "
@@ -187,39 +251,18 @@ def paired_profiles(model: str, batch_sizes: list[int], *, co_runners: int, thre
     """
     from stalesim.workloads.profiler import profile_model
 
-    if co_runners < 1:
-        raise StalesimError(f"co_runners: expected >= 1, got {co_runners}")
-    ctx = mp.get_context("spawn")
-    stop, go = ctx.Event(), ctx.Event()
-    go.set()
-    readies = [ctx.Event() for _ in range(co_runners)]
-    procs = [ctx.Process(target=_busy_loop,
-                         args=(model, co_batch or batch_sizes[0], threads, device, stop, readies[i], i + 1,
-                               go, dataset), daemon=True) for i in range(co_runners)]
-    for p in procs:
-        p.start()
     per = max(2, math.ceil(repeats / max(1, rounds)))
     alone: list[Profile] = []
     busy: list[Profile] = []
-    try:
-        _wait_ready(procs, readies, timeout_s)
+    with CoRunners(model, co_batch or batch_sizes[0], co_runners, threads=threads, device=device,
+                   dataset=dataset, timeout_s=timeout_s) as co:
         for _ in range(max(1, rounds)):
-            go.clear()
-            time.sleep(0.2)  # the co-runners finish their step and wait
+            co.pause()  # returns once the co-runners finished their step
             alone.append(profile_model(profiled_model(model, dataset), batch_sizes, device=device,
                                        threads=threads, repeats=per, warmup=1))
-            go.set()
-            time.sleep(0.2)
+            co.resume()
             busy.append(profile_model(profiled_model(model, dataset), batch_sizes, device=device,
                                       threads=threads, repeats=per, warmup=1))
-    finally:
-        stop.set()
-        go.set()
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
     a, b = median_profile(alone), median_profile(busy)
     meta = dict(b.meta or {})
     meta["co_runners"] = co_runners

@@ -22,7 +22,12 @@ measured here once per machine and model rather than fitted per schedule:
 * **Contention between ranks** on one CPU socket (shared memory bandwidth and
   caches, SMT siblings, the gloo threads): the profile is measured a second time
   while N-1 co-runner processes train the same model with the same thread count
-  (:func:`stalesim.validate.corunners.contended_profile`). A stage's cost is the interpolation
+  (:func:`stalesim.validate.corunners.contended_profile`), and each stage layout is
+  timed alone and with co-runners busy in the same passes, spread between the rounds
+  of the measured runs (:class:`stalesim.validate.stagetime.LayoutTimer`; where those
+  contended stage times exist they are the contended cost, since on a virtual machine
+  the contention comes and goes with the host's load and a profile taken before the
+  runs missed it). A stage's cost is the interpolation
   ``(1 - phi) * alone + phi * contended`` where ``phi`` is the fraction of that
   device's busy time during which the other devices are busy too, read from the
   simulated timeline itself (:func:`busy_overlap`) and iterated to a fixed point
@@ -145,8 +150,9 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
 
     With ``times`` (the layout's stage times, :mod:`stalesim.validate.stagetime`) a stage's
     F, B, I, W and the LOSS are the measured ones, which already include the runtime's
-    overhead; their contended value scales the measured one by the profile's contended over
-    alone ratio for that stage and kind, and stage 0's F adds reading its data."""
+    overhead; their contended value is the one measured with co-runners busy where the
+    stage times have it, else the measured one scaled by the profile's contended over alone
+    ratio for that stage and kind; stage 0's F adds reading its data."""
     from stalesim.sim.model import stage_costs, to_ns
 
     alone = stage_costs(cm.profile, cuts, batch_size=batch_size, action_batch=action_batch, ppv=ppv)
@@ -154,11 +160,12 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
     phi = list(phi) if phi is not None else [0.0] * S
     base = _per_kind(alone)
     busy = None
-    if cm.contended is not None and any(p > 0 for p in phi):
+    contended = any(p > 0 for p in phi)
+    if cm.contended is not None and contended:
         busy = _per_kind(stage_costs(cm.contended, cuts, batch_size=batch_size, action_batch=action_batch,
                                      ppv=ppv))
     if times is not None:
-        base, busy = _measured_per_kind(times, base, busy)
+        base, busy = _measured_per_kind(times, base, busy if contended else None, contended=contended)
     cost = {k: _mix(phi, v, None if busy is None else busy[k]) for k, v in base.items()}
     measured = set(_TIMED) if times is not None else set()
     # a split backward's halves are dispatched like a backward: B's overhead each unless measured
@@ -204,22 +211,32 @@ def _mix(phi: list[float], a: tuple[int, ...], b: tuple[int, ...] | None) -> tup
 
 
 def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
-                       busy: dict[str, tuple[int, ...]] | None
+                       busy: dict[str, tuple[int, ...]] | None, *, contended: bool = False
                        ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]] | None]:
     """The measured stage times in place of the profile's sums (a kind a stage did not run
-    keeps the sum), and the contended ones scaled by the profile's contended/alone ratio."""
+    keeps the sum), and, when ``contended`` costs are wanted, the stage times measured with
+    co-runners busy where there are any (a kind they lack: the alone time), else the
+    measured ones scaled by the profile's contended/alone ratio (``busy``)."""
     from stalesim.sim.model import to_ns
 
     med = times.mean_s
     if len(med) != len(alone["F"]):
         raise ValueError(f"stage times for {len(med)} stages, the partition has {len(alone['F'])}")
     base = dict(alone)
-    scaled = None if busy is None else dict(busy)
     for k in _MODULE_KINDS:
-        m = tuple(to_ns(med[s][k]) if k in med[s] else a for s, a in enumerate(alone[k]))
-        base[k] = m
-        if scaled is not None and busy is not None:
-            scaled[k] = tuple(round(x * c / a) if a > 0 else x for x, a, c in zip(m, alone[k], busy[k]))
+        base[k] = tuple(to_ns(med[s][k]) if k in med[s] else a for s, a in enumerate(alone[k]))
+    if not contended:
+        return base, None
+    if times.contended is not None and len(times.contended.mean_s) == len(med):
+        scaled = dict(busy) if busy is not None else dict(alone)
+        for k in _MODULE_KINDS:
+            scaled[k] = tuple(to_ns(c[k]) if k in c else m for c, m in zip(times.contended.mean_s, base[k]))
+        return base, scaled
+    if busy is None:
+        return base, None
+    scaled = dict(busy)
+    for k in _MODULE_KINDS:
+        scaled[k] = tuple(round(x * c / a) if a > 0 else x for x, a, c in zip(base[k], alone[k], busy[k]))
     return base, scaled
 
 
@@ -540,7 +557,7 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)
-        if cm.contended is None or result.devices <= 1:
+        if not has_contention(cm, times) or result.devices <= 1:
             break
         new_phi = stage_phi(sched, busy_overlap(result))
         if r > 0 and len(history) >= 2 and abs(history[-1] - history[-2]) <= tol * history[-2]:
@@ -550,6 +567,12 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     return result, {"phi": phi, "rounds": len(history), "history": history,
                     "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs,
                     "schedule": sched}
+
+
+def has_contention(cm: CostModel, times: StageTimes | None) -> bool:
+    """Is there a contended cost to interpolate towards: the contended profile, or stage
+    times measured with co-runners busy?"""
+    return cm.contended is not None or (times is not None and times.contended is not None)
 
 
 def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],

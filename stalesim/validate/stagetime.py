@@ -10,28 +10,38 @@ an action of a 2-3-block chunk pays fixed per-action costs (the autograd graph w
 accumulating into the gradient buffer, the hooks) that a per-block profile spreads over
 its blocks. Neither is a per-schedule factor: both come from running a stage as a stage.
 
-So ``validate`` times each stage layout it predicts once, in this process, with no
-schedule run: the run's own :class:`~stalesim.runtime.stage.StageRuntime` per stage (its
-version hooks where the run needs them, its split backward where the run splits, its
-auxiliary heads), at the run's action batch, in rounds that go through the whole model
+So ``validate`` times each stage layout it predicts, with no schedule run: the run's
+own :class:`~stalesim.runtime.stage.StageRuntime` per stage (its version hooks where
+the run needs them, its split backward where the run splits, its auxiliary heads), at
+the run's action batch, in rounds that go through the whole model
 the way one batch does in a pipeline (every stage's F on a fresh copy of the previous
 stage's output, the LOSS, then every stage's B, or I then W, on a fresh copy of the next
 stage's input gradient; a stage the run splits alternates B rounds with I-then-W rounds,
-since such a stage runs both), each layout in a fresh process, in passes interleaved over
-the layouts (:func:`measure_layouts`). A kind's time is the mean over the rounds after
-each pass's two warm-up rounds; the median and quartiles are kept beside it. The per-layer profile still chooses the
-partition and gives the update and the contended/alone ratio (:mod:`costmodel`).
+since such a stage runs both), each layout in a fresh process, in passes that rotate over
+the layouts and that ``validate`` spreads between the rounds of its measured runs
+(:class:`LayoutTimer`). On CPU ranks every pass times each layout twice, alone and while
+co-runners keep the other cores busy (*contended*), because two processes computing on
+one socket can slow each other, by an amount that on a virtual machine comes and goes
+with the host's other tenants. A kind's time is the mean over the rounds after each
+process's two warm-up rounds; the median and quartiles are kept beside it. The per-layer
+profile still chooses the partition and gives the update (:mod:`costmodel`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.validate.corunners import CoRunners
 
 WARMUP_ROUNDS = 2
+#: per stage, ``{kind: [seconds of each timed round]}``
+Samples = list[dict[str, list[float]]]
 
 
 @dataclass(frozen=True)
@@ -70,19 +80,27 @@ class StageTimes:
     median_s: list[dict[str, float]] = field(default_factory=list)
     quartiles_s: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     rounds: int = 0
+    # the same stages timed while co-runners kept the other cores busy (CPU ranks), in the
+    # same passes as these: what a stage costs while the other ranks compute
+    contended: StageTimes | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
-                "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
+        d = {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
+             "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
+        if self.contended is not None:
+            d["contended"] = self.contended.to_dict()
+        return d
 
     @classmethod
-    def from_samples(cls, samples: list[dict[str, list[float]]]) -> StageTimes:
+    def from_samples(cls, samples: Samples,
+                     contended: Samples | None = None) -> StageTimes:
         """Means, medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the
-        most samples of any kind."""
+        most samples of any kind; ``contended``: the same, timed with co-runners busy."""
         return cls([{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples],
                    [{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
                    [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
-                   max((len(v) for s in samples for v in s.values()), default=0))
+                   max((len(v) for s in samples for v in s.values()), default=0),
+                   None if contended is None else cls.from_samples(contended))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
@@ -91,7 +109,7 @@ class StageTimes:
 
         return cls(per_stage("mean_s"), per_stage("median_s"),
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
-                   int(d.get("rounds", 0)))
+                   int(d.get("rounds", 0)), cls.from_dict(d["contended"]) if d.get("contended") else None)
 
 
 def stage_times_from_summary(entries: list[dict[str, Any]] | None) -> dict[LayoutKey, StageTimes]:
@@ -132,50 +150,106 @@ def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, round
     return StageTimes.from_samples(_sample_fresh(*job) if fresh_process else _sample(*job))
 
 
+#: samples of each kind a layout gets over all its passes, alone and again contended
+SAMPLES = 15
+
+
+def rounds_per_pass(passes: int) -> int:
+    """Timed rounds per pass so that ``passes`` passes give about :data:`SAMPLES` samples."""
+    return max(3, math.ceil(SAMPLES / max(1, passes)))
+
+
+@dataclass
+class LayoutTimer:
+    """Stage times of several runs' layouts (``tcs``: TrainConfigs), accumulated over passes
+    that the caller spreads in time (``validate``: one pass after each round of measured
+    runs, so the stage times see the same moments of the machine as the runs they predict).
+
+    Why passes: on a shared or virtual machine the speed drifts by 10-15% over minutes;
+    timing one layout after another put that drift between layouts (a stage that no layout
+    change touched measured 13% slower in the next layout), and timing every layout before
+    the runs put it between the prediction and the runs (ResNet-32 on 2 vCPUs: every
+    schedule 4-9% slower than its stage times even where the ranks never computed at once).
+    Each pass times every layout for ``rounds`` rounds in a fresh process, in an order
+    rotated by one per pass; the samples of all passes are pooled."""
+
+    tcs: Sequence[Any]
+    device: str = "cpu"
+    threads: int = 1
+    rounds: int = 6
+    full_batch: int | None = None
+    passes: int = 0
+    _alone: list[Samples | None] = field(default_factory=list)
+    _busy: list[Samples | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._alone = [None] * len(self.tcs)
+        self._busy = [None] * len(self.tcs)
+
+    def run_pass(self, corunners: CoRunners | None = None) -> None:
+        """Time every layout once; with ``corunners`` (CPU ranks) every layout twice, alone
+        (co-runners paused) and contended (co-runners computing, as the other ranks of a
+        pipeline do), which of the two first alternating over layouts and, per layout, passes. Leaves the
+        co-runners paused."""
+        n, p = len(self.tcs), self.passes
+        for j in range(n):
+            i = (j + p) % n
+            modes = [False] if corunners is None else ([True, False] if (i + p) % 2 else [False, True])
+            for busy in modes:
+                if corunners is not None:
+                    corunners.resume() if busy else corunners.pause()
+                got = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds, self.full_batch,
+                                    not busy)
+                store = self._busy if busy else self._alone
+                have = store[i]
+                store[i] = got if have is None else _merge(have, got)
+        if corunners is not None:
+            corunners.pause()
+        self.passes += 1
+
+    def times(self) -> list[StageTimes]:
+        """Per layout: means, medians and quartiles over every pass so far, with the
+        contended times beside them where any pass had co-runners."""
+        return [StageTimes.from_samples(a or [], b) for a, b in zip(self._alone, self._busy)]
+
+
 def measure_layouts(tcs: Sequence[Any], *, device: str = "cpu", threads: int = 1, passes: int = 3,
                     rounds: int = 6, full_batch: int | None = None) -> list[StageTimes]:
-    """:func:`measure_stage_times` for several runs' layouts, in ``passes`` interleaved passes
-    (each pass times every layout for ``rounds`` rounds in a fresh process, in an order
-    rotated by one per pass) whose samples are pooled. Why: on a shared or virtual machine
-    the speed drifts by 10-15% over minutes; timing one layout after another put that drift
-    between layouts (a stage that no layout change touched measured 13% slower in the next
-    layout), while interleaved passes give every layout the same mix of moments."""
-    pooled: list[list[dict[str, list[float]]] | None] = [None] * len(tcs)
-    for p in range(passes):
-        for j in range(len(tcs)):
-            i = (j + p) % len(tcs)
-            got = _sample_fresh(tcs[i], device, threads, rounds, full_batch)
-            have = pooled[i]
-            pooled[i] = got if have is None else _merge(have, got)
-    return [StageTimes.from_samples(x or []) for x in pooled]
+    """:func:`measure_stage_times` for several runs' layouts, in ``passes`` passes one after
+    the other (:class:`LayoutTimer`), alone."""
+    timer = LayoutTimer(tcs, device, threads, rounds, full_batch)
+    for _ in range(passes):
+        timer.run_pass()
+    return timer.times()
 
 
-def _merge(a: list[dict[str, list[float]]], b: list[dict[str, list[float]]]) -> list[dict[str, list[float]]]:
+def _merge(a: Samples, b: Samples) -> Samples:
     return [{k: sa.get(k, []) + sb.get(k, []) for k in sa.keys() | sb.keys()} for sa, sb in zip(a, b)]
 
 
-def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
-                  ) -> list[dict[str, list[float]]]:
+def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
+                  data: bool = True) -> Samples:
     """:func:`_sample` in a new (spawned) process."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch).result()
+        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data).result()
 
 
-def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
-                      ) -> list[dict[str, list[float]]]:  # pragma: no cover - in the child process
+def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
+                      data: bool = True) -> Samples:  # pragma: no cover - in the child process
     """:func:`_sample` in a process set up as an executor rank is (its heap policy)."""
     from stalesim.runtime.heap import keep_heap
 
     keep_heap()
-    return _sample(tc, device, threads, rounds, full_batch)
+    return _sample(tc, device, threads, rounds, full_batch, data)
 
 
-def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None
-            ) -> list[dict[str, list[float]]]:
-    """Per stage ``{kind: [seconds of each round after the warm-up]}`` (``DATA``: one value)."""
+def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
+            data: bool = True) -> Samples:
+    """Per stage ``{kind: [seconds of each round after the warm-up]}``; with ``data``, stage 0's
+    ``DATA`` too (one value: reading the data, timed alone only)."""
     import torch
 
     from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
@@ -192,20 +266,21 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
         ab = sched.action_batch_size(tc.batch_size)
         x, y = mods.model.random_batch(ab, torch.Generator().manual_seed(0), tc.torch_dtype)
         clock = _clock(device)
-        samples: list[dict[str, list[float]]] = [{} for _ in range(sched.stages)]
+        samples: Samples = [{} for _ in range(sched.stages)]
         micro = 0 if sched.uses_micro else None
         for t in range(n):
             _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock,
                        samples if t >= WARMUP_ROUNDS else None)
-        samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
-                                        rounds, tc.dtype)]
+        if data:
+            samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
+                                            rounds, tc.dtype)]
         return samples
     finally:
         torch.set_num_threads(old)
 
 
 def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: int | None,
-               clock: Callable[[], float], samples: list[dict[str, list[float]]] | None) -> None:
+               clock: Callable[[], float], samples: Samples | None) -> None:
     """One batch through every stage: each F, its LOSS, then each backward in reverse."""
     from stalesim.schedule import Action, Kind
 

@@ -6,10 +6,12 @@
 2. :func:`calibrate_step`: the link (``stalesim calibrate``) unless ``--hardware``.
 3. :func:`baseline_step`: the 1-rank sequential run (speed-up denominator; its gaps
    between actions calibrate the dispatch cost).
-4. :func:`simulate_step`: every schedule with the cost model (:mod:`.costmodel`),
+4. :func:`run_step`: every schedule on the ranks, in one process group, in rounds; after
+   each round one pass of the stage timing (every stage layout on its real stages, alone
+   and with co-runners busy; :mod:`.stagetime`), which the runs' measurements never feed.
+5. :func:`simulate_step`: every schedule with the cost model (:mod:`.costmodel`),
    each from the run's own ``TrainConfig.schedule_config`` (the same Schedule the
    executor runs).
-5. :func:`run_step`: every schedule on the ranks, in one process group.
 6. :func:`emulate_step`: a few iterations of each, for the loss comparison.
 7. :func:`compare_step`: rows (predicted vs measured vs replayed, emulated vs executed).
 
@@ -251,26 +253,42 @@ def _run_baseline(v: Validation, k: int) -> None:
 
 
 # ----------------------------------------------------------------------- 4. simulate
-def simulate_step(v: Validation) -> None:
+def partition(v: Validation) -> None:
+    """The shared PPV (from ``--ppv`` or the profile) and each schedule's, once: the runs and
+    the predictions cut the model the same way."""
     from stalesim.sim.model import resolve_cuts
-    from stalesim.validate.costmodel import simulate_with_costs
 
     cfg, N = v.cfg, v.n
+    if v.ppvs and set(v.ppvs) >= set(v.schedules):
+        return
     if cfg.ppv is not None:
         v.ppv = list(cfg.ppv)
     elif N > 1:
         _cuts, v.ppv = resolve_cuts(v.prof, N, None, cfg.batch_size)
     # virtual stages: V chunks per device, S = N x V stages, their own balanced partition
     v.ppvs = {name: _ppv_for(name, N, v.ppv, cfg, v.prof) for name in v.schedules}
-    v.say(f"[validate 4/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
+
+
+def _run_configs(v: Validation) -> list[Any]:
+    """The TrainConfig of every schedule's run and of the 1-rank baseline."""
+    cfg = v.cfg
+    return [*(train_config(cfg, name, v.n, v.ppvs[name], cfg.iterations) for name in v.schedules),
+            train_config(cfg, "sequential", 1, [], cfg.iterations)]
+
+
+def simulate_step(v: Validation) -> None:
+    from stalesim.validate.costmodel import simulate_with_costs
+
+    cfg, N = v.cfg, v.n
+    partition(v)
+    v.say(f"[validate 5/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     ensure_dir(v.out / "traces")  # a file in the way is one line, not a traceback
     from executor.rank import RECV_AHEAD
 
     tcs = {name: train_config(cfg, name, N, v.ppvs[name], cfg.iterations) for name in v.schedules}
-    base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
-    if cfg.overhead:
-        _stage_times(v, [*tcs.values(), base_tc])
+    if cfg.overhead:  # layouts the run step did not time (it normally times them all)
+        _stage_times(v, _run_configs(v))
     for name in v.schedules:
         # the schedule every consumer of this row builds: the run's TrainConfig -> ScheduleConfig
         tc = tcs[name]
@@ -283,24 +301,61 @@ def simulate_step(v: Validation) -> None:
                                         batch_size=cfg.batch_size)
 
 
-def _stage_times(v: Validation, tcs: list[Any]) -> None:
-    """Time each stage layout of the runs ``tcs`` once (layouts that schedules share, once),
-    on its real stages as the run's executor runs them, in interleaved passes of fresh
-    processes, no schedule run (:mod:`stalesim.validate.stagetime`)."""
+def _layouts(v: Validation, tcs: list[Any]) -> dict[Any, Any]:
+    """The stage layouts of the runs ``tcs`` that have no stage times yet, each with one run
+    that has it (layouts that schedules share are timed once)."""
     from stalesim.schedule import build_schedule
-    from stalesim.validate.stagetime import layout_key, measure_layouts
+    from stalesim.validate.stagetime import layout_key
 
     todo: dict[Any, Any] = {}
     for tc in tcs:
         key = layout_key(build_schedule(tc.schedule_config(tc.iterations)), tc.ppv, tc.batch_size)
         if key not in v.cm.stage_times:
             todo.setdefault(key, tc)
+    return todo
+
+
+def _stage_times(v: Validation, tcs: list[Any]) -> None:
+    """Time the stage layouts of the runs ``tcs`` that have no stage times yet, alone, in
+    passes one after the other (:func:`stalesim.validate.stagetime.measure_layouts`)."""
+    from stalesim.validate.stagetime import measure_layouts
+
+    todo = _layouts(v, tcs)
     if not todo:
         return
-    v.say(f"[validate 4/{STEPS}] timing {len(todo)} stage layout(s) on their real stages")
+    v.say(f"[validate 5/{STEPS}] timing {len(todo)} stage layout(s) on their real stages")
     times = measure_layouts(list(todo.values()), device=v.devs.device_for(0), threads=v.cfg.threads,
                             full_batch=v.cfg.batch_size)
     v.cm.stage_times.update(zip(todo, times))
+
+
+def _layout_timer(v: Validation) -> tuple[list[Any], Any]:
+    """The layouts to time between the rounds of the runs, and their :class:`LayoutTimer`
+    (``None`` when nothing is to be timed: no cost model, ``--no-overhead``, or all timed)."""
+    from stalesim.validate.stagetime import LayoutTimer, rounds_per_pass
+
+    if v.cm is None or not v.cfg.overhead:
+        return [], None
+    todo = _layouts(v, _run_configs(v))
+    if not todo:
+        return [], None
+    return list(todo), LayoutTimer(list(todo.values()), device=str(v.devs.device_for(0)), threads=v.cfg.threads,
+                                   rounds=rounds_per_pass(v.cfg.repeats), full_batch=v.cfg.batch_size)
+
+
+def _time_pass(v: Validation, timer: Any) -> None:
+    """One pass of ``timer`` over every layout: on CPU ranks alone and with the other ranks'
+    worth of co-runners busy (:class:`stalesim.validate.corunners.CoRunners`)."""
+    from stalesim.validate.corunners import CoRunners
+
+    cfg, N = v.cfg, v.n
+    if not (v.devs.kind == "cpu" and N > 1 and cfg.contention):
+        timer.run_pass()
+        return
+    co_batch = profile_sizes(cfg.batch_size, cfg.microbatches, N)[-1]  # as the contended profile
+    with CoRunners(cfg.model, co_batch, N - 1, threads=cfg.threads, device=v.device0, dataset=cfg.dataset,
+                   timeout_s=cfg.timeout_s, running=False) as co:
+        timer.run_pass(co)
 
 
 def _memory_facts(v: Validation, tc: Any) -> list[dict[str, int]] | None:
@@ -351,13 +406,18 @@ def round_order(names: list[str], k: int) -> list[str]:
 
 def run_step(v: Validation) -> None:
     """``cfg.repeats`` rounds; each round runs the 1-rank baseline (round 0 ran in
-    :func:`baseline_step`), then every schedule once, in one process group."""
+    :func:`baseline_step`), then every schedule once, in one process group, then one pass
+    of the stage timing (:func:`_time_pass`): the stage times the predictions use see the
+    same moments of the machine as the runs, which they never read."""
     from executor.spec import make_job
 
     cfg = v.cfg
     K = cfg.repeats
-    v.say(f"[validate 5/{STEPS}] running {len(v.schedules)} schedule(s) on {v.devs} "
-          f"({cfg.iterations} iterations each, {K} interleaved repeat(s))")
+    partition(v)
+    keys, timer = _layout_timer(v)
+    v.say(f"[validate 4/{STEPS}] running {len(v.schedules)} schedule(s) on {v.devs} "
+          f"({cfg.iterations} iterations each, {K} interleaved repeat(s))"
+          + (f", timing {len(keys)} stage layout(s) after each round" if timer is not None else ""))
     v.runs = {name: [] for name in v.schedules}
     for k in range(K):
         if k > 0:
@@ -369,8 +429,12 @@ def run_step(v: Validation) -> None:
         got = _run_jobs(jobs, v.devs, cfg, v.say)
         for name in names:
             v.runs[name].append(got[name])
+        if timer is not None:
+            _time_pass(v, timer)
         if K > 1:
-            v.say(f"[validate 5/{STEPS}] round {k + 1}/{K} done")
+            v.say(f"[validate 4/{STEPS}] round {k + 1}/{K} done")
+    if timer is not None:
+        v.cm.stage_times.update(zip(keys, timer.times()))
 
 
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""``validate``: profile -> calibrate -> baseline -> simulate -> run -> emulate -> compare -> report.
+"""``validate``: profile -> calibrate -> baseline -> run -> simulate -> emulate -> compare -> report.
 
 Every consumer gets the same numbers (model, batch size, micro-batches, the
 partition found once from the profile, iterations, seed) and the same schedule
@@ -31,8 +31,10 @@ from stalesim.validate.steps import (
     train_config,
 )
 
+# the runs come before the predictions because the stage times the predictions use are taken
+# between the runs' rounds (steps.run_step); nothing a run measures enters a prediction
 STEP_ORDER = (("profile", profile_step), ("calibrate", calibrate_step), ("baseline", baseline_step),
-              ("simulate", simulate_step), ("run", run_step), ("emulate", emulate_step),
+              ("run", run_step), ("simulate", simulate_step), ("emulate", emulate_step),
               ("compare", compare_step))
 
 
