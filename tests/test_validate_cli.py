@@ -52,8 +52,15 @@ def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
     assert summary["load_average"]["before"] is not None
     assert summary["command"].startswith("stalesim")
     assert summary["cost_model"]["overhead_s"]["F"] >= 0
+    # every layout timed between the rounds, alone and with the co-runner busy (2 CPU ranks)
+    layouts = summary["cost_model"]["stage_times"]
+    assert len(layouts) >= 2  # the 2-stage runs' and the 1-rank baseline's
+    for e in layouts:
+        assert len(e["contended"]["mean_s"]) == len(e["mean_s"]) and e["contention_ratio"] > 0
     report = (out / "report.md").read_text()
     assert "| 1f1b |" in report and "figures/iteration_time.png" in report
+    row = next(ln for ln in report.splitlines() if "stage times with co-runners busy" in ln)
+    assert "n/a" not in row
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -212,3 +212,10 @@ def test_contended_stage_times_drive_the_fixed_point_without_a_contended_profile
             assert r.iteration_time_s == pytest.approx(2 * plain.iteration_time_s, rel=0.05)
         else:
             assert r.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-6)
+
+
+def test_contention_ratio_sums_the_module_kinds_both_sides_measured() -> None:
+    alone = [{"F": 1.0, "B": 2.0, "DATA": 9.0}, {"F": 1.0, "LOSS": 5.0}]
+    busy = [{"F": 1.5, "B": 2.5}, {"F": 1.0, "LOSS": 50.0}]
+    assert StageTimes(alone).contention_ratio() is None
+    assert StageTimes(alone, contended=StageTimes(busy)).contention_ratio() == pytest.approx(5.0 / 4.0)

@@ -101,7 +101,8 @@ class CostModel:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "gaps_s": dict(self.gaps_s),
                 "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
-                "stage_times": [{"layout": k.to_dict(), "label": k.text(), **v.to_dict()}
+                "stage_times": [{"layout": k.to_dict(), "label": k.text(),
+                                 "contention_ratio": v.contention_ratio(), **v.to_dict()}
                                 for k, v in self.stage_times.items()],
                 "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
                                                         if k in ("sizes", "repeats", "device")

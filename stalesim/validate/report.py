@@ -74,6 +74,14 @@ def write_outputs(out: Path, summary: dict[str, Any], *, sims: dict[str, Any],
     return files
 
 
+def _span(xs: list[float]) -> str:
+    """``min-max`` of ratios (one value when they agree to the shown digits), n/a when empty."""
+    if not xs:
+        return "n/a"
+    lo, hi = f"{min(xs):.3f}", f"{max(xs):.3f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def _f(x: Any, fmt: str, none: str = "n/a") -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return none
@@ -137,12 +145,14 @@ def _method_section(summary: dict[str, Any]) -> list[str]:
         f"(min-max over the profile), {cfg['iterations']} iterations, dataset `{cfg['dataset']}`, "
         f"seed {cfg['seed']}, {cfg['threads']} torch thread(s) per rank. Pipeline schedules use "
         f"S = number of devices; dp and pipe-sgd use that many workers with S = 1.",
-        "* **Predicted**: the event simulator with per-stage costs from the per-layer profile "
-        "measured on this device with the ranks' thread count, plus the measured per-action "
-        "runtime overhead, plus (CPU ranks) contention: a stage's cost is interpolated between "
-        "the profile measured alone and the one measured with the other ranks busy, by how much "
-        "the other devices compute at the same time in the simulated timeline (fixed point). "
-        "Link: the calibrated alpha-beta model, all-reduce ring, CPU occupancy of transfers.",
+        "* **Predicted**: the event simulator with per-stage costs: each stage layout's action "
+        "times measured on its real stages as the executor runs them (no schedule run), in one "
+        "pass after each round of the runs, and on CPU ranks both alone and with co-runners "
+        "keeping the other cores busy; a stage's cost is interpolated between the two by how "
+        "much the other devices compute at the same time in the simulated timeline (fixed "
+        "point). The per-layer profile chooses the partition and gives the update; the 1-rank "
+        "run's gaps give the runtime's time between actions; the link is calibrated (per-message "
+        "costs, alpha-beta, all-reduce). Nothing the measured runs record enters a prediction.",
         "* **Measured**: the executor (one process per device, torch.distributed) ran each "
         "schedule; iteration time = time between the completions (last U) of the batches "
         "bounding the simulator's steady window (the middle half of the run; hybrid: whole run / "
@@ -167,6 +177,7 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
     hw = summary.get("sim_hardware") or {}
     ov = cm.get("overhead_s") or {}
     cr = cm.get("contention_ratio")
+    st = [e["contention_ratio"] for e in cm.get("stage_times") or [] if e.get("contention_ratio") is not None]
     bw = hw.get("bandwidth_Bps")
     return [
         "## Cost-model parameters (measured)",
@@ -176,7 +187,8 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
         "| per-action overhead F / B / U / LOSS | " +
         " / ".join(f"{(ov.get(k) or 0) * 1e6:.0f} us" for k in UNSPLIT_COMPUTE_NAMES) + " |",
         f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |",
-        f"| contention: compute with the other ranks busy / alone | {_f(cr, '.3f')} |",
+        f"| contention: compute with the other ranks busy / alone (profile) | {_f(cr, '.3f')} |",
+        f"| contention: stage times with co-runners busy / alone (per layout) | {_span(st)} |",
         f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "
         f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |",
         f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "
@@ -200,7 +212,7 @@ def _results_section(summary: dict[str, Any]) -> list[str]:
     L += [_result_row(r) for r in summary["rows"]]
     L += ["",
           "*replay error*: the simulator run with the **measured** costs of each action kind and "
-          "stage (steady window, median per repeat) instead of the predicted ones. Small replay error "
+          "stage (steady window, mean per repeat) instead of the predicted ones. Small replay error "
           "with a large error means the costs were off (profile vs. the ranks' real speed: machine "
           "load, contention, overhead); a large replay error points at the schedule/communication "
           "model. ≈ marks an error within the noise floor."]

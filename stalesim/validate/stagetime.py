@@ -91,6 +91,17 @@ class StageTimes:
             d["contended"] = self.contended.to_dict()
         return d
 
+    def contention_ratio(self) -> float | None:
+        """Contended over alone time of every (stage, kind) both measured, summed (the LOSS
+        and the data read left out: they do not run the stage's modules); None without
+        contended times."""
+        if self.contended is None:
+            return None
+        pairs = [(a[k], c[k]) for a, c in zip(self.mean_s, self.contended.mean_s)
+                 for k in a.keys() & c.keys() if k not in ("LOSS", "DATA")]
+        alone = sum(a for a, _c in pairs)
+        return sum(c for _a, c in pairs) / alone if alone > 0 else None
+
     @classmethod
     def from_samples(cls, samples: Samples,
                      contended: Samples | None = None) -> StageTimes:
