@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "validate", help="profile, calibrate, simulate, run and compare (report with figures)",
+        "validate", help="profile, calibrate, run, simulate and compare (report with figures)",
         description="Predict each schedule with the simulator (profile measured on these devices, "
                     "calibrated link) and run it for real on the executor; report predicted vs "
                     "measured iteration time, utilization, speed-up and memory, and emulated vs "
