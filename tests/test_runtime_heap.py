@@ -1,4 +1,4 @@
-"""The training processes' heap policy: freed activations are reused, not faulted back in."""
+"""The training processes' heap policy: freed activations are kept in the heap, not returned."""
 
 from __future__ import annotations
 
@@ -8,31 +8,59 @@ import sys
 
 import pytest
 
-# allocate ten 8 MiB blocks, write them, free them all; the third round's minor page faults
+# glibc's own account (mallinfo2) of a 24 MiB block (mmapped or from the heap), then of ten
+# 8 MiB blocks allocated, written and freed three times (how many more free bytes the heap
+# holds afterwards).
+# Why not count page faults: whether a kept page is faulted in again also depends on the
+# kernel. On a 2026-11-28 development VM (whose kernel runs DAMON with a ``pageout``
+# scheme) the kept heap's third round faulted 0 or 2,048 pages and its second up to
+# 20,480, and the default's third 2,048 to 20,480: a fault-count test failed one run in
+# three. What glibc keeps is the policy itself, and deterministic.
 _PROBE = """
-import json, resource, sys, torch
+import ctypes, json, sys, torch
 if sys.argv[1] == "keep":
     from stalesim.runtime.heap import keep_heap
     assert keep_heap()  # it says it was set
-faults = []
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+m0 = libc.mallinfo2()
+big = torch.ones(6 << 20)  # 24 MiB, alive
+m1 = libc.mallinfo2()
+del big
+before = libc.mallinfo2().fordblks
 for _ in range(3):
-    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     blocks = [torch.ones(2 << 20) for _ in range(10)]
     del blocks
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-print(json.dumps(faults))
+print(json.dumps({"mmapped": m1.hblkhd - m0.hblkhd, "kept": libc.mallinfo2().fordblks - before}))
 """
 
 
-def _faults(mode: str) -> list[int]:
+def _heap(mode: str) -> dict[str, int]:
     out = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_a_kept_heap_reuses_freed_blocks_where_the_default_faults_them_back() -> None:
-    default, kept = _faults("default"), _faults("keep")
-    pages = 10 * (8 << 20) // 4096
-    assert default[2] > pages // 2  # glibc returned the freed 80 MiB and faulted it back in
-    assert kept[2] < pages // 50  # kept: the third round touches memory it already has
+def _has_mallinfo2() -> bool:
+    import ctypes
 
+    try:
+        return hasattr(ctypes.CDLL(None), "mallinfo2")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(),
+                    reason="glibc's mallopt and mallinfo2 (glibc >= 2.33)")
+def test_a_kept_heap_serves_large_blocks_itself_and_keeps_them() -> None:
+    default, kept = _heap("default"), _heap("keep")
+    # glibc's default serves a large block with its own mmap (unmapped again on free); kept,
+    # blocks up to 32 MiB come from the heap
+    assert default["mmapped"] >= 24 << 20
+    assert kept["mmapped"] == 0
+    # kept, nothing is trimmed: the 80 MiB freed stay in the heap for the next round
+    assert kept["kept"] >= 10 * (8 << 20)
