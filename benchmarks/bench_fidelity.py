@@ -153,11 +153,12 @@ def calibration(out: Path, model: str, devices: str, sizes: list[int], repeats: 
 def grid_configs(models: list[str], batches: list[int], micros: list[int],
                  devices: list[str]) -> list[dict[str, Any]]:
     """The held-out grid: per (model, devices, batch) every schedule at M = 4, and the
-    micro-batched schedules again at every other M; a schedule is left out where the batch
-    does not split (its spec's constraints, as ``validate`` checks them)."""
+    micro-batched schedules again at every other M; a schedule is left out where
+    ``validate`` itself would refuse it (:func:`stalesim.validate.config.check_config`: the
+    batch does not split, or the schedule's constraints at its S = devices x V stages)."""
     from stalesim.errors import StalesimError
-    from stalesim.schedule import ScheduleConfig, get_spec
-    from stalesim.validate.config import runnable_schedules
+    from stalesim.schedule import get_spec
+    from stalesim.validate.config import ValidateConfig, check_config, runnable_schedules
 
     out = []
     for model in models:
@@ -167,16 +168,11 @@ def grid_configs(models: list[str], batches: list[int], micros: list[int],
                 for m in micros:
                     names = []
                     for name in runnable_schedules(n):
-                        spec = get_spec(name)
-                        if m != 4 and not spec.uses_micro:
-                            continue
-                        split = n if spec.data_parallel else (m if spec.uses_micro else 1)
-                        if b % split:
+                        if m != 4 and not get_spec(name).uses_micro:
                             continue
                         try:
-                            spec.check(ScheduleConfig(name, stages=1 if spec.data_parallel else n, batches=8,
-                                                      microbatches=m if spec.uses_micro else 1,
-                                                      workers=n if spec.data_parallel else 1))
+                            check_config(ValidateConfig(model=model, devices=dev, schedules=[name], batch_size=b,
+                                                        microbatches=m))
                         except StalesimError:
                             continue
                         names.append(name)
