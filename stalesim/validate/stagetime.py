@@ -190,8 +190,8 @@ class LayoutTimer:
     rounds: int = 6
     full_batch: int | None = None
     passes: int = 0
-    _alone: list[Samples | None] = field(default_factory=list)
-    _busy: list[Samples | None] = field(default_factory=list)
+    _alone: list[Samples | None] = field(default_factory=list, init=False, repr=False)
+    _busy: list[Samples | None] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._alone = [None] * len(self.tcs)
