@@ -48,10 +48,9 @@ from stalesim.schedule.actions import (
     COMPUTE_NAMES_ORDERED,
     SPLIT_BACKWARD_KINDS,
     TRANSFER_NAMES_ORDERED,
-    VERSIONED_KINDS,
     Kind,
 )
-from stalesim.validate.stagetime import LayoutKey, StageTimes, hooked_stages, layout_key
+from stalesim.validate.stagetime import MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -192,8 +191,7 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
 
 #: the kinds a stage time replaces: those that run the stage's modules (the update stays the
 #: profile's), and the LOSS
-_MODULE_KINDS = tuple(k for k in COMPUTE_NAMES_ORDERED if Kind(k) in VERSIONED_KINDS)
-_TIMED = (*_MODULE_KINDS, Kind.LOSS.value)
+_TIMED = (*MODULE_KINDS, Kind.LOSS.value)
 
 
 def _per_kind(costs: StageCosts) -> dict[str, tuple[int, ...]]:
@@ -224,19 +222,19 @@ def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
     if len(med) != len(alone["F"]):
         raise ValueError(f"stage times for {len(med)} stages, the partition has {len(alone['F'])}")
     base = dict(alone)
-    for k in _MODULE_KINDS:
+    for k in MODULE_KINDS:
         base[k] = tuple(to_ns(med[s][k]) if k in med[s] else a for s, a in enumerate(alone[k]))
     if not contended:
         return base, None
     if times.contended is not None and len(times.contended.mean_s) == len(med):
         scaled = dict(busy) if busy is not None else dict(alone)
-        for k in _MODULE_KINDS:
+        for k in MODULE_KINDS:
             scaled[k] = tuple(to_ns(c[k]) if k in c else m for c, m in zip(times.contended.mean_s, base[k]))
         return base, scaled
     if busy is None:
         return base, None
     scaled = dict(busy)
-    for k in _MODULE_KINDS:
+    for k in MODULE_KINDS:
         scaled[k] = tuple(round(x * c / a) if a > 0 else x for x, a, c in zip(base[k], alone[k], busy[k]))
     return base, scaled
 

@@ -36,10 +36,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, VERSIONED_KINDS, Kind
+
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.validate.corunners import CoRunners
 
 WARMUP_ROUNDS = 2
+#: the kinds that run a stage's modules (F, B, I, W; not the LOSS, the update or reading data)
+MODULE_KINDS = tuple(k for k in COMPUTE_NAMES_ORDERED if Kind(k) in VERSIONED_KINDS)
 #: per stage, ``{kind: [seconds of each timed round]}``
 Samples = list[dict[str, list[float]]]
 
@@ -98,7 +102,7 @@ class StageTimes:
         if self.contended is None:
             return None
         pairs = [(a[k], c[k]) for a, c in zip(self.mean_s, self.contended.mean_s)
-                 for k in a.keys() & c.keys() if k not in ("LOSS", "DATA")]
+                 for k in a.keys() & c.keys() if k in MODULE_KINDS]
         alone = sum(a for a, _c in pairs)
         return sum(c for _a, c in pairs) / alone if alone > 0 else None
 
@@ -200,15 +204,17 @@ class LayoutTimer:
     def run_pass(self, corunners: CoRunners | None = None) -> None:
         """Time every layout once; with ``corunners`` (CPU ranks) every layout twice, alone
         (co-runners paused) and contended (co-runners computing, as the other ranks of a
-        pipeline do), which of the two first alternating over layouts and, per layout, passes. Leaves the
-        co-runners paused."""
+        pipeline do), which of the two first alternating over layouts and, per layout,
+        passes. Leaves the co-runners paused."""
         n, p = len(self.tcs), self.passes
         for j in range(n):
             i = (j + p) % n
             modes = [False] if corunners is None else ([True, False] if (i + p) % 2 else [False, True])
             for busy in modes:
-                if corunners is not None:
-                    corunners.resume() if busy else corunners.pause()
+                if corunners is not None and busy:
+                    corunners.resume()
+                elif corunners is not None:
+                    corunners.pause()
                 got = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds, self.full_batch,
                                     not busy)
                 store = self._busy if busy else self._alone
