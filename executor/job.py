@@ -248,6 +248,8 @@ def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: di
 def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict[tuple[int, int], Any],
              rows: list[list[Any]], cuda_peak: CudaPeak | None, setup_s: float) -> dict[str, Any]:
     """What this rank sends rank 0 after its run: rows, losses, memory, traffic, weights."""
+    from stalesim.runtime.affinity import available_cores
+
     dev = ctx.device
     peak = rank.memory.peak_bytes if cuda_peak is None else cuda_peak.peak()
     if cuda_peak is not None:
@@ -266,6 +268,7 @@ def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict
         "stash_peak_bytes": int(sum(rt.stash_peak_bytes for rt in runtimes.values())),
         "bytes_sent": rank.tr.bytes_sent,
         "setup_s": setup_s,
+        "cpu_affinity": available_cores(),
         "state": _stage_states(runtimes) if job.get("evaluate", True) else None,
     }
 

@@ -137,6 +137,7 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
                                   "utilization_whole_run", "wall_s", "warmup_batches_skipped",
                                   "timing_window", "time_by_kind_s")},
         setup_s=max(p["setup_s"] for p in gathered),
+        cpu_affinity={str(p["rank"]): p.get("cpu_affinity") for p in gathered},
         stash_peak_bytes=sum(int(p.get("stash_peak_bytes") or 0) for p in gathered),
         peak_memory_bytes={str(p["rank"]): p["peak_memory_bytes"] for p in gathered},
         peak_memory_parts={str(p["rank"]): p.get("peak_memory_parts") for p in gathered},

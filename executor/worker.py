@@ -33,6 +33,14 @@ def _set_threads(threads: int | None) -> None:
             torch.set_num_interop_threads(1)
 
 
+def _pin(local_rank: int, device_kind: str, world: int) -> None:
+    """Pin a CPU rank to its share of the host's cores before it starts a thread
+    (:mod:`stalesim.runtime.affinity`: why, and ``STALESIM_PIN=off``)."""
+    from stalesim.runtime.affinity import pin_rank
+
+    pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))), device_kind)
+
+
 def worker_main(spec: dict[str, Any]) -> int:
     """Run every job of ``spec`` on this rank; rank 0 writes ``result<i>.json`` per job."""
     from executor.faults import Beacon, die_with_parent
@@ -47,6 +55,7 @@ def worker_main(spec: dict[str, Any]) -> int:
     beacon = Beacon(workdir / f"rank{rank}.beacon" if workdir is not None else None)
     threads = spec.get("threads") or int(os.environ.get("STALESIM_EXECUTOR_THREADS", "0") or 0)
     try:
+        _pin(local_rank, spec["devices"].get("kind", "cpu"), world)
         _set_threads(threads)
         from executor.job import CUBLAS_DETERMINISTIC, run_job
 

@@ -133,7 +133,7 @@ MUST_AGREE = ("schedule", "model", "dataset", "task", "optimizer", "data_note", 
               "versions_match_ir", "version_mismatches", "stash_peak_bytes")
 
 # what differs by nature: who ran it, where, and each producer's own measurements
-OWN = ("producer", "label", "ppv", "run_dir", "stage_losses", "wall_s", "wall_time_s", "setup_s",
+OWN = ("producer", "label", "ppv", "run_dir", "stage_losses", "wall_s", "wall_time_s", "setup_s", "cpu_affinity",
        "iteration_time_s", "throughput_samples_per_s", "utilization", "utilization_whole_run", "time_by_kind_s",
        "warmup_batches_skipped", "timing_window", "inflight_peak_bytes", "peak_memory_bytes",
        "peak_memory_parts", "setup_peak_memory_bytes", "run_start_allocated_bytes", "peak_memory_kind")

@@ -149,7 +149,8 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
     co = _FakeCoRunners()
     seen: list[tuple[str, bool, bool]] = []
 
-    def fake_sample(tc, device, threads, rounds, full_batch, data=True):
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1):
+        assert ranks == 2  # each timing process is pinned as the first of the runs' ranks
         seen.append((tc, co.busy, data))
         f = 2.0 if co.busy else 1.0
         out = [{"F": [f] * rounds}, {"F": [f] * rounds, "LOSS": [0.25] * rounds}]
@@ -158,7 +159,7 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
         return out
 
     monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
-    timer = st_mod.LayoutTimer(["a", "b"], rounds=3)
+    timer = st_mod.LayoutTimer(["a", "b"], rounds=3, ranks=2)
     timer.run_pass(co)
     timer.run_pass(co)
     assert seen == [("a", False, True), ("a", True, False), ("b", True, False), ("b", False, True),

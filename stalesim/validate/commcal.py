@@ -91,10 +91,14 @@ def stamp_tensor(device: Any) -> Any:
 
 
 def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, timeout_s: float,
-            devices: list[str]) -> None:  # pragma: no cover - runs in a child process
+            devices: list[str], ranks: int = COMM_RANKS) -> None:  # pragma: no cover - a child process
     import torch
     import torch.distributed as dist
 
+    from stalesim.runtime.affinity import pin_rank
+
+    # where rank ``rank`` of the run's ``ranks`` runs: the executor pins its CPU ranks
+    pin_rank(rank, ranks, "cuda" if devices[rank].startswith("cuda") else "cpu")
     torch.set_num_threads(1)
     dev = _init_group(rank, port, timeout_s, devices)
     probe = _Probe(rank, dev, timeout_s)
@@ -280,7 +284,9 @@ def measure_comm(sizes: Sequence[int], *, repeats: int = 20, devices: Devices | 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "comm.json")
         try:
-            mp.start_processes(_worker, args=(free_port(), sizes, repeats, out, timeout_s, rank_devs),
+            mp.start_processes(_worker, args=(free_port(), sizes, repeats, out, timeout_s, rank_devs,
+                                              (parse_devices(devices) if isinstance(devices, str)
+                                               else devices).count),
                                nprocs=COMM_RANKS, start_method="spawn")
         except Exception as exc:  # noqa: BLE001 - a child failed: one line
             raise StalesimError(f"communication calibration failed: {exc}") from None

@@ -105,7 +105,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
                seed: int, go: Any = None, dataset: str | None = None, gen: Any = None,
-               ack: Any = None) -> None:  # (runs in a child process)
+               ack: Any = None, ranks: int = 1) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
@@ -117,9 +117,12 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     """
     import torch
 
+    from stalesim.runtime.affinity import pin_rank
     from stalesim.runtime.build import model_of
     from stalesim.runtime.tasks import loss_fn
 
+    if ranks > 1:  # where rank ``seed`` of ``ranks`` would run (co-runner i stands for rank i + 1)
+        pin_rank(seed, ranks, "cuda" if str(device).startswith("cuda") else "cpu")
     torch.set_num_threads(threads)
     dev = torch.device(device)
     net = model_of(model, dataset, seed=seed).to(dev).train()
@@ -169,7 +172,7 @@ class CoRunners:
             self._go.set()
         self._procs = [ctx.Process(target=_busy_loop,
                                    args=(model, batch_size, threads, device, self._stop, self._readies[i], i + 1,
-                                         self._go, dataset, self._gen, self._acks[i]), daemon=True)
+                                         self._go, dataset, self._gen, self._acks[i], n + 1), daemon=True)
                        for i in range(n)]
 
     def __enter__(self) -> CoRunners:

@@ -193,6 +193,9 @@ class LayoutTimer:
     threads: int = 1
     rounds: int = 6
     full_batch: int | None = None
+    # the ranks of the runs on this host: a timing process is pinned as the first of them
+    # and the co-runners as the others (:mod:`stalesim.runtime.affinity`)
+    ranks: int = 1
     passes: int = 0
     _alone: list[Samples | None] = field(default_factory=list, init=False, repr=False)
     _busy: list[Samples | None] = field(default_factory=list, init=False, repr=False)
@@ -216,7 +219,7 @@ class LayoutTimer:
                 elif corunners is not None:
                     corunners.pause()
                 got = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds, self.full_batch,
-                                    not busy)
+                                    not busy, ranks=self.ranks)
                 store = self._busy if busy else self._alone
                 have = store[i]
                 store[i] = got if have is None else _merge(have, got)
@@ -245,20 +248,23 @@ def _merge(a: Samples, b: Samples) -> Samples:
 
 
 def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-                  data: bool = True) -> Samples:
-    """:func:`_sample` in a new (spawned) process."""
+                  data: bool = True, *, ranks: int = 1) -> Samples:
+    """:func:`_sample` in a new (spawned) process, pinned as the first of ``ranks`` ranks."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data).result()
+        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks).result()
 
 
 def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-                      data: bool = True) -> Samples:  # pragma: no cover - in the child process
-    """:func:`_sample` in a process set up as an executor rank is (its heap policy)."""
+                      data: bool = True, ranks: int = 1) -> Samples:  # pragma: no cover - in the child
+    """:func:`_sample` in a process set up as an executor rank is: its heap policy, and on CPU
+    ranks pinned as rank 0 of ``ranks`` (as the executor pins its ranks)."""
+    from stalesim.runtime.affinity import pin_rank
     from stalesim.runtime.heap import keep_heap
 
+    pin_rank(0, ranks, "cuda" if str(device).startswith("cuda") else "cpu")
     keep_heap()
     return _sample(tc, device, threads, rounds, full_batch, data)
 

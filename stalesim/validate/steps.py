@@ -340,7 +340,8 @@ def _layout_timer(v: Validation) -> tuple[list[Any], Any]:
     if not todo:
         return [], None
     return list(todo), LayoutTimer(list(todo.values()), device=str(v.devs.device_for(0)), threads=v.cfg.threads,
-                                   rounds=rounds_per_pass(v.cfg.repeats), full_batch=v.cfg.batch_size)
+                                   rounds=rounds_per_pass(v.cfg.repeats), full_batch=v.cfg.batch_size,
+                                   ranks=v.devs.count)
 
 
 def _time_pass(v: Validation, timer: Any) -> None:
