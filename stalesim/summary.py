@@ -110,7 +110,7 @@ class RunSummary:
     wall_time_s: float | None = _doc("emulate: seconds of training and evaluation, summed over resumed "
                                      "segments; run: None")
     setup_s: float | None = _doc("run: the slowest rank's setup (data, model, groups) in seconds; emulate: None")
-    cpu_affinity: dict[str, list[int]] | None = _doc(
+    cpu_affinity: dict[str, list[int] | None] | None = _doc(
         "run: per rank, the host cores its threads could run on (CPU ranks are pinned to their "
         "share unless STALESIM_PIN=off: stalesim.runtime.affinity); emulate: None")
     iteration_time_s: float | None = _doc("run: seconds per mini-batch in the timing window; emulate: None")

@@ -149,14 +149,15 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
     co = _FakeCoRunners()
     seen: list[tuple[str, bool, bool]] = []
 
-    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1):
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
         assert ranks == 2  # each timing process is pinned as the first of the runs' ranks
+        assert bool(waits) == co.busy  # the after-wait rounds run while the co-runners compute
         seen.append((tc, co.busy, data))
         f = 2.0 if co.busy else 1.0
         out = [{"F": [f] * rounds}, {"F": [f] * rounds, "LOSS": [0.25] * rounds}]
         if data:
             out[0]["DATA"] = [0.5]
-        return out
+        return out, {w: [{"F": [f * (1 + w)]}, {"F": [f * (1 + w)]}] for w in waits}
 
     monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
     timer = st_mod.LayoutTimer(["a", "b"], rounds=3, ranks=2)
@@ -168,6 +169,8 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
     a, b = timer.times()
     assert a.rounds == 6 and a.mean_s == [{"F": 1.0, "DATA": 0.5}, {"F": 1.0, "LOSS": 0.25}]
     assert a.contended is not None and a.contended.mean_s == [{"F": 2.0}, {"F": 2.0, "LOSS": 0.25}]
+    assert a.contended.wait_ratios() == {"F": [(w, pytest.approx(1 + w)) for w in st_mod.WAITS_S]}
+    assert not a.after_wait  # alone: back to back only
     back = StageTimes.from_dict(a.to_dict())
     assert back == a
     timer.run_pass()  # no co-runners (a GPU rank): alone only
@@ -220,3 +223,17 @@ def test_contention_ratio_sums_the_module_kinds_both_sides_measured() -> None:
     busy = [{"F": 1.5, "B": 2.5}, {"F": 1.0, "LOSS": 50.0}]
     assert StageTimes(alone).contention_ratio() is None
     assert StageTimes(alone, contended=StageTimes(busy)).contention_ratio() == pytest.approx(5.0 / 4.0)
+
+
+def test_after_wait_rounds_alternate_with_back_to_back_ones_and_leave_the_wait_out() -> None:
+    """Each wait gets its rounds, the back-to-back samples keep theirs, and the sleep before an
+    action is not in its time (a 50 ms wait; LeNet-5's actions take about a millisecond)."""
+    from stalesim.validate.stagetime import _sample
+
+    got, waited = _sample(_tc("1f1b", 2, [2]), "cpu", 1, 4, None, False, waits=(0.05, 0.01))
+    assert [len(s["F"]) for s in got] == [4, 4]
+    assert sorted(waited) == [0.01, 0.05]
+    assert all(len(s["F"]) == 2 and len(s["B"]) == 2 for w in waited.values() for s in w)
+    assert max(v for s in waited[0.05] for v in s["F"] + s["B"]) < 0.025
+    plain, none = _sample(_tc("1f1b", 2, [2]), "cpu", 1, 2, None, False)
+    assert none == {} and [len(s["F"]) for s in plain] == [2, 2]

@@ -50,6 +50,7 @@ from stalesim.schedule.actions import (
     TRANSFER_NAMES_ORDERED,
     Kind,
 )
+from stalesim.validate.afterwait import wait_factors
 from stalesim.validate.stagetime import MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +102,9 @@ class CostModel:
                 "gaps_s": dict(self.gaps_s),
                 "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
                 "stage_times": [{"layout": k.to_dict(), "label": k.text(),
-                                 "contention_ratio": v.contention_ratio(), **v.to_dict()}
+                                 "contention_ratio": v.contention_ratio(),
+                                 "wait_ratios": {k: [list(p) for p in c] for k, c in wait_curves(v).items()},
+                                 **v.to_dict()}
                                 for k, v in self.stage_times.items()],
                 "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
                                                         if k in ("sizes", "repeats", "device")
@@ -144,8 +147,10 @@ def dispatch_counts(sched: Any) -> dict[tuple[str, int], float]:
 def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_size: int,
                     action_batch: int, phi: list[float] | None = None,
                     dispatch: dict[tuple[str, int], float] | None = None,
-                    times: StageTimes | None = None) -> StageCosts:
-    """Per-stage costs: alone/contended interpolation by ``phi[s]``, plus per-action
+                    times: StageTimes | None = None,
+                    waits: dict[tuple[str, int], float] | None = None) -> StageCosts:
+    """Per-stage costs: alone/contended interpolation by ``phi[s]``, times the after-wait
+    factor ``waits[(kind, stage)]`` (:mod:`stalesim.validate.afterwait`), plus per-action
     overhead, plus ``cm.dispatch_s`` x ``dispatch[(kind, stage)]`` (see :func:`dispatch_counts`).
 
     With ``times`` (the layout's stage times, :mod:`stalesim.validate.stagetime`) a stage's
@@ -167,6 +172,9 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
     if times is not None:
         base, busy = _measured_per_kind(times, base, busy if contended else None, contended=contended)
     cost = {k: _mix(phi, v, None if busy is None else busy[k]) for k, v in base.items()}
+    for (k, s), f in (waits or {}).items():
+        if k in cost and s < S:
+            cost[k] = tuple(round(x * f) if i == s else x for i, x in enumerate(cost[k]))
     measured = set(_TIMED) if times is not None else set()
     # a split backward's halves are dispatched like a backward: B's overhead each unless measured
     o = {k: 0.0 if k in measured else cm.overhead_s.get(k, cm.overhead_s.get("B", 0.0) if k in _SPLIT else 0.0)
@@ -379,7 +387,7 @@ def busy_overlap(result: SimResult) -> list[float]:
     n = result.devices
     if n <= 1:
         return [0.0] * n
-    lo, hi = _window_ns(result, tl)
+    lo, hi = steady_window_ns(result, tl)
     ivs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for gid, a in enumerate(prog.actions):
         if a.kind.value in KINDS:
@@ -413,7 +421,7 @@ def busy_overlap(result: SimResult) -> list[float]:
     return [weighted[i] / busy_t[i] / (n - 1) if busy_t[i] else 0.0 for i in range(n)]
 
 
-def _window_ns(result: SimResult, tl: Timeline) -> tuple[int, int]:
+def steady_window_ns(result: SimResult, tl: Timeline) -> tuple[int, int]:
     """The steady window in simulated ns, read from ``tl`` (``result``'s timeline)."""
     from stalesim.sim.model import NS
 
@@ -546,9 +554,11 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     # the per-kind gaps (cm.gaps_s) replace the older single dispatch gap charged to compute
     dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 and not cm.gaps_s else None
     times = cm.stage_times.get(layout_key(sched, ppv_used, batch_size))
+    curves = wait_curves(times)
+    waits: dict[tuple[str, int], float] = {}
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
-                                dispatch=dispatch, times=times)
+                                dispatch=dispatch, times=times, waits=waits)
         costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
                                   label_bytes=8 * (batch_size // max(1, sched.workers)))
         if times is None:  # measured stage times already include the hooks, the LOSS and the data
@@ -556,16 +566,27 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)
-        if not has_contention(cm, times) or result.devices <= 1:
+        if not (has_contention(cm, times) or curves) or result.devices <= 1:
             break
         new_phi = stage_phi(sched, busy_overlap(result))
         if r > 0 and len(history) >= 2 and abs(history[-1] - history[-2]) <= tol * history[-2]:
             break
         phi = new_phi
+        if curves:
+            waits = wait_factors(result, curves)
     assert result is not None
     return result, {"phi": phi, "rounds": len(history), "history": history,
+                    "wait_factors": {f"{k}:{s}": f for (k, s), f in sorted(waits.items())},
                     "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs,
                     "schedule": sched}
+
+
+def wait_curves(times: StageTimes | None) -> dict[str, list[tuple[float, float]]]:
+    """The after-wait curves of a layout (:mod:`stalesim.validate.afterwait`): those measured
+    with co-runners busy (a rank waits while another computes); none without them."""
+    if times is None or times.contended is None:
+        return {}
+    return times.contended.wait_ratios()
 
 
 def has_contention(cm: CostModel, times: StageTimes | None) -> bool:

@@ -150,7 +150,12 @@ def _method_section(summary: dict[str, Any]) -> list[str]:
         "pass after each round of the runs, and on CPU ranks both alone and with co-runners "
         "keeping the other cores busy; a stage's cost is interpolated between the two by how "
         "much the other devices compute at the same time in the simulated timeline (fixed "
-        "point). The per-layer profile chooses the partition and gives the update; the 1-rank "
+        "point); with co-runners busy each action is also timed after waits of a few lengths, and "
+        "an action the simulated timeline has its device idle before costs its back-to-back time "
+        "times the slowdown measured after a wait that long (same fixed point). CPU ranks, and "
+        "every process that times for them, are pinned to their own cores where there are enough "
+        "(unless STALESIM_PIN=off). "
+        "The per-layer profile chooses the partition and gives the update; the 1-rank "
         "run's gaps give the runtime's time between actions; the link is calibrated (per-message "
         "costs, alpha-beta, all-reduce). Nothing the measured runs record enters a prediction.",
         "* **Measured**: the executor (one process per device, torch.distributed) ran each "
@@ -178,6 +183,10 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
     ov = cm.get("overhead_s") or {}
     cr = cm.get("contention_ratio")
     st = [e["contention_ratio"] for e in cm.get("stage_times") or [] if e.get("contention_ratio") is not None]
+    # per layout and kind, the slowdown after the longest wait timed (co-runners busy)
+    aw = [c[-1][1] for e in cm.get("stage_times") or [] for c in (e.get("wait_ratios") or {}).values() if c]
+    waits = sorted({p[0] for e in cm.get("stage_times") or [] for c in (e.get("wait_ratios") or {}).values()
+                    for p in c})
     bw = hw.get("bandwidth_Bps")
     return [
         "## Cost-model parameters (measured)",
@@ -189,6 +198,8 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
         f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |",
         f"| contention: compute with the other ranks busy / alone (profile) | {_f(cr, '.3f')} |",
         f"| contention: stage times with co-runners busy / alone (per layout) | {_span(st)} |",
+        f"| after a wait of {' / '.join(f'{w * 1e3:.0f}' for w in waits) or '-'} ms, co-runners busy / back to "
+        f"back (per layout and kind, longest wait) | {_span(aw)} |",
         f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "
         f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |",
         f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "

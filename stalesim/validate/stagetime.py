@@ -42,10 +42,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.validate.corunners import CoRunners
 
 WARMUP_ROUNDS = 2
+#: the waits (seconds) before each action of the after-wait rounds, timed with co-runners
+#: busy (:mod:`stalesim.validate.afterwait`): short, about one action, and long enough for
+#: the other rank to have replaced what the caches held
+WAITS_S = (0.005, 0.025)
 #: the kinds that run a stage's modules (F, B, I, W; not the LOSS, the update or reading data)
 MODULE_KINDS = tuple(k for k in COMPUTE_NAMES_ORDERED if Kind(k) in VERSIONED_KINDS)
 #: per stage, ``{kind: [seconds of each timed round]}``
 Samples = list[dict[str, list[float]]]
+#: per wait (seconds), the :data:`Samples` of the actions timed each after that wait
+WaitSamples = dict[float, Samples]
 
 
 @dataclass(frozen=True)
@@ -87,13 +93,30 @@ class StageTimes:
     # the same stages timed while co-runners kept the other cores busy (CPU ranks), in the
     # same passes as these: what a stage costs while the other ranks compute
     contended: StageTimes | None = None
+    # per wait (seconds): the same stages, each action timed after that wait, in the same
+    # processes and rounds as these back-to-back times (:mod:`stalesim.validate.afterwait`)
+    after_wait: dict[float, StageTimes] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
-             "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
+        d: dict[str, Any] = {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
+                             "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
         if self.contended is not None:
             d["contended"] = self.contended.to_dict()
+        if self.after_wait:
+            d["after_wait"] = [{"wait_s": w, **t.to_dict()} for w, t in sorted(self.after_wait.items())]
         return d
+
+    def wait_ratios(self) -> dict[str, list[tuple[float, float]]]:
+        """Per kind that runs the stage's modules: ``[(wait, after-wait over back-to-back
+        time), ...]`` by wait, each summed over the stages both measured (a stage's actions
+        are too few to give one each: 3-5% noise per action)."""
+        out: dict[str, list[tuple[float, float]]] = {}
+        for w, t in sorted(self.after_wait.items()):
+            for k in MODULE_KINDS:
+                r = _pooled_ratio(self.mean_s, t.mean_s, (k,))
+                if r is not None:
+                    out.setdefault(k, []).append((w, r))
+        return out
 
     def contention_ratio(self) -> float | None:
         """Contended over alone time of every (stage, kind) both measured, summed (the LOSS
@@ -101,21 +124,21 @@ class StageTimes:
         contended times."""
         if self.contended is None:
             return None
-        pairs = [(a[k], c[k]) for a, c in zip(self.mean_s, self.contended.mean_s)
-                 for k in a.keys() & c.keys() if k in MODULE_KINDS]
-        alone = sum(a for a, _c in pairs)
-        return sum(c for _a, c in pairs) / alone if alone > 0 else None
+        return _pooled_ratio(self.mean_s, self.contended.mean_s, MODULE_KINDS)
 
     @classmethod
-    def from_samples(cls, samples: Samples,
-                     contended: Samples | None = None) -> StageTimes:
+    def from_samples(cls, samples: Samples, contended: Samples | None = None,
+                     after_wait: WaitSamples | None = None,
+                     contended_after_wait: WaitSamples | None = None) -> StageTimes:
         """Means, medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the
-        most samples of any kind; ``contended``: the same, timed with co-runners busy."""
+        most samples of any kind; ``contended``: the same, timed with co-runners busy;
+        ``after_wait`` / ``contended_after_wait``: per wait, the actions timed after it."""
         return cls([{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples],
                    [{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
                    [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
                    max((len(v) for s in samples for v in s.values()), default=0),
-                   None if contended is None else cls.from_samples(contended))
+                   None if contended is None else cls.from_samples(contended, after_wait=contended_after_wait),
+                   {w: cls.from_samples(s) for w, s in (after_wait or {}).items()})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
@@ -124,7 +147,16 @@ class StageTimes:
 
         return cls(per_stage("mean_s"), per_stage("median_s"),
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
-                   int(d.get("rounds", 0)), cls.from_dict(d["contended"]) if d.get("contended") else None)
+                   int(d.get("rounds", 0)), cls.from_dict(d["contended"]) if d.get("contended") else None,
+                   {float(e["wait_s"]): cls.from_dict(e) for e in d.get("after_wait", [])})
+
+
+def _pooled_ratio(base: list[dict[str, float]], other: list[dict[str, float]],
+                  kinds: Sequence[str]) -> float | None:
+    """Sum of ``other`` over sum of ``base`` for every (stage, kind of ``kinds``) both have."""
+    pairs = [(a[k], c[k]) for a, c in zip(base, other) for k in a.keys() & c.keys() if k in kinds]
+    total = sum(a for a, _c in pairs)
+    return sum(c for _a, c in pairs) / total if total > 0 else None
 
 
 def stage_times_from_summary(entries: list[dict[str, Any]] | None) -> dict[LayoutKey, StageTimes]:
@@ -162,7 +194,7 @@ def measure_stage_times(tc: Any, *, device: str = "cpu", threads: int = 1, round
     first stage's forward at batch 64 took 102-146 ms where a fresh process and the
     executor's ranks took 85-90 ms (ResNet-32; that process's heap, not the stage)."""
     job = (tc, device, threads, rounds, full_batch)
-    return StageTimes.from_samples(_sample_fresh(*job) if fresh_process else _sample(*job))
+    return StageTimes.from_samples((_sample_fresh(*job) if fresh_process else _sample(*job))[0])
 
 
 #: samples of each kind a layout gets over all its passes, alone and again contended
@@ -199,16 +231,19 @@ class LayoutTimer:
     passes: int = 0
     _alone: list[Samples | None] = field(default_factory=list, init=False, repr=False)
     _busy: list[Samples | None] = field(default_factory=list, init=False, repr=False)
+    _busy_wait: list[WaitSamples] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._alone = [None] * len(self.tcs)
         self._busy = [None] * len(self.tcs)
+        self._busy_wait = [{} for _ in self.tcs]
 
     def run_pass(self, corunners: CoRunners | None = None) -> None:
         """Time every layout once; with ``corunners`` (CPU ranks) every layout twice, alone
         (co-runners paused) and contended (co-runners computing, as the other ranks of a
         pipeline do), which of the two first alternating over layouts and, per layout,
-        passes. Leaves the co-runners paused."""
+        passes; the contended process also times every action after each wait of
+        :data:`WAITS_S` (:mod:`stalesim.validate.afterwait`). Leaves the co-runners paused."""
         n, p = len(self.tcs), self.passes
         for j in range(n):
             i = (j + p) % n
@@ -218,11 +253,15 @@ class LayoutTimer:
                     corunners.resume()
                 elif corunners is not None:
                     corunners.pause()
-                got = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds, self.full_batch,
-                                    not busy, ranks=self.ranks)
+                got, waited = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds,
+                                            self.full_batch, not busy, ranks=self.ranks,
+                                            waits=WAITS_S if busy else (), first_wait=p)
                 store = self._busy if busy else self._alone
                 have = store[i]
                 store[i] = got if have is None else _merge(have, got)
+                for w, got_w in waited.items():
+                    had = self._busy_wait[i].get(w)
+                    self._busy_wait[i][w] = got_w if had is None else _merge(had, got_w)
         if corunners is not None:
             corunners.pause()
         self.passes += 1
@@ -230,7 +269,8 @@ class LayoutTimer:
     def times(self) -> list[StageTimes]:
         """Per layout: means, medians and quartiles over every pass so far, with the
         contended times beside them where any pass had co-runners."""
-        return [StageTimes.from_samples(a or [], b) for a, b in zip(self._alone, self._busy)]
+        return [StageTimes.from_samples(a or [], b, contended_after_wait=w)
+                for a, b, w in zip(self._alone, self._busy, self._busy_wait)]
 
 
 def measure_layouts(tcs: Sequence[Any], *, device: str = "cpu", threads: int = 1, passes: int = 3,
@@ -248,17 +288,20 @@ def _merge(a: Samples, b: Samples) -> Samples:
 
 
 def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-                  data: bool = True, *, ranks: int = 1) -> Samples:
+                  data: bool = True, *, ranks: int = 1, waits: Sequence[float] = (),
+                  first_wait: int = 0) -> tuple[Samples, WaitSamples]:
     """:func:`_sample` in a new (spawned) process, pinned as the first of ``ranks`` ranks."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks).result()
+        return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks,
+                           tuple(waits), first_wait).result()
 
 
 def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-                      data: bool = True, ranks: int = 1) -> Samples:  # pragma: no cover - in the child
+                      data: bool = True, ranks: int = 1, waits: Sequence[float] = (),
+                      first_wait: int = 0) -> tuple[Samples, WaitSamples]:  # pragma: no cover - a child
     """:func:`_sample` in a process set up as an executor rank is: its heap policy, and on CPU
     ranks pinned as rank 0 of ``ranks`` (as the executor pins its ranks)."""
     from stalesim.runtime.affinity import pin_rank
@@ -266,13 +309,16 @@ def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batc
 
     pin_rank(0, ranks, "cuda" if str(device).startswith("cuda") else "cpu")
     keep_heap()
-    return _sample(tc, device, threads, rounds, full_batch, data)
+    return _sample(tc, device, threads, rounds, full_batch, data, waits, first_wait)
 
 
 def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-            data: bool = True) -> Samples:
+            data: bool = True, waits: Sequence[float] = (), first_wait: int = 0
+            ) -> tuple[Samples, WaitSamples]:
     """Per stage ``{kind: [seconds of each round after the warm-up]}``; with ``data``, stage 0's
-    ``DATA`` too (one value: reading the data, timed alone only)."""
+    ``DATA`` too (one value: reading the data, timed alone only). With ``waits``, as many
+    rounds again, alternating with those, each sleeping before every F, B, I and W a wait of
+    ``waits`` in turn (starting at index ``first_wait``): per wait, their samples."""
     import torch
 
     from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
@@ -282,7 +328,7 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        n = rounds + WARMUP_ROUNDS
+        n = rounds * (2 if waits else 1) + WARMUP_ROUNDS
         sched = build_schedule(tc.schedule_config(max(n, 2)))
         mods = build_stage_modules(tc, sched, model=model_of(tc.model, tc.dataset, seed=tc.seed))
         rts = stage_runtimes(tc, sched, mods, worker=0, stages=range(sched.stages), device=device, total=n)
@@ -290,24 +336,31 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
         x, y = mods.model.random_batch(ab, torch.Generator().manual_seed(0), tc.torch_dtype)
         clock = _clock(device)
         samples: Samples = [{} for _ in range(sched.stages)]
+        waited: WaitSamples = {w: [{} for _ in range(sched.stages)] for w in waits}
         micro = 0 if sched.uses_micro else None
         for t in range(n):
-            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock,
-                       samples if t >= WARMUP_ROUNDS else None)
+            j = t - WARMUP_ROUNDS
+            wait = waits[(first_wait + j // 2) % len(waits)] if waits and j >= 0 and j % 2 else 0.0
+            into = None if j < 0 else (waited[wait] if wait else samples)
+            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock, into, wait)
         if data:
             samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
                                             rounds, tc.dtype)]
-        return samples
+        return samples, {w: v for w, v in waited.items() if any(v)}
     finally:
         torch.set_num_threads(old)
 
 
 def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: int | None,
-               clock: Callable[[], float], samples: Samples | None) -> None:
-    """One batch through every stage: each F, its LOSS, then each backward in reverse."""
+               clock: Callable[[], float], samples: Samples | None, wait_s: float = 0.0) -> None:
+    """One batch through every stage: each F, its LOSS, then each backward in reverse; with
+    ``wait_s``, a sleep before each F, B, I and W (a rank waiting for its message)."""
     from stalesim.schedule import Action, Kind
 
     def timed(s: int, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if wait_s and kind in MODULE_KINDS:
+            clock()  # what the device had queued finishes before the wait, not in it
+            time.sleep(wait_s)
         t0 = clock()
         out = fn(*args)
         if samples is not None:

@@ -517,6 +517,7 @@ def compare_step(v: Validation) -> None:
             "stages": r.stages, "workers": r.workers, "microbatches": r.microbatches,
             "ppv": info["ppv"], "action_batch": info["action_batch"],
             "contention_phi": info["phi"], "fixed_point_rounds": info["rounds"],
+            "after_wait_factors": info.get("wait_factors", {}),
             "steady_window": r.steady_window,
             "repeats": len(ok),
             "measured_iteration_times_s": times,

@@ -1,0 +1,87 @@
+"""What an action costs when its device waited before it, read against the simulated timeline.
+
+The stage times (:mod:`stalesim.validate.stagetime`) run a stage's actions back to back. A
+rank of a pipeline often does not: it waits for a message while another rank computes,
+and its next action then finds its weights and activations partly gone from the caches
+the two share. Measured on 2 pinned CPU ranks (ResNet-20, batch 16, one micro-batch):
+in schedules whose ranks wait before nearly every action the ranks' compute ran
+1.06-1.19x the back-to-back stage times, in one whose ranks rarely wait 0.96-0.97x. A
+process alone shows part of it (a 30 ms sleep on the same core: the backward +5%,
+``benchmarks/bench_wake.py``); the rest needs the other rank computing during the wait.
+
+So the stage timing also times every layout's actions each after a wait of a few set
+lengths (:data:`stagetime.WAITS_S`) while the co-runners compute, in the same process and
+rounds as its back-to-back contended times; per kind their ratio, pooled over the stages
+(:meth:`StageTimes.wait_ratios`), is a curve of the slowdown over the wait's length,
+measured once per layout with no schedule. The simulator's timeline then says how long
+each device was idle before each of its actions (:func:`idle_gaps`), and an action of
+kind k after a gap g costs its back-to-back cost times the curve at g
+(:func:`wait_factor`: linear between the measured points through (0, 1), flat beyond the
+longest). Per stage and kind the mean factor over the steady window is charged
+(:func:`wait_factors`), iterated with the contention to a fixed point
+(:func:`stalesim.validate.costmodel.simulate_with_costs`), since the gaps depend on the costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.result import SimResult
+
+#: per kind, ``[(wait seconds, after-wait time / back-to-back time), ...]`` sorted by wait
+WaitCurves = Mapping[str, Sequence[tuple[float, float]]]
+
+
+def wait_factor(curve: Sequence[tuple[float, float]], gap_s: float) -> float:
+    """The slowdown of an action after an idle gap of ``gap_s``: linear between (0, 1) and the
+    measured points, the last point's beyond it (a longer wait cannot evict more than all)."""
+    if gap_s <= 0 or not curve:
+        return 1.0
+    x0, y0 = 0.0, 1.0
+    for x, y in curve:
+        if gap_s <= x:
+            return y0 + (y - y0) * (gap_s - x0) / (x - x0) if x > x0 else y
+        x0, y0 = x, y
+    return y0
+
+
+def idle_gaps(result: SimResult, kinds: Sequence[str]) -> dict[tuple[str, int], list[float]]:
+    """Per (kind, stage) of the compute actions of ``kinds`` inside the steady window: the
+    seconds their device did no work before each (start minus the end of the device's
+    previous compute action of any kind or communication CPU job; the first action of a
+    device has none)."""
+    from stalesim.sim.model import NS
+    from stalesim.validate.costmodel import KINDS, steady_window_ns
+
+    tl = result.timeline
+    if tl is None:
+        raise ValueError("idle_gaps: needs an event-simulation result")
+    prog = tl.program
+    lo, hi = steady_window_ns(result, tl)
+    busy: list[list[tuple[int, int, int]]] = [[] for _ in range(result.devices)]  # (start, end, gid|-1)
+    for gid, a in enumerate(prog.actions):
+        if a.kind.value in KINDS:
+            busy[prog.device_of_gid[gid]].append((tl.start[gid], tl.end[gid], gid))
+    for d, s0, e0, _ in tl.cpu_jobs:
+        busy[d].append((s0, e0, -1))
+    out: dict[tuple[str, int], list[float]] = {}
+    for ivs in busy:
+        ivs.sort()
+        last_end = None
+        for s0, e0, gid in ivs:
+            act = prog.actions[gid] if gid >= 0 else None
+            if act is not None and act.kind.value in kinds and last_end is not None and lo <= s0 < hi:
+                out.setdefault((act.kind.value, act.stage), []).append(max(0, s0 - last_end) / NS)
+            last_end = e0 if last_end is None else max(last_end, e0)
+    return out
+
+
+def wait_factors(result: SimResult, curves: WaitCurves) -> dict[tuple[str, int], float]:
+    """Per (kind, stage) with a curve: the mean :func:`wait_factor` over its actions in the
+    steady window of ``result`` (1.0 where they never wait)."""
+    gaps = idle_gaps(result, tuple(curves))
+    return {key: statistics.fmean(wait_factor(curves[key[0]], g) for g in gs)
+            for key, gs in gaps.items() if gs}
