@@ -237,3 +237,16 @@ def test_after_wait_rounds_alternate_with_back_to_back_ones_and_leave_the_wait_o
     assert max(v for s in waited[0.05] for v in s["F"] + s["B"]) < 0.025
     plain, none = _sample(_tc("1f1b", 2, [2]), "cpu", 1, 2, None, False)
     assert none == {} and [len(s["F"]) for s in plain] == [2, 2]
+
+
+def test_a_split_stage_times_b_and_i_then_w_in_every_sort_of_round() -> None:
+    """A split stage alternates B with I-then-W within the back-to-back rounds and within each
+    wait's rounds; alternating over all rounds at once gave every waited round I and W and
+    every back-to-back one B, so no after-wait ratio of a split stage's backward existed."""
+    from stalesim.validate.stagetime import _sample
+
+    got, waited = _sample(_tc("zb-h1", 2, [2]), "cpu", 1, 4, None, False, waits=(0.002, 0.001))
+    assert all({"B", "I", "W"} <= set(s) for s in got)
+    assert all({"B", "I", "W"} <= set(s) for w in waited.values() for s in w)
+    t = StageTimes.from_samples(got, got, contended_after_wait=waited)
+    assert t.contended is not None and set(t.contended.wait_ratios()) == {"F", "B", "I", "W"}

@@ -340,9 +340,13 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
         micro = 0 if sched.uses_micro else None
         for t in range(n):
             j = t - WARMUP_ROUNDS
-            wait = waits[(first_wait + j // 2) % len(waits)] if waits and j >= 0 and j % 2 else 0.0
+            m = j // 2  # with waits, the m-th back-to-back round (j even) or waited one (j odd)
+            wait = waits[(first_wait + m) % len(waits)] if waits and j >= 0 and j % 2 else 0.0
             into = None if j < 0 else (waited[wait] if wait else samples)
-            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock, into, wait)
+            # a split stage alternates B rounds with I-then-W rounds within each sort of round,
+            # so that every wait, and the back-to-back rounds, time both
+            turn = t if not waits or j < 0 else (m // len(waits) if wait else m)
+            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock, into, wait, turn)
         if data:
             samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
                                             rounds, tc.dtype)]
@@ -352,9 +356,11 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
 
 
 def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: int | None,
-               clock: Callable[[], float], samples: Samples | None, wait_s: float = 0.0) -> None:
-    """One batch through every stage: each F, its LOSS, then each backward in reverse; with
-    ``wait_s``, a sleep before each F, B, I and W (a rank waiting for its message)."""
+               clock: Callable[[], float], samples: Samples | None, wait_s: float = 0.0,
+               turn: int | None = None) -> None:
+    """One batch (``t``) through every stage: each F, its LOSS, then each backward in reverse
+    (a split stage: B when ``turn``, default ``t``, is even, else I then W); with ``wait_s``,
+    a sleep before each F, B, I and W (a rank waiting for its message)."""
     from stalesim.schedule import Action, Kind
 
     def timed(s: int, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -381,7 +387,8 @@ def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: i
     for s in reversed(range(S)):
         rt = rts[s]
         gin = None if rt.is_loss_stage or g is None else g.detach().clone()
-        if rt.split and t % 2 == 1:  # a split stage runs B too (DualPipeV's overlapped pairs)
+        if rt.split and (t if turn is None else turn) % 2 == 1:  # a split stage runs B too
+            # (DualPipeV's overlapped pairs)
             g = timed(s, "I", rt.backward_input, Action(Kind.I, s, t, micro), gin)
             timed(s, "W", rt.backward_weight, Action(Kind.W, s, t, micro))
         else:
