@@ -29,7 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stalesim.schedule.actions import Kind
+
 CONDITIONS = ("b2b", "wait", "wait+move")
+#: the two actions timed: a forward and a backward of the whole model
+TIMED = (Kind.F.value, Kind.B.value)
 
 
 def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int) -> dict[str, Any]:
@@ -51,7 +55,7 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int)
         for block in range(blocks):
             where = 0
             os.sched_setaffinity(0, {cores[where]})
-            t: dict[str, dict[str, list[float]]] = {c: {"F": [], "B": []} for c in CONDITIONS}
+            t: dict[str, dict[str, list[float]]] = {c: {k: [] for k in TIMED} for c in CONDITIONS}
             for it in range(per_block * len(CONDITIONS) + len(CONDITIONS)):
                 cond = CONDITIONS[it % len(CONDITIONS)]
 
@@ -74,8 +78,8 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int)
                 t3 = time.perf_counter()
                 net.zero_grad(set_to_none=True)
                 if it >= len(CONDITIONS):  # the first of each condition is a warm-up
-                    t[cond]["F"].append(t1 - t0)
-                    t[cond]["B"].append(t3 - t2)
+                    for k, dt in zip(TIMED, (t1 - t0, t3 - t2)):
+                        t[cond][k].append(dt)
             row = {c: {k: statistics.fmean(v) for k, v in d.items()} for c, d in t.items()}
             rows.append(row)
             print(f"block {block}: " + "  ".join(
@@ -85,7 +89,7 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int)
     ratios: dict[str, dict[str, Any]] = {}
     for c in CONDITIONS[1:]:
         ratios[c] = {}
-        for k in ("F", "B"):
+        for k in TIMED:
             r = [row[c][k] / row["b2b"][k] for row in rows]
             ratios[c][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
     return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "blocks": rows, "ratios": ratios}

@@ -91,6 +91,18 @@ class SimResult:
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ JSON
+    def steady_window_ns(self) -> tuple[int, int]:
+        """The steady window in simulated ns, read from the timeline (the whole run where the
+        window is empty)."""
+        tl = self.timeline
+        if tl is None:
+            raise ValueError("no timeline: the fast path has no trace (use method='event')")
+        w = self.steady_window
+        if not w or w[1] <= w[0]:
+            return 0, tl.makespan
+        lo, hi = tl.batch_done[w[0]], tl.batch_done[w[1]]
+        return (lo, hi) if hi > lo else (0, int(self.makespan_s * NS))
+
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "timeline"}
         return d

@@ -53,17 +53,17 @@ def idle_gaps(result: SimResult, kinds: Sequence[str]) -> dict[tuple[str, int], 
     seconds their device did no work before each (start minus the end of the device's
     previous compute action of any kind or communication CPU job; the first action of a
     device has none)."""
+    from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED
     from stalesim.sim.model import NS
-    from stalesim.validate.costmodel import KINDS, steady_window_ns
 
     tl = result.timeline
     if tl is None:
         raise ValueError("idle_gaps: needs an event-simulation result")
     prog = tl.program
-    lo, hi = steady_window_ns(result, tl)
+    lo, hi = result.steady_window_ns()
     busy: list[list[tuple[int, int, int]]] = [[] for _ in range(result.devices)]  # (start, end, gid|-1)
     for gid, a in enumerate(prog.actions):
-        if a.kind.value in KINDS:
+        if a.kind.value in COMPUTE_NAMES_ORDERED:
             busy[prog.device_of_gid[gid]].append((tl.start[gid], tl.end[gid], gid))
     for d, s0, e0, _ in tl.cpu_jobs:
         busy[d].append((s0, e0, -1))

@@ -56,7 +56,6 @@ from stalesim.validate.stagetime import MODULE_KINDS, LayoutKey, StageTimes, hoo
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from stalesim.sim.events import Timeline
     from stalesim.sim.model import SimHardware, StageCosts
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
@@ -387,7 +386,7 @@ def busy_overlap(result: SimResult) -> list[float]:
     n = result.devices
     if n <= 1:
         return [0.0] * n
-    lo, hi = steady_window_ns(result, tl)
+    lo, hi = result.steady_window_ns()
     ivs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for gid, a in enumerate(prog.actions):
         if a.kind.value in KINDS:
@@ -419,18 +418,6 @@ def busy_overlap(result: SimResult) -> list[float]:
             prev = t
         depth[d] += delta
     return [weighted[i] / busy_t[i] / (n - 1) if busy_t[i] else 0.0 for i in range(n)]
-
-
-def steady_window_ns(result: SimResult, tl: Timeline) -> tuple[int, int]:
-    """The steady window in simulated ns, read from ``tl`` (``result``'s timeline)."""
-    from stalesim.sim.model import NS
-
-    w = result.steady_window
-    if not w or w[1] <= w[0]:
-        return 0, tl.makespan
-    done = tl.batch_done
-    lo, hi = done[w[0]], done[w[1]]
-    return (lo, hi) if hi > lo else (0, int(result.makespan_s * NS))
 
 
 def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
