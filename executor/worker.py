@@ -34,8 +34,8 @@ def _set_threads(threads: int | None) -> None:
 
 
 def _pin(local_rank: int, device_kind: str, world: int) -> None:
-    """Pin a CPU rank to its share of the host's cores before it starts a thread
-    (:mod:`stalesim.runtime.affinity`: why, and ``STALESIM_PIN=off``)."""
+    """With ``STALESIM_PIN=on``, pin a CPU rank to its share of the host's cores before it
+    starts a thread (:mod:`stalesim.runtime.affinity`: why, and why not by default)."""
     from stalesim.runtime.affinity import pin_rank
 
     pin_rank(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", str(world))), device_kind)

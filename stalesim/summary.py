@@ -112,7 +112,7 @@ class RunSummary:
     setup_s: float | None = _doc("run: the slowest rank's setup (data, model, groups) in seconds; emulate: None")
     cpu_affinity: dict[str, list[int] | None] | None = _doc(
         "run: per rank, the host cores its threads could run on (CPU ranks are pinned to their "
-        "share unless STALESIM_PIN=off: stalesim.runtime.affinity); emulate: None")
+        "share with STALESIM_PIN=on: stalesim.runtime.affinity); emulate: None")
     iteration_time_s: float | None = _doc("run: seconds per mini-batch in the timing window; emulate: None")
     throughput_samples_per_s: float | None = _doc("run: batch_size / iteration_time_s; emulate: None")
     utilization: dict[str, float] | None = _doc("run: per device, compute time / window time; emulate: None")

@@ -36,9 +36,11 @@ def test_shares_never_overlap_and_a_bad_rank_is_refused() -> None:
 
 
 def test_the_switch_and_gpu_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    assert not pinning_enabled() and pin_rank(0, 2, "cpu") is None  # off by default
     monkeypatch.setenv(PIN_ENV, "off")
-    assert not pinning_enabled() and pin_rank(0, 2, "cpu") is None
-    monkeypatch.delenv(PIN_ENV)
+    assert not pinning_enabled()
+    monkeypatch.setenv(PIN_ENV, "on")
     assert pinning_enabled()
     assert pin_rank(0, 2, "cuda") is None  # a GPU rank's host threads are left alone
 
@@ -62,10 +64,24 @@ print(json.dumps({"got": got, "main": sorted(os.sched_getaffinity(0)), **seen}))
                     reason="needs Linux affinity and two cores")
 def test_a_pinned_process_and_all_its_threads_run_on_its_share_only() -> None:
     cores = available_cores()
-    env = {k: v for k, v in os.environ.items() if k != PIN_ENV}
+    env = dict(os.environ, **{PIN_ENV: "on"})
     out = subprocess.run([sys.executable, "-c", _CHILD, "1", "2"], capture_output=True, text=True,
                          env=env, check=True)
     got = json.loads(out.stdout)
     want = rank_cores(1, 2, cores)
     assert got == {"got": want, "main": want, "early": want, "late": want}
     assert sorted(os.sched_getaffinity(0)) == cores  # the test process itself untouched
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(available_cores()) < 2,
+                    reason="needs Linux affinity and two cores")
+def test_the_executor_pins_its_cpu_ranks_when_asked() -> None:
+    """``STALESIM_PIN=on``: each of two CPU ranks runs on its own share, and says so."""
+    from executor import make_job, run_local
+    from stalesim.runtime.config import TrainConfig
+
+    cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="1f1b", stages=2, iterations=2,
+                      batch_size=8, synthetic_size=64, microbatches=2).check()
+    res = run_local(make_job(cfg), "cpu:2", timeout_s=60, env={PIN_ENV: "on"})
+    cores = available_cores()
+    assert res["cpu_affinity"] == {str(r): rank_cores(r, 2, cores) for r in range(2)}

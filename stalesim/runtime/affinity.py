@@ -14,16 +14,23 @@ kernel's choices, so no cost model predicts it. Pinned, the gloo threads of a ra
 also wake on its own core, which removed 50-95% of the message stall time
 (docs/validate.md, the stall experiment).
 
-So the executor pins each CPU rank, with every thread it has or will start, to an equal
-contiguous share of the cores this process may use (``os.sched_getaffinity``), by its
-local rank: what ``torch.backends.xeon.run_cpu`` and MPI launchers do for CPU training.
-Where the ranks outnumber the cores there is no share to give and nothing is pinned.
-GPU ranks are left alone (their host threads' placement is a NUMA question this module
-does not know the answer to). ``STALESIM_PIN=off`` leaves the kernel's placement, for an
-A/B measurement or a host whose cores are shared with other jobs. The processes that
-time a run's stages and the co-runners that load the other cores use the same shares
-(:mod:`stalesim.validate.stagetime`, :mod:`stalesim.validate.corunners`), so what is
-timed runs where the ranks will.
+With ``STALESIM_PIN=on`` the executor pins each CPU rank, with every thread it has or
+will start, to an equal contiguous share of the cores this process may use
+(``os.sched_getaffinity``), by its local rank: what ``torch.backends.xeon.run_cpu`` and
+MPI launchers do for CPU training. Where the ranks outnumber the cores there is no share
+to give and nothing is pinned. GPU ranks are left alone (their host threads' placement
+is a NUMA question this module does not know the answer to). The processes that time a
+run's stages and the co-runners that load the other cores are pinned the same way then
+(:mod:`stalesim.validate.stagetime`, :mod:`stalesim.validate.corunners`).
+
+Why opt-in: ``validate`` times every stage in one process, pinned as rank 0, so with
+pinned ranks a stage that runs on another rank's core is timed on the wrong core. On
+this project's VM the second vCPU ran the same stages about 4% slower than the first
+(ResNet-32 on 2 pinned ranks: the ranks' compute over the stage times 1.01-1.15 on
+device 1, 0.95-1.10 on device 0), and the issue's ResNet-32 validation went from 1.3% /
+3.9% median / max time error unpinned (an earlier session) to 4.7% / 10.2% pinned.
+Until the stage timing times each stage on its own rank's core, pinning is a choice
+for runs, not the default.
 """
 
 from __future__ import annotations
@@ -32,13 +39,13 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-#: ``STALESIM_PIN=off`` leaves every rank's threads where the kernel puts them
+#: ``STALESIM_PIN=on`` pins every CPU rank to its share of the cores (off by default)
 PIN_ENV = "STALESIM_PIN"
 
 
 def pinning_enabled() -> bool:
-    """Is pinning on (the default)? Only ``STALESIM_PIN=off`` (or ``0``/``no``) turns it off."""
-    return os.environ.get(PIN_ENV, "").strip().lower() not in ("off", "0", "no", "false")
+    """Is pinning on? Off unless ``STALESIM_PIN`` is ``on`` (or ``1``/``yes``/``true``)."""
+    return os.environ.get(PIN_ENV, "").strip().lower() in ("on", "1", "yes", "true")
 
 
 def available_cores() -> list[int]:
@@ -78,7 +85,7 @@ def pin_process(cores: Sequence[int]) -> bool:
 def pin_rank(local_rank: int, local_world: int, device_kind: str = "cpu") -> list[int] | None:
     """Pin this process as local rank ``local_rank`` of ``local_world`` CPU ranks on this host
     (module doc). Returns the cores it is pinned to, or None where nothing was pinned (a GPU
-    rank, ``STALESIM_PIN=off``, one rank, more ranks than cores, no affinity call)."""
+    rank, ``STALESIM_PIN`` not on, one rank, more ranks than cores, no affinity call)."""
     if device_kind != "cpu" or not pinning_enabled():
         return None
     share = rank_cores(local_rank, local_world, available_cores())

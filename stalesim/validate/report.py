@@ -152,9 +152,9 @@ def _method_section(summary: dict[str, Any]) -> list[str]:
         "much the other devices compute at the same time in the simulated timeline (fixed "
         "point); with co-runners busy each action is also timed after waits of a few lengths, and "
         "an action the simulated timeline has its device idle before costs its back-to-back time "
-        "times the slowdown measured after a wait that long (same fixed point). CPU ranks, and "
-        "every process that times for them, are pinned to their own cores where there are enough "
-        "(unless STALESIM_PIN=off). "
+        "times the slowdown measured after a wait that long (same fixed point). With "
+        "STALESIM_PIN=on, CPU ranks and every process that times for them are pinned to their "
+        "own cores where there are enough. "
         "The per-layer profile chooses the partition and gives the update; the 1-rank "
         "run's gaps give the runtime's time between actions; the link is calibrated (per-message "
         "costs, alpha-beta, all-reduce). Nothing the measured runs record enters a prediction.",
