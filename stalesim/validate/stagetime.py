@@ -225,8 +225,8 @@ class LayoutTimer:
     threads: int = 1
     rounds: int = 6
     full_batch: int | None = None
-    # the ranks of the runs on this host: a timing process is pinned as the first of them
-    # and the co-runners as the others (:mod:`stalesim.runtime.affinity`)
+    # the ranks of the runs on this host: with STALESIM_PIN=on a timing process is pinned as
+    # the first of them and the co-runners as the others (:mod:`stalesim.runtime.affinity`)
     ranks: int = 1
     passes: int = 0
     _alone: list[Samples | None] = field(default_factory=list, init=False, repr=False)
@@ -290,7 +290,7 @@ def _merge(a: Samples, b: Samples) -> Samples:
 def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
                   data: bool = True, *, ranks: int = 1, waits: Sequence[float] = (),
                   first_wait: int = 0) -> tuple[Samples, WaitSamples]:
-    """:func:`_sample` in a new (spawned) process, pinned as the first of ``ranks`` ranks."""
+    """:func:`_sample` in a new (spawned) process, set up as the first of ``ranks`` ranks."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -302,8 +302,9 @@ def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: i
 def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
                       data: bool = True, ranks: int = 1, waits: Sequence[float] = (),
                       first_wait: int = 0) -> tuple[Samples, WaitSamples]:  # pragma: no cover - a child
-    """:func:`_sample` in a process set up as an executor rank is: its heap policy, and on CPU
-    ranks pinned as rank 0 of ``ranks`` (as the executor pins its ranks)."""
+    """:func:`_sample` in a process set up as an executor rank is: its heap policy, and with
+    ``STALESIM_PIN=on`` on CPU ranks pinned as rank 0 of ``ranks`` (as the executor pins its
+    ranks then)."""
     from stalesim.runtime.affinity import pin_rank
     from stalesim.runtime.heap import keep_heap
 
