@@ -25,10 +25,10 @@ run's stages and the co-runners that load the other cores are pinned the same wa
 
 Why opt-in: ``validate`` times every stage in one process, pinned as rank 0, so with
 pinned ranks a stage that runs on another rank's core is timed on the wrong core. On
-this project's VM the second vCPU ran the same stages about 4% slower than the first
-(ResNet-32 on 2 pinned ranks: the ranks' compute over the stage times 1.01-1.15 on
-device 1, 0.95-1.10 on device 0), and the issue's ResNet-32 validation went from 1.3% /
-3.9% median / max time error unpinned (an earlier session) to 4.7% / 10.2% pinned.
+this project's VM, ResNet-32 on 2 pinned ranks, device 1's compute over its prediction
+exceeded device 0's by 2.3 points on average over 18 schedules (up to 9), and the
+issue's ResNet-32 validation went from 1.3% / 3.9% median / max time error unpinned (an
+earlier session) to 4.7% / 10.2% pinned.
 Until the stage timing times each stage on its own rank's core, pinning is a choice
 for runs, not the default.
 """
