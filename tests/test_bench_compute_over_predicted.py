@@ -1,10 +1,10 @@
-"""benchmarks/compute_over_predicted.py: per device, F+B+I+W measured over predicted."""
+"""benchmarks/bench_compute_over_predicted.py: per device, F+B+I+W measured over predicted."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.compute_over_predicted import ratios
+from benchmarks.bench_compute_over_predicted import ratios
 
 HEAD = ("schedule,device,stage,term,predicted_ms,measured_ms,replayed_ms,measured_minus_predicted_ms,"
         "predicted_count,measured_count,predicted_mean_us,measured_mean_us\n")

@@ -7,7 +7,7 @@ repeat, and the measured receive time. A ratio that rises with the receive time 
 after-wait term (docs/validate.md); one that differs between devices of one schedule points
 at the cores the ranks ran on.
 
-    python -m benchmarks.compute_over_predicted runs/val/attribution.csv
+    python -m benchmarks.bench_compute_over_predicted runs/val/attribution.csv
 """
 
 from __future__ import annotations
