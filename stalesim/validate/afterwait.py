@@ -6,8 +6,9 @@ and its next action then finds its weights and activations partly gone from the 
 the two share. Measured on 2 pinned CPU ranks (ResNet-20, batch 16, one micro-batch):
 in schedules whose ranks wait before nearly every action the ranks' compute ran
 1.06-1.19x the back-to-back stage times, in one whose ranks rarely wait 0.96-0.97x. A
-process alone shows part of it (a 30 ms sleep on the same core: the backward +5%,
-``benchmarks/bench_wake.py``); the rest needs the other rank computing during the wait.
+process alone shows part of it (a 30 ms sleep on the same core: the forward +1%, the
+backward +7%, ``benchmarks/bench_wake.py``); the rest needs the other rank computing
+during the wait.
 
 So the stage timing also times every layout's actions each after a wait of a few set
 lengths (:data:`stagetime.WAITS_S`) while the co-runners compute, in the same process and
@@ -29,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.events import Timeline
     from stalesim.sim.result import SimResult
 
 #: per kind, ``[(wait seconds, after-wait time / back-to-back time), ...]`` sorted by wait
@@ -48,27 +50,39 @@ def wait_factor(curve: Sequence[tuple[float, float]], gap_s: float) -> float:
     return y0
 
 
-def idle_gaps(result: SimResult, kinds: Sequence[str]) -> dict[tuple[str, int], list[float]]:
-    """Per (kind, stage) of the compute actions of ``kinds`` inside the steady window: the
-    seconds their device did no work before each (start minus the end of the device's
-    previous compute action of any kind or communication CPU job; the first action of a
-    device has none)."""
+def busy_intervals(result: SimResult) -> list[list[tuple[int, int, int]]]:
+    """Per device of the simulated timeline, the ``(start, end, gid)`` ns intervals in which it
+    works: its compute actions (gid) and its transfers' CPU jobs (gid -1), unsorted."""
     from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED
-    from stalesim.sim.model import NS
 
-    tl = result.timeline
-    if tl is None:
-        raise ValueError("idle_gaps: needs an event-simulation result")
+    tl = _timeline(result, "busy_intervals")
     prog = tl.program
-    lo, hi = result.steady_window_ns()
-    busy: list[list[tuple[int, int, int]]] = [[] for _ in range(result.devices)]  # (start, end, gid|-1)
+    busy: list[list[tuple[int, int, int]]] = [[] for _ in range(result.devices)]
     for gid, a in enumerate(prog.actions):
         if a.kind.value in COMPUTE_NAMES_ORDERED:
             busy[prog.device_of_gid[gid]].append((tl.start[gid], tl.end[gid], gid))
     for d, s0, e0, _ in tl.cpu_jobs:
         busy[d].append((s0, e0, -1))
+    return busy
+
+
+def _timeline(result: SimResult, who: str) -> Timeline:
+    if result.timeline is None:
+        raise ValueError(f"{who}: needs an event-simulation result")
+    return result.timeline
+
+
+def idle_gaps(result: SimResult, kinds: Sequence[str]) -> dict[tuple[str, int], list[float]]:
+    """Per (kind, stage) of the compute actions of ``kinds`` inside the steady window: the
+    seconds their device did no work before each (start minus the end of the device's
+    previous compute action of any kind or communication CPU job; the first action of a
+    device has none)."""
+    from stalesim.sim.model import NS
+
+    prog = _timeline(result, "idle_gaps").program
+    lo, hi = result.steady_window_ns()
     out: dict[tuple[str, int], list[float]] = {}
-    for ivs in busy:
+    for ivs in busy_intervals(result):
         ivs.sort()
         last_end = None
         for s0, e0, gid in ivs:

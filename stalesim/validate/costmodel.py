@@ -50,7 +50,7 @@ from stalesim.schedule.actions import (
     TRANSFER_NAMES_ORDERED,
     Kind,
 )
-from stalesim.validate.afterwait import wait_factors
+from stalesim.validate.afterwait import busy_intervals, wait_factors
 from stalesim.validate.stagetime import MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -379,24 +379,15 @@ def busy_overlap(result: SimResult) -> list[float]:
     Read from the simulated timeline inside its steady window (1.0: the others
     are always busy when this one is; 0.0: they never overlap).
     """
-    tl = result.timeline
-    if tl is None:
+    if result.timeline is None:
         raise ValueError("busy_overlap: needs an event-simulation result")
-    prog = tl.program
     n = result.devices
     if n <= 1:
         return [0.0] * n
     lo, hi = result.steady_window_ns()
-    ivs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for gid, a in enumerate(prog.actions):
-        if a.kind.value in KINDS:
-            s0, e0 = max(tl.start[gid], lo), min(tl.end[gid], hi)
-            if e0 > s0:
-                ivs[prog.device_of_gid[gid]].append((s0, e0))
-    for d, s0, e0, _ in tl.cpu_jobs:
-        s0, e0 = max(s0, lo), min(e0, hi)
-        if e0 > s0:
-            ivs[d].append((s0, e0))
+    # clipped to the steady window
+    ivs = [[(max(s0, lo), min(e0, hi)) for s0, e0, _ in dev if min(e0, hi) > max(s0, lo)]
+           for dev in busy_intervals(result)]
     # sweep: +1/-1 events per device
     events: list[tuple[int, int, int]] = []
     for d, lst in enumerate(ivs):
