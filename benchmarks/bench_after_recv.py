@@ -20,6 +20,9 @@ while the other does). Rank 1 times one forward or one backward of the model, af
 ``--during idle``: rank 0 stops computing when the wait ends (it is idle in ``b2b`` and
 ``sleep``): each timed action runs alone, as in a pipeline whose ranks take turns.
 ``--during busy``: rank 0 computes throughout, every timed action is contended.
+``--peer-batch``: the batch rank 0 computes in steps of (default 1: it sends and stops
+within a few ms of the moment it should; the batch size itself: it works the caches as
+hard as the other rank of a pipeline does, and overshoots by up to one of its steps).
 Conditions are interleaved per trial (the machine's drift cancels in the ratios), in
 blocks. Prints per block the mean ms of each, the median ratio over blocks of each
 condition to ``b2b`` with its range, and the median waits; ``--out FILE`` writes them.
@@ -51,9 +54,6 @@ MESSAGE = 3
 #: the shared state's slots: the trial rank 1 waits in, when it started waiting, the last
 #: trial rank 0 stopped computing for, the end
 ARMED, SINCE, STOPPED, END = 0, 1, 2, 3
-#: the computing rank's unit of work between looks at the clock (batch size): small, so
-#: that it sends and stops close to the moment it should
-CHUNK_BATCH = 1
 
 
 def _trials(blocks: int, per_block: int) -> list[tuple[int, str, str]]:
@@ -69,7 +69,8 @@ def _trials(blocks: int, per_block: int) -> list[tuple[int, str, str]]:
 
 
 def _rank(rank: int, port: int, model: str, batch_size: int, wait_s: float, blocks: int,
-          per_block: int, during: str, out: str, state: Any, go: Any) -> None:  # pragma: no cover - a child
+          per_block: int, during: str, peer_batch: int, out: str, state: Any,
+          go: Any) -> None:  # pragma: no cover - a child
     """Rank 1 runs the trials; rank 0 computes as each trial asks and sends each ``recv*``
     trial's message ``wait_s`` after rank 1 started waiting. The two learn of each other's
     progress through shared memory (``state``; ``go`` wakes an idle rank 0), not through
@@ -86,7 +87,7 @@ def _rank(rank: int, port: int, model: str, batch_size: int, wait_s: float, bloc
                             timeout=datetime.timedelta(seconds=120))
     net = model_of(model, None, seed=rank).train()
     gen = torch.Generator().manual_seed(rank)
-    x, y = net.random_batch(batch_size if rank else CHUNK_BATCH, gen)
+    x, y = net.random_batch(batch_size if rank else peer_batch, gen)
     loss_of = loss_fn(net.task)
     td = datetime.timedelta(seconds=120)
     trials = _trials(blocks, per_block)
@@ -160,7 +161,7 @@ def _rank(rank: int, port: int, model: str, batch_size: int, wait_s: float, bloc
 
 
 def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int,
-        during: str = "idle") -> dict[str, Any]:
+        during: str = "idle", peer_batch: int = 1) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     from stalesim.validate.commcal import free_port
@@ -171,8 +172,8 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int,
         out = os.path.join(d, "times.json")
         ctx = mp.get_context("spawn")
         state = ctx.Array("d", [-1.0, 0.0, -1.0, 0.0], lock=False)
-        mp.start_processes(_rank, args=(free_port(), model, batch_size, wait_s, blocks, per_block, during, out,
-                                        state, ctx.Event()),
+        mp.start_processes(_rank, args=(free_port(), model, batch_size, wait_s, blocks, per_block, during,
+                                        peer_batch, out, state, ctx.Event()),
                            nprocs=2, start_method="spawn")
         got = json.loads(Path(out).read_text())
     rows = []
@@ -186,8 +187,8 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int,
             r = [row[c][k] / row["b2b"][k] for row in rows]
             ratios[c][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
     waits = {c: statistics.median(v) for c, v in got["waits"].items()}
-    return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "during": during, "blocks": rows,
-            "ratios": ratios, "median_wait_s": waits}
+    return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "during": during,
+            "peer_batch": peer_batch, "blocks": rows, "ratios": ratios, "median_wait_s": waits}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,9 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-block", type=int, default=6, help="timed trials per condition, kind and block")
     p.add_argument("--during", choices=DURING, default="idle",
                    help="what rank 0 does while rank 1's timed action runs")
+    p.add_argument("--peer-batch", type=int, default=1, help="the batch of rank 0's steps")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.blocks, a.per_block, a.during)
+    if a.peer_batch < 1:
+        p.error(f"--peer-batch: expected >= 1, got {a.peer_batch}")
+    res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.blocks, a.per_block, a.during, a.peer_batch)
     for b, row in enumerate(res["blocks"]):
         print(f"block {b}: " + "  ".join(f"{c} F {row[c]['F'] * 1e3:.2f} B {row[c]['B'] * 1e3:.2f} ms"
                                          for c in CONDITIONS))

@@ -23,16 +23,16 @@ def test_trials_warm_up_each_block_with_every_condition_and_kind() -> None:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-@pytest.mark.parametrize("during", ["idle", "busy"])
-def test_bench_after_recv_times_every_condition_after_its_wait(tmp_path, during: str) -> None:
+@pytest.mark.parametrize(("during", "peer_batch"), [("idle", 2), ("busy", 1)])
+def test_bench_after_recv_times_every_condition_after_its_wait(tmp_path, during: str, peer_batch: int) -> None:
     from benchmarks.bench_after_recv import CONDITIONS, main
 
     out = tmp_path / "after_recv.json"
     wait_ms = 8.0
     assert main(["--model", "lenet5", "--batch-size", "2", "--wait-ms", str(wait_ms), "--blocks", "2",
-                 "--per-block", "1", "--during", during, "--out", str(out)]) == 0
+                 "--per-block", "1", "--during", during, "--peer-batch", str(peer_batch), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["during"] == during and len(res["blocks"]) == 2
+    assert res["during"] == during and res["peer_batch"] == peer_batch and len(res["blocks"]) == 2
     assert all(set(b) == set(CONDITIONS) and all(v["F"] > 0 and v["B"] > 0 for v in b.values())
                for b in res["blocks"])
     waits = res["median_wait_s"]
