@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.block_ratios import print_ratios, ratios_to, save_json
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("b2b", "sleep", "sleep+busy", "recv+busy", "recv-tiny+busy")
@@ -180,12 +181,7 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int,
     for b in range(blocks):
         rows.append({c: {k: statistics.fmean(t for blk, t in got["times"][c][k] if blk == b) for k in TIMED}
                      for c in CONDITIONS})
-    ratios: dict[str, dict[str, Any]] = {}
-    for c in CONDITIONS[1:]:
-        ratios[c] = {}
-        for k in TIMED:
-            r = [row[c][k] / row["b2b"][k] for row in rows]
-            ratios[c][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
+    ratios = ratios_to(rows, CONDITIONS[0], TIMED)
     waits = {c: statistics.median(v) for c, v in got["waits"].items()}
     return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "during": during,
             "peer_batch": peer_batch, "blocks": rows, "ratios": ratios, "median_wait_s": waits}
@@ -209,13 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     for b, row in enumerate(res["blocks"]):
         print(f"block {b}: " + "  ".join(f"{c} F {row[c]['F'] * 1e3:.2f} B {row[c]['B'] * 1e3:.2f} ms"
                                          for c in CONDITIONS))
-    for c, d in res["ratios"].items():
-        print(f"{c} / b2b: " + "  ".join(f"{k} median {v['median']:.3f} (range {v['min']:.3f}-{v['max']:.3f})"
-                                         for k, v in d.items()))
+    print_ratios(res["ratios"], CONDITIONS[0])
     print("median waits: " + "  ".join(f"{c} {w * 1e3:.1f} ms" for c, w in res["median_wait_s"].items()))
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        save_json(a.out, res)
     return 0
 
 

@@ -18,12 +18,12 @@ pass of the machine adds (and so what a prediction from a few passes inherits).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from benchmarks.block_ratios import save_json
 
 
 def run(model: str, batch_size: int, microbatches: int, ppv: list[int], schedules: list[str], passes: int,
@@ -73,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     for s, m in res["median_forward_ms"].items():
         print(f"{s}: forward per stage, median over passes " + "/".join(f"{x:.1f}" for x in m) + " ms")
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        save_json(a.out, res)
     return 0
 
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.block_ratios import save_json
+
 
 def _worker(i: int, n: int, model: str, batch_size: int, rounds: int, per_turn: int, turn: Any,
             wake: list[Any], out: str) -> None:  # pragma: no cover - a child process
@@ -138,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{x:.3f}" for x in res["set_spread"])
           + f"; a process's interquartile range over rounds (median): {res['median_iqr']:.3f}")
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        save_json(a.out, res)
     return 0
 
 

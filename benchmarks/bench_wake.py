@@ -21,14 +21,13 @@ The reason :mod:`stalesim.runtime.affinity` pins the executor's CPU ranks.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from benchmarks.block_ratios import print_ratios, ratios_to, save_json
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("b2b", "wait", "wait+move")
@@ -86,12 +85,7 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int)
                 f"{c} F {row[c]['F'] * 1e3:.2f} B {row[c]['B'] * 1e3:.2f} ms" for c in CONDITIONS), flush=True)
     finally:
         os.sched_setaffinity(0, set(cores))
-    ratios: dict[str, dict[str, Any]] = {}
-    for c in CONDITIONS[1:]:
-        ratios[c] = {}
-        for k in TIMED:
-            r = [row[c][k] / row["b2b"][k] for row in rows]
-            ratios[c][k] = {"median": statistics.median(r), "min": min(r), "max": max(r)}
+    ratios = ratios_to(rows, CONDITIONS[0], TIMED)
     return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "blocks": rows, "ratios": ratios}
 
 
@@ -105,12 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.blocks, a.per_block)
-    for c, d in res["ratios"].items():
-        print(f"{c} / b2b: " + "  ".join(f"{k} median {v['median']:.3f} (range {v['min']:.3f}-{v['max']:.3f})"
-                                         for k, v in d.items()))
+    print_ratios(res["ratios"], CONDITIONS[0])
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        save_json(a.out, res)
     return 0
 
 
