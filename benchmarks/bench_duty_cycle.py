@@ -10,7 +10,9 @@ one compares long stretches: ``continuous`` blocks (``--steps`` forward+backward
 no pause, as the stage timing runs) against ``duty`` blocks (the same steps, a sleep of
 ``--wait-ms`` before every forward and every backward, as a pipeline rank waits for its
 messages), alternating, the first half of each block's steps left out. The process stays
-where the kernel puts it (an unpinned rank).
+where the kernel puts it (an unpinned rank). ``--pause spin`` busy-waits instead of
+sleeping: the core never goes idle, so a slowdown that remains is the pause itself, one
+that goes away comes from the core idling (what the host or the kernel does meanwhile).
 
 Prints per pair of blocks the mean forward and backward ms of each and the median ratio
 ``duty / continuous`` over pairs with its range; ``--out FILE`` writes them as JSON.
@@ -30,11 +32,20 @@ from benchmarks.block_ratios import print_ratios, ratios_to, save_json
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("continuous", "duty")
+PAUSES = ("sleep", "spin")
+
+
+def _spin(seconds: float) -> None:
+    """Busy-wait ``seconds`` (the core stays busy, touching almost no memory)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 #: the two actions timed: a forward and a backward of the whole model
 TIMED = (Kind.F.value, Kind.B.value)
 
 
-def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int) -> dict[str, Any]:
+def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int,
+        pause: str = "sleep") -> dict[str, Any]:
     """Per pair of blocks (one of each condition, which first alternating), per condition,
     the mean seconds of each timed kind over the block's second half."""
     import torch
@@ -46,6 +57,7 @@ def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int) -> d
     net = model_of(model, None, seed=0).train()
     x, y = net.random_batch(batch_size, torch.Generator().manual_seed(0))
     loss_of = loss_fn(net.task)
+    wait = time.sleep if pause == "sleep" else _spin
     rows: list[dict[str, dict[str, float]]] = []
     for p in range(pairs + 1):  # the first pair warms up
         row: dict[str, dict[str, float]] = {}
@@ -53,12 +65,12 @@ def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int) -> d
             got: dict[str, list[float]] = {k: [] for k in TIMED}
             for i in range(steps):
                 if cond == "duty":
-                    time.sleep(wait_s)
+                    wait(wait_s)
                 t0 = time.perf_counter()
                 loss = loss_of(net(x), y)
                 t1 = time.perf_counter()
                 if cond == "duty":
-                    time.sleep(wait_s)
+                    wait(wait_s)
                 t2 = time.perf_counter()
                 loss.backward()
                 t3 = time.perf_counter()
@@ -71,7 +83,7 @@ def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int) -> d
             rows.append({c: row[c] for c in CONDITIONS})
             print(f"pair {p - 1}: " + "  ".join(f"{c} F {row[c]['F'] * 1e3:.2f} B {row[c]['B'] * 1e3:.2f} ms"
                                                 for c in CONDITIONS), flush=True)
-    return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "steps": steps, "pairs": rows,
+    return {"model": model, "batch_size": batch_size, "wait_s": wait_s, "pause": pause, "steps": steps, "pairs": rows,
             "ratios": ratios_to(rows, CONDITIONS[0], TIMED)}
 
 
@@ -82,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-ms", type=float, default=25.0)
     p.add_argument("--pairs", type=int, default=8)
     p.add_argument("--steps", type=int, default=16, help="forward+backward steps per block")
+    p.add_argument("--pause", choices=PAUSES, default="sleep", help="how a duty block waits")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     for name in ("batch_size", "pairs", "steps"):
@@ -89,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')}: too small ({getattr(a, name)})")
     if a.wait_ms < 0:
         p.error(f"--wait-ms: expected >= 0, got {a.wait_ms}")
-    res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.pairs, a.steps)
+    res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.pairs, a.steps, a.pause)
     print_ratios(res["ratios"], CONDITIONS[0])
     if a.out:
         save_json(a.out, res)

@@ -10,13 +10,15 @@ import pytest
 pytest.importorskip("torch")
 
 
-def test_bench_duty_cycle_times_both_block_kinds_per_pair(tmp_path) -> None:
+@pytest.mark.parametrize("pause", ["sleep", "spin"])
+def test_bench_duty_cycle_times_both_block_kinds_per_pair(tmp_path, pause: str) -> None:
     from benchmarks.bench_duty_cycle import CONDITIONS, main
 
     out = tmp_path / "duty.json"
     assert main(["--model", "lenet5", "--batch-size", "2", "--wait-ms", "1", "--pairs", "2", "--steps", "4",
-                 "--out", str(out)]) == 0
+                 "--pause", pause, "--out", str(out)]) == 0
     res = json.loads(out.read_text())
+    assert res["pause"] == pause
     assert len(res["pairs"]) == 2  # the warm-up pair is not kept
     assert all(set(p) == set(CONDITIONS) and all(v["F"] > 0 and v["B"] > 0 for v in p.values())
                for p in res["pairs"])
@@ -32,3 +34,13 @@ def test_a_negative_wait_is_refused(capsys) -> None:
         main(["--wait-ms", "-1"])
     assert e.value.code == 2
     assert "--wait-ms" in capsys.readouterr().err
+
+
+def test_spin_waits_at_least_as_long_as_asked() -> None:
+    import time
+
+    from benchmarks.bench_duty_cycle import _spin
+
+    t0 = time.perf_counter()
+    _spin(0.003)
+    assert time.perf_counter() - t0 >= 0.003
