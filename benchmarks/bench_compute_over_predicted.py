@@ -24,28 +24,35 @@ import json
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 from stalesim.validate.stagetime import MODULE_KINDS
+
+
+def unique_rows(path: str) -> Iterator[dict[str, str]]:
+    """The rows of ``attribution.csv``, each (schedule, device, stage, term) once (the file
+    repeats rows per stage listing)."""
+    seen: set[tuple[str, ...]] = set()
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            key = (r["schedule"], r["device"], r["stage"], r["term"])
+            if key not in seen:
+                seen.add(key)
+                yield r
 
 
 def ratios(path: str) -> list[tuple[str, str, float, float, float]]:
     """``(schedule, device, measured / predicted compute, receive ms, compute ms)`` rows."""
     comp: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     recv: dict[tuple[str, str], float] = defaultdict(float)
-    seen: set[tuple[str, ...]] = set()
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            key = (r["schedule"], r["device"], r["stage"], r["term"])
-            if key in seen:  # the file repeats rows per stage listing
-                continue
-            seen.add(key)
-            dev = (r["schedule"], r["device"])
-            if r["term"] in MODULE_KINDS:
-                comp[dev][0] += float(r["predicted_ms"])
-                comp[dev][1] += float(r["measured_ms"])
-            elif r["term"].startswith("RECV"):
-                recv[dev] += float(r["measured_ms"])
+    for r in unique_rows(path):
+        dev = (r["schedule"], r["device"])
+        if r["term"] in MODULE_KINDS:
+            comp[dev][0] += float(r["predicted_ms"])
+            comp[dev][1] += float(r["measured_ms"])
+        elif r["term"].startswith("RECV"):
+            recv[dev] += float(r["measured_ms"])
     return [(s, d, m / p if p else float("nan"), recv[(s, d)], m) for (s, d), (p, m) in sorted(comp.items())]
 
 
@@ -73,13 +80,9 @@ def round_ratios(path: str) -> dict[str, list[dict[int, float]]]:
     """Per schedule, per round (repeat), per device: measured compute per iteration over
     the predicted (from ``attribution.csv`` beside the ``runs`` folder)."""
     pred: dict[tuple[str, int], float] = defaultdict(float)
-    seen: set[tuple[str, ...]] = set()
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            key = (r["schedule"], r["device"], r["stage"], r["term"])
-            if key not in seen and r["term"] in MODULE_KINDS:
-                seen.add(key)
-                pred[(r["schedule"], int(r["device"]))] += float(r["predicted_ms"])
+    for r in unique_rows(path):
+        if r["term"] in MODULE_KINDS:
+            pred[(r["schedule"], int(r["device"]))] += float(r["predicted_ms"])
     runs = Path(path).parent / "runs"
     out: dict[str, list[dict[int, float]]] = {}
     for sched in sorted({s for s, _ in pred}):
