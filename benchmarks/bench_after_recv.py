@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.block_ratios import print_ratios, ratios_to, save_json
+from benchmarks.cli_types import zoo_model
+from stalesim.cli.common import nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("b2b", "sleep", "sleep+busy", "recv+busy", "recv-tiny+busy")
@@ -189,18 +191,16 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet20")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--wait-ms", type=float, default=25.0)
-    p.add_argument("--blocks", type=int, default=6)
-    p.add_argument("--per-block", type=int, default=6, help="timed trials per condition, kind and block")
+    p.add_argument("--model", type=zoo_model, default="resnet20")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--wait-ms", type=nonneg_float, default=25.0)
+    p.add_argument("--blocks", type=positive_int, default=6)
+    p.add_argument("--per-block", type=positive_int, default=6, help="timed trials per condition, kind and block")
     p.add_argument("--during", choices=DURING, default="idle",
                    help="what rank 0 does while rank 1's timed action runs")
-    p.add_argument("--peer-batch", type=int, default=1, help="the batch of rank 0's steps")
+    p.add_argument("--peer-batch", type=positive_int, default=1, help="the batch of rank 0's steps")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if a.peer_batch < 1:
-        p.error(f"--peer-batch: expected >= 1, got {a.peer_batch}")
     res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.blocks, a.per_block, a.during, a.peer_batch)
     for b, row in enumerate(res["blocks"]):
         print(f"block {b}: " + "  ".join(f"{c} F {row[c]['F'] * 1e3:.2f} B {row[c]['B'] * 1e3:.2f} ms"

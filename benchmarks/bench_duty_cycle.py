@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 from benchmarks.block_ratios import print_ratios, ratios_to, save_json
+from benchmarks.cli_types import zoo_model
+from stalesim.cli.common import int_type, nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("continuous", "duty")
@@ -89,19 +91,14 @@ def run(model: str, batch_size: int, wait_s: float, pairs: int, steps: int,
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet20")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--wait-ms", type=float, default=25.0)
-    p.add_argument("--pairs", type=int, default=8)
-    p.add_argument("--steps", type=int, default=16, help="forward+backward steps per block")
+    p.add_argument("--model", type=zoo_model, default="resnet20")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--wait-ms", type=nonneg_float, default=25.0)
+    p.add_argument("--pairs", type=positive_int, default=8)
+    p.add_argument("--steps", type=int_type(2), default=16, help="forward+backward steps per block")
     p.add_argument("--pause", choices=PAUSES, default="sleep", help="how a duty block waits")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    for name in ("batch_size", "pairs", "steps"):
-        if getattr(a, name) < (2 if name == "steps" else 1):
-            p.error(f"--{name.replace('_', '-')}: too small ({getattr(a, name)})")
-    if a.wait_ms < 0:
-        p.error(f"--wait-ms: expected >= 0, got {a.wait_ms}")
     res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.pairs, a.steps, a.pause)
     print_ratios(res["ratios"], CONDITIONS[0])
     if a.out:

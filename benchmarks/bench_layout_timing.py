@@ -24,12 +24,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from benchmarks.block_ratios import save_json
+from benchmarks.cli_types import zoo_model
+from stalesim.cli.common import int_list, positive_int
+from stalesim.schedule.registry import schedule_names
 
 
 def run(model: str, batch_size: int, microbatches: int, ppv: list[int], schedules: list[str], passes: int,
         rounds: int, dataset: str = "synthetic") -> dict[str, Any]:
     """Per schedule, per pass, per stage: the mean forward (ms) of ``rounds`` timed rounds."""
-    from stalesim.validate.stagetime import _sample_fresh
+    from stalesim.validate.stagetime import measure_stage_times
     from stalesim.validate.steps import train_config
 
     cfg = SimpleNamespace(model=model, dataset=dataset, microbatches=microbatches, batch_size=batch_size,
@@ -40,8 +43,8 @@ def run(model: str, batch_size: int, microbatches: int, ppv: list[int], schedule
     for p in range(passes):
         k = p % len(schedules)
         for s in schedules[k:] + schedules[:k]:
-            samples, _ = _sample_fresh(tcs[s], "cpu", 1, rounds, batch_size, False, ranks=n_dev)
-            forwards[s].append([statistics.fmean(st["F"]) * 1e3 for st in samples])
+            times = measure_stage_times(tcs[s], rounds=rounds, full_batch=batch_size)  # a fresh process
+            forwards[s].append([st["F"] * 1e3 for st in times.mean_s])
         print(f"pass {p}: " + "  ".join(f"{s} F " + "/".join(f"{f:.1f}" for f in forwards[s][-1])
                                         for s in schedules), flush=True)
     medians = {s: [statistics.median(f[i] for f in forwards[s]) for i in range(len(forwards[s][0]))]
@@ -52,24 +55,20 @@ def run(model: str, batch_size: int, microbatches: int, ppv: list[int], schedule
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet32")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--ppv", default="11", help="the cut, comma-separated (as validate's --ppv)")
+    p.add_argument("--model", type=zoo_model, default="resnet32")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--microbatches", type=positive_int, default=4)
+    p.add_argument("--ppv", type=int_list, default=[11], help="the cut, comma-separated (as validate's --ppv)")
     p.add_argument("--schedules", default="gpipe,2bw,zb-h1")
-    p.add_argument("--passes", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=6, help="timed rounds per pass")
+    p.add_argument("--passes", type=positive_int, default=5)
+    p.add_argument("--rounds", type=positive_int, default=6, help="timed rounds per pass")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    try:
-        ppv = [int(x) for x in a.ppv.split(",") if x.strip()]
-    except ValueError:
-        p.error(f"--ppv: expected comma-separated integers, got {a.ppv!r}")
-    for name in ("batch_size", "microbatches", "passes", "rounds"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(a, name)}")
     schedules = [s for s in a.schedules.split(",") if s]
-    res = run(a.model, a.batch_size, a.microbatches, ppv, schedules, a.passes, a.rounds)
+    unknown = [s for s in schedules if s not in schedule_names()]
+    if not schedules or unknown:
+        p.error(f"--schedules: unknown {unknown or a.schedules!r} (known: {', '.join(schedule_names())})")
+    res = run(a.model, a.batch_size, a.microbatches, a.ppv, schedules, a.passes, a.rounds)
     for s, m in res["median_forward_ms"].items():
         print(f"{s}: forward per stage, median over passes " + "/".join(f"{x:.1f}" for x in m) + " ms")
     if a.out:

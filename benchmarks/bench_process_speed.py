@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.block_ratios import save_json
+from benchmarks.cli_types import zoo_model
+from stalesim.cli.common import int_type, positive_int
 
 
 def _worker(i: int, n: int, model: str, batch_size: int, rounds: int, per_turn: int, turn: Any,
@@ -115,17 +117,14 @@ def summarize(per_set: list[list[list[float]]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet20")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--processes", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--per-turn", type=int, default=4, help="timed steps per process and round")
-    p.add_argument("--sets", type=int, default=3, help="sets of fresh processes, one after the other")
+    p.add_argument("--model", type=zoo_model, default="resnet20")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--processes", type=int_type(2), default=4)
+    p.add_argument("--rounds", type=int_type(2), default=20)
+    p.add_argument("--per-turn", type=positive_int, default=4, help="timed steps per process and round")
+    p.add_argument("--sets", type=positive_int, default=3, help="sets of fresh processes, one after the other")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    for name in ("processes", "rounds", "per_turn", "sets"):
-        if getattr(a, name) < (2 if name in ("processes", "rounds") else 1):
-            p.error(f"--{name.replace('_', '-')}: too small ({getattr(a, name)})")
     per_set = [one_set(a.model, a.batch_size, a.processes, a.rounds, a.per_turn) for _ in range(a.sets)]
     res = {"model": a.model, "batch_size": a.batch_size, "rounds": a.rounds, "per_turn": a.per_turn,
            "times_s": per_set, **summarize(per_set)}

@@ -28,6 +28,8 @@ import time
 from typing import Any
 
 from benchmarks.block_ratios import print_ratios, ratios_to, save_json
+from benchmarks.cli_types import zoo_model
+from stalesim.cli.common import nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("b2b", "wait", "wait+move")
@@ -91,11 +93,11 @@ def run(model: str, batch_size: int, wait_s: float, blocks: int, per_block: int)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet20")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--wait-ms", type=float, default=30.0)
-    p.add_argument("--blocks", type=int, default=8)
-    p.add_argument("--per-block", type=int, default=8, help="timed iterations per condition and block")
+    p.add_argument("--model", type=zoo_model, default="resnet20")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--wait-ms", type=nonneg_float, default=30.0)
+    p.add_argument("--blocks", type=positive_int, default=8)
+    p.add_argument("--per-block", type=positive_int, default=8, help="timed iterations per condition and block")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     res = run(a.model, a.batch_size, a.wait_ms / 1e3, a.blocks, a.per_block)

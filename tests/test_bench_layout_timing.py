@@ -32,3 +32,13 @@ def test_a_bad_cut_is_refused(capsys) -> None:
         main(["--ppv", "a,b"])
     assert e.value.code == 2
     assert "--ppv" in capsys.readouterr().err
+
+
+def test_an_unknown_schedule_is_refused(capsys) -> None:
+    from benchmarks.bench_layout_timing import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--schedules", "gpipe,nosuch"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--schedules" in err and "nosuch" in err
