@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -56,22 +55,21 @@ def ratios(path: str) -> list[tuple[str, str, float, float, float]]:
     return [(s, d, m / p if p else float("nan"), recv[(s, d)], m) for (s, d), (p, m) in sorted(comp.items())]
 
 
-#: a trace event's name: the stage, the kind, the batch (then ``.micro``)
-_NAME = re.compile(r"^(\d+)([A-Z_]+)(\d+)")
-
-
 def trace_compute(trace: str | Path) -> dict[int, float]:
     """Per device of a run's trace: F+B+I+W ms per iteration over the middle half of its
     batches (warm-up and drain left out)."""
-    ev = [e for e in json.loads(Path(trace).read_text())["traceEvents"] if e.get("ph") == "X"]
-    batches = sorted({int(m.group(3)) for e in ev if (m := _NAME.match(e["name"]))})
+    from stalesim.schedule import Action
+
+    doc = json.loads(Path(trace).read_text())
+    acts = [(Action.parse(e["name"]), e) for e in doc["traceEvents"]
+            if e.get("ph") == "X" and " " not in e["name"]]  # not the simulator's "<label> cpu" slices
+    batches = sorted({a.batch for a, _ in acts})
     if not batches:
         return {}
     lo, hi = batches[len(batches) // 4], batches[(3 * len(batches)) // 4]
     total: dict[int, float] = defaultdict(float)
-    for e in ev:
-        m = _NAME.match(e["name"])
-        if m and e.get("cat") in MODULE_KINDS and lo <= int(m.group(3)) < hi:
+    for a, e in acts:
+        if a.kind.value in MODULE_KINDS and lo <= a.batch < hi:
             total[int(e["pid"])] += float(e["dur"]) / 1e3
     return {d: t / (hi - lo) for d, t in sorted(total.items())}
 
