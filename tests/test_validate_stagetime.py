@@ -177,6 +177,51 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
     assert [m for _tc, m, _d in seen[8:]] == [False, False]
 
 
+def test_each_pass_keeps_its_own_means(monkeypatch) -> None:
+    """Besides the pooled samples, every pass's per-stage means are kept, alone and contended,
+    in pass order, and survive summary.json's round trip: a slow pass stays visible as one."""
+    import stalesim.validate.stagetime as st_mod
+
+    co = _FakeCoRunners()
+    calls = {"n": 0}
+
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
+        calls["n"] += 1
+        f = (2.0 if co.busy else 1.0) * (1 + first_wait)  # pass p runs (1 + p)x slower
+        return [{"F": [f, 3 * f]}, {"B": [f] * rounds}], {}
+
+    monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
+    timer = st_mod.LayoutTimer(["a"], rounds=2, ranks=2)
+    for _ in range(3):
+        timer.run_pass(co)
+    (a,) = timer.times()
+    assert calls["n"] == 6
+    assert a.pass_means_s == [[{"F": 2.0 * (1 + p)}, {"B": 1.0 * (1 + p)}] for p in range(3)]
+    assert a.contended is not None
+    assert a.contended.pass_means_s == [[{"F": 4.0 * (1 + p)}, {"B": 2.0 * (1 + p)}] for p in range(3)]
+    assert a.mean_s == [{"F": 4.0}, {"B": 2.0}]  # the pooled means are unchanged by keeping them
+    back = StageTimes.from_dict(a.to_dict())
+    assert back == a and back.contended.pass_means_s == a.contended.pass_means_s
+    assert "pass_means_s" not in StageTimes([{"F": 1.0}]).to_dict()  # absent when not timed in passes
+
+
+def test_pass_medians_leave_out_a_slow_pass_and_keep_the_wait_ratios() -> None:
+    """One pass 2x slower moves the pooled mean, not the median over passes; the contended
+    times get theirs, the after-wait ratios are unchanged, and under three passes nothing moves."""
+    passes = [[{"F": 1.0, "B": 2.0}], [{"F": 1.2, "B": 2.2}], [{"F": 2.0, "B": 4.0}]]
+    cont = StageTimes([{"F": 2.0}], pass_means_s=[[{"F": 1.5}], [{"F": 3.0}], [{"F": 1.5}]],
+                      after_wait={0.025: StageTimes([{"F": 2.2}])})
+    t = StageTimes([{"F": 1.4, "B": 2.73}], pass_means_s=passes, contended=cont)
+    m = t.with_pass_medians()
+    assert m.mean_s == [{"F": 1.2, "B": 2.2}]
+    assert m.contended is not None and m.contended.mean_s == [{"F": 1.5}]
+    assert m.contended.after_wait[0.025].mean_s[0]["F"] == pytest.approx(2.2 * 1.5 / 2.0)
+    assert m.contended.wait_ratios()["F"][0] == pytest.approx(cont.wait_ratios()["F"][0])
+    assert t.mean_s == [{"F": 1.4, "B": 2.73}]  # a new object; the pooled times stay
+    two = StageTimes([{"F": 1.4}], pass_means_s=passes[:2])
+    assert two.with_pass_medians().mean_s == two.mean_s
+
+
 def test_rounds_per_pass_spread_the_samples_over_the_passes() -> None:
     from stalesim.validate.stagetime import SAMPLES, rounds_per_pass
 

@@ -52,6 +52,8 @@ MODULE_KINDS = tuple(k for k in COMPUTE_NAMES_ORDERED if Kind(k) in VERSIONED_KI
 Samples = list[dict[str, list[float]]]
 #: per wait (seconds), the :data:`Samples` of the actions timed each after that wait
 WaitSamples = dict[float, Samples]
+#: per pass, per stage ``{kind: mean seconds over that pass's rounds}``
+PassMeans = list[list[dict[str, float]]]
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,16 @@ class StageTimes:
     # per wait (seconds): the same stages, each action timed after that wait, in the same
     # processes and rounds as these back-to-back times (:mod:`stalesim.validate.afterwait`)
     after_wait: dict[float, StageTimes] = field(default_factory=dict)
+    # per pass of a :class:`LayoutTimer` (each a fresh process at its own moment of the
+    # machine), per stage, the mean of that pass's rounds: what an estimator that treats the
+    # passes as repeats needs (the pooled means above weigh a slow pass like any rounds)
+    pass_means_s: PassMeans = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
                              "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
+        if self.pass_means_s:
+            d["pass_means_s"] = self.pass_means_s
         if self.contended is not None:
             d["contended"] = self.contended.to_dict()
         if self.after_wait:
@@ -126,19 +134,45 @@ class StageTimes:
             return None
         return _pooled_ratio(self.mean_s, self.contended.mean_s, MODULE_KINDS)
 
+    def with_pass_medians(self) -> StageTimes:
+        """These times with each (stage, kind)'s mean replaced by the median over the passes
+        of that pass's mean, here and in the contended times (a pass is a fresh process at its
+        own moment of the machine, as a measured run's repeat is, and ``validate`` reports
+        the median repeat). The after-wait means move by the same factor, so the after-wait
+        ratios stay those the same processes measured. Times with fewer than three passes come
+        back unchanged (a median of two is their mean)."""
+        from dataclasses import replace
+
+        if len(self.pass_means_s) < 3:
+            return self if self.contended is None else replace(self, contended=self.contended.with_pass_medians())
+        med = [{k: statistics.median(p[s][k] for p in self.pass_means_s if k in p[s]) for k in m}
+               for s, m in enumerate(self.mean_s)]
+        scale = [{k: (v / self.mean_s[s][k]) if self.mean_s[s][k] > 0 else 1.0 for k, v in m.items()}
+                 for s, m in enumerate(med)]
+        waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()}
+                                       for m, sc in zip(t.mean_s, scale)])
+                 for w, t in self.after_wait.items()}
+        return replace(self, mean_s=med, after_wait=waits,
+                       contended=None if self.contended is None else self.contended.with_pass_medians())
+
     @classmethod
     def from_samples(cls, samples: Samples, contended: Samples | None = None,
                      after_wait: WaitSamples | None = None,
-                     contended_after_wait: WaitSamples | None = None) -> StageTimes:
+                     contended_after_wait: WaitSamples | None = None, *,
+                     pass_means: PassMeans | None = None,
+                     contended_pass_means: PassMeans | None = None) -> StageTimes:
         """Means, medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the
         most samples of any kind; ``contended``: the same, timed with co-runners busy;
-        ``after_wait`` / ``contended_after_wait``: per wait, the actions timed after it."""
+        ``after_wait`` / ``contended_after_wait``: per wait, the actions timed after it;
+        ``pass_means`` / ``contended_pass_means``: kept as they are (:func:`pass_means`)."""
         return cls([{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples],
                    [{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
                    [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
                    max((len(v) for s in samples for v in s.values()), default=0),
-                   None if contended is None else cls.from_samples(contended, after_wait=contended_after_wait),
-                   {w: cls.from_samples(s) for w, s in (after_wait or {}).items()})
+                   None if contended is None else cls.from_samples(contended, after_wait=contended_after_wait,
+                                                                   pass_means=contended_pass_means),
+                   {w: cls.from_samples(s) for w, s in (after_wait or {}).items()},
+                   list(pass_means or []))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
@@ -148,7 +182,13 @@ class StageTimes:
         return cls(per_stage("mean_s"), per_stage("median_s"),
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
                    int(d.get("rounds", 0)), cls.from_dict(d["contended"]) if d.get("contended") else None,
-                   {float(e["wait_s"]): cls.from_dict(e) for e in d.get("after_wait", [])})
+                   {float(e["wait_s"]): cls.from_dict(e) for e in d.get("after_wait", [])},
+                   [[{k: float(v) for k, v in m.items()} for m in p] for p in d.get("pass_means_s", [])])
+
+
+def pass_means(samples: Samples) -> list[dict[str, float]]:
+    """Per stage, the mean of each kind's samples (one pass's entry of ``pass_means_s``)."""
+    return [{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples]
 
 
 def _pooled_ratio(base: list[dict[str, float]], other: list[dict[str, float]],
@@ -232,11 +272,15 @@ class LayoutTimer:
     _alone: list[Samples | None] = field(default_factory=list, init=False, repr=False)
     _busy: list[Samples | None] = field(default_factory=list, init=False, repr=False)
     _busy_wait: list[WaitSamples] = field(default_factory=list, init=False, repr=False)
+    _alone_passes: list[PassMeans] = field(default_factory=list, init=False, repr=False)
+    _busy_passes: list[PassMeans] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._alone = [None] * len(self.tcs)
         self._busy = [None] * len(self.tcs)
         self._busy_wait = [{} for _ in self.tcs]
+        self._alone_passes = [[] for _ in self.tcs]
+        self._busy_passes = [[] for _ in self.tcs]
 
     def run_pass(self, corunners: CoRunners | None = None) -> None:
         """Time every layout once; with ``corunners`` (CPU ranks) every layout twice, alone
@@ -259,6 +303,7 @@ class LayoutTimer:
                 store = self._busy if busy else self._alone
                 have = store[i]
                 store[i] = got if have is None else _merge(have, got)
+                (self._busy_passes if busy else self._alone_passes)[i].append(pass_means(got))
                 for w, got_w in waited.items():
                     had = self._busy_wait[i].get(w)
                     self._busy_wait[i][w] = got_w if had is None else _merge(had, got_w)
@@ -269,8 +314,10 @@ class LayoutTimer:
     def times(self) -> list[StageTimes]:
         """Per layout: means, medians and quartiles over every pass so far, with the
         contended times beside them where any pass had co-runners."""
-        return [StageTimes.from_samples(a or [], b, contended_after_wait=w)
-                for a, b, w in zip(self._alone, self._busy, self._busy_wait)]
+        return [StageTimes.from_samples(a or [], b, contended_after_wait=w, pass_means=ap,
+                                        contended_pass_means=bp)
+                for a, b, w, ap, bp in zip(self._alone, self._busy, self._busy_wait, self._alone_passes,
+                                           self._busy_passes)]
 
 
 def measure_layouts(tcs: Sequence[Any], *, device: str = "cpu", threads: int = 1, passes: int = 3,

@@ -1,0 +1,136 @@
+"""Which estimator of the stage times predicts a finished ``validate`` run best? Re-predicts
+every schedule of an output folder from what it stored, once per estimator, against the
+same measured runs -- no measurement is repeated, so the estimators differ in nothing else.
+
+``validate`` times each stage layout in passes spread between the rounds of its runs, each
+pass a fresh process at its own moment of the machine (:class:`~stalesim.validate.stagetime.
+LayoutTimer`). Estimators:
+
+* ``pooled``: the mean over every round of every pass (what the cost model uses);
+* ``pass-median``: per (stage, kind) the median over the passes of each pass's mean
+  (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured
+  side reports the median repeat. Needs a folder whose stage times kept their pass means.
+
+Prints per schedule the measured time and each estimator's prediction and error, then each
+estimator's median and max |error| over the multi-device schedules; ``--out FILE`` writes
+them as JSON.
+
+    python -m benchmarks.bench_stage_estimators OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from benchmarks.attribute_validate import cost_model
+from benchmarks.block_ratios import save_json
+
+#: the estimator names, in the order printed
+ESTIMATORS = ("pooled", "pass-median")
+#: the 1-rank reference, left out of the aggregates as ``validate`` leaves it out
+BASELINE = "baseline-1rank"
+
+
+def estimate(cm: Any, name: str) -> Any:
+    """``cm`` (a CostModel) with its stage times as estimator ``name`` gives them."""
+    from dataclasses import replace
+
+    if name == "pooled":
+        return cm
+    if name == "pass-median":
+        return replace(cm, stage_times={k: v.with_pass_medians() for k, v in cm.stage_times.items()})
+    raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
+
+
+def has_pass_means(cm: Any) -> bool:
+    """Did the folder's stage timing keep each pass's means (a folder written before did not)?"""
+    return any(len(t.pass_means_s) >= 3 for t in cm.stage_times.values())
+
+
+def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS) -> dict[str, Any]:
+    """Per schedule with a measured time: measured seconds and, per estimator, the predicted
+    seconds and the relative error; per estimator the median and max |error|."""
+    from executor.rank import RECV_AHEAD
+    from stalesim.sim.model import SimHardware
+    from stalesim.validate.costmodel import link_from_comm, simulate_with_costs
+    from stalesim.validate.steps import train_config
+    from stalesim.workloads.hardware import hardware_from_dict
+
+    summary = json.loads((out / "summary.json").read_text())
+    hw_dict = json.loads((out / "hardware.json").read_text())
+    cfg: Any = SimpleNamespace(**summary["config"])  # read as validate wrote it
+    cm0 = cost_model(out, summary, hw_dict)
+    if "pass-median" in estimators and not has_pass_means(cm0):
+        raise ValueError(f"{out}: its stage times kept no per-pass means (written before they were kept)")
+    dev = str(summary["devices"])
+    N = int(dev.split(":")[1]) if dev.startswith("cpu:") else len(dev.split(","))
+    hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
+    if cm0.comm:
+        hw = link_from_comm(hw, cm0.comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+    rows: list[dict[str, Any]] = []
+    for est in estimators:
+        cm = estimate(cm0, est)
+        for row in summary["rows"]:
+            m = row.get("measured_iteration_time_s")
+            if not m:
+                continue
+            name = row["schedule"]
+            tc = train_config(cfg, name, N, list(row["ppv"] or []) if name not in ("dp", "pipe-sgd") else [],
+                              cfg.iterations)
+            r, _ = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=row["ppv"] or None,
+                                       batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
+            rows.append({"schedule": name, "estimator": est, "measured_s": m,
+                         "predicted_s": r.iteration_time_s, "error": (r.iteration_time_s - m) / m})
+    agg = {}
+    for est in estimators:
+        errs = [abs(r["error"]) for r in rows if r["estimator"] == est and r["schedule"] != BASELINE]
+        agg[est] = {"median_abs_error": statistics.median(errs), "max_abs_error": max(errs), "n": len(errs)}
+    return {"folder": str(out), "rows": rows, "aggregate": agg}
+
+
+def print_table(res: dict[str, Any]) -> None:
+    ests = list(res["aggregate"])
+    by: dict[str, dict[str, Any]] = {}
+    for r in res["rows"]:
+        by.setdefault(r["schedule"], {"measured_s": r["measured_s"]})[r["estimator"]] = r
+    print(f"{'schedule':24s} {'measured ms':>11s}  " + "  ".join(f"{e:>20s}" for e in ests))
+    for name, d in by.items():
+        print(f"{name:24s} {d['measured_s'] * 1e3:11.1f}  " + "  ".join(
+            f"{d[e]['predicted_s'] * 1e3:10.1f} ({d[e]['error'] * 100:+5.1f}%)" for e in ests))
+    for e, a in res["aggregate"].items():
+        print(f"{e}: median |error| {a['median_abs_error'] * 100:.1f}%, max {a['max_abs_error'] * 100:.1f}% "
+              f"over {a['n']} schedules")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="a validate output folder (summary.json, hardware.json, profile.json)")
+    ap.add_argument("--estimators", default=",".join(ESTIMATORS),
+                    help=f"comma-separated, of: {', '.join(ESTIMATORS)} (default: all)")
+    ap.add_argument("--out", dest="json_out", type=Path, default=None, help="write the rows and aggregates as JSON")
+    a = ap.parse_args(argv)
+    ests = tuple(e for e in a.estimators.split(",") if e)
+    bad = [e for e in ests if e not in ESTIMATORS]
+    if bad or not ests:
+        ap.error(f"--estimators: unknown {', '.join(bad) or '(none given)'}; known: {', '.join(ESTIMATORS)}")
+    for f in ("summary.json", "hardware.json", "profile.json"):
+        if not (a.out / f).exists():
+            ap.error(f"{a.out}: no {f} (not a validate output folder)")
+    try:
+        res = repredict(a.out, ests)
+    except ValueError as exc:
+        ap.error(str(exc))
+    print_table(res)
+    if a.json_out:
+        save_json(a.json_out, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
