@@ -10,10 +10,15 @@ LayoutTimer`). Estimators:
 * ``pass-median``: per (stage, kind) the median over the passes of each pass's mean
   (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured
   side reports the median repeat. Needs a folder whose stage times kept their pass means.
+* with ``--per-pass``, also ``pass-K`` for every pass K: the times that pass alone measured
+  (:meth:`~stalesim.validate.stagetime.StageTimes.of_pass`). How far a schedule's
+  prediction moves between the passes is the prediction's own noise, beside the measured
+  runs' noise floor.
 
 Prints per schedule the measured time and each estimator's prediction and error, then each
-estimator's median and max |error| over the multi-device schedules; ``--out FILE`` writes
-them as JSON.
+estimator's median and max |error| over the schedules (with ``--per-pass``, per schedule the
+range of the per-pass predictions over their median, and the median of those ranges);
+``--out FILE`` writes them as JSON.
 
     python -m benchmarks.bench_stage_estimators OUT_DIR
 """
@@ -45,17 +50,35 @@ def estimate(cm: Any, name: str) -> Any:
         return cm
     if name == "pass-median":
         return replace(cm, stage_times={k: v.with_pass_medians() for k, v in cm.stage_times.items()})
+    if name.startswith("pass-") and name[5:].isdigit():
+        k = int(name[5:])
+        return replace(cm, stage_times={key: v.of_pass(k) for key, v in cm.stage_times.items()})
     raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
 
 
 def has_pass_means(cm: Any) -> bool:
     """Did the folder's stage timing keep each pass's means (a folder written before did not)?"""
-    return any(len(t.pass_means_s) >= 3 for t in cm.stage_times.values())
+    return passes_of(cm) >= 3
 
 
-def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS) -> dict[str, Any]:
+def passes_of(cm: Any) -> int:
+    """The number of timing passes the folder's stage times kept (0 for a folder written before)."""
+    return max((len(t.pass_means_s) for t in cm.stage_times.values()), default=0)
+
+
+def pass_spread(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per schedule: (max - min) / median of its ``pass-K`` predictions."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if r["estimator"].startswith("pass-") and r["estimator"][5:].isdigit():
+            by.setdefault(r["schedule"], []).append(r["predicted_s"])
+    return {n: (max(v) - min(v)) / statistics.median(v) for n, v in by.items() if len(v) >= 2}
+
+
+def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS, per_pass: bool = False) -> dict[str, Any]:
     """Per schedule with a measured time: measured seconds and, per estimator, the predicted
-    seconds and the relative error; per estimator the median and max |error|."""
+    seconds and the relative error; per estimator the median and max |error|; with
+    ``per_pass`` the ``pass-K`` estimators too and each schedule's ``pass_spread``."""
     from executor.rank import RECV_AHEAD
     from stalesim.sim.model import SimHardware
     from stalesim.validate.costmodel import link_from_comm, simulate_with_costs
@@ -66,8 +89,10 @@ def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS) -> dict[str, 
     hw_dict = json.loads((out / "hardware.json").read_text())
     cfg: Any = SimpleNamespace(**summary["config"])  # read as validate wrote it
     cm0 = cost_model(out, summary, hw_dict)
-    if "pass-median" in estimators and not has_pass_means(cm0):
+    if ("pass-median" in estimators or per_pass) and not has_pass_means(cm0):
         raise ValueError(f"{out}: its stage times kept no per-pass means (written before they were kept)")
+    if per_pass:
+        estimators = (*estimators, *(f"pass-{k}" for k in range(passes_of(cm0))))
     dev = str(summary["devices"])
     N = int(dev.split(":")[1]) if dev.startswith("cpu:") else len(dev.split(","))
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
@@ -91,7 +116,10 @@ def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS) -> dict[str, 
     for est in estimators:
         errs = [abs(r["error"]) for r in rows if r["estimator"] == est and r["schedule"] != BASELINE]
         agg[est] = {"median_abs_error": statistics.median(errs), "max_abs_error": max(errs), "n": len(errs)}
-    return {"folder": str(out), "rows": rows, "aggregate": agg}
+    res: dict[str, Any] = {"folder": str(out), "rows": rows, "aggregate": agg}
+    if per_pass:
+        res["pass_spread"] = pass_spread(rows)
+    return res
 
 
 def print_table(res: dict[str, Any]) -> None:
@@ -106,6 +134,12 @@ def print_table(res: dict[str, Any]) -> None:
     for e, a in res["aggregate"].items():
         print(f"{e}: median |error| {a['median_abs_error'] * 100:.1f}%, max {a['max_abs_error'] * 100:.1f}% "
               f"over {a['n']} schedules")
+    spread = res.get("pass_spread")
+    if spread:
+        print("prediction range over the passes / median: " + ", ".join(
+            f"{n} {v * 100:.1f}%" for n, v in spread.items()))
+        print(f"median range {statistics.median(spread.values()) * 100:.1f}%, "
+              f"max {max(spread.values()) * 100:.1f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path, help="a validate output folder (summary.json, hardware.json, profile.json)")
     ap.add_argument("--estimators", default=",".join(ESTIMATORS),
                     help=f"comma-separated, of: {', '.join(ESTIMATORS)} (default: all)")
+    ap.add_argument("--per-pass", action="store_true",
+                    help="also predict from each timing pass alone (the prediction's own spread)")
     ap.add_argument("--out", dest="json_out", type=Path, default=None, help="write the rows and aggregates as JSON")
     a = ap.parse_args(argv)
     ests = tuple(e for e in a.estimators.split(",") if e)
@@ -123,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (a.out / f).exists():
             ap.error(f"{a.out}: no {f} (not a validate output folder)")
     try:
-        res = repredict(a.out, ests)
+        res = repredict(a.out, ests, a.per_pass)
     except ValueError as exc:
         ap.error(str(exc))
     print_table(res)

@@ -42,12 +42,18 @@ def test_pass_median_moves_only_the_layout_with_a_slow_pass(tmp_path) -> None:
             base = [{k: v * (0.75 if slow else 1.0) for k, v in m.items()} for m in means]
             t["pass_means_s"] = [base, base, [{k: v * (2 if slow else 1) for k, v in m.items()} for m in base]]
     (run / "summary.json").write_text(json.dumps(s))
-    res = repredict(run)
+    res = repredict(run, per_pass=True)
     by = {(r["schedule"], r["estimator"]): r["predicted_s"] for r in res["rows"]}
     for name in ("gpipe", "1f1b"):
         assert by[(name, "pass-median")] < 0.9 * by[(name, "pooled")]
     for name in ("pipedream", "dp", "zb-h1", "interleaved-1f1b"):
         assert by[(name, "pass-median")] == pytest.approx(by[(name, "pooled")], rel=1e-6)
+    # each pass alone: the first two are the median's times, the slow third moves only gpipe/1f1b
+    assert by[("gpipe", "pass-0")] == pytest.approx(by[("gpipe", "pass-median")], rel=1e-6)
+    assert by[("gpipe", "pass-2")] > 1.5 * by[("gpipe", "pass-0")]
+    spread = res["pass_spread"]
+    assert spread["gpipe"] > 0.5 and spread["pipedream"] == pytest.approx(0.0, abs=1e-6)
+    assert {r["estimator"] for r in res["rows"]} == {"pooled", "pass-median", "pass-0", "pass-1", "pass-2"}
 
 
 def test_bad_input_is_one_error_line(tmp_path, capsys) -> None:
@@ -57,6 +63,7 @@ def test_bad_input_is_one_error_line(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main([str(RUN), "--estimators", "pooled,best"])
     assert e.value.code == 2 and "unknown best" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:  # a folder written before the pass means were kept
-        main([str(RUN)])
-    assert e.value.code == 2 and "no per-pass means" in capsys.readouterr().err
+    for argv in ([str(RUN)], [str(RUN), "--estimators", "pooled", "--per-pass"]):
+        with pytest.raises(SystemExit) as e:  # a folder written before the pass means were kept
+            main(argv)
+        assert e.value.code == 2 and "no per-pass means" in capsys.readouterr().err

@@ -222,6 +222,16 @@ def test_pass_medians_leave_out_a_slow_pass_and_keep_the_wait_ratios() -> None:
     assert two.with_pass_medians().mean_s == two.mean_s
 
 
+def test_of_pass_is_the_times_one_pass_measured() -> None:
+    """Pass k's means, here and contended; a kind the pass lacks keeps the pooled mean."""
+    passes = [[{"F": 1.0, "B": 2.0}], [{"F": 1.2}], [{"F": 2.0, "B": 4.0}]]
+    cont = StageTimes([{"F": 2.0}], pass_means_s=[[{"F": 1.5}], [{"F": 3.0}], [{"F": 1.5}]])
+    t = StageTimes([{"F": 1.4, "B": 3.0}], pass_means_s=passes, contended=cont)
+    assert t.of_pass(0).mean_s == [{"F": 1.0, "B": 2.0}] and t.of_pass(0).contended.mean_s == [{"F": 1.5}]
+    assert t.of_pass(1).mean_s == [{"F": 1.2, "B": 3.0}] and t.of_pass(1).contended.mean_s == [{"F": 3.0}]
+    assert t.of_pass(7).mean_s == t.mean_s  # no such pass: the pooled times
+
+
 def test_rounds_per_pass_spread_the_samples_over_the_passes() -> None:
     from stalesim.validate.stagetime import SAMPLES, rounds_per_pass
 

@@ -138,22 +138,38 @@ class StageTimes:
         """These times with each (stage, kind)'s mean replaced by the median over the passes
         of that pass's mean, here and in the contended times (a pass is a fresh process at its
         own moment of the machine, as a measured run's repeat is, and ``validate`` reports
-        the median repeat). The after-wait means move by the same factor, so the after-wait
-        ratios stay those the same processes measured. Times with fewer than three passes come
-        back unchanged (a median of two is their mean)."""
+        the median repeat). Times with fewer than three passes come back unchanged (a median
+        of two is their mean)."""
+        return self._from_passes(lambda xs: statistics.median(xs) if len(xs) >= 3 else None)
+
+    def of_pass(self, k: int) -> StageTimes:
+        """These times as pass ``k`` alone measured them (a kind pass ``k`` lacks keeps the
+        pooled mean): predicting from each pass in turn shows how far the prediction moves
+        with the moment its stage times were taken."""
+        return self._from_passes(lambda xs: xs[k] if k < len(xs) else None, keep_missing=True)
+
+    def _from_passes(self, reduce: Callable[[list[float]], float | None], *,
+                     keep_missing: bool = False) -> StageTimes:
+        """Each (stage, kind)'s mean replaced by ``reduce`` of its per-pass means (None: keep
+        the pooled mean), here and in the contended times. The after-wait means move by the
+        same factor, so the after-wait ratios stay those the same processes measured."""
         from dataclasses import replace
 
-        if len(self.pass_means_s) < 3:
-            return self if self.contended is None else replace(self, contended=self.contended.with_pass_medians())
-        med = [{k: statistics.median(p[s][k] for p in self.pass_means_s if k in p[s]) for k in m}
-               for s, m in enumerate(self.mean_s)]
+        def value(s: int, k: str) -> float:
+            xs = [p[s].get(k) for p in self.pass_means_s]
+            got = reduce([x if x is not None else self.mean_s[s][k] for x in xs] if keep_missing
+                         else [x for x in xs if x is not None])
+            return self.mean_s[s][k] if got is None else got
+
+        means = [{k: value(s, k) for k in m} for s, m in enumerate(self.mean_s)] if self.pass_means_s else self.mean_s
         scale = [{k: (v / self.mean_s[s][k]) if self.mean_s[s][k] > 0 else 1.0 for k, v in m.items()}
-                 for s, m in enumerate(med)]
+                 for s, m in enumerate(means)]
         waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()}
                                        for m, sc in zip(t.mean_s, scale)])
                  for w, t in self.after_wait.items()}
-        return replace(self, mean_s=med, after_wait=waits,
-                       contended=None if self.contended is None else self.contended.with_pass_medians())
+        return replace(self, mean_s=means, after_wait=waits,
+                       contended=None if self.contended is None
+                       else self.contended._from_passes(reduce, keep_missing=keep_missing))
 
     @classmethod
     def from_samples(cls, samples: Samples, contended: Samples | None = None,
