@@ -6,10 +6,11 @@ same measured runs -- no measurement is repeated, so the estimators differ in no
 pass a fresh process at its own moment of the machine (:class:`~stalesim.validate.stagetime.
 LayoutTimer`). Estimators:
 
-* ``pooled``: the mean over every round of every pass (what the cost model uses);
+* ``pooled``: the mean over every round of every pass (what the cost model predicts from;
+  :meth:`~stalesim.validate.stagetime.StageTimes.pooled`);
 * ``pass-median``: per (stage, kind) the median over the passes of each pass's mean
-  (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured
-  side reports the median repeat. Needs a folder whose stage times kept their pass means.
+  (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured side
+  reports the median repeat. Needs a folder whose stage times kept their pass means.
 * with ``--per-pass``, also ``pass-K`` for every pass K: the times that pass alone measured
   (:meth:`~stalesim.validate.stagetime.StageTimes.of_pass`). How far a schedule's
   prediction moves between the passes is the prediction's own noise, beside the measured
@@ -17,7 +18,7 @@ LayoutTimer`). Estimators:
 
 Prints per schedule the measured time and each estimator's prediction and error, then each
 estimator's median and max |error| over the schedules (with ``--per-pass``, per schedule the
-range of the per-pass predictions over their median, and the median of those ranges);
+prediction noise of the per-pass predictions, IQR / median, and the median of those);
 ``--out FILE`` writes them as JSON.
 
     python -m benchmarks.bench_stage_estimators OUT_DIR
@@ -44,35 +45,30 @@ BASELINE = "baseline-1rank"
 
 def estimate(cm: Any, name: str) -> Any:
     """``cm`` (a CostModel) with its stage times as estimator ``name`` gives them."""
-    from dataclasses import replace
-
     if name == "pooled":
-        return cm
+        return cm  # what the cost model predicts from (simulate_with_costs pools the passes)
     if name == "pass-median":
-        return replace(cm, stage_times={k: v.with_pass_medians() for k, v in cm.stage_times.items()})
+        return cm.with_pass_medians()
     if name.startswith("pass-") and name[5:].isdigit():
-        k = int(name[5:])
-        return replace(cm, stage_times={key: v.of_pass(k) for key, v in cm.stage_times.items()})
+        return cm.of_pass(int(name[5:]))
     raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
 
 
 def has_pass_means(cm: Any) -> bool:
     """Did the folder's stage timing keep each pass's means (a folder written before did not)?"""
-    return passes_of(cm) >= 3
-
-
-def passes_of(cm: Any) -> int:
-    """The number of timing passes the folder's stage times kept (0 for a folder written before)."""
-    return max((len(t.pass_means_s) for t in cm.stage_times.values()), default=0)
+    return cm.timing_passes() >= 3
 
 
 def pass_spread(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Per schedule: (max - min) / median of its ``pass-K`` predictions."""
+    """Per schedule: the prediction noise of its ``pass-K`` predictions (IQR / median, as
+    ``validate``'s ``prediction_noise`` and ``noise_floor``)."""
+    from stalesim.validate.compare import noise_floor
+
     by: dict[str, list[float]] = {}
     for r in rows:
         if r["estimator"].startswith("pass-") and r["estimator"][5:].isdigit():
             by.setdefault(r["schedule"], []).append(r["predicted_s"])
-    return {n: (max(v) - min(v)) / statistics.median(v) for n, v in by.items() if len(v) >= 2}
+    return {n: x for n, v in by.items() if (x := noise_floor(v)) is not None}
 
 
 def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS, per_pass: bool = False) -> dict[str, Any]:
@@ -92,7 +88,7 @@ def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS, per_pass: boo
     if ("pass-median" in estimators or per_pass) and not has_pass_means(cm0):
         raise ValueError(f"{out}: its stage times kept no per-pass means (written before they were kept)")
     if per_pass:
-        estimators = (*estimators, *(f"pass-{k}" for k in range(passes_of(cm0))))
+        estimators = (*estimators, *(f"pass-{k}" for k in range(cm0.timing_passes())))
     dev = str(summary["devices"])
     N = int(dev.split(":")[1]) if dev.startswith("cpu:") else len(dev.split(","))
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
@@ -136,10 +132,9 @@ def print_table(res: dict[str, Any]) -> None:
               f"over {a['n']} schedules")
     spread = res.get("pass_spread")
     if spread:
-        print("prediction range over the passes / median: " + ", ".join(
+        print("prediction noise over the passes (IQR / median): " + ", ".join(
             f"{n} {v * 100:.1f}%" for n, v in spread.items()))
-        print(f"median range {statistics.median(spread.values()) * 100:.1f}%, "
-              f"max {max(spread.values()) * 100:.1f}%")
+        print(f"median {statistics.median(spread.values()) * 100:.1f}%, max {max(spread.values()) * 100:.1f}%")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ def test_pass_median_moves_only_the_layout_with_a_slow_pass(tmp_path) -> None:
     assert by[("gpipe", "pass-0")] == pytest.approx(by[("gpipe", "pass-median")], rel=1e-6)
     assert by[("gpipe", "pass-2")] > 1.5 * by[("gpipe", "pass-0")]
     spread = res["pass_spread"]
-    assert spread["gpipe"] > 0.5 and spread["pipedream"] == pytest.approx(0.0, abs=1e-6)
+    assert spread["gpipe"] > 0.2 and spread["pipedream"] == pytest.approx(0.0, abs=1e-6)
     assert {r["estimator"] for r in res["rows"]} == {"pooled", "pass-median", "pass-0", "pass-1", "pass-2"}
 
 

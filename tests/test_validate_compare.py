@@ -178,7 +178,7 @@ def test_busy_overlap_from_the_simulated_timeline() -> None:
 def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
     from stalesim.validate.report import render_report, write_report
 
-    rows = [_row("1f1b", 1.0, 1.1, extra={"error": None}), _row("dp", 0.5, 0.5)]
+    rows = [_row("1f1b", 1.0, 1.1, extra={"error": None, "prediction_noise": 0.042}), _row("dp", 0.5, 0.5)]
     summary = {"config": {"model": "lenet5", "batch_size": 32, "microbatches": 4, "iterations": 8,
                           "dataset": "synthetic", "seed": 0, "threads": 1, "emulate_iterations": 3},
                "devices": "cpu:2", "ppv": [2], "rows": rows, **aggregate(rows),
@@ -188,7 +188,9 @@ def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
                                 "cpu_comm_occupancy": 0.5},
                "files": {"iteration_time_figure": "figures/iteration_time.png"}}
     text = render_report(summary)
-    assert "| 1f1b | 1000.00 | 1100.00 | n/a | -9.1% |" in text
+    assert "| 1f1b | 1000.00 | 1100.00 | n/a | 4.2% | -9.1% |" in text
+    assert "| dp | 500.00 | 500.00 | n/a | n/a | +0.0% |" in text
+    assert "| prediction noise over the timing passes (median / max) | 4.2% / 4.2% |" in text
     assert "figures/iteration_time.png" in text and "median abs iteration-time error" in text
     assert write_report(tmp_path, summary).read_text() == text
 
@@ -262,11 +264,52 @@ def test_memory_error_and_aggregates_of_the_protocol() -> None:
     assert memory_error([90, 100], [100, 100]) == pytest.approx(-0.10)
     assert memory_error([1], [1, 2]) is None and memory_error(None, [1]) is None
     rows = [_row("a", 1.0, 1.0), _row("b", 1.05, 1.0)]
-    rows[0].update(noise_floor=0.01, time_error_within_noise=True, replay_time_error=0.01)
-    rows[1].update(noise_floor=0.03, time_error_within_noise=False, replay_time_error=-0.04)
+    rows[0].update(noise_floor=0.01, time_error_within_noise=True, replay_time_error=0.01, prediction_noise=0.05)
+    rows[1].update(noise_floor=0.03, time_error_within_noise=False, replay_time_error=-0.04, prediction_noise=None)
     agg = aggregate(rows)
+    assert agg["median_prediction_noise"] == agg["max_prediction_noise"] == 0.05  # None left out
     assert agg["median_noise_floor"] == pytest.approx(0.02) and agg["max_noise_floor"] == 0.03
     assert agg["schedules_within_noise"] == 1 and agg["schedules_with_noise_floor"] == 2
     assert agg["max_abs_replay_error"] == pytest.approx(0.04)
     assert agg["max_abs_memory_error"] == pytest.approx(1 / 11)  # predicted 10 vs measured 11
     assert goals_met(agg)["max_abs_memory_error"] is False
+
+
+def test_noise_only_error_is_the_error_of_a_perfect_model_at_the_run_s_noise() -> None:
+    """No spread on either side: a perfect model shows 0. Spread on the measured side only, or
+    on both: the expected |error| grows with it, more with both; the draws are seeded (the
+    same rows give the same answer); the 90% ranges hold the medians; rows without repeats
+    are left out, and none at all gives None."""
+    from stalesim.validate.compare import noise_only_error
+
+    flat = [{"measured_iteration_times_s": [1.0] * 5, "predicted_pass_times_s": [2.0] * 5} for _ in range(6)]
+    n0 = noise_only_error(flat, draws=200)
+    assert n0 is not None and n0["median"] == 0.0 and n0["max"] == 0.0 and n0["schedules"] == 6
+    meas = [{"measured_iteration_times_s": [0.9, 1.0, 1.1, 0.95, 1.05]} for _ in range(6)]
+    both = [dict(r, predicted_pass_times_s=[0.8, 1.0, 1.2, 0.9, 1.1]) for r in meas]
+    nm, nb = noise_only_error(meas, draws=400), noise_only_error(both, draws=400)
+    assert nm is not None and nb is not None
+    assert 0.0 < nm["median"] < nb["median"] and nm["max"] < nb["max"]
+    assert nm["with_prediction_noise"] == 0 and nb["with_prediction_noise"] == 6
+    for n in (nm, nb):
+        assert n["median_90"][0] <= n["median"] <= n["median_90"][1] <= n["max_90"][1]
+        assert n["median"] <= n["max"]
+    assert noise_only_error(both, draws=400) == nb  # seeded
+    assert nb["median"] < 0.12  # means of 5 and medians of 5 of spreads of +-10-20%
+    assert noise_only_error([{"measured_iteration_times_s": [1.0]}]) is None
+    assert noise_only_error([]) is None
+
+
+def test_the_report_states_the_perfect_model_error() -> None:
+    from stalesim.validate.report import render_report
+
+    rows = [_row("1f1b", 1.0, 1.1)]
+    summary = {"config": {"model": "lenet5", "batch_size": 32, "microbatches": 4, "iterations": 8,
+                          "dataset": "synthetic", "seed": 0, "threads": 1, "emulate_iterations": 3},
+               "devices": "cpu:2", "ppv": [2], "rows": rows, **aggregate(rows), "goals_met": goals_met(aggregate(rows)),
+               "noise_only_error": {"median": 0.034, "median_90": [0.02, 0.05], "max": 0.121,
+                                    "max_90": [0.079, 0.21]}}
+    text = render_report(summary)
+    assert "| abs time error a perfect model would show at this noise, median / max (5-95%) | " \
+           "3.4% (2.0%-5.0%) / 12.1% (7.9%-21.0%) | | |" in text
+    assert "would show at this noise, median / max (5-95%) | n/a |" in render_report(dict(summary, noise_only_error=None))

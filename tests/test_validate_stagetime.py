@@ -230,6 +230,11 @@ def test_of_pass_is_the_times_one_pass_measured() -> None:
     assert t.of_pass(0).mean_s == [{"F": 1.0, "B": 2.0}] and t.of_pass(0).contended.mean_s == [{"F": 1.5}]
     assert t.of_pass(1).mean_s == [{"F": 1.2, "B": 3.0}] and t.of_pass(1).contended.mean_s == [{"F": 3.0}]
     assert t.of_pass(7).mean_s == t.mean_s  # no such pass: the pooled times
+    # every estimate keeps no passes, so estimating again changes nothing
+    assert t.of_pass(2).pass_means_s == [] and t.of_pass(2).contended.pass_means_s == []
+    assert t.of_pass(2).with_pass_medians() == t.of_pass(2) == t.of_pass(2).pooled()
+    p = t.pooled()
+    assert p.mean_s == t.mean_s and p.contended.mean_s == cont.mean_s and p.pass_means_s == []
 
 
 def test_rounds_per_pass_spread_the_samples_over_the_passes() -> None:

@@ -194,3 +194,44 @@ def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_p
                       "run baseline", "run 1f1b", "run stale", "run gpipe", "time 3 layouts"]
     assert v.ppv == [3] and len(v.cm.stage_times) == 3
     assert all(t.mean_s == [{"F": 2.0}] for t in v.cm.stage_times.values())
+
+
+def test_each_timing_pass_gives_a_prediction_and_their_spread_is_the_prediction_noise(tmp_path: Path) -> None:
+    """Stage times kept per pass: one prediction per pass, the slow pass's the slowest, their
+    interquartile range over median in the row; without passes, none."""
+    from stalesim.validate.compare import noise_floor
+    from stalesim.validate.stagetime import StageTimes, layout_key
+
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
+                         out=str(tmp_path))
+    prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
+
+    def stages(f: float) -> list[dict[str, float]]:
+        return [{"F": 1e-3 * f, "B": 2e-3 * f}, {"F": 1e-3 * f, "B": 2e-3 * f, "LOSS": 1e-4}]
+
+    def validation(times: StageTimes | None) -> Validation:
+        cm = CostModel(prof)
+        v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["1f1b"], out=tmp_path,
+                       say=lambda _m: None, prof=prof, cm=cm, hw=SimHardware.ideal())
+        tc = train_config(cfg, "1f1b", 2, [3], cfg.iterations)
+        if times is not None:
+            cm.stage_times[layout_key(build_schedule(tc.schedule_config(cfg.iterations)), [3], 32)] = times
+        v.base_sched = build_schedule(train_config(cfg, "sequential", 1, [], cfg.iterations)
+                                      .schedule_config(cfg.iterations))
+        cfg.overhead = False  # the stage times given here, none timed
+        simulate_step(v)
+        return v
+
+    v = validation(StageTimes(stages(1.2), pass_means_s=[stages(1.0), stages(1.0), stages(1.6)]))
+    got = v.sim_info["1f1b"]["pass_predictions_s"]
+    assert len(got) == 3 and got[0] == pytest.approx(got[1]) and got[2] > 1.4 * got[0]
+    # the prediction itself is made from the pooled means (1.2x), between the passes'
+    assert got[0] * 1.1 < v.sims["1f1b"].iteration_time_s < got[2] * 0.9
+    v.runs["1f1b"] = [{"rows": _rows_from(v.sims["1f1b"]), "iterations": cfg.iterations, "schedule": "1f1b",
+                       "losses": [1.0] * cfg.iterations}]
+    v.base_timing = {"iteration_time_s": v.base_sim.iteration_time_s}
+    compare_step(v)
+    (row,) = v.rows
+    assert row["predicted_pass_times_s"] == got and row["prediction_noise"] == pytest.approx(noise_floor(got))
+    assert row["prediction_noise"] > 0.1
+    assert validation(StageTimes(stages(1.2))).sim_info["1f1b"]["pass_predictions_s"] == []

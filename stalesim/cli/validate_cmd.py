@@ -139,7 +139,11 @@ def summary_table(summary: dict[str, Any]) -> str:
             f"max {f(summary.get('max_abs_time_error'), '.1%')}; noise floor median "
             f"{f(summary.get('median_noise_floor'), '.1%')} over {summary.get('config', {}).get('repeats')} "
             f"repeat(s) (≈: error within noise); "
-            f"load average {summary.get('load_average', {}).get('before')}")
+            + (f"prediction noise median {f(summary.get('median_prediction_noise'), '.1%')} over the timing "
+               f"passes; " if summary.get("median_prediction_noise") is not None else "")
+            + (f"a perfect model would show {noise['median']:.1%} / {noise['max']:.1%} at this noise; "
+               if (noise := summary.get("noise_only_error")) else "")
+            + f"load average {summary.get('load_average', {}).get('before')}")
     warning = busy_line(summary)
     if warning:
         tail += f"; {warning}"

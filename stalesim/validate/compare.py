@@ -67,6 +67,58 @@ def within_noise(error: float | None, noise: float | None) -> bool | None:
     return None
 
 
+#: bootstrap draws of :func:`noise_only_error` (its 90% ranges move by ~0.1 point between seeds)
+NOISE_DRAWS = 2000
+
+
+def noise_only_error(rows: Sequence[dict[str, Any]], *, draws: int = NOISE_DRAWS, seed: int = 0
+                     ) -> dict[str, Any] | None:
+    """The |time error| a perfect model would show at this run's noise: the median and max
+    over schedules (with their 5-95% ranges over ``draws`` bootstrap draws, seeded).
+
+    Why: both sides of an error are estimates. The measured time is the median of K repeats,
+    the prediction is made from stage times pooled over K timing passes, and each moves with
+    the machine (``noise_floor``, ``prediction_noise``). Per draw and schedule, K repeats are
+    resampled from the row's own ``measured_iteration_times_s`` and K passes from its
+    ``predicted_pass_times_s`` (each scaled to a common truth of 1), the measured side's median
+    against the predicted side's mean: the error a model with no error of its own would show.
+    A row without per-pass predictions counts its prediction as exact (the estimate is then
+    low). None when no row has two measured repeats."""
+    import random
+
+    spreads: list[tuple[list[float], list[float]]] = []
+    for r in rows:
+        m = [float(x) for x in (r.get("measured_iteration_times_s") or []) if _finite(x) and x > 0]
+        p = [float(x) for x in (r.get("predicted_pass_times_s") or []) if _finite(x) and x > 0]
+        if len(m) < 2:
+            continue
+        mm, pm = statistics.median(m), statistics.fmean(p) if p else 1.0
+        spreads.append(([x / mm for x in m], [x / pm for x in p] or [1.0]))
+    if not spreads:
+        return None
+    rng = random.Random(seed)
+    meds: list[float] = []
+    maxs: list[float] = []
+    for _ in range(draws):
+        errs = []
+        for m, p in spreads:
+            b = statistics.median(rng.choices(m, k=len(m)))
+            a = statistics.fmean(rng.choices(p, k=len(p)))
+            errs.append(abs(a - b) / b)
+        meds.append(statistics.median(errs))
+        maxs.append(max(errs))
+    meds.sort()
+    maxs.sort()
+
+    def q(xs: list[float], f: float) -> float:
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+    return {"median": statistics.median(meds), "median_90": [q(meds, 0.05), q(meds, 0.95)],
+            "max": statistics.median(maxs), "max_90": [q(maxs, 0.05), q(maxs, 0.95)],
+            "schedules": len(spreads), "with_prediction_noise": sum(1 for _m, p in spreads if len(p) > 1),
+            "draws": draws}
+
+
 def memory_error(predicted: Sequence[float] | None, measured: Sequence[float] | None) -> float | None:
     """Largest signed relative error of peak memory over devices (by absolute value)."""
     if not predicted or not measured or len(predicted) != len(measured):
@@ -131,6 +183,7 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     me = [abs(r["memory_error"]) for r in rows if _finite(r.get("memory_error"))]
     re_ = [abs(r["replay_time_error"]) for r in rows if _finite(r.get("replay_time_error"))]
     nf = [r["noise_floor"] for r in rows if _finite(r.get("noise_floor"))]
+    pn = [r["prediction_noise"] for r in rows if _finite(r.get("prediction_noise"))]
     wn = [r.get("time_error_within_noise") for r in rows if r.get("time_error_within_noise") is not None]
     return {
         "median_abs_time_error": statistics.median(te) if te else None,
@@ -143,6 +196,8 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "max_abs_replay_error": max(re_) if re_ else None,
         "median_noise_floor": statistics.median(nf) if nf else None,
         "max_noise_floor": max(nf) if nf else None,
+        "median_prediction_noise": statistics.median(pn) if pn else None,
+        "max_prediction_noise": max(pn) if pn else None,
         "schedules_within_noise": sum(1 for w in wn if w) if wn else None,
         "schedules_with_noise_floor": len(wn) if wn else None,
     }

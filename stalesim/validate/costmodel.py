@@ -96,6 +96,20 @@ class CostModel:
         c = sum(lp.compute_s for lp in self.contended.at_batch_size(b).layers)
         return c / a if a > 0 else None
 
+    def timing_passes(self) -> int:
+        """How many timing passes kept their own means (:class:`~stalesim.validate.stagetime.
+        LayoutTimer`; 0 when the stage times were not timed in passes)."""
+        return max((len(t.pass_means_s) for t in self.stage_times.values()), default=0)
+
+    def of_pass(self, k: int) -> CostModel:
+        """This model with the stage times timing pass ``k`` alone measured
+        (:meth:`StageTimes.of_pass`): what the prediction would have been at that moment."""
+        return replace(self, stage_times={key: t.of_pass(k) for key, t in self.stage_times.items()})
+
+    def with_pass_medians(self) -> CostModel:
+        """This model with each stage time the median over its passes (:meth:`StageTimes.with_pass_medians`)."""
+        return replace(self, stage_times={key: t.with_pass_medians() for key, t in self.stage_times.items()})
+
     def to_dict(self) -> dict[str, Any]:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "gaps_s": dict(self.gaps_s),
@@ -532,6 +546,9 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     # the per-kind gaps (cm.gaps_s) replace the older single dispatch gap charged to compute
     dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 and not cm.gaps_s else None
     times = cm.stage_times.get(layout_key(sched, ppv_used, batch_size))
+    if times is not None:  # the means over every round of every pass (the per-pass means kept
+        # beside them feed the prediction noise, not the prediction: docs/validate.md)
+        times = times.pooled()
     curves = wait_curves(times)
     waits: dict[tuple[str, int], float] = {}
     for r in range(max(1, rounds)):

@@ -215,11 +215,14 @@ def _results_section(summary: dict[str, Any]) -> list[str]:
          f"Measured = median of {K} run(s) per schedule, interleaved round-robin (each round runs the "
          "1-rank baseline, then every schedule once, in rotated order). *noise* = interquartile "
          "range / median of those runs; an error is marked *within noise* (≈) only when "
-         "|error| <= noise, i.e. a repeat of the measurement could have landed on the prediction.",
+         "|error| <= noise, i.e. a repeat of the measurement could have landed on the prediction. "
+         "*pred noise* = the same statistic over the predictions made from each timing pass's "
+         "stage times alone (one pass after each round): how far the prediction moves with the "
+         "moment its stage times were taken (n/a: fewer than two passes).",
          "",
-         "| schedule | predicted ms | measured ms | noise | error | replay error | util pred | util meas | "
-         "speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | memory error | loss diff |",
-         "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
+         "| schedule | predicted ms | measured ms | noise | pred noise | error | replay error | util pred | "
+         "util meas | speed-up pred | speed-up meas | peak MiB pred | peak MiB meas | memory error | loss diff |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- | --- | ---: | ---: |"]
     L += [_result_row(r) for r in summary["rows"]]
     L += ["",
           "*replay error*: the simulator run with the **measured** costs of each action kind and "
@@ -236,6 +239,7 @@ def _result_row(r: dict[str, Any]) -> str:
     mu = " ".join(f"{u:.2f}" for u in r.get("measured_utilization") or [])
     return (f"| {r['schedule']} | {_ms(r['predicted_iteration_time_s'])} | "
             f"{_ms(r['measured_iteration_time_s'])} | {_f(r.get('noise_floor'), '.1%')} | "
+            f"{_f(r.get('prediction_noise'), '.1%')} | "
             f"{_f(r['time_error'], '+.1%')}{_mark(r.get('time_error_within_noise'))} | "
             f"{_f(r.get('replay_time_error'), '+.1%')}{_mark(r.get('replay_error_within_noise'))} | "
             f"{pu} | {mu} | "
@@ -278,10 +282,22 @@ def _aggregate_section(summary: dict[str, Any]) -> list[str]:
         f"{g('median_abs_replay_error')} / {g('max_abs_replay_error')} |",
         f"| noise floor (median / max over schedules) | {_f(summary.get('median_noise_floor'), '.1%')} / "
         f"{_f(summary.get('max_noise_floor'), '.1%')} | | |",
+        f"| prediction noise over the timing passes (median / max) | "
+        f"{_f(summary.get('median_prediction_noise'), '.1%')} / {_f(summary.get('max_prediction_noise'), '.1%')} | | |",
+        f"| abs time error a perfect model would show at this noise, median / max (5-95%) | "
+        f"{_noise_only(summary.get('noise_only_error'))} | | |",
         f"| schedules whose time error is within noise | {'n/a' if wt is None else f'{wn} of {wt}'} | | |",
         f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |",
         "",
     ]
+
+
+def _noise_only(n: dict[str, Any] | None) -> str:
+    """``summary["noise_only_error"]`` as ``median (lo-hi) / max (lo-hi)``, or n/a."""
+    if not n:
+        return "n/a"
+    return (f"{n['median']:.1%} ({n['median_90'][0]:.1%}-{n['median_90'][1]:.1%}) / "
+            f"{n['max']:.1%} ({n['max_90'][0]:.1%}-{n['max_90'][1]:.1%})")
 
 
 def _figures_section(summary: dict[str, Any]) -> list[str]:

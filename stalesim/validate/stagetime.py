@@ -135,11 +135,12 @@ class StageTimes:
         return _pooled_ratio(self.mean_s, self.contended.mean_s, MODULE_KINDS)
 
     def with_pass_medians(self) -> StageTimes:
-        """These times with each (stage, kind)'s mean replaced by the median over the passes
-        of that pass's mean, here and in the contended times (a pass is a fresh process at its
-        own moment of the machine, as a measured run's repeat is, and ``validate`` reports
-        the median repeat). Times with fewer than three passes come back unchanged (a median
-        of two is their mean)."""
+        """Each (stage, kind)'s mean replaced by the median over the passes of that pass's mean,
+        here and in the contended times: a pass is a fresh process at its own moment of the
+        machine, as a measured run's repeat is, and ``validate`` reports the median repeat.
+        Tried as the cost model's estimate and not adopted (better on one run, worse on
+        another: docs/validate.md); ``benchmarks/bench_stage_estimators.py`` compares the two.
+        With fewer than three passes (a median of two is their mean) the pooled means."""
         return self._from_passes(lambda xs: statistics.median(xs) if len(xs) >= 3 else None)
 
     def of_pass(self, k: int) -> StageTimes:
@@ -148,11 +149,17 @@ class StageTimes:
         with the moment its stage times were taken."""
         return self._from_passes(lambda xs: xs[k] if k < len(xs) else None, keep_missing=True)
 
+    def pooled(self) -> StageTimes:
+        """The means over every round of every pass, as one estimate (the passes dropped): what
+        the cost model predicts from."""
+        return self._from_passes(lambda _xs: None)
+
     def _from_passes(self, reduce: Callable[[list[float]], float | None], *,
                      keep_missing: bool = False) -> StageTimes:
-        """Each (stage, kind)'s mean replaced by ``reduce`` of its per-pass means (None: keep
-        the pooled mean), here and in the contended times. The after-wait means move by the
-        same factor, so the after-wait ratios stay those the same processes measured."""
+        """One estimate per (stage, kind): ``reduce`` of its per-pass means (None: the pooled
+        mean), here and in the contended times; the result keeps no passes (so reducing it
+        again changes nothing). The after-wait means move by the same factor, so the
+        after-wait ratios stay those the same processes measured."""
         from dataclasses import replace
 
         def value(s: int, k: str) -> float:
@@ -167,7 +174,7 @@ class StageTimes:
         waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()}
                                        for m, sc in zip(t.mean_s, scale)])
                  for w, t in self.after_wait.items()}
-        return replace(self, mean_s=means, after_wait=waits,
+        return replace(self, mean_s=means, after_wait=waits, pass_means_s=[],
                        contended=None if self.contended is None
                        else self.contended._from_passes(reduce, keep_missing=keep_missing))
 

@@ -295,10 +295,26 @@ def simulate_step(v: Validation) -> None:
         r, info = simulate_with_costs(v.cm, v.hw, tc.schedule_config(cfg.iterations), ppv=v.ppvs[name] or None,
                                       batch_size=cfg.batch_size, memory_facts=_memory_facts(v, tc),
                                       recv_ahead=RECV_AHEAD)
+        info["pass_predictions_s"] = _pass_predictions(v, tc, name)
         v.sims[name], v.sim_info[name] = r, info
         r.write_trace(v.out / "traces" / f"{name}.sim.json")
     v.base_sim, _ = simulate_with_costs(v.cm, v.hw, v.base_sched.config, ppv=None,
                                         batch_size=cfg.batch_size)
+
+
+def _pass_predictions(v: Validation, tc: Any, name: str) -> list[float]:
+    """The iteration time predicted from each timing pass's stage times alone (none when
+    fewer than two passes kept theirs): how far the prediction moves with the moment its
+    stage times were taken, the prediction's counterpart of the runs' noise floor."""
+    from executor.rank import RECV_AHEAD
+    from stalesim.validate.costmodel import simulate_with_costs
+
+    if v.cm is None or v.cm.timing_passes() < 2:
+        return []
+    return [simulate_with_costs(v.cm.of_pass(k), v.hw, tc.schedule_config(v.cfg.iterations),
+                                ppv=v.ppvs[name] or None, batch_size=v.cfg.batch_size,
+                                recv_ahead=RECV_AHEAD)[0].iteration_time_s
+            for k in range(v.cm.timing_passes())]
 
 
 def _layouts(v: Validation, tcs: list[Any]) -> dict[Any, Any]:
@@ -522,6 +538,8 @@ def compare_step(v: Validation) -> None:
             "repeats": len(ok),
             "measured_iteration_times_s": times,
             "noise_floor": noise,
+            "predicted_pass_times_s": info.get("pass_predictions_s") or [],
+            "prediction_noise": noise_floor(info.get("pass_predictions_s") or []),
             "executor_iteration_time_s": None if m is None else m.get("iteration_time_s"),
             "versions_match_ir": None if m is None else m.get("versions_match_ir"),
             "emulated_iterations": v.emulated_iterations,

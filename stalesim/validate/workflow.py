@@ -90,7 +90,7 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
              cpu_before: Any = None) -> dict[str, Any]:
     from stalesim.validate.breakdown import per_device
     from stalesim.validate.busy import background_load, busy_warning, cores_used, cpu_sample, other_work_cores
-    from stalesim.validate.compare import aggregate, goals_met
+    from stalesim.validate.compare import aggregate, goals_met, noise_only_error
 
     agg = aggregate(v.rows)
     load_after = _loadavg()
@@ -114,6 +114,8 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         "attribution": per_device(v.attribution),
         **agg,
         "goals_met": goals_met(agg),
+        # the |time error| a perfect model would show at this run's noise (both sides)
+        "noise_only_error": noise_only_error(v.rows),
         "repeats": v.cfg.repeats,
         "protocol": (f"each schedule measured {v.cfg.repeats} time(s), interleaved round-robin with the "
                      "1-rank baseline (rotated order per round); measured = median, noise floor = "
