@@ -312,4 +312,5 @@ def test_the_report_states_the_perfect_model_error() -> None:
     text = render_report(summary)
     assert "| abs time error a perfect model would show at this noise, median / max (5-95%) | " \
            "3.4% (2.0%-5.0%) / 12.1% (7.9%-21.0%) | | |" in text
-    assert "would show at this noise, median / max (5-95%) | n/a |" in render_report(dict(summary, noise_only_error=None))
+    none = render_report(dict(summary, noise_only_error=None))
+    assert "would show at this noise, median / max (5-95%) | n/a |" in none
