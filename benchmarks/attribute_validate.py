@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -70,34 +71,66 @@ def run_dir_of(out: Path, row: dict[str, Any], which: str) -> Path | None:
     return out / "runs" / (row["schedule"] if k == 0 else f"{row['schedule']}.r{k}")
 
 
-def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], list[str]]:
-    from executor.rank import RECV_AHEAD
-    from stalesim.schedule import build_schedule
-    from stalesim.sim import SimOptions, simulate
+@dataclass
+class StoredRun:
+    """What a finished ``validate`` folder needs to be predicted again: its summary, config,
+    cost model, simulator hardware (with the executor's calibrated link) and rank count."""
+
+    out: Path
+    summary: dict[str, Any]
+    cfg: Any  # the ValidateConfig's fields, as summary.json stored them
+    cm: Any  # stalesim.validate.costmodel.CostModel
+    hw: Any  # stalesim.sim.model.SimHardware
+    ranks: int
+
+
+def load_run(out: Path) -> StoredRun:
+    """Rebuild :class:`StoredRun` from ``out`` (summary.json, hardware.json, profile.json)."""
     from stalesim.sim.model import SimHardware
-    from stalesim.validate.breakdown import attribution, sim_window, spans_from_rows, spans_from_sim, split
-    from stalesim.validate.costmodel import link_from_comm, replay_costs, replay_link, simulate_with_costs
-    from stalesim.validate.measured import measured_timing
-    from stalesim.validate.steps import train_config
+    from stalesim.validate.costmodel import link_from_comm
     from stalesim.workloads.hardware import hardware_from_dict
 
     summary = json.loads((out / "summary.json").read_text())
     hw_dict = json.loads((out / "hardware.json").read_text())
-    cfg = SimpleNamespace(**summary["config"])
     cm = cost_model(out, summary, hw_dict)
-    N = int(str(summary["devices"]).split(":")[1]) if str(summary["devices"]).startswith("cpu:") \
-        else len(str(summary["devices"]).split(","))
+    dev = str(summary["devices"])
+    N = int(dev.split(":")[1]) if dev.startswith("cpu:") else len(dev.split(","))
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
     if cm.comm:
         hw = link_from_comm(hw, cm.comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+    return StoredRun(out, summary, SimpleNamespace(**summary["config"]), cm, hw, N)
+
+
+def predict_row(run: StoredRun, row: dict[str, Any], cm: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """The prediction of one summary row as ``validate`` made it (with ``cm`` in place of the
+    stored cost model if given): the SimResult, the simulation's info, and the run's TrainConfig."""
+    from executor.rank import RECV_AHEAD
+    from stalesim.schedule import get_spec
+    from stalesim.validate.costmodel import simulate_with_costs
+    from stalesim.validate.steps import train_config
+
+    cfg, name = run.cfg, row["schedule"]
+    ppv = [] if get_spec(name).data_parallel else list(row["ppv"] or [])
+    tc = train_config(cfg, name, run.ranks, ppv, cfg.iterations)
+    r, info = simulate_with_costs(run.cm if cm is None else cm, run.hw, tc.schedule_config(cfg.iterations),
+                                  ppv=row["ppv"] or None, batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
+    return r, info, tc
+
+
+def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], list[str]]:
+    from stalesim.schedule import build_schedule
+    from stalesim.sim import SimOptions, simulate
+    from stalesim.validate.breakdown import attribution, sim_window, spans_from_rows, spans_from_sim, split
+    from stalesim.validate.costmodel import replay_costs, replay_link
+    from stalesim.validate.measured import measured_timing
+
+    run = load_run(out)
+    cfg, hw = run.cfg, run.hw
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    for row in summary["rows"]:
+    for row in run.summary["rows"]:
         name = row["schedule"]
-        tc = train_config(cfg, name, N, list(row["ppv"] or []) if name not in ("dp", "pipe-sgd") else [],
-                          cfg.iterations)
-        r, info = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=row["ppv"] or None,
-                                      batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
+        r, info, tc = predict_row(run, row)
         p = row["predicted_iteration_time_s"]
         notes.append(f"{name}: rebuilt prediction {r.iteration_time_s * 1e3:.3f} ms, stored {p * 1e3:.3f} ms")
         run_dir = run_dir_of(out, row, which)

@@ -27,20 +27,21 @@ prediction noise of the per-pass predictions, IQR / median, and the median of th
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.attribute_validate import cost_model
+from benchmarks.attribute_validate import load_run, predict_row
 from benchmarks.block_ratios import save_json
 
 #: the estimator names, in the order printed
 ESTIMATORS = ("pooled", "pass-median")
-#: the 1-rank reference, left out of the aggregates as ``validate`` leaves it out
-BASELINE = "baseline-1rank"
+
+
+def pass_index(name: str) -> int | None:
+    """K of a ``pass-K`` estimator name, else None."""
+    return int(name[5:]) if name.startswith("pass-") and name[5:].isdigit() else None
 
 
 def estimate(cm: Any, name: str) -> Any:
@@ -49,14 +50,9 @@ def estimate(cm: Any, name: str) -> Any:
         return cm  # what the cost model predicts from (simulate_with_costs pools the passes)
     if name == "pass-median":
         return cm.with_pass_medians()
-    if name.startswith("pass-") and name[5:].isdigit():
-        return cm.of_pass(int(name[5:]))
+    if (k := pass_index(name)) is not None:
+        return cm.of_pass(k)
     raise ValueError(f"unknown estimator {name!r}; known: {', '.join(ESTIMATORS)}")
-
-
-def has_pass_means(cm: Any) -> bool:
-    """Did the folder's stage timing keep each pass's means (a folder written before did not)?"""
-    return cm.timing_passes() >= 3
 
 
 def pass_spread(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -66,7 +62,7 @@ def pass_spread(rows: list[dict[str, Any]]) -> dict[str, float]:
 
     by: dict[str, list[float]] = {}
     for r in rows:
-        if r["estimator"].startswith("pass-") and r["estimator"][5:].isdigit():
+        if pass_index(r["estimator"]) is not None:
             by.setdefault(r["schedule"], []).append(r["predicted_s"])
     return {n: x for n, v in by.items() if (x := noise_floor(v)) is not None}
 
@@ -75,42 +71,25 @@ def repredict(out: Path, estimators: tuple[str, ...] = ESTIMATORS, per_pass: boo
     """Per schedule with a measured time: measured seconds and, per estimator, the predicted
     seconds and the relative error; per estimator the median and max |error|; with
     ``per_pass`` the ``pass-K`` estimators too and each schedule's ``pass_spread``."""
-    from executor.rank import RECV_AHEAD
-    from stalesim.sim.model import SimHardware
-    from stalesim.validate.costmodel import link_from_comm, simulate_with_costs
-    from stalesim.validate.steps import train_config
-    from stalesim.workloads.hardware import hardware_from_dict
-
-    summary = json.loads((out / "summary.json").read_text())
-    hw_dict = json.loads((out / "hardware.json").read_text())
-    cfg: Any = SimpleNamespace(**summary["config"])  # read as validate wrote it
-    cm0 = cost_model(out, summary, hw_dict)
-    if ("pass-median" in estimators or per_pass) and not has_pass_means(cm0):
+    run = load_run(out)
+    passes = run.cm.timing_passes()
+    if ("pass-median" in estimators and passes < 3) or (per_pass and passes < 2):
         raise ValueError(f"{out}: its stage times kept no per-pass means (written before they were kept)")
     if per_pass:
-        estimators = (*estimators, *(f"pass-{k}" for k in range(cm0.timing_passes())))
-    dev = str(summary["devices"])
-    N = int(dev.split(":")[1]) if dev.startswith("cpu:") else len(dev.split(","))
-    hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
-    if cm0.comm:
-        hw = link_from_comm(hw, cm0.comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
+        estimators = (*estimators, *(f"pass-{k}" for k in range(passes)))
     rows: list[dict[str, Any]] = []
     for est in estimators:
-        cm = estimate(cm0, est)
-        for row in summary["rows"]:
+        cm = estimate(run.cm, est)
+        for row in run.summary["rows"]:
             m = row.get("measured_iteration_time_s")
             if not m:
                 continue
-            name = row["schedule"]
-            tc = train_config(cfg, name, N, list(row["ppv"] or []) if name not in ("dp", "pipe-sgd") else [],
-                              cfg.iterations)
-            r, _ = simulate_with_costs(cm, hw, tc.schedule_config(cfg.iterations), ppv=row["ppv"] or None,
-                                       batch_size=cfg.batch_size, recv_ahead=RECV_AHEAD)
-            rows.append({"schedule": name, "estimator": est, "measured_s": m,
+            r, _info, _tc = predict_row(run, row, cm)
+            rows.append({"schedule": row["schedule"], "estimator": est, "measured_s": m,
                          "predicted_s": r.iteration_time_s, "error": (r.iteration_time_s - m) / m})
     agg = {}
     for est in estimators:
-        errs = [abs(r["error"]) for r in rows if r["estimator"] == est and r["schedule"] != BASELINE]
+        errs = [abs(r["error"]) for r in rows if r["estimator"] == est]
         agg[est] = {"median_abs_error": statistics.median(errs), "max_abs_error": max(errs), "n": len(errs)}
     res: dict[str, Any] = {"folder": str(out), "rows": rows, "aggregate": agg}
     if per_pass:
