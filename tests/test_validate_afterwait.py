@@ -67,6 +67,22 @@ def test_idle_gaps_read_the_timeline() -> None:
     assert f[("F", 1)] == pytest.approx(1.5) and f[("F", 0)] == pytest.approx(1.0) and ("B", 0) not in f
 
 
+def test_a_message_cpu_job_does_not_end_the_wait() -> None:
+    """Where a transfer takes a share of the core (no copy engine), the receive's CPU job lies
+    at the end of the wait it ends: the backward after it still waited the whole time the
+    other device computed, as on hardware whose transfers take no core."""
+    cm = _cm()
+    cfg = ScheduleConfig("sequential", stages=2, batches=16)
+    free, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    shared = SimHardware(device="x", link="l", latency_ns=1000, bandwidth_Bps=1e9,
+                         comm_overlaps_compute=False, cpu_comm_occupancy=0.5)
+    busy, _ = simulate_with_costs(cm, shared, cfg, ppv=[2], batch_size=32)
+    assert busy.timeline is not None and busy.timeline.cpu_jobs  # the receives do take the core
+    g_free, g_busy = idle_gaps(free, ("B",))[("B", 0)], idle_gaps(busy, ("B",))[("B", 0)]
+    assert min(g_busy) > 1e-3  # device 1's F, LOSS and B: milliseconds
+    assert min(g_busy) == pytest.approx(min(g_free), rel=0.05)
+
+
 def test_stage_costs_multiply_the_waited_kinds_only() -> None:
     t = _times(1.0)
     base = stage_costs_for(_cm(), [2], [2], batch_size=32, action_batch=32, times=t)

@@ -18,8 +18,9 @@ lengths (:data:`stagetime.WAITS_S`) while the co-runners compute, in the same pr
 rounds as its back-to-back contended times; per kind their ratio, pooled over the stages
 (:meth:`StageTimes.wait_ratios`), is a curve of the slowdown over the wait's length,
 measured once per layout with no schedule. The simulator's timeline then says how long
-each device was idle before each of its actions (:func:`idle_gaps`), and an action of
-kind k after a gap g costs its back-to-back cost times the curve at g
+each device was idle before each of its actions (:func:`idle_gaps`: since its previous
+compute action, a message's CPU job in between not counted), and an action of kind k
+after a gap g costs its back-to-back cost times the curve at g
 (:func:`wait_factor`: linear between the measured points through (0, 1), flat beyond the
 longest). Per stage and kind the mean factor over the steady window is charged
 (:func:`wait_factors`), iterated with the contention to a fixed point
@@ -77,20 +78,24 @@ def _timeline(result: SimResult, who: str) -> Timeline:
 
 def idle_gaps(result: SimResult, kinds: Sequence[str]) -> dict[tuple[str, int], list[float]]:
     """Per (kind, stage) of the compute actions of ``kinds`` inside the steady window: the
-    seconds their device did no work before each (start minus the end of the device's
-    previous compute action of any kind or communication CPU job; the first action of a
-    device has none)."""
+    seconds their device ran none of its compute actions before each (start minus the end of
+    the device's previous compute action of any kind; the first action of a device has none).
+
+    A transfer's CPU job (its share of the core on hardware without copy engines) does not
+    end the wait: it touches the message's buffer, not the stage's weights and activations,
+    and the receive's job lies at the very end of the wait it ends. Counted as work, a 3 us
+    receive job right before a backward turned the 33 ms that a ``sequential`` rank waits
+    for its gradient into a gap of 0.3 ms, and the backward was charged no after-wait cost."""
     from stalesim.sim.model import NS
 
     prog = _timeline(result, "idle_gaps").program
     lo, hi = result.steady_window_ns()
     out: dict[tuple[str, int], list[float]] = {}
     for ivs in busy_intervals(result):
-        ivs.sort()
         last_end = None
-        for s0, e0, gid in ivs:
-            act = prog.actions[gid] if gid >= 0 else None
-            if act is not None and act.kind.value in kinds and last_end is not None and lo <= s0 < hi:
+        for s0, e0, gid in sorted(iv for iv in ivs if iv[2] >= 0):
+            act = prog.actions[gid]
+            if act.kind.value in kinds and last_end is not None and lo <= s0 < hi:
                 out.setdefault((act.kind.value, act.stage), []).append(max(0, s0 - last_end) / NS)
             last_end = e0 if last_end is None else max(last_end, e0)
     return out
