@@ -26,9 +26,9 @@ A round is the stage's F (on a fresh copy of the input it receives), its LOSS on
 stage, and its B (on a fresh copy of a gradient of its output's shape), as the stage timing
 runs them; every condition's first :data:`WARMUP` rounds are left out, as the stage timing
 leaves out its process's first (a rank that sat in a barrier for seconds starts cold; each
-round's times are kept in ``rounds_s``). Per block and condition the mean ms of F and B per stage; the median ratios over
-blocks (``solo / fresh``, ``peer / fresh+co``, ``peer / solo``) with their range; ``--out``
-writes all of it as JSON.
+round's times are kept in ``rounds_s``). Per block and condition the mean ms of F and B per
+stage; the median ratios over blocks (:data:`RATIOS`) with their range; ``--out`` writes
+all of it as JSON.
 
     ../shared/tools/quiet run python -m benchmarks.bench_peer_stage \\
         --model gpt-char:n_layer=4,n_embd=64,n_head=4,block_size=64 --batch-size 32 --schedule gpipe
@@ -48,12 +48,13 @@ from typing import Any
 from benchmarks.block_ratios import save_json
 from benchmarks.cli_types import zoo_model
 from stalesim.cli.common import int_type, positive_int
+from stalesim.schedule.actions import Kind
 
 CONDITIONS = ("fresh", "fresh+co", "solo", "peer", "peer+msgs")
 #: (condition, baseline) pairs whose per-block ratios are summarized
 RATIOS = (("solo", "fresh"), ("peer", "fresh+co"), ("peer", "solo"), ("fresh+co", "fresh"),
           ("peer+msgs", "peer"))
-TIMED = ("F", "B")
+TIMED = (Kind.F.value, Kind.B.value)
 RANKS = 2
 WARMUP = 2
 
