@@ -20,7 +20,13 @@ condition order alternates, each block times:
 * ``peer+msgs``: the same, and each rank sends the other a message of its activation's size
   after every F and every B (each round's receives posted before it, all waited on after it,
   outside the timed actions): what receiving and sending cost a rank's compute while the
-  messages arrive, with no wait for them.
+  messages arrive, with no wait for them;
+* ``alt``: the ranks take turns as ``sequential``'s do: rank 0's F, its activation sent, rank
+  1's F, LOSS and B, its gradient sent back, rank 0's B; each rank blocks in gloo's wait for
+  the other's message while the other computes (no two compute at once, as in ``solo``);
+* ``alt-spin``: the same, each rank spinning on a shared counter the other sets just before
+  it sends, then waiting on the (arrived) message, so that its core never goes idle (gloo's
+  receive completes only inside ``wait``: polling ``is_completed`` never sees it done).
 
 A round is the stage's F (on a fresh copy of the input it receives), its LOSS on the last
 stage, and its B (on a fresh copy of a gradient of its output's shape), as the stage timing
@@ -50,10 +56,14 @@ from benchmarks.cli_types import zoo_model
 from stalesim.cli.common import int_type, positive_int
 from stalesim.schedule.actions import Kind
 
-CONDITIONS = ("fresh", "fresh+co", "solo", "peer", "peer+msgs")
+#: the stage timing's own processes (rank 0 starts them while both ranks block in a barrier)
+FRESH = ("fresh", "fresh+co")
+#: timed by the ranks themselves
+IN_RANKS = ("solo", "peer", "peer+msgs", "alt", "alt-spin")
+CONDITIONS = FRESH + IN_RANKS
 #: (condition, baseline) pairs whose per-block ratios are summarized
 RATIOS = (("solo", "fresh"), ("peer", "fresh+co"), ("peer", "solo"), ("fresh+co", "fresh"),
-          ("peer+msgs", "peer"))
+          ("peer+msgs", "peer"), ("alt", "solo"), ("alt-spin", "solo"))
 TIMED = (Kind.F.value, Kind.B.value)
 RANKS = 2
 WARMUP = 2
@@ -125,7 +135,68 @@ def _rounds(sched: Any, rt: Any, x: Any, g: Any, y: Any, n: int, first: int,
     return got
 
 
-def _rank(rank: int, a: SimpleNamespace, init: str, out: Any) -> None:  # pragma: no cover - a child
+def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any, *,
+               sent: Any = None) -> dict[str, list[float]]:
+    """``n`` rounds in turns (``alt``): stage 0's F, a message to rank 1, stage 1's F, LOSS and
+    B, a message back, stage 0's B. With ``sent`` (a shared array: per rank, how many messages
+    it has started to send) a rank spins until the other's count moves before it receives."""
+    import time
+
+    import torch.distributed as dist
+
+    from stalesim.schedule import Action, Kind
+
+    me = dist.get_rank()
+    peer = 1 - me
+
+    def send(tag: int) -> None:
+        if sent is not None:
+            sent[me] += 1
+        dist.isend(message, peer, tag=tag).wait()
+
+    def recv(tag: int) -> None:
+        if sent is not None:
+            want = seen[0] + 1
+            while sent[peer] < want:
+                pass
+            seen[0] = want
+        dist.irecv(buf, peer, tag=tag).wait()
+
+    seen = [sent[peer] if sent is not None else 0]
+    micro = 0 if rt.schedule.uses_micro else None
+    got: dict[str, list[float]] = {k: [] for k in TIMED}
+
+    def f(t: int) -> None:
+        xin = x.clone()
+        if rt.stage > 0:
+            xin.requires_grad_(True)
+        t0 = time.perf_counter()
+        rt.forward(Action(Kind.F, rt.stage, t, micro), xin)
+        got["F"].append(time.perf_counter() - t0)
+
+    def b(t: int) -> None:
+        t0 = time.perf_counter()
+        rt.backward(Action(Kind.B, rt.stage, t, micro), None if g is None else g.clone())
+        got["B"].append(time.perf_counter() - t0)
+        rt.buffers.clear()
+
+    buf = message.clone()
+    for t in range(first, first + n):
+        if rt.stage == 0:
+            f(t)
+            send(2 * t)
+            recv(2 * t + 1)
+            b(t)
+        else:
+            recv(2 * t)
+            f(t)
+            rt.loss(Action(Kind.LOSS, rt.stage, t, micro), y)
+            b(t)
+            send(2 * t + 1)
+    return got
+
+
+def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None:  # pragma: no cover - a child
     import torch
     import torch.distributed as dist
 
@@ -154,7 +225,7 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any) -> None:  # pragma
             row: dict[str, Any] = {}
             for c in order:
                 dist.barrier()
-                if c in ("fresh", "fresh+co"):
+                if c in FRESH:
                     if co is not None:  # rank 1 blocks in the barrier below meanwhile
                         if c == "fresh+co":
                             co.resume()
@@ -170,8 +241,11 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any) -> None:  # pragma
                         dist.barrier()
                     t += WARMUP + a.rounds
                 else:
-                    got = _rounds(sched, rt, x, g, y, WARMUP + a.rounds, t,
-                                  message=act if c == "peer+msgs" else None)
+                    got = (_alternate(rt, x, g, y, WARMUP + a.rounds, t, act,
+                                      sent=sent if c == "alt-spin" else None)
+                           if c.startswith("alt") else
+                           _rounds(sched, rt, x, g, y, WARMUP + a.rounds, t,
+                                   message=act if c == "peer+msgs" else None))
                     t += WARMUP + a.rounds
                     row[c] = {k: statistics.fmean(v[WARMUP:]) for k, v in got.items()}
                     row[c + ":rounds"] = got
@@ -192,9 +266,10 @@ def run(a: SimpleNamespace) -> dict[str, Any]:
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    sent = ctx.Array("q", RANKS, lock=False)  # alt-spin: messages each rank started to send
     with tempfile.TemporaryDirectory() as tmp:
         init = f"file://{tmp}/store"
-        procs = [ctx.Process(target=_rank, args=(r, a, init, q)) for r in range(RANKS)]
+        procs = [ctx.Process(target=_rank, args=(r, a, init, q, sent)) for r in range(RANKS)]
         for p in procs:
             p.start()
         got = dict(q.get(timeout=3600) for _ in procs)
@@ -205,8 +280,8 @@ def run(a: SimpleNamespace) -> dict[str, Any]:
         r0, r1 = got[0][b], got[1][b]
         blocks.append({
             "fresh": r0["fresh"], "fresh+co": r0["fresh+co"],
-            **{c: [r0[c], r1[c]] for c in ("solo", "peer", "peer+msgs")},
-            "rounds_s": {c: [r0[c + ":rounds"], r1[c + ":rounds"]] for c in ("solo", "peer", "peer+msgs")},
+            **{c: [r0[c], r1[c]] for c in IN_RANKS},
+            "rounds_s": {c: [r0[c + ":rounds"], r1[c + ":rounds"]] for c in IN_RANKS},
         })
     return {"blocks": blocks, "ratios": ratios(blocks)}
 
@@ -251,11 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     except (StalesimError, KeyError, ValueError) as exc:
         print(f"bench_peer_stage: error: {exc}", file=sys.stderr)
         return 2
-    a = SimpleNamespace(model=args.model, dataset=args.dataset, schedule=args.schedule,
-                        batch_size=args.batch_size, microbatches=args.microbatches, ppv=ppv, lr=0.01,
-                        seed=0, data_dir=None, iterations=WARMUP + 2 * args.blocks * (WARMUP + args.rounds),
-                        blocks=args.blocks,
-                        rounds=args.rounds)
+    a = SimpleNamespace(model=args.model, dataset=args.dataset, schedule=args.schedule, lr=0.01,
+                        batch_size=args.batch_size, microbatches=args.microbatches, ppv=ppv,
+                        seed=0, data_dir=None, blocks=args.blocks, rounds=args.rounds,
+                        # every round a batch of its own, with one condition to spare
+                        iterations=WARMUP + (len(IN_RANKS) + 1) * args.blocks * (WARMUP + args.rounds))
     res = run(a)
     for b, blk in enumerate(res["blocks"]):
         print(f"block {b}: " + "  ".join(

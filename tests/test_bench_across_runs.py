@@ -1,0 +1,65 @@
+"""benchmarks/bench_across_runs.py: stored validate runs side by side, re-predicted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_across_runs import main, side_by_side
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+#: written before the after-wait curves: today's code predicts them as validate did then
+RUN = RESULTS / "validate_resnet32_cpu2_interleaved_2026-11-28"
+
+
+def _copy(tmp_path: Path, name: str, scale: float = 1.0) -> Path:
+    """A copy of :data:`RUN` whose measured times are ``scale`` times the stored ones."""
+    out = tmp_path / name
+    shutil.copytree(RUN, out, ignore=shutil.ignore_patterns("*.md", "*.csv"))
+    s = json.loads((out / "summary.json").read_text())
+    for r in s["rows"]:
+        r["measured_iteration_time_s"] *= scale
+    (out / "summary.json").write_text(json.dumps(s))
+    return out
+
+
+def test_the_same_run_twice_gives_its_stored_errors_and_their_signs() -> None:
+    res = side_by_side([RUN, RUN])
+    stored = {r["schedule"]: r["time_error"] for r in json.loads((RUN / "summary.json").read_text())["rows"]}
+    assert len(res["rows"]) == 18
+    for r in res["rows"]:
+        e = stored[r["schedule"]]
+        assert r["errors"] == [pytest.approx(e, abs=1e-9)] * 2 and r["mean_error"] == pytest.approx(e, abs=1e-9)
+        assert r["sign"] == ("all-" if e < 0 else "all+")
+    assert res["schedules_one_sign"] == 18
+
+
+def test_a_slower_run_moves_every_mean_and_can_mix_the_signs(tmp_path) -> None:
+    """Measured 10% slower in one run: each schedule's error there is (1 + e) / 1.1 - 1, the
+    mean the average of the two, and a schedule predicted a little high becomes mixed."""
+    slow = _copy(tmp_path, "slow", 1.1)
+    res = side_by_side([RUN, slow])
+    for r in res["rows"]:
+        e0, e1 = r["errors"]
+        assert e1 == pytest.approx((1 + e0) / 1.1 - 1, rel=1e-9)
+        assert r["mean_error"] == pytest.approx((e0 + e1) / 2)
+        assert r["sign"] == ("mixed" if e0 > 0 else "all-")
+    assert res["schedules_mean_negative"] == 18
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys) -> None:
+    assert main([str(RUN)]) == 2
+    assert main([str(RUN), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("bench_across_runs: error: runs: ") for e in err)
+    assert "summary.json" in err[1]
+
+
+def test_the_command_prints_and_writes_the_table(tmp_path, capsys) -> None:
+    out = tmp_path / "across.json"
+    assert main([str(RUN), str(_copy(tmp_path, "same")), "--out", str(out)]) == 0
+    assert "median |mean|" in capsys.readouterr().out
+    assert json.loads(out.read_text())["schedules_one_sign"] == 18
