@@ -102,7 +102,6 @@ def _rounds(sched: Any, rt: Any, x: Any, g: Any, y: Any, n: int, first: int,
     """``n`` timed rounds of one stage (batches ``first``...): per kind, seconds of each. With
     ``message`` (a tensor), the round's two messages from the other rank are posted before it
     and one of ``message``'s size is sent to it after each F and B, all waited on after it."""
-    import time
 
     import torch.distributed as dist
 
@@ -113,26 +112,45 @@ def _rounds(sched: Any, rt: Any, x: Any, g: Any, y: Any, n: int, first: int,
     peer = 1 - dist.get_rank() if message is not None else None
     for t in range(first, first + n):
         works = [] if peer is None else [dist.irecv(message.clone(), peer, tag=2 * t + i) for i in range(2)]
-        xin = x.clone()
-        if rt.stage > 0:
-            xin.requires_grad_(True)
-        t0 = time.perf_counter()
-        rt.forward(Action(Kind.F, rt.stage, t, micro), xin)
-        got["F"].append(time.perf_counter() - t0)
+        _forward(rt, x, t, micro, got)
         if peer is not None:
             works.append(dist.isend(message, peer, tag=2 * t))
         if rt.is_loss_stage:
             rt.loss(Action(Kind.LOSS, rt.stage, t, micro), y)
-        gin = None if g is None else g.clone()
-        t0 = time.perf_counter()
-        rt.backward(Action(Kind.B, rt.stage, t, micro), gin)
-        got["B"].append(time.perf_counter() - t0)
+        _backward(rt, g, t, micro, got)
         if peer is not None:
             works.append(dist.isend(message, peer, tag=2 * t + 1))
-        rt.buffers.clear()
         for w in works:
             w.wait()
     return got
+
+
+def _forward(rt: Any, x: Any, t: int, micro: int | None, got: dict[str, list[float]]) -> None:
+    """F of batch ``t`` on a fresh copy of the stage's input (a leaf needing its gradient past
+    stage 0, as a received activation is), its seconds appended to ``got["F"]``."""
+    import time
+
+    from stalesim.schedule import Action, Kind
+
+    xin = x.clone()
+    if rt.stage > 0:
+        xin.requires_grad_(True)
+    t0 = time.perf_counter()
+    rt.forward(Action(Kind.F, rt.stage, t, micro), xin)
+    got["F"].append(time.perf_counter() - t0)
+
+
+def _backward(rt: Any, g: Any, t: int, micro: int | None, got: dict[str, list[float]]) -> None:
+    """B of batch ``t`` on a fresh copy of the output gradient (None: from the loss), its
+    seconds appended to ``got["B"]``; the weight gradients dropped, as a round's end does."""
+    import time
+
+    from stalesim.schedule import Action, Kind
+
+    t0 = time.perf_counter()
+    rt.backward(Action(Kind.B, rt.stage, t, micro), None if g is None else g.clone())
+    got["B"].append(time.perf_counter() - t0)
+    rt.buffers.clear()
 
 
 def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any, *,
@@ -140,7 +158,6 @@ def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any
     """``n`` rounds in turns (``alt``): stage 0's F, a message to rank 1, stage 1's F, LOSS and
     B, a message back, stage 0's B. With ``sent`` (a shared array: per rank, how many messages
     it has started to send) a rank spins until the other's count moves before it receives."""
-    import time
 
     import torch.distributed as dist
 
@@ -165,33 +182,18 @@ def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any
     seen = [sent[peer] if sent is not None else 0]
     micro = 0 if rt.schedule.uses_micro else None
     got: dict[str, list[float]] = {k: [] for k in TIMED}
-
-    def f(t: int) -> None:
-        xin = x.clone()
-        if rt.stage > 0:
-            xin.requires_grad_(True)
-        t0 = time.perf_counter()
-        rt.forward(Action(Kind.F, rt.stage, t, micro), xin)
-        got["F"].append(time.perf_counter() - t0)
-
-    def b(t: int) -> None:
-        t0 = time.perf_counter()
-        rt.backward(Action(Kind.B, rt.stage, t, micro), None if g is None else g.clone())
-        got["B"].append(time.perf_counter() - t0)
-        rt.buffers.clear()
-
     buf = message.clone()
     for t in range(first, first + n):
         if rt.stage == 0:
-            f(t)
+            _forward(rt, x, t, micro, got)
             send(2 * t)
             recv(2 * t + 1)
-            b(t)
+            _backward(rt, g, t, micro, got)
         else:
             recv(2 * t)
-            f(t)
+            _forward(rt, x, t, micro, got)
             rt.loss(Action(Kind.LOSS, rt.stage, t, micro), y)
-            b(t)
+            _backward(rt, g, t, micro, got)
             send(2 * t + 1)
     return got
 
