@@ -77,7 +77,8 @@ def _train_config(a: SimpleNamespace) -> Any:
 
 def _stage_io(tc: Any, rank: int, rounds: int) -> tuple[Any, Any, Any, Any, Any]:
     """Rank ``rank``'s stage runtimes (every stage built, as the stage timing builds them), its
-    stage's input, the gradient of its output (None on the loss stage) and the labels."""
+    stage's input, the gradient of its output (None on the loss stage), the labels, and the
+    activation between the two stages (the size of every message the ranks exchange)."""
     import torch
 
     from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
@@ -94,20 +95,19 @@ def _stage_io(tc: Any, rank: int, rounds: int) -> tuple[Any, Any, Any, Any, Any]
             h = mods.stages[s](h)
         out = mods.stages[rank](h)
     g = None if rts[rank].is_loss_stage else torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
-    return sched, rts, h.detach(), g, y
+    return rts, h.detach(), g, y, (h if rank > 0 else out).detach()
 
 
-def _rounds(sched: Any, rt: Any, x: Any, g: Any, y: Any, n: int, first: int,
+def _rounds(rt: Any, x: Any, g: Any, y: Any, n: int, first: int,
             message: Any = None) -> dict[str, list[float]]:
     """``n`` timed rounds of one stage (batches ``first``...): per kind, seconds of each. With
     ``message`` (a tensor), the round's two messages from the other rank are posted before it
     and one of ``message``'s size is sent to it after each F and B, all waited on after it."""
-
     import torch.distributed as dist
 
-    from stalesim.schedule import Action, Kind
+    from stalesim.schedule import Action
 
-    micro = 0 if sched.uses_micro else None
+    micro = 0 if rt.schedule.uses_micro else None
     got: dict[str, list[float]] = {k: [] for k in TIMED}
     peer = 1 - dist.get_rank() if message is not None else None
     for t in range(first, first + n):
@@ -158,10 +158,9 @@ def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any
     """``n`` rounds in turns (``alt``): stage 0's F, a message to rank 1, stage 1's F, LOSS and
     B, a message back, stage 0's B. With ``sent`` (a shared array: per rank, how many messages
     it has started to send) a rank spins until the other's count moves before it receives."""
-
     import torch.distributed as dist
 
-    from stalesim.schedule import Action, Kind
+    from stalesim.schedule import Action
 
     me = dist.get_rank()
     peer = 1 - me
@@ -211,10 +210,9 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=RANKS)
     tc = _train_config(a)
-    sched, rts, x, g, y = _stage_io(tc, rank, a.iterations)
+    rts, x, g, y, act = _stage_io(tc, rank, a.iterations)
     rt = rts[rank]
-    act = (x if rank > 0 else rt.module(x)).detach().clone()  # the activation between the stages
-    _rounds(sched, rt, x, g, y, WARMUP, 0)
+    _rounds(rt, x, g, y, WARMUP, 0)
     t = WARMUP  # the next round's batch (each round a batch of its own, as in the stage timing)
     rows: list[dict[str, Any]] = []
     co_batch = profile_sizes(a.batch_size, a.microbatches, RANKS)[-1]  # as validate's co-runners
@@ -237,7 +235,7 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None
                 elif c == "solo":
                     for turn in range(RANKS):
                         if turn == rank:
-                            got = _rounds(sched, rt, x, g, y, WARMUP + a.rounds, t)
+                            got = _rounds(rt, x, g, y, WARMUP + a.rounds, t)
                             row[c] = {k: statistics.fmean(v[WARMUP:]) for k, v in got.items()}
                             row[c + ":rounds"] = got
                         dist.barrier()
@@ -246,7 +244,7 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None
                     got = (_alternate(rt, x, g, y, WARMUP + a.rounds, t, act,
                                       sent=sent if c == "alt-spin" else None)
                            if c.startswith("alt") else
-                           _rounds(sched, rt, x, g, y, WARMUP + a.rounds, t,
+                           _rounds(rt, x, g, y, WARMUP + a.rounds, t,
                                    message=act if c == "peer+msgs" else None))
                     t += WARMUP + a.rounds
                     row[c] = {k: statistics.fmean(v[WARMUP:]) for k, v in got.items()}
@@ -331,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     a = SimpleNamespace(model=args.model, dataset=args.dataset, schedule=args.schedule, lr=0.01,
                         batch_size=args.batch_size, microbatches=args.microbatches, ppv=ppv,
                         seed=0, data_dir=None, blocks=args.blocks, rounds=args.rounds,
-                        # every round a batch of its own, with one condition to spare
-                        iterations=WARMUP + (len(IN_RANKS) + 1) * args.blocks * (WARMUP + args.rounds))
+                        # every round of a rank a batch of its own (solo: one turn per rank)
+                        iterations=WARMUP + len(IN_RANKS) * args.blocks * (WARMUP + args.rounds))
     res = run(a)
     for b, blk in enumerate(res["blocks"]):
         print(f"block {b}: " + "  ".join(
