@@ -119,9 +119,8 @@ def predict_row(run: StoredRun, row: dict[str, Any], cm: Any = None) -> tuple[An
 
 def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], list[str]]:
     from stalesim.schedule import build_schedule
-    from stalesim.sim import SimOptions, simulate
     from stalesim.validate.breakdown import attribution, sim_window, spans_from_rows, spans_from_sim, split
-    from stalesim.validate.costmodel import replay_costs, replay_link
+    from stalesim.validate.costmodel import replay
     from stalesim.validate.measured import measured_timing
 
     run = load_run(out)
@@ -141,8 +140,7 @@ def attribute(out: Path, which: str = "median") -> tuple[list[dict[str, Any]], l
         sched = build_schedule(tc.schedule_config(cfg.iterations))
         mt = measured_timing({"rows": mrows, "iterations": cfg.iterations}, sched)
         w = tuple(mt["window_s"])
-        rc = replay_costs(info["costs"], mrows, w)
-        rep = simulate(rc, info["schedule"], replay_link(hw, rc, mrows, w), SimOptions(keep_timeline=True))
+        rep = replay(info["costs"], info["schedule"], hw, mrows, w, keep_timeline=True)
         pred = split(spans_from_sim(r), *sim_window(r), r.iteration_time_s)
         meas = split(spans_from_rows(mrows), w[0], w[1], mt["iteration_time_s"])
         repl = split(spans_from_sim(rep), *sim_window(rep), rep.iteration_time_s)

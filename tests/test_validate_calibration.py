@@ -257,3 +257,25 @@ def test_an_allreduce_overlapped_with_compute_is_not_taken_as_a_slow_collective(
     # pipe-sgd: the wait comes a batch's compute later and returns at once: no collective time
     overlapped = allreduce_times(rows(0.18, 0.0005))
     assert overlapped["blocked"] == 0 and overlapped["collective_s"] == []
+
+
+def test_replay_jitter_is_each_action_over_its_rank_kind_and_stage_mean() -> None:
+    """The replay's spread: per compute kind, each action in the window over the mean of its
+    (rank, kind, stage), so a rank steadily slower than the other adds no spread; a kind with
+    too few actions keeps its mean."""
+    from stalesim.validate.costmodel import MIN_JITTER_SAMPLES, replay_jitter
+
+    rows: dict[str, list[list]] = {"0": [], "1": []}
+    for rank, slow in (("0", 1.0), ("1", 2.0)):  # rank 1 steadily twice as slow
+        t = 0.0
+        for b in range(MIN_JITTER_SAMPLES):
+            d = slow * (0.010 if b % 2 else 0.030)
+            rows[rank].append([f"0F{b}", "F", 0, b, None, int(rank), t, t + d])
+            rows[rank].append([f"0U{b}", "U", 0, b, None, int(rank), t + d, t + d + 0.001])
+            t += d + 0.001
+    rows["0"].append(["0LOSS0", "LOSS", 0, 0, None, 0, 0.5, 0.6])  # too few: no spread
+    j = replay_jitter(rows)
+    assert j is not None and sorted(j.ratios) == ["F", "U"]
+    assert sorted(set(round(x, 9) for x in j.ratios["F"])) == [0.5, 1.5]
+    assert j.ratios["U"] == pytest.approx([1.0] * 2 * MIN_JITTER_SAMPLES)
+    assert replay_jitter(rows, (10.0, 11.0)) is None  # nothing inside the window

@@ -310,3 +310,79 @@ def test_a_split_stage_times_b_and_i_then_w_in_every_sort_of_round() -> None:
     assert all({"B", "I", "W"} <= set(s) for w in waited.values() for s in w)
     t = StageTimes.from_samples(got, got, contended_after_wait=waited)
     assert t.contended is not None and set(t.contended.wait_ratios()) == {"F", "B", "I", "W"}
+
+
+def test_round_ratios_are_each_round_over_its_pass_mean_with_the_small_sample_correction() -> None:
+    from stalesim.validate.stagetime import round_ratios
+
+    got = round_ratios([{"F": [1.0, 3.0], "DATA": [1.0, 5.0]}, {"B": [2.0, 2.0, 2.0], "LOSS": [0.5]}])
+    d = 0.5 * 2 ** 0.5  # deviation 0.5 of the mean, times sqrt(n / (n - 1)) for n = 2
+    assert got["F"] == pytest.approx([1 - d, 1 + d])
+    assert got["B"] == [1.0, 1.0, 1.0]
+    assert "DATA" not in got and "LOSS" not in got  # the data read is F's; one round has no spread
+    assert round_ratios([{"F": [0.1, 5.0, 5.0]}])["F"][0] == pytest.approx(0.05)  # floored (MIN_RATIO)
+
+
+def test_a_pass_keeps_its_round_ratios_free_of_the_drift_between_passes(monkeypatch) -> None:
+    """Pass p runs (1 + p)x slower: the pooled times see the drift, the ratios do not; alone and
+    contended keep their own, and both survive summary.json's round trip."""
+    import stalesim.validate.stagetime as st_mod
+
+    co = _FakeCoRunners()
+
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
+        f = (1 + first_wait) * (2.0 if co.busy else 1.0)
+        spread = [0.5, 1.5] if co.busy else [0.9, 1.1]
+        return [{"F": [f * x for x in spread]}, {"B": [f] * rounds}], {}
+
+    monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
+    timer = st_mod.LayoutTimer(["a"], rounds=2, ranks=2)
+    for _ in range(3):
+        timer.run_pass(co)
+    (a,) = timer.times()
+    c = 2 ** 0.5
+    assert a.round_ratios["F"] == pytest.approx([1 - 0.1 * c, 1 + 0.1 * c] * 3)
+    assert a.round_ratios["B"] == [1.0] * 6
+    assert a.contended is not None and a.contended.round_ratios["F"] == pytest.approx([1 - 0.5 * c, 1 + 0.5 * c] * 3)
+    back = StageTimes.from_dict(a.to_dict())
+    assert back == a and back.contended.round_ratios == a.contended.round_ratios
+    assert a.pooled().round_ratios == a.round_ratios and a.of_pass(1).contended.round_ratios == a.contended.round_ratios
+    assert "round_ratios" not in StageTimes([{"F": 1.0}]).to_dict()
+
+
+def test_the_prediction_is_the_median_of_drawn_runs_and_slower_where_devices_wait() -> None:
+    """With a spread, a 2-device pipeline is predicted as the median of JITTER_DRAWS simulations
+    with drawn action times (one simulated run, so its timeline agrees with its time), above
+    the same costs at their means; one device never waits, so it is not drawn; a kind with
+    too few rounds keeps its mean."""
+    from stalesim.validate.costmodel import JITTER_DRAWS, MIN_JITTER_SAMPLES, action_jitter
+
+    cm = CostModel(_profile())
+    wide = [0.4, 1.6, 0.7, 1.3, 1.0, 1.0]
+    times = StageTimes([{"F": 2e-3, "B": 4e-3}, {"F": 2e-3, "B": 4e-3, "LOSS": 0.0}],
+                       round_ratios={"F": wide[:3], "B": wide[:3], "LOSS": [1.0]},
+                       contended=StageTimes([{"F": 2e-3, "B": 4e-3}, {"F": 2e-3, "B": 4e-3, "LOSS": 0.0}],
+                                            round_ratios={"F": wide[3:], "B": wide[3:]}))
+    j = action_jitter(times)
+    assert j is not None and sorted(j.ratios) == ["B", "F"]  # alone and contended pooled; LOSS too few
+    assert sorted(j.ratios["F"]) == sorted(wide) and len(wide) >= MIN_JITTER_SAMPLES
+    assert action_jitter(StageTimes([{"F": 1.0}])) is None
+    cfg = ScheduleConfig("1f1b", stages=2, batches=16, microbatches=4)
+    key = layout_key(build_schedule(cfg), [2], 32)
+    cm.stage_times[key] = StageTimes(times.mean_s)  # no spread: the means
+    plain, info0 = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    assert info0["jitter_draws_s"] == [] and info0["mean_costs_s"] == plain.iteration_time_s
+    cm.stage_times[key] = times
+    r, info = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    draws = info["jitter_draws_s"]
+    assert len(draws) == JITTER_DRAWS and draws == sorted(draws)
+    assert r.iteration_time_s == draws[JITTER_DRAWS // 2]
+    assert info["mean_costs_s"] == pytest.approx(plain.iteration_time_s)
+    assert r.iteration_time_s > 1.02 * plain.iteration_time_s
+    assert info["jitter_spread"]["F"] == pytest.approx(j.spread()["F"])
+    seq = ScheduleConfig("sequential", stages=1, batches=8)
+    one = StageTimes([{"F": 4e-3, "B": 8e-3, "LOSS": 0.0}], round_ratios={"F": wide, "B": wide})
+    cm.stage_times[layout_key(build_schedule(seq), [], 32)] = one
+    r1, info1 = simulate_with_costs(cm, _hw(), seq, ppv=None, batch_size=32)
+    assert info1["jitter_draws_s"] == [] and action_jitter(one) is not None
+    assert r1.iteration_time_s == pytest.approx(4e-3 + 8e-3, rel=0.05)  # its stage times, at their means

@@ -55,7 +55,15 @@ def _rows_from(result) -> dict[str, list[list]]:
     return rows
 
 
-def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("drawn", [False, True])
+def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path, monkeypatch, drawn: bool) -> None:
+    """The prediction's own timeline taken as the measurement: every error is zero. With the
+    stage timing's spread the prediction is one drawn run (exact still), and the replay draws
+    from that run's own spread, so it lands near it, not on it; at mean costs it is exact."""
+    import stalesim.validate.costmodel as cm_mod
+
+    if not drawn:
+        monkeypatch.setattr(cm_mod, "MIN_JITTER_SAMPLES", 10**9)  # no kind has that many: the means
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
                          out=str(tmp_path))
     prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
@@ -76,7 +84,8 @@ def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path) -> N
     compare_step(v)
     for row in v.rows:
         assert row["time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
-        assert row["replay_time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
+        assert row["replay_time_error"] == pytest.approx(0.0, abs=0.02 if drawn else 1e-9), row["schedule"]
+        assert bool(row["jitter_draws_s"]) == drawn
         assert row["speedup_error"] == pytest.approx(0.0, abs=1e-9)
         assert row["max_loss_rel_diff"] == 0.0
 

@@ -20,6 +20,7 @@ from stalesim.schedule import Schedule, ScheduleConfig, get_spec, resolve
 from stalesim.schedule.ir import Phase
 from stalesim.schedule.registry import phases_of
 from stalesim.sim.fastpath import FastResult, fast_iteration
+from stalesim.sim.jitter import ActionJitter
 from stalesim.sim.memory import memory_report
 from stalesim.sim.model import NS, SimHardware, StageCosts, resolve_cuts, stage_costs
 from stalesim.sim.result import SimResult, build_result
@@ -43,7 +44,9 @@ class SimOptions:
     ``batch_size``: mini-batch (default: the profile's); ``method``: ``event``
     (SimPy) or ``fast`` (closed form); ``loss_s``: one LOSS at the full batch;
     ``optimizer_state_factor``: optimizer state per parameter byte (SGD momentum 1);
-    ``keep_timeline``: keep the event timeline (needed for traces and plots).
+    ``keep_timeline``: keep the event timeline (needed for traces and plots);
+    ``jitter``: draw every compute action's time around its mean (:mod:`stalesim.sim.jitter`;
+    event simulation of one pipeline only).
     """
 
     ppv: tuple[int, ...] | None = None
@@ -63,6 +66,7 @@ class SimOptions:
     placement: str = "pipeline"
     bucket_bytes: int | None = None
     symmetry: bool = True
+    jitter: ActionJitter | None = None
 
     def check(self) -> None:
         from stalesim.limits import MAX_BYTES, MAX_FACTOR, MAX_SECONDS, check_int, check_number
@@ -82,6 +86,11 @@ class SimOptions:
 
         if self.placement not in PLACEMENTS:
             raise StalesimError(f"placement: expected one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+        if self.jitter is not None:
+            self.jitter.check()
+            if self.method != "event" or self.replicas > 1:
+                raise StalesimError("jitter: drawn action times need the event simulation of one pipeline "
+                                    "(method event, replicas 1)")
 
 
 def resolve_hardware(hardware: Hardware | SimHardware | None, profile: Profile | None) -> SimHardware:
@@ -114,6 +123,9 @@ def simulate(
     given, phases = _schedule_parts(schedule)
     hw = resolve_hardware(hardware, None if isinstance(workload, StageCosts) else workload)
     if opts.replicas > 1 or hw.cluster is not None:  # data x pipeline on a cluster
+        if opts.jitter is not None:
+            raise StalesimError("jitter: drawn action times need the event simulation of one pipeline "
+                                "(no cluster)")
         from stalesim.sim.scale import simulate_cluster
 
         return simulate_cluster(workload, schedule, hw, opts)
@@ -126,7 +138,7 @@ def simulate(
     if prog is not None:
         from stalesim.sim.events import simulate_program
 
-        timeline = simulate_program(prog, costs, hw, workers=sched.workers)
+        timeline = simulate_program(prog, costs, hw, workers=sched.workers, jitter=opts.jitter)
         timing = _event_timing(sched, timeline, phases, N)
     elif fast is not None:
         timeline, timing = None, _fast_timing(fast)

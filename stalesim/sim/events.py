@@ -47,6 +47,7 @@ from stalesim.errors import StalesimError
 from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, TRANSFER_KINDS, TRANSFER_NAMES_ORDERED, Action, Kind
 from stalesim.schedule.deps import dependencies
 from stalesim.schedule.ir import Schedule, ScheduleConfig
+from stalesim.sim.jitter import ActionJitter
 from stalesim.sim.model import SimHardware, StageCosts
 
 # op codes (the engine's dispatch; also the first index of the per-op cost tables)
@@ -195,13 +196,15 @@ def _channel_index(topology: str, n_dev: int, src: int, dst: int) -> int:
 
 
 def simulate_program(prog: Program, costs: StageCosts, hw: SimHardware, *,
-                     workers: int | None = None, comm: CommPlan | None = None) -> Timeline:
+                     workers: int | None = None, comm: CommPlan | None = None,
+                     jitter: ActionJitter | None = None) -> Timeline:
     """Run the event simulation of a compiled schedule with these costs (``comm``:
-    the cluster's nodes, groups and buckets; None = one node, one ring)."""
+    the cluster's nodes, groups and buckets; None = one node, one ring; ``jitter``: every
+    compute action's duration times one draw of its kind's spread, :mod:`stalesim.sim.jitter`)."""
     sched = prog.sched
     if costs.stages != sched.stages:
         raise StalesimError(f"stages: costs for {costs.stages} stages, schedule has {sched.stages}")
-    eng = _Engine(prog, costs, hw, workers or sched.workers, comm)
+    eng = _Engine(prog, costs, hw, workers or sched.workers, comm, jitter)
     for d, ops in enumerate(prog.ops):
         if ops:
             eng.env.process(eng.device(d, ops))
@@ -224,7 +227,7 @@ class _Engine:
     """
 
     def __init__(self, prog: Program, costs: StageCosts, hw: SimHardware, P: int,
-                 comm: CommPlan | None) -> None:
+                 comm: CommPlan | None, jitter: ActionJitter | None = None) -> None:
         sched = self.sched = prog.sched
         S = sched.stages
         self.prog = prog
@@ -252,6 +255,8 @@ class _Engine:
         # durations by [kind code][stage]
         self.dur_table = [list(costs.f_ns), list(costs.b_ns), list(costs.u_ns), [costs.loss_ns] * S,
                           list(bi), list(bw)]
+        # per action id, the factor its duration is drawn with (None: every action its mean)
+        self.factor = None if jitter is None or not jitter.ratios else jitter.factors(prog)
         # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
         self.gaps, self.cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
         self.has_gap = any(v for op in self.gaps for row in op for v in row)
@@ -289,6 +294,7 @@ class _Engine:
         compute_code, send_code, recv_code, ar_code = COMPUTE, SEND, RECV, AR  # locals: read per action
         durs, gaps, has_gap = self.dur_table, self.gaps[COMPUTE], self.has_gap
         core_free, start, end, last_dur = self.core_free, self.start, self.end, self.last_dur
+        factor = self.factor
         work = 0
         for op, gid, kc, s, ref in ops:
             if op == compute_code:  # no other device observes it, no event needed ...
@@ -297,7 +303,7 @@ class _Engine:
                     now = clock
                 # F, B, I, W, U, LOSS hold the core for their duration. The one op kept in
                 # the loop: a call per compute action made the engine ~5% slower (bench_sim)
-                dur = durs[kc][s]
+                dur = durs[kc][s] if factor is None else round(durs[kc][s] * factor[gid])
                 g = gaps[kc][s] if has_gap else 0
                 if shares_core:
                     clock = max(clock, core_free[d])

@@ -34,6 +34,11 @@ measured here once per machine and model rather than fitted per schedule:
   (:func:`simulate_with_costs`). A sequential schedule (ranks never overlap)
   thus gets the alone costs and a full pipeline the contended ones, with no
   per-schedule factor anywhere.
+* **Action jitter** (:func:`action_jitter`): an action's time is a draw around its mean,
+  and a pipeline's waits take the later of two draws, so mean costs alone are optimistic
+  wherever devices wait on each other (:mod:`stalesim.sim.jitter`). The spread is the stage
+  timing's own, each round over its pass's mean; the prediction is the median of
+  :data:`JITTER_DRAWS` simulations with every compute action drawn from it.
 """
 
 from __future__ import annotations
@@ -51,16 +56,22 @@ from stalesim.schedule.actions import (
     Kind,
 )
 from stalesim.validate.afterwait import busy_intervals, wait_factors
-from stalesim.validate.stagetime import MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
+from stalesim.validate.stagetime import MIN_RATIO, MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
+    from stalesim.sim.jitter import ActionJitter
     from stalesim.sim.model import SimHardware, StageCosts
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
 
 KINDS = COMPUTE_NAMES_ORDERED  # F, B, U, LOSS, then I, W: the halves of a split backward
+#: simulations with drawn action times per prediction; odd, so that the median is one
+#: simulated run, whose timeline, utilization and attribution agree with its iteration time
+JITTER_DRAWS = 5
+#: the fewest rounds of a kind's spread the prediction draws from (fewer: that kind keeps its mean)
+MIN_JITTER_SAMPLES = 6
 _SPLIT = tuple(k.value for k in SPLIT_BACKWARD_KINDS)
 
 
@@ -570,10 +581,42 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
         if curves:
             waits = wait_factors(result, curves)
     assert result is not None
+    jitter = action_jitter(times)
+    drawn: list[float] = []
+    if jitter is not None and result.devices > 1:  # one device never waits on another
+        final = costs
+        result, drawn = median_draw(lambda j: simulate(final, sched, hw, SimOptions(recv_ahead=recv_ahead, jitter=j)),
+                                    jitter)
     return result, {"phi": phi, "rounds": len(history), "history": history,
+                    "mean_costs_s": history[-1], "jitter_draws_s": drawn,
+                    "jitter_spread": {} if jitter is None else jitter.spread(),
                     "wait_factors": {f"{k}:{s}": f for (k, s), f in sorted(waits.items())},
                     "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs,
                     "schedule": sched}
+
+
+def median_draw(run: Callable[[ActionJitter], SimResult], jitter: ActionJitter) -> tuple[SimResult, list[float]]:
+    """``run`` with :data:`JITTER_DRAWS` seeds of ``jitter``: the run of median iteration time
+    (one simulated run: its timeline agrees with its time) and every draw's time, sorted."""
+    runs = sorted((run(jitter.with_seed(k)) for k in range(JITTER_DRAWS)), key=lambda r: r.iteration_time_s)
+    return runs[len(runs) // 2], [r.iteration_time_s for r in runs]
+
+
+def action_jitter(times: StageTimes | None) -> ActionJitter | None:
+    """The spread a layout's actions are drawn with (:mod:`stalesim.sim.jitter`): per compute
+    kind, every round of its stage timing over its pass's mean, alone and contended pooled (a
+    kind with fewer than :data:`MIN_JITTER_SAMPLES` keeps its mean); None without any (stage
+    times from before the spread was kept, or no stage times)."""
+    from stalesim.sim.jitter import ActionJitter
+
+    if times is None:
+        return None
+    pooled: dict[str, list[float]] = {}
+    for t in (times, times.contended):
+        for k, v in (t.round_ratios.items() if t is not None else ()):
+            pooled.setdefault(k, []).extend(v)
+    ratios = {k: tuple(v) for k, v in pooled.items() if len(v) >= MIN_JITTER_SAMPLES}
+    return ActionJitter(ratios) if ratios else None
 
 
 def wait_curves(times: StageTimes | None) -> dict[str, list[tuple[float, float]]]:
@@ -657,6 +700,44 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
         recv.setdefault(o["kind"], [0] * S)[o["stage"]] = to_ns(o["complete_s"])
     comm.update({k: tuple(v) for k, v in recv.items()})
     return out.with_overheads(gap=gap, comm=comm)
+
+
+def replay_jitter(rows_by_rank: dict[str, list[list[Any]]],
+                  window_s: tuple[float, float] | None = None) -> ActionJitter | None:
+    """The run's own spread, as :func:`action_jitter` gives the prediction the stage timing's:
+    per compute kind, every action inside ``window_s`` over the mean of its (rank, kind, stage)
+    (per rank, so that one rank running steadily slower than another is not taken as
+    spread); None when no kind has :data:`MIN_JITTER_SAMPLES`."""
+    from stalesim.sim.jitter import ActionJitter
+
+    spans: dict[tuple[str, str, int], list[float]] = {}
+    for rank, rows in rows_by_rank.items():
+        for _label, kind, stage, _b, _m, _w, t0, t1 in rows:
+            if kind in KINDS and (window_s is None or (t1 >= window_s[0] and t0 <= window_s[1])):
+                spans.setdefault((rank, kind, int(stage)), []).append(t1 - t0)
+    ratios: dict[str, list[float]] = {}
+    for (_rank, kind, _s), xs in spans.items():
+        m = statistics.fmean(xs)
+        if m > 0:
+            ratios.setdefault(kind, []).extend(max(MIN_RATIO, x / m) for x in xs)
+    kept = {k: tuple(v) for k, v in ratios.items() if len(v) >= MIN_JITTER_SAMPLES}
+    return ActionJitter(kept) if kept else None
+
+
+def replay(costs: StageCosts, schedule: Any, hw: SimHardware, rows_by_rank: dict[str, list[list[Any]]],
+           window_s: tuple[float, float] | None, *, keep_timeline: bool = False) -> SimResult:
+    """``schedule`` simulated with one run's measured costs (:func:`replay_costs`, :func:`replay_link`)
+    and, as the prediction draws from the stage timing's spread, with the run's own spread
+    (:func:`replay_jitter`; the median of the draws): the replay."""
+    from stalesim.sim import SimOptions, simulate
+
+    rc = replay_costs(costs, rows_by_rank, window_s)
+    link = replay_link(hw, rc, rows_by_rank, window_s)
+    jitter = replay_jitter(rows_by_rank, window_s) if schedule.num_devices > 1 else None
+    if jitter is None:
+        return simulate(rc, schedule, link, SimOptions(keep_timeline=keep_timeline))
+    return median_draw(lambda j: simulate(rc, schedule, link, SimOptions(keep_timeline=keep_timeline, jitter=j)),
+                       jitter)[0]
 
 
 def message_delays(rows_by_rank: dict[str, list[list[Any]]],

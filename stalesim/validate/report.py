@@ -188,6 +188,11 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
     waits = sorted({p[0] for e in cm.get("stage_times") or [] for c in (e.get("wait_ratios") or {}).values()
                     for p in c})
     bw = hw.get("bandwidth_Bps")
+    rows = summary.get("rows") or []
+    cv = [x for r in rows for x in (r.get("jitter_spread") or {}).values()]
+    # the drawn action times' effect: the prediction over the same costs at their means
+    jit = [r["predicted_iteration_time_s"] / r["mean_cost_iteration_time_s"] for r in rows
+           if r.get("jitter_draws_s") and r.get("mean_cost_iteration_time_s") and r.get("predicted_iteration_time_s")]
     return [
         "## Cost-model parameters (measured)",
         "",
@@ -204,6 +209,10 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
         f"{'unlimited' if bw is None else f'{bw / 1e9:.3f} GB/s'} |",
         f"| communication overlaps compute / CPU occupancy | {hw.get('comm_overlaps_compute')} / "
         f"{_f(hw.get('cpu_comm_occupancy'), '.2f')} |",
+        f"| action time spread: each timed round over its pass's mean, coefficient of variation (per layout "
+        f"and kind) | {_span(cv)} |",
+        f"| drawn action times: prediction (median of the draws) over the same costs at their means "
+        f"(per schedule) | {_span(jit)} |",
         "",
     ]
 

@@ -23,8 +23,11 @@ the layouts and that ``validate`` spreads between the rounds of its measured run
 co-runners keep the other cores busy (*contended*), because two processes computing on
 one socket can slow each other, by an amount that on a virtual machine comes and goes
 with the host's other tenants. A kind's time is the mean over the rounds after each
-process's two warm-up rounds; the median and quartiles are kept beside it. The per-layer
-profile still chooses the partition and gives the update (:mod:`costmodel`).
+process's two warm-up rounds; the median and quartiles are kept beside it, and each round's
+time over its own pass's mean (:func:`round_ratios`: the spread of one action around its mean
+within one moment of the machine, which the prediction draws action times from,
+:mod:`stalesim.sim.jitter`). The per-layer profile still chooses the partition and gives the
+update (:mod:`costmodel`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ Samples = list[dict[str, list[float]]]
 WaitSamples = dict[float, Samples]
 #: per pass, per stage ``{kind: mean seconds over that pass's rounds}``
 PassMeans = list[list[dict[str, float]]]
+#: per compute kind, each timed round's time over its pass's mean for the same stage
+RoundRatios = dict[str, list[float]]
+#: the least a round's time over its mean is taken as (the correction in :func:`round_ratios`
+#: can push a fast round of three towards zero, which no action takes)
+MIN_RATIO = 0.05
 
 
 @dataclass(frozen=True)
@@ -102,12 +110,17 @@ class StageTimes:
     # machine), per stage, the mean of that pass's rounds: what an estimator that treats the
     # passes as repeats needs (the pooled means above weigh a slow pass like any rounds)
     pass_means_s: PassMeans = field(default_factory=list)
+    # per compute kind, every round's time over its pass's mean for the same stage, pooled
+    # over stages and passes (:func:`round_ratios`): the spread the prediction draws from
+    round_ratios: RoundRatios = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mean_s": self.mean_s, "median_s": self.median_s, "rounds": self.rounds,
                              "quartiles_s": [{k: list(v) for k, v in q.items()} for q in self.quartiles_s]}
         if self.pass_means_s:
             d["pass_means_s"] = self.pass_means_s
+        if self.round_ratios:
+            d["round_ratios"] = {k: list(v) for k, v in self.round_ratios.items()}
         if self.contended is not None:
             d["contended"] = self.contended.to_dict()
         if self.after_wait:
@@ -183,19 +196,23 @@ class StageTimes:
                      after_wait: WaitSamples | None = None,
                      contended_after_wait: WaitSamples | None = None, *,
                      pass_means: PassMeans | None = None,
-                     contended_pass_means: PassMeans | None = None) -> StageTimes:
+                     contended_pass_means: PassMeans | None = None,
+                     ratios: RoundRatios | None = None,
+                     contended_ratios: RoundRatios | None = None) -> StageTimes:
         """Means, medians and quartiles of per-stage ``{kind: [seconds]}``; ``rounds``: the
         most samples of any kind; ``contended``: the same, timed with co-runners busy;
         ``after_wait`` / ``contended_after_wait``: per wait, the actions timed after it;
-        ``pass_means`` / ``contended_pass_means``: kept as they are (:func:`pass_means`)."""
+        ``pass_means`` / ``contended_pass_means`` and ``ratios`` / ``contended_ratios``: kept as
+        they are (:func:`pass_means`, :func:`round_ratios`)."""
         return cls([{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples],
                    [{k: statistics.median(v) for k, v in s.items() if v} for s in samples],
                    [{k: _quartiles(v) for k, v in s.items() if v} for s in samples],
                    max((len(v) for s in samples for v in s.values()), default=0),
                    None if contended is None else cls.from_samples(contended, after_wait=contended_after_wait,
-                                                                   pass_means=contended_pass_means),
+                                                                   pass_means=contended_pass_means,
+                                                                   ratios=contended_ratios),
                    {w: cls.from_samples(s) for w, s in (after_wait or {}).items()},
-                   list(pass_means or []))
+                   list(pass_means or []), {k: list(v) for k, v in (ratios or {}).items()})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StageTimes:
@@ -206,12 +223,38 @@ class StageTimes:
                    [{k: (float(v[0]), float(v[1])) for k, v in q.items()} for q in d.get("quartiles_s", [])],
                    int(d.get("rounds", 0)), cls.from_dict(d["contended"]) if d.get("contended") else None,
                    {float(e["wait_s"]): cls.from_dict(e) for e in d.get("after_wait", [])},
-                   [[{k: float(v) for k, v in m.items()} for m in p] for p in d.get("pass_means_s", [])])
+                   [[{k: float(v) for k, v in m.items()} for m in p] for p in d.get("pass_means_s", [])],
+                   {k: [float(x) for x in v] for k, v in (d.get("round_ratios") or {}).items()})
 
 
 def pass_means(samples: Samples) -> list[dict[str, float]]:
     """Per stage, the mean of each kind's samples (one pass's entry of ``pass_means_s``)."""
     return [{k: statistics.fmean(v) for k, v in s.items() if v} for s in samples]
+
+
+def round_ratios(samples: Samples) -> RoundRatios:
+    """One pass's samples as times over their mean: per compute kind (the data read left out:
+    it is part of stage 0's F), every round of every stage with at least two rounds,
+    ``1 + (t / mean - 1) * sqrt(n / (n - 1))``. Over the pass's own mean, because a pass is one
+    moment of the machine: the drift between passes moves every action at once, which is not
+    the spread of one action against another. The factor undoes the shrinking of deviations
+    measured from n samples' own mean (their variance is (n - 1) / n of the true one)."""
+    out: RoundRatios = {}
+    for stage in samples:
+        for k, xs in stage.items():
+            if k not in COMPUTE_NAMES_ORDERED or len(xs) < 2:
+                continue
+            m = statistics.fmean(xs)
+            if m <= 0:
+                continue
+            c = math.sqrt(len(xs) / (len(xs) - 1))
+            out.setdefault(k, []).extend(max(MIN_RATIO, 1.0 + (x / m - 1.0) * c) for x in xs)
+    return out
+
+
+def _extend(into: RoundRatios, more: RoundRatios) -> None:
+    for k, v in more.items():
+        into.setdefault(k, []).extend(v)
 
 
 def _pooled_ratio(base: list[dict[str, float]], other: list[dict[str, float]],
@@ -297,6 +340,8 @@ class LayoutTimer:
     _busy_wait: list[WaitSamples] = field(default_factory=list, init=False, repr=False)
     _alone_passes: list[PassMeans] = field(default_factory=list, init=False, repr=False)
     _busy_passes: list[PassMeans] = field(default_factory=list, init=False, repr=False)
+    _alone_ratios: list[RoundRatios] = field(default_factory=list, init=False, repr=False)
+    _busy_ratios: list[RoundRatios] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._alone = [None] * len(self.tcs)
@@ -304,6 +349,8 @@ class LayoutTimer:
         self._busy_wait = [{} for _ in self.tcs]
         self._alone_passes = [[] for _ in self.tcs]
         self._busy_passes = [[] for _ in self.tcs]
+        self._alone_ratios = [{} for _ in self.tcs]
+        self._busy_ratios = [{} for _ in self.tcs]
 
     def run_pass(self, corunners: CoRunners | None = None) -> None:
         """Time every layout once; with ``corunners`` (CPU ranks) every layout twice, alone
@@ -327,6 +374,7 @@ class LayoutTimer:
                 have = store[i]
                 store[i] = got if have is None else _merge(have, got)
                 (self._busy_passes if busy else self._alone_passes)[i].append(pass_means(got))
+                _extend((self._busy_ratios if busy else self._alone_ratios)[i], round_ratios(got))
                 for w, got_w in waited.items():
                     had = self._busy_wait[i].get(w)
                     self._busy_wait[i][w] = got_w if had is None else _merge(had, got_w)
@@ -338,9 +386,9 @@ class LayoutTimer:
         """Per layout: means, medians and quartiles over every pass so far, with the
         contended times beside them where any pass had co-runners."""
         return [StageTimes.from_samples(a or [], b, contended_after_wait=w, pass_means=ap,
-                                        contended_pass_means=bp)
-                for a, b, w, ap, bp in zip(self._alone, self._busy, self._busy_wait, self._alone_passes,
-                                           self._busy_passes)]
+                                        contended_pass_means=bp, ratios=ar, contended_ratios=br)
+                for a, b, w, ap, bp, ar, br in zip(self._alone, self._busy, self._busy_wait, self._alone_passes,
+                                                   self._busy_passes, self._alone_ratios, self._busy_ratios)]
 
 
 def measure_layouts(tcs: Sequence[Any], *, device: str = "cpu", threads: int = 1, passes: int = 3,

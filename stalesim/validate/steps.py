@@ -534,6 +534,11 @@ def compare_step(v: Validation) -> None:
             "ppv": info["ppv"], "action_batch": info["action_batch"],
             "contention_phi": info["phi"], "fixed_point_rounds": info["rounds"],
             "after_wait_factors": info.get("wait_factors", {}),
+            # drawn action times (costmodel.action_jitter): the median of the draws is the
+            # prediction; beside it the same costs at their means
+            "mean_cost_iteration_time_s": info.get("mean_costs_s"),
+            "jitter_draws_s": info.get("jitter_draws_s") or [],
+            "jitter_spread": info.get("jitter_spread") or {},
             "steady_window": r.steady_window,
             "repeats": len(ok),
             "measured_iteration_times_s": times,
@@ -582,15 +587,11 @@ def _attribute(v: Validation, name: str, r: Any, info: dict[str, Any], m: dict[s
 
 def _replay(v: Validation, info: dict[str, Any], m: dict[str, Any], mt: dict[str, Any], *,
             timeline: bool = False) -> Any:
-    """The simulated iteration time of this schedule with one run's measured action costs
-    (``timeline``: the whole SimResult, with its timeline)."""
-    from stalesim.sim import SimOptions, simulate
-    from stalesim.validate.costmodel import replay_costs, replay_link
+    """The simulated iteration time of this schedule with one run's measured action costs and
+    spread (``timeline``: the whole SimResult, with its timeline; :func:`costmodel.replay`)."""
+    from stalesim.validate.costmodel import replay
 
     if not m.get("rows"):
         return None
-    w = tuple(mt["window_s"])
-    rc = replay_costs(info["costs"], m["rows"], w)
-    hw = replay_link(v.hw, rc, m["rows"], w)
-    res = simulate(rc, info["schedule"], hw, SimOptions(keep_timeline=timeline))
+    res = replay(info["costs"], info["schedule"], v.hw, m["rows"], tuple(mt["window_s"]), keep_timeline=timeline)
     return res if timeline else res.iteration_time_s
