@@ -386,3 +386,46 @@ def test_the_prediction_is_the_median_of_drawn_runs_and_slower_where_devices_wai
     r1, info1 = simulate_with_costs(cm, _hw(), seq, ppv=None, batch_size=32)
     assert info1["jitter_draws_s"] == [] and action_jitter(one) is not None
     assert r1.iteration_time_s == pytest.approx(4e-3 + 8e-3, rel=0.05)  # its stage times, at their means
+
+
+def test_contention_is_pooled_over_the_layouts_at_one_action_batch() -> None:
+    """Each layout's contended module-kind times become its alone times times the ratio pooled
+    over every layout at its action batch; the LOSS keeps its own, the after-wait ratios stay."""
+    from stalesim.validate.stagetime import contention_by_batch
+
+    def key(batch: int, hooked: bool) -> LayoutKey:
+        return LayoutKey((2,), batch, (False, False), (hooked, False), False)
+
+    waited = StageTimes([{"F": 3.0, "B": 6.0}, {"F": 1.5}])
+    a = StageTimes([{"F": 1.0, "B": 2.0}, {"F": 1.0, "LOSS": 0.5}],
+                   contended=StageTimes([{"F": 1.0, "B": 2.0}, {"F": 1.0, "LOSS": 0.9}], after_wait={0.025: waited}))
+    b = StageTimes([{"F": 1.0, "B": 2.0}, {"F": 1.0}], contended=StageTimes([{"F": 1.5, "B": 3.0}, {"F": 1.5}]))
+    other = StageTimes([{"F": 4.0}], contended=StageTimes([{"F": 8.0}]))
+    ratios = contention_by_batch({key(8, False): a, key(8, True): b, key(32, False): other,
+                                  key(16, False): StageTimes([{"F": 1.0}])})
+    assert ratios == {8: pytest.approx(10.0 / 8.0), 32: pytest.approx(2.0)}  # no contended times: no entry
+    p = a.with_contention(ratios[8])
+    assert p.contended.mean_s == [{"F": pytest.approx(1.25), "B": pytest.approx(2.5)},
+                                  {"F": pytest.approx(1.25), "LOSS": 0.9}]
+    assert p.mean_s == a.mean_s
+    for k, curve in a.contended.wait_ratios().items():
+        assert [r for _w, r in p.contended.wait_ratios()[k]] == pytest.approx([r for _w, r in curve])
+    assert StageTimes([{"F": 1.0}]).with_contention(2.0) == StageTimes([{"F": 1.0}])
+
+
+def test_the_prediction_uses_the_pooled_contention() -> None:
+    """A layout measured 40% slower contended pays 40% alone, and 20% once another layout of the
+    run at the same action batch measured no slowdown: the pooled ratio."""
+    cm = CostModel(_profile())
+    alone = [{"F": 1e-3, "B": 2e-3}, {"F": 1e-3, "B": 2e-3, "LOSS": 0.0}]
+    slow = [{"F": 1.4e-3, "B": 2.8e-3}, {"F": 1.4e-3, "B": 2.8e-3, "LOSS": 0.0}]
+    cfg = ScheduleConfig("pipedream", stages=2, batches=16)
+    ka = layout_key(build_schedule(cfg), [2], 32)
+    kb = layout_key(build_schedule(ScheduleConfig("local", stages=2, batches=16)), [2], 32)
+    assert ka != kb and ka.action_batch == kb.action_batch
+    cm.stage_times[ka] = StageTimes(alone, contended=StageTimes(slow))
+    own, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    cm.stage_times[kb] = StageTimes(alone, contended=StageTimes(alone))
+    pooled, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
+    assert own.iteration_time_s == pytest.approx(1.4 * 3e-3, rel=0.05)  # F + B, always contended
+    assert pooled.iteration_time_s == pytest.approx(1.2 * 3e-3, rel=0.05)

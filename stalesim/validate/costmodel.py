@@ -56,7 +56,15 @@ from stalesim.schedule.actions import (
     Kind,
 )
 from stalesim.validate.afterwait import busy_intervals, wait_factors
-from stalesim.validate.stagetime import MIN_RATIO, MODULE_KINDS, LayoutKey, StageTimes, hooked_stages, layout_key
+from stalesim.validate.stagetime import (
+    MIN_RATIO,
+    MODULE_KINDS,
+    LayoutKey,
+    StageTimes,
+    contention_by_batch,
+    hooked_stages,
+    layout_key,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable, Sequence
@@ -134,6 +142,9 @@ class CostModel:
                                                         if k in ("sizes", "repeats", "device")
                                                         or isinstance(v, dict)},
                 "contention_ratio": self.contention_ratio(),
+                # what the prediction uses: per action batch, pooled over its layouts
+                "contention_by_action_batch": {str(b): r for b, r in
+                                               sorted(contention_by_batch(self.stage_times).items())},
                 "has_contended_profile": self.contended is not None,
                 "notes": list(self.notes)}
 
@@ -558,8 +569,12 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     dispatch = dispatch_counts(sched) if cm.dispatch_s > 0 and not cm.gaps_s else None
     times = cm.stage_times.get(layout_key(sched, ppv_used, batch_size))
     if times is not None:  # the means over every round of every pass (the per-pass means kept
-        # beside them feed the prediction noise, not the prediction: docs/validate.md)
+        # beside them feed the prediction noise, not the prediction: docs/validate.md), with the
+        # contention pooled over the layouts at this action batch (stagetime.contention_by_batch)
         times = times.pooled()
+        pooled = contention_by_batch(cm.stage_times).get(ab)
+        if pooled is not None:
+            times = times.with_contention(pooled)
     curves = wait_curves(times)
     waits: dict[tuple[str, int], float] = {}
     for r in range(max(1, rounds)):

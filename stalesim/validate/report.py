@@ -203,6 +203,8 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
         f"| dispatch gap per action (executor loop, 1-rank run) | {(cm.get('dispatch_s') or 0) * 1e6:.0f} us |",
         f"| contention: compute with the other ranks busy / alone (profile) | {_f(cr, '.3f')} |",
         f"| contention: stage times with co-runners busy / alone (per layout) | {_span(st)} |",
+        f"| contention the prediction uses: the same pooled over the layouts at each action batch | "
+        f"{_span(list((cm.get('contention_by_action_batch') or {}).values()))} |",
         f"| after a wait of {' / '.join(f'{w * 1e3:.0f}' for w in waits) or '-'} ms, co-runners busy / back to "
         f"back (per layout and kind, longest wait) | {_span(aw)} |",
         f"| link latency / bandwidth | {_f((hw.get('latency_s') or 0) * 1e6, '.1f')} us / "

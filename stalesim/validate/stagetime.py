@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +147,23 @@ class StageTimes:
             return None
         return _pooled_ratio(self.mean_s, self.contended.mean_s, MODULE_KINDS)
 
+    def with_contention(self, ratio: float) -> StageTimes:
+        """These times with every contended module-kind time (F, B, I, W) set to its alone time
+        times ``ratio`` (:func:`contention_by_batch`), the after-wait times moved by the same
+        factor as their back-to-back times (the after-wait ratios stay those measured); the
+        LOSS and the data read keep their own. Unchanged without contended times."""
+        from dataclasses import replace
+
+        c = self.contended
+        if c is None:
+            return self
+        means = [{k: (a[k] * ratio if k in MODULE_KINDS and k in a else v) for k, v in m.items()}
+                 for a, m in zip(self.mean_s, c.mean_s)]
+        scale = [{k: (v / m[k]) if m[k] > 0 else 1.0 for k, v in n.items()} for m, n in zip(c.mean_s, means)]
+        waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()} for m, sc in zip(t.mean_s, scale)])
+                 for w, t in c.after_wait.items()}
+        return replace(self, contended=replace(c, mean_s=means, after_wait=waits))
+
     def with_pass_medians(self) -> StageTimes:
         """Each (stage, kind)'s mean replaced by the median over the passes of that pass's mean,
         here and in the contended times: a pass is a fresh process at its own moment of the
@@ -225,6 +242,30 @@ class StageTimes:
                    {float(e["wait_s"]): cls.from_dict(e) for e in d.get("after_wait", [])},
                    [[{k: float(v) for k, v in m.items()} for m in p] for p in d.get("pass_means_s", [])],
                    {k: [float(x) for x in v] for k, v in (d.get("round_ratios") or {}).items()})
+
+
+def contention_by_batch(times: Mapping[LayoutKey, StageTimes]) -> dict[int, float]:
+    """Per action batch, contended over alone time summed over every layout timed at that
+    batch, their stages and module kinds (:meth:`StageTimes.contention_ratio` pooled).
+
+    Why pooled: how much a co-runner slows a stage is a matter of what the two processes
+    compute (the model, the batch: the working sets that share the caches and the memory
+    bus), not of a layout's hooks or split; yet each layout's own ratio comes from a few
+    contended rounds per pass and moved by up to 0.2 between layouts of one run whose stages
+    differ only in their hooks (a char-GPT on 2 vCPUs: 1.02 and 1.27 for the same cut and
+    batch). Pooled over the layouts at one batch, the noise averages out and the layouts
+    keep their own alone times (docs/validate.md)."""
+    sums: dict[int, list[float]] = {}
+    for key, t in times.items():
+        if t.contended is None:
+            continue
+        acc = sums.setdefault(key.action_batch, [0.0, 0.0])
+        for a, c in zip(t.mean_s, t.contended.mean_s):
+            for k in a.keys() & c.keys():
+                if k in MODULE_KINDS:
+                    acc[0] += a[k]
+                    acc[1] += c[k]
+    return {b: c / a for b, (a, c) in sums.items() if a > 0}
 
 
 def pass_means(samples: Samples) -> list[dict[str, float]]:
