@@ -116,6 +116,11 @@ def test_link_from_comm_and_the_measured_allreduce() -> None:
     assert hw.latency_ns == 30 * US  # arrive 80 us from the post's start - the 50 us post
     assert hw.bandwidth_Bps == float("inf")  # the post moved the bytes (send_post_fit)
     assert hw.allreduce_ns(2000, 2) == pytest.approx(300 * US, abs=2)
+    # calibrate keeps the mean beside the median: the mean is what a run pays, so it is fitted
+    mean = link_from_comm(SimHardware.ideal(), cm.comm,
+                          [{"bytes": 1000, "workers": 2, "seconds": 2e-4, "mean_s": 5e-4},
+                           {"bytes": 3000, "workers": 2, "seconds": 4e-4, "mean_s": 9e-4}], workers=2)
+    assert mean.allreduce_ns(2000, 2) == pytest.approx(700 * US, abs=2)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "stale", "pipedream", "dp", "pipe-sgd"])

@@ -57,3 +57,5 @@ def test_calibrate_gloo_writes_valid_hardware(tmp_path: Path, capsys) -> None:
     assert [m["bytes"] for m in data["link"]["measured"]] == [4, 4096, 262144]
     assert all(m["seconds"] > 0 for m in data["link"]["measured"])
     assert len(data["allreduce"]["measured"]) == 3 and data["allreduce"]["algorithm"] == "ring"
+    # at least AR_SAMPLES collectives per size whatever --repeats: a mean beside the median
+    assert all(m["mean_s"] > 0 and m["seconds"] > 0 for m in data["allreduce"]["measured"])

@@ -388,7 +388,8 @@ def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
     """The link the prediction uses: one-way delay to a blocked receiver beyond posting
     (``arrive`` - :func:`send_post_fit`: alpha = latency, wake-up included; 1/beta = bandwidth
     beyond what the post moved), and the
-    all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit) when given."""
+    all-reduce as measured by ``calibrate`` at this worker count (alpha-beta fit to the mean
+    times, or to the medians of files written before the means were kept) when given."""
     from stalesim.sim.model import to_ns
     from stalesim.validate.commcal import fit_linear
 
@@ -403,7 +404,9 @@ def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
                       wake_ns=0)
     pts = [m for m in (allreduce_measured or []) if int(m.get("workers", 0)) == workers]
     if len(pts) >= 2:
-        alpha, beta = fit_linear([float(m["bytes"]) for m in pts], [float(m["seconds"]) for m in pts])
+        # the mean collective where calibrate kept it (a run pays the mean every iteration; the
+        # median of a long-tailed time is below it), else the median older files hold
+        alpha, beta = fit_linear([float(m["bytes"]) for m in pts], [float(m.get("mean_s", m["seconds"])) for m in pts])
         out = replace(out, allreduce_alpha_ns=to_ns(alpha),
                       allreduce_bandwidth_Bps=(1.0 / beta) if beta > 0 else math.inf)
     return out

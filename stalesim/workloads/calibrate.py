@@ -44,6 +44,8 @@ __all__ = ["DEFAULT_SIZES", "calibrate", "check_args", "fit_alpha_beta", "rank_d
 DEFAULT_SIZES: tuple[int, ...] = tuple(4 * 4**k for k in range(12))  # 4 B .. 16 MiB
 MAX_MESSAGE_BYTES = 1 << 30  # one message, allocated on every rank
 _AR_SIZES = (4096, 262144, 4194304)
+#: the fewest collectives timed per size (its mean needs many: the time has a long tail)
+AR_SAMPLES = 40
 
 
 def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float, float]:
@@ -174,7 +176,12 @@ def _ping_pong(rank: int, dev: torch.device, sizes: list[int], repeats: int) -> 
 
 
 def _allreduce_times(world: int, dev: torch.device, repeats: int) -> list[dict[str, float]]:
-    """Median all-reduce time over all ranks at each of :data:`_AR_SIZES`."""
+    """All-reduce time at each of :data:`_AR_SIZES` over :data:`AR_SAMPLES` (at least)
+    back-to-back collectives after two warm-up ones: the median (``seconds``) and the mean
+    (``mean_s``). A gloo collective's time has a long tail on a shared machine (0.8 MB on 2
+    vCPUs: median 1.4-2.8 ms, mean 2.6-2.9 ms, one in ten above 4.5 ms), and a run pays the
+    mean every iteration, so the prediction fits the means (``validate``'s
+    :func:`~stalesim.validate.costmodel.link_from_comm`)."""
     import torch
     import torch.distributed as dist
 
@@ -184,13 +191,14 @@ def _allreduce_times(world: int, dev: torch.device, repeats: int) -> list[dict[s
         samples = []
         dist.barrier()
         _sync(dev)
-        for r in range(repeats + 2):
+        for r in range(max(repeats, AR_SAMPLES) + 2):
             t0 = time.perf_counter()
             dist.all_reduce(buf)
             _sync(dev)
             if r >= 2:
                 samples.append(time.perf_counter() - t0)
-        ar.append({"bytes": n, "workers": world, "seconds": statistics.median(samples)})
+        ar.append({"bytes": n, "workers": world, "seconds": statistics.median(samples),
+                   "mean_s": statistics.fmean(samples)})
     return ar
 
 
