@@ -8,6 +8,9 @@ LayoutTimer`). Estimators:
 
 * ``pooled``: the mean over every round of every pass (what the cost model predicts from;
   :meth:`~stalesim.validate.stagetime.StageTimes.pooled`);
+* ``own-contention``: the same, with each layout's own contended times instead of the
+  ratio pooled over the layouts at its action batch (the model before 2026-11-29 noon;
+  ``CostModel.pooled_contention``): what the folders written before then predicted;
 * ``pass-median``: per (stage, kind) the median over the passes of each pass's mean
   (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured side
   reports the median repeat. Needs a folder whose stage times kept their pass means.
@@ -36,7 +39,7 @@ from benchmarks.attribute_validate import load_run, predict_row
 from benchmarks.block_ratios import save_json
 
 #: the estimator names, in the order printed
-ESTIMATORS = ("pooled", "pass-median")
+ESTIMATORS = ("pooled", "own-contention", "pass-median")
 
 
 def pass_index(name: str) -> int | None:
@@ -48,6 +51,10 @@ def estimate(cm: Any, name: str) -> Any:
     """``cm`` (a CostModel) with its stage times as estimator ``name`` gives them."""
     if name == "pooled":
         return cm  # what the cost model predicts from (simulate_with_costs pools the passes)
+    if name == "own-contention":
+        from dataclasses import replace
+
+        return replace(cm, pooled_contention=False)
     if name == "pass-median":
         return cm.with_pass_medians()
     if (k := pass_index(name)) is not None:

@@ -14,16 +14,22 @@ from benchmarks.bench_stage_estimators import main, repredict
 RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "validate_resnet32_cpu2_interleaved_2026-11-28"
 
 
-def test_pooled_reproduces_the_stored_predictions() -> None:
-    """The pooled estimator is what validate predicted with: same times, same errors."""
-    res = repredict(RUN, ("pooled",))
+def test_own_contention_reproduces_the_stored_predictions_and_pooled_moves_them_a_little() -> None:
+    """The folder was predicted with each layout's own contended times: ``own-contention``
+    gives back its times and errors exactly; ``pooled`` (today's model) moves them by the
+    difference between a layout's ratio and its batch's pooled one, a few percent."""
+    res = repredict(RUN, ("pooled", "own-contention"))
     stored = {r["schedule"]: r for r in json.loads((RUN / "summary.json").read_text())["rows"]}
-    assert len(res["rows"]) == len(stored) - sum(1 for r in stored.values() if not r.get("measured_iteration_time_s"))
-    for r in res["rows"]:
+    own = [r for r in res["rows"] if r["estimator"] == "own-contention"]
+    assert len(own) == len(stored) - sum(1 for r in stored.values() if not r.get("measured_iteration_time_s"))
+    for r in own:
         assert r["predicted_s"] == pytest.approx(stored[r["schedule"]]["predicted_iteration_time_s"], rel=1e-9)
         assert r["error"] == pytest.approx(stored[r["schedule"]]["time_error"], abs=1e-9)
-    agg = res["aggregate"]["pooled"]
-    assert agg["n"] == len(res["rows"]) == 18  # every schedule; the 1-rank baseline is no row
+    moved = [abs(r["predicted_s"] / stored[r["schedule"]]["predicted_iteration_time_s"] - 1)
+             for r in res["rows"] if r["estimator"] == "pooled"]
+    assert 0 < max(moved) < 0.08 and sorted(moved)[len(moved) // 2] < 0.03
+    agg = res["aggregate"]["own-contention"]
+    assert agg["n"] == len(own) == 18  # every schedule; the 1-rank baseline is no row
     assert agg["median_abs_error"] <= agg["max_abs_error"]
 
 
@@ -42,12 +48,14 @@ def test_pass_median_moves_only_the_layout_with_a_slow_pass(tmp_path) -> None:
             base = [{k: v * (0.75 if slow else 1.0) for k, v in m.items()} for m in means]
             t["pass_means_s"] = [base, base, [{k: v * (2 if slow else 1) for k, v in m.items()} for m in base]]
     (run / "summary.json").write_text(json.dumps(s))
-    res = repredict(run, per_pass=True)
+    res = repredict(run, ("pooled", "pass-median"), per_pass=True)
     by = {(r["schedule"], r["estimator"]): r["predicted_s"] for r in res["rows"]}
     for name in ("gpipe", "1f1b"):
         assert by[(name, "pass-median")] < 0.9 * by[(name, "pooled")]
-    for name in ("pipedream", "dp", "zb-h1", "interleaved-1f1b"):
+    for name in ("pipedream", "dp"):  # other layouts at other action batches: untouched
         assert by[(name, "pass-median")] == pytest.approx(by[(name, "pooled")], rel=1e-6)
+    for name in ("zb-h1", "interleaved-1f1b"):  # the slow layout's batch: only via the pooled contention
+        assert by[(name, "pass-median")] == pytest.approx(by[(name, "pooled")], rel=0.01)
     # each pass alone: the first two are the median's times, the slow third moves only gpipe/1f1b
     assert by[("gpipe", "pass-0")] == pytest.approx(by[("gpipe", "pass-median")], rel=1e-6)
     assert by[("gpipe", "pass-2")] > 1.5 * by[("gpipe", "pass-0")]

@@ -65,15 +65,14 @@ class ActionJitter:
         """Per action of ``prog`` (by its id): the factor its duration is multiplied by, one
         draw from its kind's samples for a compute action, 1 for everything else. The draws
         follow the devices' action lists in order, so they depend on the seed alone."""
-        from stalesim.sim.events import COMPUTE
-
         rng = random.Random(self.seed)
         out = [1.0] * prog.n_actions
-        by_code = [tuple(self.ratios.get(k, ())) for k in COMPUTE_NAMES_ORDERED]
+        actions = prog.actions
         for ops in prog.ops:
-            for op, gid, kc, _s, _ref in ops:
-                if op == COMPUTE and by_code[kc]:
-                    out[gid] = rng.choice(by_code[kc])
+            for _op, gid, _kc, _s, _ref in ops:
+                xs = self.ratios.get(actions[gid].kind.value)  # only compute kinds have samples (check)
+                if xs:
+                    out[gid] = rng.choice(xs)
         return out
 
     def spread(self) -> dict[str, float]:

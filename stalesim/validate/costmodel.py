@@ -105,6 +105,10 @@ class CostModel:
     # the runtime overhead and the hook cost above (``hook_s`` is read from folders written
     # before stage times were measured)
     stage_times: dict[LayoutKey, StageTimes] = field(default_factory=dict)
+    # a layout's contended times from the ratio pooled over the layouts at its action batch
+    # (stagetime.contention_by_batch); False: each layout's own contended times, as the model
+    # predicted before 2026-11-29 noon (what re-predicting older folders exactly needs)
+    pooled_contention: bool = True
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -575,7 +579,7 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
         # beside them feed the prediction noise, not the prediction: docs/validate.md), with the
         # contention pooled over the layouts at this action batch (stagetime.contention_by_batch)
         times = times.pooled()
-        pooled = contention_by_batch(cm.stage_times).get(ab)
+        pooled = contention_by_batch(cm.stage_times).get(ab) if cm.pooled_contention else None
         if pooled is not None:
             times = times.with_contention(pooled)
     curves = wait_curves(times)
