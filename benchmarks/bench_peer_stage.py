@@ -60,6 +60,8 @@ from stalesim.schedule.actions import Kind
 FRESH = ("fresh", "fresh+co")
 #: timed by the ranks themselves
 IN_RANKS = ("solo", "peer", "peer+msgs", "alt", "alt-spin")
+#: the longest an alt-spin rank spins for the other's message before it gives up
+SPIN_TIMEOUT_S = 120.0
 CONDITIONS = FRESH + IN_RANKS
 #: (condition, baseline) pairs whose per-block ratios are summarized
 RATIOS = (("solo", "fresh"), ("peer", "fresh+co"), ("peer", "solo"), ("fresh+co", "fresh"),
@@ -154,10 +156,13 @@ def _backward(rt: Any, g: Any, t: int, micro: int | None, got: dict[str, list[fl
 
 
 def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any, *,
-               sent: Any = None) -> dict[str, list[float]]:
+               sent: Any = None, seen: list[int] | None = None) -> dict[str, list[float]]:
     """``n`` rounds in turns (``alt``): stage 0's F, a message to rank 1, stage 1's F, LOSS and
     B, a message back, stage 0's B. With ``sent`` (a shared array: per rank, how many messages
-    it has started to send) a rank spins until the other's count moves before it receives."""
+    it has started to send) a rank spins until the other's count passes ``seen[0]``, the
+    messages it has received from the other so far over every call (kept by the caller: read
+    from ``sent`` at the start of a call instead, the count raced the peer's first send and a
+    rank that read it one late spun forever)."""
     import torch.distributed as dist
 
     from stalesim.schedule import Action
@@ -171,14 +176,15 @@ def _alternate(rt: Any, x: Any, g: Any, y: Any, n: int, first: int, message: Any
         dist.isend(message, peer, tag=tag).wait()
 
     def recv(tag: int) -> None:
-        if sent is not None:
+        if sent is not None and seen is not None:
             want = seen[0] + 1
+            deadline = time.perf_counter() + SPIN_TIMEOUT_S
             while sent[peer] < want:
-                pass
+                if time.perf_counter() > deadline:  # never spin forever (a run in CI included)
+                    raise RuntimeError(f"alt-spin: rank {peer}'s message {want} did not come in {SPIN_TIMEOUT_S:g} s")
             seen[0] = want
         dist.irecv(buf, peer, tag=tag).wait()
 
-    seen = [sent[peer] if sent is not None else 0]
     micro = 0 if rt.schedule.uses_micro else None
     got: dict[str, list[float]] = {k: [] for k in TIMED}
     buf = message.clone()
@@ -215,6 +221,7 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None
     _rounds(rt, x, g, y, WARMUP, 0)
     t = WARMUP  # the next round's batch (each round a batch of its own, as in the stage timing)
     rows: list[dict[str, Any]] = []
+    spun = [0]  # alt-spin: messages received from the other rank so far, over every block
     co_batch = profile_sizes(a.batch_size, a.microbatches, RANKS)[-1]  # as validate's co-runners
     co = CoRunners(tc.model, co_batch, 1, dataset=tc.dataset, running=False) if rank == 0 else None
     try:
@@ -242,7 +249,7 @@ def _rank(rank: int, a: SimpleNamespace, init: str, out: Any, sent: Any) -> None
                     t += WARMUP + a.rounds
                 else:
                     got = (_alternate(rt, x, g, y, WARMUP + a.rounds, t, act,
-                                      sent=sent if c == "alt-spin" else None)
+                                      sent=sent if c == "alt-spin" else None, seen=spun)
                            if c.startswith("alt") else
                            _rounds(rt, x, g, y, WARMUP + a.rounds, t,
                                    message=act if c == "peer+msgs" else None))
