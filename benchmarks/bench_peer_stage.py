@@ -47,6 +47,7 @@ import datetime
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
