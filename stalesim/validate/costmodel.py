@@ -606,8 +606,7 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     jitter = action_jitter(times)
     drawn: list[float] = []
     if jitter is not None and result.devices > 1:  # one device never waits on another
-        final = costs
-        result, drawn = median_draw(lambda j: simulate(final, sched, hw, SimOptions(recv_ahead=recv_ahead, jitter=j)),
+        result, drawn = median_draw(lambda j: simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead, jitter=j)),
                                     jitter)
     return result, {"phi": phi, "rounds": len(history), "history": history,
                     "mean_costs_s": history[-1], "jitter_draws_s": drawn,

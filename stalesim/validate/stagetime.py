@@ -159,10 +159,17 @@ class StageTimes:
             return self
         means = [{k: (a[k] * ratio if k in MODULE_KINDS and k in a else v) for k, v in m.items()}
                  for a, m in zip(self.mean_s, c.mean_s)]
-        scale = [{k: (v / m[k]) if m[k] > 0 else 1.0 for k, v in n.items()} for m, n in zip(c.mean_s, means)]
-        waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()} for m, sc in zip(t.mean_s, scale)])
-                 for w, t in c.after_wait.items()}
-        return replace(self, contended=replace(c, mean_s=means, after_wait=waits))
+        return replace(self, contended=replace(c, mean_s=means, after_wait=c._waits_moved_to(means)))
+
+    def _waits_moved_to(self, means: list[dict[str, float]]) -> dict[float, StageTimes]:
+        """The after-wait times moved by the factor that takes these back-to-back means to
+        ``means``, so that the after-wait ratios stay those the same processes measured."""
+        from dataclasses import replace
+
+        scale = [{k: (v / old[k]) if old[k] > 0 else 1.0 for k, v in new.items()}
+                 for old, new in zip(self.mean_s, means)]
+        return {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()} for m, sc in zip(t.mean_s, scale)])
+                for w, t in self.after_wait.items()}
 
     def with_pass_medians(self) -> StageTimes:
         """Each (stage, kind)'s mean replaced by the median over the passes of that pass's mean,
@@ -199,12 +206,7 @@ class StageTimes:
             return self.mean_s[s][k] if got is None else got
 
         means = [{k: value(s, k) for k in m} for s, m in enumerate(self.mean_s)] if self.pass_means_s else self.mean_s
-        scale = [{k: (v / self.mean_s[s][k]) if self.mean_s[s][k] > 0 else 1.0 for k, v in m.items()}
-                 for s, m in enumerate(means)]
-        waits = {w: replace(t, mean_s=[{k: v * sc.get(k, 1.0) for k, v in m.items()}
-                                       for m, sc in zip(t.mean_s, scale)])
-                 for w, t in self.after_wait.items()}
-        return replace(self, mean_s=means, after_wait=waits, pass_means_s=[],
+        return replace(self, mean_s=means, after_wait=self._waits_moved_to(means), pass_means_s=[],
                        contended=None if self.contended is None
                        else self.contended._from_passes(reduce, keep_missing=keep_missing))
 
@@ -255,17 +257,13 @@ def contention_by_batch(times: Mapping[LayoutKey, StageTimes]) -> dict[int, floa
     differ only in their hooks (a char-GPT on 2 vCPUs: 1.02 and 1.27 for the same cut and
     batch). Pooled over the layouts at one batch, the noise averages out and the layouts
     keep their own alone times (docs/validate.md)."""
-    sums: dict[int, list[float]] = {}
+    by: dict[int, tuple[list[dict[str, float]], list[dict[str, float]]]] = {}
     for key, t in times.items():
-        if t.contended is None:
-            continue
-        acc = sums.setdefault(key.action_batch, [0.0, 0.0])
-        for a, c in zip(t.mean_s, t.contended.mean_s):
-            for k in a.keys() & c.keys():
-                if k in MODULE_KINDS:
-                    acc[0] += a[k]
-                    acc[1] += c[k]
-    return {b: c / a for b, (a, c) in sums.items() if a > 0}
+        if t.contended is not None:
+            alone, busy = by.setdefault(key.action_batch, ([], []))
+            alone.extend(t.mean_s)
+            busy.extend(t.contended.mean_s)
+    return {b: r for b, (alone, busy) in by.items() if (r := _pooled_ratio(alone, busy, MODULE_KINDS)) is not None}
 
 
 def pass_means(samples: Samples) -> list[dict[str, float]]:
