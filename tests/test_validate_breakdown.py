@@ -9,6 +9,8 @@ import pytest
 from stalesim.validate.breakdown import (
     Span,
     attribution,
+    goal_term_line,
+    goal_terms,
     markdown_table,
     per_device,
     sim_window,
@@ -102,3 +104,47 @@ def test_a_tiny_run_splits_into_its_measured_window_and_busy_time() -> None:
         busy = sum(v for t, v in terms.items() if t in COMPUTE_KIND_NAMES)
         assert busy == pytest.approx(mt["utilization"][d] * (hi - lo), rel=1e-9)
         assert {"F", "B", "U", "gap:F"} <= set(terms)
+
+
+def _att(schedule, device, term, pred, meas, repl=None):
+    return {"schedule": schedule, "device": device, "stage": device, "term": term,
+            "predicted_ms": pred, "measured_ms": meas, "replayed_ms": pred if repl is None else repl}
+
+
+def test_goal_terms_name_the_term_of_each_missed_goal_with_its_size() -> None:
+    # two schedules of two devices, both optimistic (measured slower): B is 10% slow on every
+    # device of both; RECV waits 1 ms more in "a" and 1 ms less in "b", so it cancels
+    rows = [_att("a", 0, "F", 10.0, 10.0), _att("a", 0, "B", 20.0, 22.0), _att("a", 0, "RECV_B", 5.0, 6.0),
+            _att("a", 1, "F", 10.0, 10.0), _att("a", 1, "B", 20.0, 22.0), _att("a", 1, "RECV_F", 5.0, 6.0),
+            _att("b", 0, "F", 10.0, 10.0), _att("b", 0, "B", 20.0, 22.0), _att("b", 0, "RECV_B", 5.0, 4.0),
+            _att("b", 1, "F", 10.0, 10.0), _att("b", 1, "B", 20.0, 22.0, repl=23.0),
+            _att("b", 1, "gap:B", 5.0, 4.0, repl=7.0)]
+    sched = [{"schedule": "a", "time_error": 35 / 38 - 1, "replay_time_error": -0.001},
+             {"schedule": "b", "time_error": 35 / 36 - 1, "replay_time_error": 0.04}]
+    met = {"median_abs_time_error": False, "max_abs_time_error": False, "median_abs_replay_error": True,
+           "max_abs_replay_error": False, "max_abs_memory_error": False}
+    out = goal_terms(rows, sched, met)
+    assert set(out) == {"median_abs_time_error", "max_abs_time_error", "max_abs_replay_error"}
+    med = out["median_abs_time_error"]
+    # B: +2 ms on each device of each schedule -> +2 ms per iteration toward the error; RECV
+    # +1 in a, -1 in b, both optimistic -> 0 on average: not named
+    assert med["term"] == "B" and med["schedules"] == 2 and med["against"] == "predicted"
+    assert med["toward_error_ms"] == pytest.approx(2.0)
+    assert med["of_iteration"] == pytest.approx(2.0 / 35.0)
+    assert (med["side_ms"], med["measured_ms"]) == pytest.approx((40.0, 44.0))
+    assert med["term_error"] == pytest.approx(0.10)
+    mx = out["max_abs_time_error"]
+    assert mx["schedule"] == "a" and mx["term"] == "B" and mx["toward_error_ms"] == pytest.approx(2.0)
+    # the replay: b is pessimistic (+4%); on device 1 its gaps were replayed 3 ms too long and
+    # B 1 ms too long, on device 0 RECV 1 ms: the gaps carry it, 1.5 ms per iteration over
+    # b's two devices
+    rp = out["max_abs_replay_error"]
+    assert rp["schedule"] == "b" and rp["term"] == "gaps" and rp["against"] == "replayed"
+    assert rp["toward_error_ms"] == pytest.approx(1.5)
+    assert (rp["side_ms"], rp["measured_ms"], rp["term_error"]) == pytest.approx((7.0, 4.0, 4.0 / 7.0 - 1.0))
+    line = goal_term_line("max_abs_replay_error", rp)
+    assert line.startswith("max_abs_replay_error: gaps +1.50 ms per iteration toward the error (in `b`")
+    assert "4.00 ms per iteration over all devices, 7.00 replayed (-42.9%)" in line
+    # every goal met, or no attribution: nothing to name
+    assert goal_terms(rows, sched, {k: True for k in met}) == {}
+    assert goal_terms([], sched, met) == {}

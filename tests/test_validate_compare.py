@@ -193,6 +193,19 @@ def test_render_report_on_a_synthetic_summary(tmp_path) -> None:
     assert "| prediction noise over the timing passes (median / max) | 4.2% / 4.2% |" in text
     assert "figures/iteration_time.png" in text and "median abs iteration-time error" in text
     assert write_report(tmp_path, summary).read_text() == text
+    assert "The term behind each missed goal" not in text  # none given
+    # a missed goal's term: named in the report and under the CLI's one-line summary
+    from stalesim.cli.validate_cmd import summary_table
+
+    summary["goal_terms"] = {"max_abs_time_error": {
+        "term": "B", "schedule": "1f1b", "toward_error_ms": 60.0, "of_iteration": 0.06, "side_ms": 1200.0,
+        "measured_ms": 1320.0, "term_error": 0.1, "against": "predicted"}}
+    text = render_report(summary)
+    assert ("* max_abs_time_error: B +60.00 ms per iteration toward the error (in `1f1b`, +6.0% of the "
+            "iteration); the term took 1320.00 ms per iteration over all devices, 1200.00 predicted "
+            "(+10.0%)") in text
+    assert summary_table(summary).splitlines()[-1] == \
+        "missed goals' terms: max_abs_time_error B +60.00 ms/iteration (+10.0%)"
 
 
 def test_dispatch_counts_charge_comm_actions_to_compute() -> None:

@@ -147,4 +147,10 @@ def summary_table(summary: dict[str, Any]) -> str:
     warning = busy_line(summary)
     if warning:
         tail += f"; {warning}"
+    terms = summary.get("goal_terms") or {}
+    if terms:  # the largest term of each missed goal, so the one-line summary names it too
+        tail += "\nmissed goals' terms: " + "; ".join(
+            f"{g} {e['term']} {e['toward_error_ms']:+.2f} ms/iteration"
+            + (f" ({e['term_error']:+.1%})" if e.get("term_error") is not None else "")
+            for g, e in terms.items())
     return text + "\n" + tail

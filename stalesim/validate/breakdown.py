@@ -213,3 +213,96 @@ def largest(device_row: dict[str, Any]) -> tuple[str, float] | None:
     vals = [(g, float(device_row.get(g) or 0.0)) for g in GROUPS]
     g, v = max(vals, key=lambda x: abs(x[1]))
     return (g, v) if v != 0.0 else None
+
+
+# the goals a term can carry: a time goal compares measurement with the prediction, a replay goal
+# with the replay (the simulator run with the measured costs); median goals look at every
+# schedule, max goals at the one schedule that sets the max
+GOAL_SIDES = {"median_abs_time_error": ("predicted_ms", "time_error"),
+              "max_abs_time_error": ("predicted_ms", "time_error"),
+              "median_abs_replay_error": ("replayed_ms", "replay_time_error"),
+              "max_abs_replay_error": ("replayed_ms", "replay_time_error")}
+
+
+def goal_terms(rows: Sequence[dict[str, Any]], schedule_rows: Sequence[dict[str, Any]],
+               met: dict[str, bool | None]) -> dict[str, dict[str, Any]]:
+    """For each missed time or replay goal, the term group that carries most of it, with its size.
+
+    ``rows``: :func:`attribution`'s rows of every schedule; ``schedule_rows``: the per-schedule
+    results (``schedule``, ``time_error``, ``replay_time_error``); ``met``: goal -> met?. A max
+    goal is set by one schedule, whose largest group is named. A median goal is every
+    schedule's: each group's difference is signed toward its schedule's error (a term that
+    makes an optimistic schedule slower counts toward that schedule's |error|) and averaged
+    over the schedules, so terms that cancel between schedules do not look responsible.
+
+    Each entry: ``term`` (a group of :data:`GROUPS`), ``schedule`` (max goals) or
+    ``schedules`` (how many), ``toward_error_ms`` (ms per iteration, mean over devices and
+    schedules, signed toward |error|), ``of_iteration`` (that over the mean iteration time of
+    the side it is compared with), ``side_ms`` / ``measured_ms`` (the term's own ms per
+    iteration on both sides, summed over devices, mean over schedules) and ``term_error``
+    (measured / side - 1, None when the side has none of it), ``against`` (``predicted`` or
+    ``replayed``). Goals met, not measured, or without rows are left out.
+    """
+    err_of = {r["schedule"]: r for r in schedule_rows}
+    out: dict[str, dict[str, Any]] = {}
+    for goal, (side, err_key) in GOAL_SIDES.items():
+        if met.get(goal) is not False:
+            continue
+        errs = {s: r.get(err_key) for s, r in err_of.items()
+                if isinstance(r.get(err_key), (int, float)) and any(a["schedule"] == s for a in rows)}
+        if not errs:
+            continue
+        if goal.startswith("max_"):
+            worst = max(errs, key=lambda s: abs(errs[s]))
+            errs = {worst: errs[worst]}
+        entry = _largest_toward(rows, errs, side)
+        if entry is None:
+            continue
+        if len(errs) == 1:
+            entry["schedule"] = next(iter(errs))
+        else:
+            entry["schedules"] = len(errs)
+        entry["against"] = side.removesuffix("_ms")
+        out[goal] = entry
+    return out
+
+
+def _largest_toward(rows: Sequence[dict[str, Any]], errs: dict[str, float],
+                    side: str) -> dict[str, Any] | None:
+    """:func:`goal_terms`' arithmetic over the schedules of ``errs`` (schedule -> signed error)."""
+    toward = {g: 0.0 for g in GROUPS}
+    own = {g: [0.0, 0.0] for g in GROUPS}  # side, measured: ms per iteration summed over devices
+    iteration = 0.0
+    for s, e in errs.items():
+        rs = [r for r in rows if r["schedule"] == s]
+        n_dev = len({int(r["device"]) for r in rs}) or 1
+        # an error is side / measured - 1: a term measured above its side pushes it negative
+        sign = -1.0 if e >= 0 else 1.0
+        for r in rs:
+            g = group_of(r["term"])
+            a, m = r.get(side) or 0.0, r.get("measured_ms") or 0.0
+            toward[g] += sign * (m - a) / n_dev
+            own[g][0] += a
+            own[g][1] += m
+            iteration += a / n_dev
+    k = len(errs)
+    g, v = max(toward.items(), key=lambda x: abs(x[1]))
+    if v == 0.0:
+        return None
+    a, m = own[g][0] / k, own[g][1] / k
+    return {"term": g, "toward_error_ms": v / k, "of_iteration": (v / iteration) if iteration > 0 else None,
+            "side_ms": a, "measured_ms": m, "term_error": (m / a - 1.0) if a > 0 else None}
+
+
+def goal_term_line(goal: str, entry: dict[str, Any]) -> str:
+    """One sentence naming a missed goal's term and its measured size (the report, the CLI)."""
+    where = (f"in `{entry['schedule']}`" if "schedule" in entry
+             else f"mean over {entry['schedules']} schedules")
+    size = f"{entry['toward_error_ms']:+.2f} ms per iteration toward the error ({where}"
+    if entry.get("of_iteration") is not None:
+        size += f", {entry['of_iteration']:+.1%} of the iteration"
+    size += ")"
+    te = entry.get("term_error")
+    own = (f"; the term took {entry['measured_ms']:.2f} ms per iteration over all devices, "
+           f"{entry['side_ms']:.2f} {entry['against']}" + (f" ({te:+.1%})" if te is not None else ""))
+    return f"{goal}: {entry['term']} {size}{own}"

@@ -193,6 +193,7 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
     # the drawn action times' effect: the prediction over the same costs at their means
     jit = [r["predicted_iteration_time_s"] / r["mean_cost_iteration_time_s"] for r in rows
            if r.get("jitter_draws_s") and r.get("mean_cost_iteration_time_s") and r.get("predicted_iteration_time_s")]
+    ec = (summary.get("hardware") or {}).get("executor_comm") or {}
     return [
         "## Cost-model parameters (measured)",
         "",
@@ -215,8 +216,17 @@ def _cost_model_section(summary: dict[str, Any]) -> list[str]:
         f"and kind) | {_span(cv)} |",
         f"| drawn action times: prediction (median of the draws) over the same costs at their means "
         f"(per schedule) | {_span(jit)} |",
+        f"| compute a message takes from a computing rank, sender / receiver (per message + per MiB) | "
+        f"{_lost(ec.get('lost_sender'))} / {_lost(ec.get('lost_receiver'))} |",
         "",
     ]
+
+
+def _lost(fit: dict[str, Any] | None) -> str:
+    """A ``lost_*`` fit of the per-message calibration as ``alpha + beta/MiB``, or n/a."""
+    if not fit:
+        return "n/a"
+    return f"{fit['alpha_s'] * 1e6:.0f} us + {fit['beta_s_per_byte'] * 2**20 * 1e6:.0f} us/MiB"
 
 
 def _results_section(summary: dict[str, Any]) -> list[str]:
@@ -300,7 +310,20 @@ def _aggregate_section(summary: dict[str, Any]) -> list[str]:
         f"| schedules whose time error is within noise | {'n/a' if wt is None else f'{wn} of {wt}'} | | |",
         f"| max loss difference (emulated vs executed) | {_f(summary.get('max_loss_rel_diff'), '.1e')} | | |",
         "",
+        *_goal_terms_section(summary),
     ]
+
+
+def _goal_terms_section(summary: dict[str, Any]) -> list[str]:
+    """Each missed time or replay goal with the term that carries most of it (its measured size)."""
+    from stalesim.validate.breakdown import goal_term_line
+
+    terms = summary.get("goal_terms") or {}
+    if not terms:
+        return []
+    return ["The term behind each missed goal (`goal_terms` in summary.json; the groups of the table "
+            "above, signed toward |error|, against the prediction for a time goal and the replay for "
+            "a replay goal):", "", *(f"* {goal_term_line(g, e)}" for g, e in terms.items()), ""]
 
 
 def _noise_only(n: dict[str, Any] | None) -> str:

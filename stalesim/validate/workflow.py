@@ -88,7 +88,7 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
 def _summary(v: Validation, timings: dict[str, float], load_before: list[float] | None,
              cpu_before: Any = None) -> dict[str, Any]:
-    from stalesim.validate.breakdown import per_device
+    from stalesim.validate.breakdown import goal_terms, per_device
     from stalesim.validate.busy import background_load, busy_warning, cores_used, cpu_sample, other_work_cores
     from stalesim.validate.compare import aggregate, goals_met, noise_only_error
 
@@ -114,6 +114,8 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         "attribution": per_device(v.attribution),
         **agg,
         "goals_met": goals_met(agg),
+        # per missed time / replay goal, the term that carries most of it and its measured size
+        "goal_terms": goal_terms(v.attribution, v.rows, goals_met(agg)),
         # the |time error| a perfect model would show at this run's noise (both sides)
         "noise_only_error": noise_only_error(v.rows),
         "repeats": v.cfg.repeats,
