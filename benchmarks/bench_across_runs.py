@@ -13,11 +13,18 @@ schedules the median and max of |mean|. Nothing is re-measured: each folder need
 
     python -m benchmarks.bench_across_runs docs/results/validate_gptchar_cpu2_passes_2026-11-29 \\
         docs/results/validate_gptchar_cpu2_gapfix_2026-11-29 --out across.json
+
+``--lost-from HARDWARE_JSON`` re-predicts every run with the compute a message takes from a
+computing rank (``lost_sender`` / ``lost_receiver`` of the per-message calibration in that
+file's ``executor_comm``, or of a bare ``measure_comm`` JSON) added to the run's own
+calibration: a term measured once on this machine, tried on runs that stored no such
+measurement.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -30,10 +37,27 @@ from benchmarks.block_ratios import save_json
 NEEDED = ("summary.json", "hardware.json", "profile.json")
 
 
-def errors_of(out: Path) -> dict[str, dict[str, float]]:
+#: the per-message calibration's quantities ``--lost-from`` brings into a stored run
+LOST = ("lost_sender", "lost_receiver")
+
+
+def lost_fits(path: Path) -> dict[str, Any]:
+    """``lost_*`` fits from a hardware JSON (its ``executor_comm``) or a ``measure_comm`` JSON."""
+    doc = json.loads(path.read_text())
+    comm = doc.get("executor_comm", doc) if isinstance(doc, dict) else {}
+    fits = {q: comm[q] for q in LOST if isinstance(comm, dict) and q in comm}
+    if not fits:
+        raise ValueError(f"{path} has no {' or '.join(LOST)} fit")
+    return fits
+
+
+def errors_of(out: Path, lost: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
     """Per schedule of the stored run ``out``: ``{"error", "noise_floor", "stored_error"}``
-    (the error re-predicted with today's code; the one ``validate`` stored then)."""
+    (the error re-predicted with today's code, with ``lost`` added to the run's per-message
+    calibration if given; the one ``validate`` stored then)."""
     run = load_run(out)
+    if lost and run.cm.comm:
+        run.cm.comm = {**run.cm.comm, **lost}
     got: dict[str, dict[str, float]] = {}
     for row in run.summary["rows"]:
         measured = row.get("measured_iteration_time_s")
@@ -46,9 +70,9 @@ def errors_of(out: Path) -> dict[str, dict[str, float]]:
     return got
 
 
-def side_by_side(runs: list[Path]) -> dict[str, Any]:
+def side_by_side(runs: list[Path], lost: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every run's errors, and per schedule present in all runs the mean error and its sign."""
-    per_run = {str(p): errors_of(p) for p in runs}
+    per_run = {str(p): errors_of(p, lost) for p in runs}
     common = [s for s in next(iter(per_run.values())) if all(s in e for e in per_run.values())]
     rows = []
     for s in common:
@@ -85,16 +109,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench_across_runs", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="stored validate folders (two or more)")
     p.add_argument("--out", default=None, help="write the table as JSON")
+    p.add_argument("--lost-from", type=Path, default=None,
+                   help="a hardware JSON (or measure_comm JSON) whose lost_sender / lost_receiver fits "
+                        "every run is re-predicted with")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         print("bench_across_runs: error: runs: give two or more validate folders", file=sys.stderr)
         return 2
+    lost = None
+    if args.lost_from is not None:
+        try:
+            lost = lost_fits(args.lost_from)
+        except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+            print(f"bench_across_runs: error: --lost-from: {exc}", file=sys.stderr)
+            return 2
     for d in args.runs:
         missing = [f for f in NEEDED if not (d / f).is_file()]
         if missing:
             print(f"bench_across_runs: error: runs: {d} lacks {', '.join(missing)}", file=sys.stderr)
             return 2
-    res = side_by_side(list(args.runs))
+    res = side_by_side(list(args.runs), lost)
     if not res["rows"]:
         print("bench_across_runs: error: runs: no schedule is in every run", file=sys.stderr)
         return 2

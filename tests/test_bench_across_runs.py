@@ -66,3 +66,28 @@ def test_the_command_prints_and_writes_the_table(tmp_path, capsys) -> None:
     assert main([str(RUN), str(_copy(tmp_path, "same")), "--out", str(out)]) == 0
     assert "median |mean|" in capsys.readouterr().out
     assert json.loads(out.read_text())["schedules_one_sign"] == 18
+
+
+def test_a_measured_message_cost_slows_the_pipelines_and_bad_files_are_one_line(tmp_path, capsys) -> None:
+    """``--lost-from``: the stored run re-predicted with a per-message compute loss added; a
+    pipeline's messages cost its ranks, data parallelism sends none."""
+    hw = tmp_path / "hardware.json"
+    hw.write_text(json.dumps({"executor_comm": {"lost_sender": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
+                                                "lost_receiver": {"alpha_s": 2e-4, "beta_s_per_byte": 0.0}}}))
+    from benchmarks.bench_across_runs import lost_fits
+
+    base = side_by_side([RUN, RUN])
+    more = side_by_side([RUN, RUN], lost_fits(hw))
+    moved = {r["schedule"]: m["mean_error"] - r["mean_error"] for r, m in zip(base["rows"], more["rows"])}
+    assert moved["dp"] == pytest.approx(0.0, abs=1e-12)
+    # 200 us per message a receive found there: 1f1b's steady state finds some, the
+    # interleaved schedule (twice the messages) more; gpipe's receives all wait
+    assert 0 < moved["1f1b"] < moved["interleaved-1f1b"]
+    assert moved["gpipe"] == pytest.approx(0.0, abs=1e-12)
+    assert all(v >= -1e-9 for v in moved.values())
+    bad = tmp_path / "none.json"
+    bad.write_text("{}")
+    assert main([str(RUN), str(RUN), "--lost-from", str(bad)]) == 2
+    assert main([str(RUN), str(RUN), "--lost-from", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("bench_across_runs: error: --lost-from: ") for e in err)

@@ -1,6 +1,7 @@
 """Event engine: replays the IR with resources; integer ns; FIFO resources."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import simpy
@@ -117,6 +118,22 @@ def test_cpu_occupancy_takes_core_time():
     # the 1 ms activation message takes 1 ms of core on the sender and on the receiver
     assert per_cpu == pytest.approx(4_000_000, rel=1e-9)
     assert cpu.cpu_jobs and sum(e - s for _, s, e, _ in cpu.cpu_jobs) > 0
+
+
+def test_a_receive_that_found_its_message_pays_its_arrival_and_one_that_blocked_does_not():
+    """``arrival_ns``: the compute a message took from a receiver that computed while it came."""
+    A = 50_000
+    c = uniform_costs(2, 1_000_000, 2_000_000, msg_bytes=1000)
+    c = replace(c, f_ns=(1_000_000, 2_000_000), b_ns=(1_000_000, 2_000_000))  # stage 1 the slower
+    arr = c.with_overheads(arrival={"RECV_F": (0, A), "RECV_B": (A, A)})
+    # sequential: every receive waits for its message: nothing charged
+    assert run("sequential", arr, stages=2, batches=3).makespan == \
+        run("sequential", c, stages=2, batches=3).makespan
+    # gpipe, 4 micro-batches: stage 1 computes while micro-batches 1-3 arrive (3 x A on the
+    # critical path); stage 0 waits for every gradient (blocked: 0)
+    plain = run("gpipe", c, stages=2, microbatches=4, batches=1)
+    with_arrival = run("gpipe", arr, stages=2, microbatches=4, batches=1)
+    assert with_arrival.makespan - plain.makespan == 3 * A
 
 
 def test_busy_in_window_and_compute_busy():

@@ -46,6 +46,17 @@ def test_uniform_closed_forms():
     assert fast("stale", c, hw).iteration_ns == F + B
 
 
+def test_a_receives_arrival_cost_is_folded_into_its_action_like_its_cpu_cost():
+    """The closed form cannot tell a receive that blocked from one that did not: it charges
+    ``arrival_ns`` to every receive, as it does the receive's own CPU cost."""
+    c = uniform_costs(2, 250_000, 500_000)
+    table = {"RECV_F": (0, 30_000), "RECV_B": (30_000, 30_000)}
+    hw = SimHardware.ideal()
+    as_arrival = fast("1f1b", c.with_overheads(arrival=table), hw, M=4).iteration_ns
+    as_cpu = fast("1f1b", c.with_overheads(comm=table), hw, M=4).iteration_ns
+    assert as_arrival == as_cpu > fast("1f1b", c, hw, M=4).iteration_ns
+
+
 def test_ring_allreduce_and_pipe_sgd_formulas():
     hw = SimHardware(device="x", link="l", latency_ns=5_000, bandwidth_Bps=1e10)
     n, P = 40_000_000, 4

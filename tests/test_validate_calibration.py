@@ -93,6 +93,32 @@ def test_runtime_overheads_come_from_the_calibration_and_the_ir() -> None:
     assert runtime_overheads(CostModel(cm.profile), sched, base) is base  # nothing calibrated
 
 
+def test_the_compute_a_message_takes_goes_to_its_sender_and_to_a_receive_that_found_it() -> None:
+    """``lost_sender`` lengthens the gap after each post by its bytes' cost; ``lost_receiver``
+    becomes the receive's arrival cost, which only a receive that did not block pays; the
+    replay, whose compute already holds it, has none; calibrations without them are unchanged."""
+    cm = _cm()
+    sched = build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=4))
+    base = uniform_costs(2, 100 * US, 200 * US, msg_bytes=10_000, param_bytes=4000, batch_size=32,
+                         action_batch=8)
+    before = runtime_overheads(cm, sched, base, recv_ahead=8)
+    cm.comm = dict(cm.comm, lost_sender={"alpha_s": 5e-6, "beta_s_per_byte": 1e-9},
+                   lost_receiver={"alpha_s": 7e-6, "beta_s_per_byte": 2e-9})
+    after = runtime_overheads(cm, sched, base, recv_ahead=8)
+    assert before.arrival_table() == {}
+    assert after.arrival_table() == {"RECV_F": (0, 27 * US), "RECV_B": (27 * US, 27 * US)}
+    g0, g1 = before.gap_table(), after.gap_table()
+    assert g1["SEND_F"] == (g0["SEND_F"][0] + 15 * US, g0["SEND_F"][1] + 15 * US)
+    assert g1["SEND_B"] == (g0["SEND_B"][0], g0["SEND_B"][1] + 15 * US)  # stage 0 sends no gradient
+    assert {k: v for k, v in g1.items() if not k.startswith("SEND")} == \
+        {k: v for k, v in g0.items() if not k.startswith("SEND")}
+    assert after.comm_table() == before.comm_table()
+    assert after.to_dict()["arrival_cpu_s"]["RECV_B"] == [27e-6, 27e-6]
+    # the replay's compute is the run's, which already lost what its messages took
+    r = simulate(after, sched, SimHardware.ideal())
+    assert replay_costs(after, _rows(r), None).arrival_table() == {}
+
+
 def test_sends_cost_what_posting_to_an_announced_receive_costs() -> None:
     """The executor posts receives ahead, so gloo writes the payload while posting: a send
     costs the post overhead plus its bytes at the link's calibrated copy rate (arrive's

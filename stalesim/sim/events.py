@@ -259,6 +259,7 @@ class _Engine:
         self.factor = None if jitter is None or not jitter.ratios else jitter.factors(prog)
         # per-action runtime costs (StageCosts.gap_ns / comm_ns): [op][kind code][stage]
         self.gaps, self.cpu = _op_tables(costs.gap_table(), S), _op_tables(costs.comm_table(), S)
+        self.arrival = _op_tables(costs.arrival_table(), S)[RECV]
         self.has_gap = any(v for op in self.gaps for row in op for v in row)
         self.wake = hw.wake_ns
         self.msg_ser = [hw.serialize_ns(b) for b in costs.msg_bytes]
@@ -375,15 +376,16 @@ class _Engine:
         wake (if it blocked) and complete; returns the new clock, or -1: not yet
         (the device yields :meth:`until_arrival` and asks again)."""
         arrive, start, end, wake = self.arrive, self.start, self.end, self.wake
-        cpu, gaps = self.cpu[RECV], self.gaps[RECV]
+        cpu, gaps, arrival = self.cpu[RECV], self.gaps[RECV], self.arrival
 
         def recv(gid: int, kc: int, s: int, ref: int, t0: int, now: int) -> int:
             arr = arrive[ref]
             if arr < 0 or arr > now:
                 return -1
             start[gid] = t0
-            # blocked: resumes ``wake`` after the arrival; then completes (CPU)
-            t = now + wake if arr > t0 else now
+            # blocked: resumes ``wake`` after the arrival; not blocked: the message came while
+            # the device computed and took ``arrival`` of its core; then completes (CPU)
+            t = now + wake if arr > t0 else now + arrival[kc][s]
             e = end[gid] = t + cpu[kc][s]
             return e + gaps[kc][s]
         return recv

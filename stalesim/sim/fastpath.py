@@ -109,13 +109,14 @@ def _pipe(sched: Schedule, costs: StageCosts, hw: SimHardware) -> _Pipe:
     else:
         B = [costs.b_ns[s] + cpu[s] + (cpu[s - 1] if s > 0 else 0) for s in range(S)]
     U: list[float] = list(costs.u_ns)
-    # per-action runtime costs (StageCosts.gap_ns / comm_ns) folded into the action they
-    # accompany: a forward's send/receive into F, a backward's into B (the event engine
-    # places them exactly; here they only lengthen the stage)
-    gap, com = costs.gap_table(), costs.comm_table()
-    if gap or com:
+    # per-action runtime costs (StageCosts.gap_ns / comm_ns / arrival_ns) folded into the
+    # action they accompany: a forward's send/receive into F, a backward's into B (the event
+    # engine places them exactly, and charges a receive's arrival only when it did not block;
+    # here they only lengthen the stage)
+    gap, com, arr = costs.gap_table(), costs.comm_table(), costs.arrival_table()
+    if gap or com or arr:
         def oh(kind: str, s: int) -> int:
-            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s]
+            return gap.get(kind, (0,) * S)[s] + com.get(kind, (0,) * S)[s] + arr.get(kind, (0,) * S)[s]
 
         for s in range(S):
             F[s] += oh("F", s) + (oh("SEND_F", s) if crosses[s] else 0) \

@@ -290,7 +290,11 @@ class StageCosts:
       action runs (utilization does not count it);
     * ``comm_ns``: the CPU time of a communication action itself (SEND_*: posting,
       before the message leaves; RECV_* and ARW: completing, after the data is
-      there; AR: packing and starting the collective).
+      there; AR: packing and starting the collective);
+    * ``arrival_ns`` (RECV_* only): the compute a receiver loses to a message that
+      arrives while it computes (its transport reads the bytes on the core it computes
+      on). The event engine charges it to a receive that finds its message already
+      there; a receive that blocked lost nothing to it (the wait is in the latency).
 
     ``buffer_bytes``: per stage, non-trainable state (BatchNorm statistics) for
     memory (empty: none). ``transient_bytes``: per action kind and stage, as
@@ -335,10 +339,11 @@ class StageCosts:
     # (empty: param_bytes, the gradients' all-reduce); sharded data parallelism moves less there
     # (ZeRO-2: the updated weights' all-gather, ZeRO-3: nothing) and more per micro-batch
     allreduce_bytes: tuple[int, ...] = ()
+    arrival_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
-        for name in ("gap_ns", "comm_ns", "transient_bytes"):
+        for name in ("gap_ns", "comm_ns", "arrival_ns", "transient_bytes"):
             for kind, per in getattr(self, name):
                 if len(per) != S or any(int(v) < 0 for v in per):
                     raise StalesimError(f"{name}[{kind}]: expected {S} values >= 0, got {list(per)}")
@@ -365,16 +370,23 @@ class StageCosts:
         """``comm_ns`` as {kind: per-stage ns}."""
         return {k: tuple(int(x) for x in v) for k, v in self.comm_ns}
 
+    def arrival_table(self) -> dict[str, tuple[int, ...]]:
+        """``arrival_ns`` as {kind: per-stage ns}."""
+        return {k: tuple(int(x) for x in v) for k, v in self.arrival_ns}
+
     def with_overheads(self, gap: dict[str, Sequence[int]] | None = None,
-                       comm: dict[str, Sequence[int]] | None = None) -> StageCosts:
+                       comm: dict[str, Sequence[int]] | None = None,
+                       arrival: dict[str, Sequence[int]] | None = None) -> StageCosts:
         """A copy with these per-kind tables (kinds not given keep their values)."""
         from dataclasses import replace
 
-        g = self.gap_table()
-        g.update({k: tuple(int(x) for x in v) for k, v in (gap or {}).items()})
-        c = self.comm_table()
-        c.update({k: tuple(int(x) for x in v) for k, v in (comm or {}).items()})
-        return replace(self, gap_ns=tuple(sorted(g.items())), comm_ns=tuple(sorted(c.items())))
+        def merged(table: dict[str, tuple[int, ...]],
+                   new: dict[str, Sequence[int]] | None) -> tuple[tuple[str, tuple[int, ...]], ...]:
+            table.update({k: tuple(int(x) for x in v) for k, v in (new or {}).items()})
+            return tuple(sorted(table.items()))
+
+        return replace(self, gap_ns=merged(self.gap_table(), gap), comm_ns=merged(self.comm_table(), comm),
+                       arrival_ns=merged(self.arrival_table(), arrival))
 
     def split_ns(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(I, W) per stage: the given halves, else B split by WEIGHT_GRAD_FRACTION."""
@@ -403,6 +415,7 @@ class StageCosts:
             "saved_bytes": list(self.saved_bytes), "action_batch": self.action_batch,
             "gap_s": {k: [x / NS for x in v] for k, v in self.gap_ns},
             "comm_cpu_s": {k: [x / NS for x in v] for k, v in self.comm_ns},
+            "arrival_cpu_s": {k: [x / NS for x in v] for k, v in self.arrival_ns},
             "buffer_bytes": list(self.buffer_bytes),
             "cost_source": {k: dict(v) for k, v in self.cost_source.items()},
             "backward_input_s": [x / NS for x in self.split_ns()[0]],

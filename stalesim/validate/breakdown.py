@@ -243,13 +243,13 @@ def goal_terms(rows: Sequence[dict[str, Any]], schedule_rows: Sequence[dict[str,
     (measured / side - 1, None when the side has none of it), ``against`` (``predicted`` or
     ``replayed``). Goals met, not measured, or without rows are left out.
     """
-    err_of = {r["schedule"]: r for r in schedule_rows}
+    attributed = {a["schedule"] for a in rows}
     out: dict[str, dict[str, Any]] = {}
     for goal, (side, err_key) in GOAL_SIDES.items():
         if met.get(goal) is not False:
             continue
-        errs = {s: r.get(err_key) for s, r in err_of.items()
-                if isinstance(r.get(err_key), (int, float)) and any(a["schedule"] == s for a in rows)}
+        errs: dict[str, float] = {r["schedule"]: float(r[err_key]) for r in schedule_rows
+                                  if isinstance(r.get(err_key), (int, float)) and r["schedule"] in attributed}
         if not errs:
             continue
         if goal.startswith("max_"):

@@ -22,6 +22,13 @@ local processes, for several message sizes, and fits ``alpha + n * beta`` to eac
 * ``ar_post`` / ``ar_complete``: packing a gradient bucket of n bytes and
   starting the all-reduce / waiting on it once it has finished and unpacking (2
   ranks; the collective itself is ``calibrate``'s measured all-reduce).
+* ``lost_sender`` / ``lost_receiver``: the compute a rank loses to a message that
+  moves while it computes. Both ranks run the same fixed amount of work, once with a
+  message from rank 0 to rank 1 posted as the work starts (the receive posted before)
+  and once without, in alternating order; each sample is one rank's paired
+  difference. A pinned CPU rank's transport threads share its core, so the bytes are
+  written and read on the cores the ranks compute on; the post and the completing
+  wait themselves are ``post`` and ``complete``, outside the timed work.
 
 It runs no schedule and no model: its numbers are properties of this machine,
 the transport and the message sizes, usable for any schedule.
@@ -45,7 +52,11 @@ from stalesim.rendezvous import LOCAL_ADDR, free_port
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete")
+# paired samples of lost_* per repeat: a message takes a few percent of the work it moves
+# during, about the spread of one timing, so these need more samples than the others
+LOST_PAIRS = 3
+QUANTITIES = ("post", "complete", "release", "arrive", "ar_post", "ar_complete", "lost_sender",
+              "lost_receiver")
 
 
 def fit_linear(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, float]:
@@ -155,6 +166,14 @@ class _Probe:  # pragma: no cover - runs in a child process
         while time.perf_counter() < end:
             self.a @ self.a
 
+    def work(self, k: int) -> float:
+        """Seconds of ``k`` fixed products: a fixed amount of compute, unlike :meth:`spin`."""
+        a = self.a
+        t0 = time.perf_counter()
+        for _ in range(k):
+            a @ a
+        return time.perf_counter() - t0
+
     def warm_up(self, sizes: list[int]) -> None:
         """Every size once each way (first messages set up buffers)."""
         import torch
@@ -173,15 +192,24 @@ class _Probe:  # pragma: no cover - runs in a child process
     def measure(self, n: int, repeats: int) -> None:
         """``repeats`` samples of every quantity for messages of ``n`` bytes."""
         import torch
+        import torch.distributed as dist
 
         numel = max(1, n // 4)
         x = torch.randn(numel, device=self.dev)
         for name in QUANTITIES:
             self.res[name][n] = []
-        for _ in range(repeats):
+        # the fixed work of lost_*: as long as the receiver's spin in post_complete_release, so
+        # that it covers the message's transfer; both ranks agree on the count
+        per = self.work(20) / 20
+        k = torch.tensor([max(1, round((0.003 + n / 2e8) / max(per, 1e-7)))], dtype=torch.float64,
+                         device=self.dev)
+        dist.all_reduce(k, op=dist.ReduceOp.MAX)
+        for i in range(repeats):
             self.post_complete_release(n, x)
             self.arrive(n, x)
             self.allreduce(n, x)
+            for j in range(LOST_PAIRS):
+                self.lost(n, x, int(k.item()), with_first=(i + j) % 2 == 0)
 
     def post_complete_release(self, n: int, x: torch.Tensor) -> None:
         """post + complete: the receiver's message is there before it waits; then release: the
@@ -238,6 +266,30 @@ class _Probe:  # pragma: no cover - runs in a child process
             t1 = time.perf_counter()
             dist.recv(stamp, 0, tag=tag + 1)
             self.res["arrive"][n].append(t1 - float(stamp[0]))
+
+    def lost(self, n: int, x: torch.Tensor, k: int, *, with_first: bool) -> None:
+        """One paired sample of ``lost_sender`` (rank 0) and ``lost_receiver`` (rank 1): ``k``
+        products with a message moving, minus the same without."""
+        import torch
+        import torch.distributed as dist
+
+        tr, dev = self.tr, self.dev
+        took = {}
+        for with_msg in (with_first, not with_first):
+            self.tag += 2
+            p = None
+            if with_msg and self.rank == 1:  # a stage posts its receive before it computes
+                p = tr.post_recv(torch.empty(x.numel(), device=dev), 0, self.tag, "calibrate", "a message")
+            dist.barrier()
+            if with_msg and self.rank == 0:
+                p = tr.send(x, 1, self.tag, "calibrate", "a message")
+            took[with_msg] = self.work(k)
+            if p is not None:
+                if self.rank == 0:
+                    tr.complete(p)
+                else:
+                    tr.wait(p)
+        self.res["lost_sender" if self.rank == 0 else "lost_receiver"][n].append(took[True] - took[False])
 
     def allreduce(self, n: int, x: torch.Tensor) -> None:
         """All-reduce start (pack) and wait (unpack), both ranks."""

@@ -299,7 +299,11 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     * ``comm_ns``: posting a send of stage s's message (:func:`send_post_fit`), completing a
       receive and posting the next (``complete``), the all-reduce start and wait (``ar_post``,
       ``ar_complete`` at the stage's gradient bytes), plus the labels message the first
-      send of each batch carries (averaged over the stage's sends).
+      send of each batch carries (averaged over the stage's sends);
+    * the compute a message takes from a rank while it moves (``lost_sender``,
+      ``lost_receiver``): the sender's is added to the gap after its post, the receiver's is
+      ``arrival_ns``, which the event engine charges only to a receive that finds its
+      message there (one that blocked lost no compute to it).
 
     The bytes are the stage's (``msg_bytes``, ``param_bytes``); the fits are
     :mod:`stalesim.validate.commcal`'s. Without calibration the costs come back unchanged.
@@ -319,6 +323,7 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
         for k in TRANSFER_NAMES_ORDERED:
             gap[k] = [to_ns(loop)] * S
     com: dict[str, list[int]] = {}
+    arrival: dict[str, list[int]] = {}  # filled by _message_losses
     c = cm.comm
     if c:
         msg = costs.msg_bytes
@@ -335,8 +340,9 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
         com["RECV_B"] = [to_ns(cost(c["complete"], msg[s])) for s in range(S)]
         com["AR"] = [to_ns(cost(c["ar_post"], costs.param_bytes[s])) for s in range(S)]
         com["ARW"] = [to_ns(cost(c["ar_complete"], costs.param_bytes[s])) for s in range(S)]
+        arrival = _message_losses(c, msg, gap)
         rel_cost = c.get("release", {}).get("alpha_s", 0.0)
-        if gap and rel_cost:  # a receive releases the sends it proves complete: one wait each
+        if cm.gaps_s and rel_cost:  # a receive releases the sends it proves complete: one wait each
             per_recv: Counter = Counter()
             n_recv: Counter = Counter()
             for d, rel in enumerate(send_release(sched, recv_ahead=recv_ahead)):
@@ -351,7 +357,30 @@ def runtime_overheads(cm: CostModel, sched: Any, costs: StageCosts, *, recv_ahea
     if not gap and not com:
         return costs
     return costs.with_overheads(gap={k: tuple(v) for k, v in gap.items()},
-                                comm={k: tuple(v) for k, v in com.items()})
+                                comm={k: tuple(v) for k, v in com.items()},
+                                arrival={k: tuple(v) for k, v in arrival.items()})
+
+
+def _message_losses(comm: dict[str, Any], msg: Sequence[int], gap: dict[str, list[int]]) -> dict[str, list[int]]:
+    """What a message takes from the compute it moves during (commcal's ``lost_*``; absent in
+    calibrations written before they were measured): the sender's is added to ``gap`` after
+    each post (in place), the receiver's is returned as the receives' arrival cost, which
+    the event engine charges when a receive finds its message there."""
+    from stalesim.sim.model import to_ns
+    from stalesim.validate.commcal import cost
+
+    S = len(msg)
+    received = {Kind.RECV_F.value: [msg[s - 1] if s > 0 else 0 for s in range(S)], Kind.RECV_B.value: list(msg)}
+    sent = {Kind.SEND_F.value: list(msg), Kind.SEND_B.value: [msg[s - 1] if s > 0 else 0 for s in range(S)]}
+    if "lost_sender" in comm:
+        for k, nbytes in sent.items():
+            row = gap.setdefault(k, [0] * S)
+            for s in range(S):
+                row[s] += to_ns(cost(comm["lost_sender"], nbytes[s])) if nbytes[s] else 0
+    if "lost_receiver" not in comm:
+        return {}
+    return {k: [to_ns(cost(comm["lost_receiver"], n)) if n else 0 for n in nbytes]
+            for k, nbytes in received.items()}
 
 
 def _forward_messages(sched: Any, kind: Kind) -> tuple[Counter[int], Counter[int]]:
@@ -700,7 +729,9 @@ def replay_costs(costs: StageCosts, rows_by_rank: dict[str, list[list[Any]]],
                   bi_ns=tuple(mean("I", s, bi[s]) for s in range(S)),
                   bw_ns=tuple(mean("W", s, bw[s]) for s in range(S)),
                   u_ns=tuple(mean("U", s, costs.u_ns[s]) for s in range(S)),
-                  loss_ns=to_ns(statistics.fmean(losses)) if losses else costs.loss_ns)
+                  loss_ns=to_ns(statistics.fmean(losses)) if losses else costs.loss_ns,
+                  # a run's compute already holds what its messages took from it
+                  arrival_ns=())
     if not overheads:
         return out
 
