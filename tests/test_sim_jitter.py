@@ -91,3 +91,11 @@ def test_jitter_needs_the_event_simulation():
 def test_spread_is_the_coefficient_of_variation():
     cv = ActionJitter({"F": (0.5, 1.5), "B": (1.0, 1.0)}).spread()
     assert cv["F"] == pytest.approx(0.5) and cv["B"] == 0.0
+
+
+def test_a_measured_ratio_is_kept_within_the_bounds_a_spread_accepts():
+    from stalesim.sim.jitter import MAX_RATIO, MIN_RATIO, measured_ratio
+
+    assert measured_ratio(1.3) == 1.3
+    assert measured_ratio(24.0) == MAX_RATIO and measured_ratio(-0.2) == MIN_RATIO
+    ActionJitter({"LOSS": (measured_ratio(24.0), measured_ratio(0.0), 1.0)}).check()

@@ -310,3 +310,21 @@ def test_replay_jitter_is_each_action_over_its_rank_kind_and_stage_mean() -> Non
     assert sorted(set(round(x, 9) for x in j.ratios["F"])) == [0.5, 1.5]
     assert j.ratios["U"] == pytest.approx([1.0] * 2 * MIN_JITTER_SAMPLES)
     assert replay_jitter(rows, (10.0, 11.0)) is None  # nothing inside the window
+
+
+def test_one_preempted_action_does_not_refuse_the_replays_spread() -> None:
+    """An action 30x its kind's mean (a time slice lost on an oversubscribed host: 3 ranks on
+    2 cores measured a LOSS 24x its mean) is kept at the bound, not refused: the replay, and
+    the validate run around it, go on."""
+    from stalesim.sim.jitter import MAX_RATIO
+    from stalesim.validate.costmodel import MIN_JITTER_SAMPLES, replay_jitter
+
+    n = 40 + MIN_JITTER_SAMPLES
+    rows = {"0": [[f"0F{b}", "F", 0, b, None, 0, b * 0.1, b * 0.1 + (0.5 if b == 0 else 0.001)]
+                  for b in range(n)]}
+    j = replay_jitter(rows)
+    assert j is not None
+    j.check()  # within the bounds: no error
+    mean = (0.5 + (n - 1) * 0.001) / n
+    assert max(j.ratios["F"]) == MAX_RATIO < 0.5 / mean
+    assert min(j.ratios["F"]) == pytest.approx(0.001 / mean)

@@ -321,6 +321,9 @@ def test_round_ratios_are_each_round_over_its_pass_mean_with_the_small_sample_co
     assert got["B"] == [1.0, 1.0, 1.0]
     assert "DATA" not in got and "LOSS" not in got  # the data read is F's; one round has no spread
     assert round_ratios([{"F": [0.1, 5.0, 5.0]}])["F"][0] == pytest.approx(0.05)  # floored (MIN_RATIO)
+    # a round preempted for a time slice: kept at the bound, which ActionJitter.check accepts
+    slow = round_ratios([{"B": [100.0] + [1.0] * 59}])["B"]
+    assert slow[0] == 20.0 and all(0 < x <= 20.0 for x in slow)
 
 
 def test_a_pass_keeps_its_round_ratios_free_of_the_drift_between_passes(monkeypatch) -> None:

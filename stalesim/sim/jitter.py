@@ -35,6 +35,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: a ratio further than this from 1 is not jitter but a broken measurement
 MAX_RATIO = 20.0
+#: the least a measured time over its mean is taken as (a small-sample correction can push a
+#: fast action towards zero, which no action takes)
+MIN_RATIO = 0.05
+
+
+def measured_ratio(x: float) -> float:
+    """A measured time over its mean as a draw: kept within [MIN_RATIO, MAX_RATIO]. A real
+    action can exceed the bound (one preempted for a time slice on an oversubscribed host
+    measured 24x its mean), and one such action must not refuse a whole spread."""
+    return min(MAX_RATIO, max(MIN_RATIO, x))
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,9 @@ from stalesim.schedule.actions import (
     TRANSFER_NAMES_ORDERED,
     Kind,
 )
+from stalesim.sim.jitter import measured_ratio
 from stalesim.validate.afterwait import busy_intervals, wait_factors
 from stalesim.validate.stagetime import (
-    MIN_RATIO,
     MODULE_KINDS,
     LayoutKey,
     StageTimes,
@@ -771,7 +771,7 @@ def replay_jitter(rows_by_rank: dict[str, list[list[Any]]],
     for (_rank, kind, _s), xs in spans.items():
         m = statistics.fmean(xs)
         if m > 0:
-            ratios.setdefault(kind, []).extend(max(MIN_RATIO, x / m) for x in xs)
+            ratios.setdefault(kind, []).extend(measured_ratio(x / m) for x in xs)
     kept = {k: tuple(v) for k, v in ratios.items() if len(v) >= MIN_JITTER_SAMPLES}
     return ActionJitter(kept) if kept else None
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stalesim.schedule.actions import COMPUTE_NAMES_ORDERED, VERSIONED_KINDS, Kind
+from stalesim.sim.jitter import measured_ratio
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.validate.corunners import CoRunners
@@ -59,9 +60,6 @@ WaitSamples = dict[float, Samples]
 PassMeans = list[list[dict[str, float]]]
 #: per compute kind, each timed round's time over its pass's mean for the same stage
 RoundRatios = dict[str, list[float]]
-#: the least a round's time over its mean is taken as (the correction in :func:`round_ratios`
-#: can push a fast round of three towards zero, which no action takes)
-MIN_RATIO = 0.05
 
 
 @dataclass(frozen=True)
@@ -287,7 +285,7 @@ def round_ratios(samples: Samples) -> RoundRatios:
             if m <= 0:
                 continue
             c = math.sqrt(len(xs) / (len(xs) - 1))
-            out.setdefault(k, []).extend(max(MIN_RATIO, 1.0 + (x / m - 1.0) * c) for x in xs)
+            out.setdefault(k, []).extend(measured_ratio(1.0 + (x / m - 1.0) * c) for x in xs)
     return out
 
 
