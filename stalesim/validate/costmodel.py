@@ -370,8 +370,9 @@ def _message_losses(comm: dict[str, Any], msg: Sequence[int], gap: dict[str, lis
     from stalesim.validate.commcal import cost
 
     S = len(msg)
-    received = {Kind.RECV_F.value: [msg[s - 1] if s > 0 else 0 for s in range(S)], Kind.RECV_B.value: list(msg)}
-    sent = {Kind.SEND_F.value: list(msg), Kind.SEND_B.value: [msg[s - 1] if s > 0 else 0 for s in range(S)]}
+    upstream = [0, *msg[:-1]]  # stage s's input: stage s - 1's output (what its F receives, its B sends)
+    received = {Kind.RECV_F.value: upstream, Kind.RECV_B.value: list(msg)}
+    sent = {Kind.SEND_F.value: list(msg), Kind.SEND_B.value: upstream}
     if "lost_sender" in comm:
         for k, nbytes in sent.items():
             row = gap.setdefault(k, [0] * S)

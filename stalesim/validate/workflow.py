@@ -93,6 +93,7 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
     from stalesim.validate.compare import aggregate, goals_met, noise_only_error
 
     agg = aggregate(v.rows)
+    met = goals_met(agg)
     load_after = _loadavg()
     used = cores_used(v.n, v.cfg.threads, v.devs.kind)
     other = other_work_cores(cpu_before, cpu_sample())
@@ -113,9 +114,9 @@ def _summary(v: Validation, timings: dict[str, float], load_before: list[float] 
         # (every device, stage and term with both sides and the replay: attribution.csv)
         "attribution": per_device(v.attribution),
         **agg,
-        "goals_met": goals_met(agg),
+        "goals_met": met,
         # per missed time / replay goal, the term that carries most of it and its measured size
-        "goal_terms": goal_terms(v.attribution, v.rows, goals_met(agg)),
+        "goal_terms": goal_terms(v.attribution, v.rows, met),
         # the |time error| a perfect model would show at this run's noise (both sides)
         "noise_only_error": noise_only_error(v.rows),
         "repeats": v.cfg.repeats,
