@@ -57,3 +57,11 @@ def test_resolve_cuts_errors():
         resolve_cuts(prof, 3, [1], 8)
     assert resolve_cuts(prof, 1, None, 8) == ([], [])
     assert math.isinf(SimHardware.ideal().bandwidth_Bps)
+
+
+@pytest.mark.parametrize("table", [{"RECV_F": (0, -1)}, {"RECV_B": (5,)}])
+def test_a_bad_arrival_table_is_refused_naming_the_field(table):
+    from stalesim.sim.model import uniform_costs
+
+    with pytest.raises(StalesimError, match=rf"arrival_ns\[{next(iter(table))}\]: expected 2 values >= 0"):
+        uniform_costs(2, 1000, 2000).with_overheads(arrival=table)
