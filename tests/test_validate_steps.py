@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _validate_fakes import PassCounter
 
 from stalesim.devices import parse_devices
 from stalesim.schedule import build_schedule, get_spec
@@ -161,12 +162,13 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
                          repeats=3, overhead=False)
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
                    say=lambda _m: None, ppv=[2], ppvs={"stale": [2], "dp": []})
+    v.base_runs = [{"label": "baseline", "run_dir": "round 0"}]  # the baseline step's
     run_step(v)
     assert calls == [["stale@stale", "dp@dp"],
                      ["baseline@baseline-1rank.r1"], ["dp@dp.r1", "stale@stale.r1"],
                      ["baseline@baseline-1rank.r2"], ["stale@stale.r2", "dp@dp.r2"]]
     assert [m["run_dir"] for m in v.runs["dp"]] == [str(tmp_path / "runs" / n) for n in ("dp", "dp.r1", "dp.r2")]
-    assert len(v.base_runs) == 2  # rounds 1 and 2 (round 0's is the baseline step's)
+    assert len(v.base_runs) == 3  # round 0's (the baseline step's), then rounds 1 and 2
 
 
 def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_path: Path, monkeypatch) -> None:
@@ -174,7 +176,6 @@ def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_p
     it (layouts that schedules share once); the pooled times land in the cost model."""
     import executor.launch
     import stalesim.validate.steps as steps_mod
-    from stalesim.validate.stagetime import StageTimes
 
     events: list[str] = []
 
@@ -184,25 +185,18 @@ def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_p
         res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
         return res[0] if isinstance(jobs, dict) else res
 
-    class FakeTimer:
-        def __init__(self, tcs, **kw):
-            self.tcs, self.kw, self.passes = tcs, kw, 0
-
-        def times(self):
-            return [StageTimes([{"F": float(self.passes)}]) for _ in self.tcs]
-
     def fake_pass(v, timer):
         timer.passes += 1
         events.append(f"time {len(timer.tcs)} layouts")
 
     monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
-    monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", FakeTimer)
+    monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", PassCounter)
     monkeypatch.setattr(steps_mod, "_time_pass", fake_pass)
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, microbatches=4,
                          out=str(tmp_path), repeats=2)
     prof = uniform_profile(6, 1e-3, 2e-3, 16, param_bytes=1000, output_bytes=100, saved_bytes=100)
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["gpipe", "1f1b", "stale"], out=tmp_path,
-                   say=lambda _m: None, prof=prof, cm=CostModel(prof))
+                   say=lambda _m: None, prof=prof, cm=CostModel(prof), base_runs=[{}])
     steps_mod.run_step(v)
     # gpipe and 1f1b share a layout; stale's is hooked; the baseline's is one stage
     assert events == ["run gpipe", "run 1f1b", "run stale", "time 3 layouts",

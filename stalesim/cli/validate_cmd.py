@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_seconds, default=120.0, help="per-operation deadline of the ranks")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--out", required=True, help="output folder (report.md, summary.json, figures/)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the validation in --out from its finished rounds (same options): "
+                        "runs only the rounds still missing, then predicts and compares")
     p.add_argument("--json", action="store_true", help="print summary.json's content")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -83,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> ValidateConfig:
         hardware=args.hardware, profile=args.profile, contended_profile=args.contended_profile,
         contention=not args.no_contention, overhead=not args.no_overhead,
         timeout_s=args.timeout,
+        resume=args.resume,
         command="stalesim " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["validate"]
         else "stalesim validate",
     )
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     check_memory(estimate_model(cfg.model, batch_size=cfg.batch_size, element_size=4, optimizer_copies=1),
                  f"validating {cfg.model} at batch size {cfg.batch_size}")
     # the sub-folders it writes must be folders (or absent) before 20 s of measuring
-    check_writable_dir(cfg.out, subdirs=("traces", "figures", "runs"))
+    check_writable_dir(cfg.out, subdirs=("traces", "figures", "runs", "checkpoint"))
     with folder_lock(cfg.out):  # one writer per output folder
         summary = validate(cfg, progress=(lambda m: None) if args.quiet else None)
     if args.json:

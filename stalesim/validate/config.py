@@ -65,6 +65,8 @@ class ValidateConfig:
     overhead: bool = True  # measure the per-action runtime overhead
     timeout_s: float = 120.0
     command: str = ""
+    # continue the validation in ``out`` from its finished rounds (:mod:`stalesim.validate.checkpoint`)
+    resume: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -69,6 +69,7 @@ class Validation:
     # per schedule, device, stage and term: predicted / measured / replayed ms per iteration
     # (:mod:`stalesim.validate.breakdown`), for the median run of each schedule
     attribution: list[dict[str, Any]] = field(default_factory=list)
+    resumed: Any = None  # the finished rounds read back by --resume (checkpoint.Resumed)
 
     @property
     def n(self) -> int:
@@ -133,6 +134,9 @@ def profile_step(v: Validation) -> None:
     co_batch = sizes[-1] if len(sizes) > 1 else sizes[0]
     want_contention = v.devs.kind == "cpu" and N > 1 and cfg.contention
     contended = None
+    if v.resumed is not None:
+        _resumed_profiles(v)
+        return
     if cfg.profile:
         prof = _reuse_profile(cfg.profile, cfg, "--profile")
         say(f"[validate 1/{STEPS}] profile from {cfg.profile}")
@@ -163,6 +167,19 @@ def profile_step(v: Validation) -> None:
         contended.to_json(v.out / "profile_contended.json")
 
 
+def _resumed_profiles(v: Validation) -> None:
+    """The profiles and per-action overhead the resumed validation measured (its folder's
+    ``profile.json``, ``profile_contended.json`` and round files)."""
+    from stalesim.validate.costmodel import CostModel
+
+    v.say(f"[validate 1/{STEPS}] resuming: profile, calibration and {v.resumed.rounds} round(s) from {v.out}")
+    prof = _reuse_profile(str(v.out / "profile.json"), v.cfg, "--resume")
+    path = v.out / "profile_contended.json"
+    contended = _reuse_profile(str(path), v.cfg, "--resume") if path.is_file() else None
+    v.prof, v.contended = prof, contended
+    v.cm = CostModel(prof, contended, dict(v.resumed.overhead_s), [])
+
+
 def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
     from stalesim.validate.config import reused_profile
 
@@ -177,11 +194,12 @@ def calibrate_step(v: Validation) -> None:
     from stalesim.workloads.hardware import hardware_from_dict
 
     cfg, N = v.cfg, v.n
-    if cfg.hardware:
-        v.say(f"[validate 2/{STEPS}] hardware from {cfg.hardware} (no calibration)")
+    hw_file = str(v.out / "hardware.json") if v.resumed is not None else cfg.hardware
+    if hw_file:
+        v.say(f"[validate 2/{STEPS}] hardware from {hw_file} (no calibration)")
         from stalesim.validate.config import read_hardware_json
 
-        hw_dict = read_hardware_json(cfg.hardware)
+        hw_dict = read_hardware_json(hw_file)
     elif N > 1:
         from stalesim.workloads.calibrate import calibrate
 
@@ -207,7 +225,8 @@ def calibrate_step(v: Validation) -> None:
         v.cm.comm = comm
         v.hw = link_from_comm(v.hw, comm, (hw_dict.get("allreduce") or {}).get("measured"), workers=N)
     v.hw_dict = hw_dict
-    write_json_atomic(v.out / "hardware.json", clean(hw_dict))
+    if v.resumed is None:  # a resumed validation read it from there
+        write_json_atomic(v.out / "hardware.json", clean(hw_dict))
 
 
 # ----------------------------------------------------------------------- 3. baseline
@@ -221,7 +240,10 @@ def baseline_step(v: Validation) -> None:
     v.say(f"[validate 3/{STEPS}] running the 1-rank baseline (sequential, S=1, {cfg.iterations} iterations)")
     base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
     v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
-    _run_baseline(v, 0)
+    if v.resumed is not None:
+        v.base_runs = list(v.resumed.base_runs[:1])
+    else:
+        _run_baseline(v, 0)
     v.base_measured = v.base_runs[0]
     if "error" in v.base_measured:
         raise StalesimError(f"validate: the 1-rank baseline failed: {v.base_measured['error']}")
@@ -427,6 +449,7 @@ def run_step(v: Validation) -> None:
     of the stage timing (:func:`_time_pass`): the stage times the predictions use see the
     same moments of the machine as the runs, which they never read."""
     from executor.spec import make_job
+    from stalesim.validate.checkpoint import save_round
 
     cfg = v.cfg
     K = cfg.repeats
@@ -436,7 +459,8 @@ def run_step(v: Validation) -> None:
           f"({cfg.iterations} iterations each, {K} interleaved repeat(s))"
           + (f", timing {len(keys)} stage layout(s) after each round" if timer is not None else ""))
     v.runs = {name: [] for name in v.schedules}
-    for k in range(K):
+    done, timer = _resume_rounds(v, keys, timer)
+    for k in range(done, K):
         if k > 0:
             _run_baseline(v, k)
         names = round_order(v.schedules, k)
@@ -448,10 +472,27 @@ def run_step(v: Validation) -> None:
             v.runs[name].append(got[name])
         if timer is not None:
             _time_pass(v, timer)
+        save_round(v.out, cfg, k, overhead_s=v.cm.overhead_s if v.cm is not None else {},
+                   base_run=v.base_runs[k], runs=got, timer=timer)
         if K > 1:
             v.say(f"[validate 4/{STEPS}] round {k + 1}/{K} done")
     if timer is not None:
         v.cm.stage_times.update(zip(keys, timer.times()))
+
+
+def _resume_rounds(v: Validation, keys: list[Any], timer: Any) -> tuple[int, Any]:
+    """Rounds already done and the stage timer to go on with: none and ``timer`` for a new
+    validation; for ``--resume``, the finished rounds' runs, baselines and timer restored."""
+    r = v.resumed
+    if r is None:
+        return 0, timer
+    if (timer is None) != (r.timer is None) or (timer is not None and len(r.timer.tcs) != len(keys)):
+        raise StalesimError(f"--resume: the stage layouts timed in {v.out} are not this validation's")
+    v.runs = {name: list(r.runs.get(name, [])) for name in v.schedules}
+    if any(len(runs) != r.rounds for runs in v.runs.values()):
+        raise StalesimError(f"--resume: the rounds in {v.out} did not run every schedule of this validation")
+    v.base_runs = list(r.base_runs)
+    return r.rounds, r.timer
 
 
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:

@@ -54,6 +54,12 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
 
         load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
     v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say)
+    from stalesim.validate.checkpoint import clear, load
+
+    if cfg.resume:
+        v.resumed = load(v.out, cfg)
+    else:
+        clear(v.out)
     timings: dict[str, float] = {}
     from stalesim.validate.busy import cpu_sample
 
