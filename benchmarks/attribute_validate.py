@@ -56,7 +56,8 @@ def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> A
         hook[(ppv, int(m.group(2)))] = v
     return CostModel(load_profile(out / "profile.json"), load_profile(cont) if cont.exists() else None,
                      dict(c["overhead_s"]), [], float(c.get("dispatch_s") or 0.0), dict(c.get("gaps_s") or {}),
-                     hw_dict.get("executor_comm"), hook, stage_times_from_summary(c.get("stage_times")))
+                     hw_dict.get("executor_comm"), hook, stage_times_from_summary(c.get("stage_times")),
+                     host_cores=c.get("host_cores"))
 
 
 def run_dir_of(out: Path, row: dict[str, Any], which: str) -> Path | None:

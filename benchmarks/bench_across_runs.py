@@ -19,6 +19,11 @@ computing rank (``lost_sender`` / ``lost_receiver`` of the per-message calibrati
 file's ``executor_comm``, or of a bare ``measure_comm`` JSON) added to the run's own
 calibration: a term measured once on this machine, tried on runs that stored no such
 measurement.
+
+``--host-cores N`` re-predicts every run as if its ranks shared N cores (the time slices of
+ranks that outnumber the cores, :mod:`stalesim.validate.cores`): for runs stored before
+``validate`` recorded the cores (``cost_model.host_cores``), e.g. a 3-rank run on this
+2-core machine.
 """
 
 from __future__ import annotations
@@ -51,13 +56,17 @@ def lost_fits(path: Path) -> dict[str, Any]:
     return fits
 
 
-def errors_of(out: Path, lost: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+def errors_of(out: Path, lost: dict[str, Any] | None = None,
+              host_cores: int | None = None) -> dict[str, dict[str, float]]:
     """Per schedule of the stored run ``out``: ``{"error", "noise_floor", "stored_error"}``
     (the error re-predicted with today's code, with ``lost`` added to the run's per-message
-    calibration if given; the one ``validate`` stored then)."""
+    calibration and ``host_cores`` as the cores its ranks shared, if given; the one
+    ``validate`` stored then)."""
     run = load_run(out)
     if lost and run.cm.comm:
         run.cm.comm = {**run.cm.comm, **lost}
+    if host_cores is not None:
+        run.cm.host_cores = host_cores
     got: dict[str, dict[str, float]] = {}
     for row in run.summary["rows"]:
         measured = row.get("measured_iteration_time_s")
@@ -70,9 +79,10 @@ def errors_of(out: Path, lost: dict[str, Any] | None = None) -> dict[str, dict[s
     return got
 
 
-def side_by_side(runs: list[Path], lost: dict[str, Any] | None = None) -> dict[str, Any]:
+def side_by_side(runs: list[Path], lost: dict[str, Any] | None = None,
+                 host_cores: int | None = None) -> dict[str, Any]:
     """Every run's errors, and per schedule present in all runs the mean error and its sign."""
-    per_run = {str(p): errors_of(p, lost) for p in runs}
+    per_run = {str(p): errors_of(p, lost, host_cores) for p in runs}
     common = [s for s in next(iter(per_run.values())) if all(s in e for e in per_run.values())]
     rows = []
     for s in common:
@@ -112,9 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lost-from", type=Path, default=None,
                    help="a hardware JSON (or measure_comm JSON) whose lost_sender / lost_receiver fits "
                         "every run is re-predicted with")
+    p.add_argument("--host-cores", type=int, default=None,
+                   help="re-predict every run with its ranks sharing this many cores")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         print("bench_across_runs: error: runs: give two or more validate folders", file=sys.stderr)
+        return 2
+    if args.host_cores is not None and args.host_cores < 1:
+        print(f"bench_across_runs: error: --host-cores: expected >= 1, got {args.host_cores}", file=sys.stderr)
         return 2
     lost = None
     if args.lost_from is not None:
@@ -128,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"bench_across_runs: error: runs: {d} lacks {', '.join(missing)}", file=sys.stderr)
             return 2
-    res = side_by_side(list(args.runs), lost)
+    res = side_by_side(list(args.runs), lost, args.host_cores)
     if not res["rows"]:
         print("bench_across_runs: error: runs: no schedule is in every run", file=sys.stderr)
         return 2

@@ -56,7 +56,8 @@ from stalesim.schedule.actions import (
     Kind,
 )
 from stalesim.sim.jitter import measured_ratio
-from stalesim.validate.afterwait import busy_intervals, wait_factors
+from stalesim.validate.afterwait import wait_factors
+from stalesim.validate.cores import busy_concurrency, busy_share, core_share
 from stalesim.validate.stagetime import (
     MODULE_KINDS,
     LayoutKey,
@@ -109,6 +110,10 @@ class CostModel:
     # (stagetime.contention_by_batch); False: each layout's own contended times, as the model
     # predicted before 2026-11-29 noon (what re-predicting older folders exactly needs)
     pooled_contention: bool = True
+    # the cores the CPU ranks share (their CPU affinity when the validation ran; None: not
+    # known, or GPU ranks): with more ranks x threads than cores the contended times hold the
+    # time slices the processes take turns in, charged by :mod:`stalesim.validate.cores`
+    host_cores: int | None = None
 
     def contention_ratio(self, batch_size: int | None = None) -> float | None:
         """Sum of per-layer compute (F+B+U), contended over alone, at ``batch_size``."""
@@ -142,6 +147,7 @@ class CostModel:
                                  "wait_ratios": {k: [list(p) for p in c] for k, c in wait_curves(v).items()},
                                  **v.to_dict()}
                                 for k, v in self.stage_times.items()],
+                "host_cores": self.host_cores,
                 "comm": None if self.comm is None else {k: v for k, v in self.comm.items()
                                                         if k in ("sizes", "repeats", "device")
                                                         or isinstance(v, dict)},
@@ -187,8 +193,11 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
                     action_batch: int, phi: list[float] | None = None,
                     dispatch: dict[tuple[str, int], float] | None = None,
                     times: StageTimes | None = None,
-                    waits: dict[tuple[str, int], float] | None = None) -> StageCosts:
-    """Per-stage costs: alone/contended interpolation by ``phi[s]``, times the after-wait
+                    waits: dict[tuple[str, int], float] | None = None,
+                    share: list[float] | None = None, full_share: float = 1.0) -> StageCosts:
+    """Per-stage costs: alone/contended interpolation by ``phi[s]`` (the contended cost less
+    ``full_share``, the time slices it was measured in, and the result times ``share[s]``, the
+    stage's mean time-slice share: :mod:`stalesim.validate.cores`), times the after-wait
     factor ``waits[(kind, stage)]`` (:mod:`stalesim.validate.afterwait`), plus per-action
     overhead, plus ``cm.dispatch_s`` x ``dispatch[(kind, stage)]`` (see :func:`dispatch_counts`).
 
@@ -210,7 +219,7 @@ def stage_costs_for(cm: CostModel, cuts: list[int], ppv: list[int], *, batch_siz
                                      ppv=ppv))
     if times is not None:
         base, busy = _measured_per_kind(times, base, busy if contended else None, contended=contended)
-    cost = {k: _mix(phi, v, None if busy is None else busy[k]) for k, v in base.items()}
+    cost = {k: _mix(phi, v, None if busy is None else busy[k], share, full_share) for k, v in base.items()}
     for (k, s), f in (waits or {}).items():
         if k in cost and s < S:
             cost[k] = tuple(round(x * f) if i == s else x for i, x in enumerate(cost[k]))
@@ -246,14 +255,17 @@ def _per_kind(costs: StageCosts) -> dict[str, tuple[int, ...]]:
     return {"F": costs.f_ns, "B": costs.b_ns, "U": costs.u_ns, "I": bi, "W": bw}
 
 
-def _mix(phi: list[float], a: tuple[int, ...], b: tuple[int, ...] | None) -> tuple[int, ...]:
-    """``(1 - phi) * alone + phi * contended`` per stage. Co-runners never make a rank faster:
-    a contended cost below the alone one is measurement noise, and using it made busy
-    configurations cheaper per sample than the one-device baseline (2.02x on 2 devices in
-    `make demo`); it is floored at alone."""
+def _mix(phi: list[float], a: tuple[int, ...], b: tuple[int, ...] | None, share: list[float] | None = None,
+         full_share: float = 1.0) -> tuple[int, ...]:
+    """``((1 - phi) * alone + phi * contended / full_share) * share`` per stage (``share`` 1 and
+    ``full_share`` 1 where the ranks do not outnumber the cores: the plain interpolation).
+    Co-runners never make a rank faster: a contended cost below the alone one is measurement
+    noise, and using it made busy configurations cheaper per sample than the one-device
+    baseline (2.02x on 2 devices in `make demo`); it is floored at alone."""
+    sh = share or [1.0] * len(a)
     if b is None:
-        return a
-    return tuple(round((1 - p) * x + p * max(x, y)) for p, x, y in zip(phi, a, b))
+        return a if share is None else tuple(round(x * f) for x, f in zip(a, sh))
+    return tuple(round(((1 - p) * x + p * max(x, y / full_share)) * f) for p, x, y, f in zip(phi, a, b, sh))
 
 
 def _measured_per_kind(times: StageTimes, alone: dict[str, tuple[int, ...]],
@@ -457,31 +469,11 @@ def busy_overlap(result: SimResult) -> list[float]:
     n = result.devices
     if n <= 1:
         return [0.0] * n
-    lo, hi = result.steady_window_ns()
-    # clipped to the steady window
-    ivs = [[(max(s0, lo), min(e0, hi)) for s0, e0, _ in dev if min(e0, hi) > max(s0, lo)]
-           for dev in busy_intervals(result)]
-    # sweep: +1/-1 events per device
-    events: list[tuple[int, int, int]] = []
-    for d, lst in enumerate(ivs):
-        for s0, e0 in lst:
-            events.append((s0, 1, d))
-            events.append((e0, -1, d))
-    events.sort(key=lambda x: (x[0], x[1]))
-    depth = [0] * n
-    busy_t = [0] * n
-    weighted = [0.0] * n
-    prev = events[0][0] if events else 0
-    for t, delta, d in events:
-        if t > prev:
-            active = [i for i in range(n) if depth[i] > 0]
-            k = len(active)
-            for i in active:
-                busy_t[i] += t - prev
-                weighted[i] += (t - prev) * (k - 1)
-            prev = t
-        depth[d] += delta
-    return [weighted[i] / busy_t[i] / (n - 1) if busy_t[i] else 0.0 for i in range(n)]
+    out = []
+    for h in busy_concurrency(result):
+        total = sum(h.values())
+        out.append(sum(t * (k - 1) for k, t in h.items()) / total / (n - 1) if total else 0.0)
+    return out
 
 
 def stage_phi(sched: Any, overlap: list[float]) -> list[float]:
@@ -614,9 +606,12 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
             times = times.with_contention(pooled)
     curves = wait_curves(times)
     waits: dict[tuple[str, int], float] = {}
+    slices = _time_slices(cm, sched)
+    share: list[float] | None = None
     for r in range(max(1, rounds)):
         costs = stage_costs_for(cm, cuts, ppv_used, batch_size=batch_size, action_batch=ab, phi=phi,
-                                dispatch=dispatch, times=times, waits=waits)
+                                dispatch=dispatch, times=times, waits=waits, share=share,
+                                full_share=slices[1] if slices else 1.0)
         costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
                                   label_bytes=8 * (batch_size // max(1, sched.workers)))
         if times is None:  # measured stage times already include the hooks, the LOSS and the data
@@ -624,12 +619,14 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead))
         history.append(result.iteration_time_s)
-        if not (has_contention(cm, times) or curves) or result.devices <= 1:
+        if not (has_contention(cm, times) or curves or slices) or result.devices <= 1:
             break
         new_phi = stage_phi(sched, busy_overlap(result))
         if r > 0 and len(history) >= 2 and abs(history[-1] - history[-2]) <= tol * history[-2]:
             break
         phi = new_phi
+        if slices:
+            share = stage_phi(sched, busy_share(result, cm.host_cores, slices[0]))
         if curves:
             waits = wait_factors(result, curves)
     assert result is not None
@@ -638,12 +635,20 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
     if jitter is not None and result.devices > 1:  # one device never waits on another
         result, drawn = median_draw(lambda j: simulate(costs, sched, hw, SimOptions(recv_ahead=recv_ahead, jitter=j)),
                                     jitter)
-    return result, {"phi": phi, "rounds": len(history), "history": history,
+    return result, {"phi": phi, "core_share": share, "rounds": len(history), "history": history,
                     "mean_costs_s": history[-1], "jitter_draws_s": drawn,
                     "jitter_spread": {} if jitter is None else jitter.spread(),
                     "wait_factors": {f"{k}:{s}": f for (k, s), f in sorted(waits.items())},
                     "cuts": list(cuts), "ppv": list(ppv_used), "action_batch": ab, "costs": costs,
                     "schedule": sched}
+
+
+def _time_slices(cm: CostModel, sched: Any) -> tuple[int, float] | None:
+    """``(threads per rank, the share its contended times were measured in)`` where the ranks
+    of ``sched`` outnumber ``cm.host_cores`` (:mod:`stalesim.validate.cores`), else None."""
+    threads = int(cm.profile.threads or 1)
+    full = core_share(sched.num_devices, cm.host_cores, threads)
+    return (threads, full) if full > 1.0 else None
 
 
 def median_draw(run: Callable[[ActionJitter], SimResult], jitter: ActionJitter) -> tuple[SimResult, list[float]]:

@@ -126,7 +126,6 @@ def clean(obj: Any) -> Any:
 # ------------------------------------------------------------------------ 1. profile
 def profile_step(v: Validation) -> None:
     from stalesim.validate.corunners import contended_profile, measure_overhead, paired_profiles, profiled_model
-    from stalesim.validate.costmodel import CostModel
     from stalesim.workloads.profiler import profile_model
 
     cfg, say, N, dev0 = v.cfg, v.say, v.n, v.device0
@@ -161,7 +160,7 @@ def profile_step(v: Validation) -> None:
     overhead = (measure_overhead(threads=cfg.threads, device=dev0) if cfg.overhead
                 else {"F": 0.0, "B": 0.0, "U": 0.0, "LOSS": 0.0})
     v.prof, v.contended = prof, contended
-    v.cm = CostModel(prof, contended, overhead, [])
+    v.cm = _cost_model(v, overhead)
     prof.to_json(v.out / "profile.json")
     if contended is not None:
         contended.to_json(v.out / "profile_contended.json")
@@ -170,14 +169,21 @@ def profile_step(v: Validation) -> None:
 def _resumed_profiles(v: Validation) -> None:
     """The profiles and per-action overhead the resumed validation measured (its folder's
     ``profile.json``, ``profile_contended.json`` and round files)."""
-    from stalesim.validate.costmodel import CostModel
-
     v.say(f"[validate 1/{STEPS}] resuming: profile, calibration and {v.resumed.rounds} round(s) from {v.out}")
     prof = _reuse_profile(str(v.out / "profile.json"), v.cfg, "--resume")
     path = v.out / "profile_contended.json"
     contended = _reuse_profile(str(path), v.cfg, "--resume") if path.is_file() else None
     v.prof, v.contended = prof, contended
-    v.cm = CostModel(prof, contended, dict(v.resumed.overhead_s), [])
+    v.cm = _cost_model(v, dict(v.resumed.overhead_s))
+
+
+def _cost_model(v: Validation, overhead: dict[str, float]) -> Any:
+    """The cost model of the profiles in ``v``, with the cores CPU ranks share (the ranks
+    may outnumber them: :mod:`stalesim.validate.cores`)."""
+    from stalesim.validate.cores import host_cores
+    from stalesim.validate.costmodel import CostModel
+
+    return CostModel(v.prof, v.contended, overhead, [], host_cores=host_cores() if v.devs.kind == "cpu" else None)
 
 
 def _reuse_profile(path: str, cfg: ValidateConfig, flag: str) -> Any:
