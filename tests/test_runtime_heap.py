@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-# glibc's own account (mallinfo2) of a 24 MiB block (mmapped or from the heap), then of ten
+# glibc's own account (mallinfo2) of a 24 MiB and a 64 MiB block (mmapped or from the heap), then of ten
 # 8 MiB blocks allocated, written and freed three times (how many more free bytes the heap
 # holds afterwards).
 # Why not count page faults: whether a kept page is faulted in again also depends on the
@@ -29,6 +29,9 @@ class MallInfo2(ctypes.Structure):
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
 m0 = libc.mallinfo2()
+huge = torch.ones(16 << 20)  # 64 MiB: above the largest mmap threshold glibc accepts; alive
+huge_mmapped = libc.mallinfo2().hblkhd - m0.hblkhd
+m0 = libc.mallinfo2()
 big = torch.ones(6 << 20)  # 24 MiB, alive
 m1 = libc.mallinfo2()
 del big
@@ -36,7 +39,8 @@ before = libc.mallinfo2().fordblks
 for _ in range(3):
     blocks = [torch.ones(2 << 20) for _ in range(10)]
     del blocks
-print(json.dumps({"mmapped": m1.hblkhd - m0.hblkhd, "kept": libc.mallinfo2().fordblks - before}))
+kept = libc.mallinfo2().fordblks - before
+print(json.dumps({"mmapped": m1.hblkhd - m0.hblkhd, "huge_mmapped": huge_mmapped, "kept": kept}))
 """
 
 
@@ -62,6 +66,10 @@ def test_a_kept_heap_serves_large_blocks_itself_and_keeps_them() -> None:
     # blocks up to 32 MiB come from the heap
     assert default["mmapped"] >= 24 << 20
     assert kept["mmapped"] == 0
+    # and above the largest threshold too: with mmap off, a 64 MiB gradient is not faulted in
+    # again at every backward
+    assert default["huge_mmapped"] >= 64 << 20
+    assert kept["huge_mmapped"] == 0
     # kept, nothing is trimmed: the 80 MiB freed stay in the heap for the next round (less the
     # few KiB that torch's own small allocations take from it meanwhile: a fresh clone's run
     # measured 80 MiB - 2,768 bytes)

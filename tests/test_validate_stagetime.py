@@ -149,7 +149,7 @@ def test_a_pass_times_every_layout_alone_and_contended(monkeypatch) -> None:
     co = _FakeCoRunners()
     seen: list[tuple[str, bool, bool]] = []
 
-    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), pass_index=0):
         assert ranks == 2  # each timing process is pinned as the first of the runs' ranks
         assert bool(waits) == co.busy  # the after-wait rounds run while the co-runners compute
         seen.append((tc, co.busy, data))
@@ -185,9 +185,9 @@ def test_each_pass_keeps_its_own_means(monkeypatch) -> None:
     co = _FakeCoRunners()
     calls = {"n": 0}
 
-    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), pass_index=0):
         calls["n"] += 1
-        f = (2.0 if co.busy else 1.0) * (1 + first_wait)  # pass p runs (1 + p)x slower
+        f = (2.0 if co.busy else 1.0) * (1 + pass_index)  # pass p runs (1 + p)x slower
         return [{"F": [f, 3 * f]}, {"B": [f] * rounds}], {}
 
     monkeypatch.setattr(st_mod, "_sample_fresh", fake_sample)
@@ -333,8 +333,8 @@ def test_a_pass_keeps_its_round_ratios_free_of_the_drift_between_passes(monkeypa
 
     co = _FakeCoRunners()
 
-    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), first_wait=0):
-        f = (1 + first_wait) * (2.0 if co.busy else 1.0)
+    def fake_sample(tc, device, threads, rounds, full_batch, data=True, *, ranks=1, waits=(), pass_index=0):
+        f = (1 + pass_index) * (2.0 if co.busy else 1.0)
         spread = [0.5, 1.5] if co.busy else [0.9, 1.1]
         return [{"F": [f * x for x in spread]}, {"B": [f] * rounds}], {}
 
@@ -432,3 +432,44 @@ def test_the_prediction_uses_the_pooled_contention() -> None:
     pooled, _ = simulate_with_costs(cm, _hw(), cfg, ppv=[2], batch_size=32)
     assert own.iteration_time_s == pytest.approx(1.4 * 3e-3, rel=0.05)  # F + B, always contended
     assert pooled.iteration_time_s == pytest.approx(1.2 * 3e-3, rel=0.05)
+
+
+def test_a_run_adds_into_its_batch_buffer_in_all_but_one_micro_batch_in_each() -> None:
+    from stalesim.validate.stagetime import accumulates
+
+    assert [accumulates(p, 4) for p in range(8)] == [False, True, True, True] * 2
+    assert not any(accumulates(p, 1) for p in range(5))  # whole batches: one backward each
+    # 5 passes of 3 rounds (validate's default) over 4 micro-batches: 11 of 15 add, as 3 in 4
+    assert sum(accumulates(3 * k + m, 4) for k in range(5) for m in range(3)) == 11
+
+
+def _buffer_seen_by_each_backward(monkeypatch, name: str, rounds: int, pass_index: int = 0,
+                                  waits: tuple[float, ...] = ()) -> list[bool]:
+    """Per weight-gradient accumulation of stage 0's runtime in ``_sample``: whether its batch
+    already had a buffer (the backward adds into it) or not (it stores a fresh one)."""
+    import stalesim.runtime.stage as stage_mod
+    from stalesim.validate.stagetime import _sample
+
+    seen: list[bool] = []
+    real = stage_mod.accumulate
+
+    def spy(buffers, batch, wgrads):
+        seen.append(batch in buffers)
+        real(buffers, batch, wgrads)
+
+    monkeypatch.setattr(stage_mod, "accumulate", spy)
+    _sample(_tc(name, 2, [2]), "cpu", 1, rounds, None, False, waits=waits, pass_index=pass_index)
+    return seen[::2]  # stage 1's (each round's first backward; stage 0's alternate with them)
+
+
+def test_the_stage_timing_adds_into_gradient_buffers_as_a_micro_batched_run_does(monkeypatch) -> None:
+    """GPipe with 4 micro-batches: after the two warm-up rounds (both adding), the timed rounds
+    of pass 0 add in all but the first of every four; pass 1 continues where pass 0 stopped. A
+    whole-batch schedule never adds (each batch has one backward per stage)."""
+    from stalesim.validate.stagetime import WARMUP_ROUNDS
+
+    got = _buffer_seen_by_each_backward(monkeypatch, "gpipe", 6)
+    assert got == [True] * WARMUP_ROUNDS + [False, True, True, True, False, True]
+    got = _buffer_seen_by_each_backward(monkeypatch, "gpipe", 3, pass_index=1)
+    assert got[WARMUP_ROUNDS:] == [True, False, True]  # positions 3, 4, 5
+    assert not any(_buffer_seen_by_each_backward(monkeypatch, "pipedream", 4))

@@ -7,7 +7,7 @@ threshold that moves with the heap's history, so the next forward page-faults th
 bytes back in. Measured on ResNet-32 at batch 64 (one stage of 13 blocks, 2-core VM): 0 to
 13,000 minor faults per action depending on the process's past, each action 5-40% slower
 than with no faults, and two processes running the same stage differing by 13%. With the
-heap kept (no trim; blocks up to 32 MiB from the heap) every action after the first
+heap kept (no trim; every block from the heap) every action after the first
 iteration faults nothing and its time is steady: the behaviour of a GPU's caching
 allocator, and what makes a stage timed in one process predict the same stage in a rank.
 
@@ -15,6 +15,17 @@ allocator, and what makes a stage timed in one process predict the same stage in
 rank started by ``torchrun`` does not control). Both settings go together: a trim
 threshold alone switches off glibc's moving ``mmap`` threshold, which leaves it at 128 KiB
 and made every action 2-2.5x slower (every activation a fresh ``mmap``).
+
+Blocks above the largest threshold glibc accepts (32 MiB) would still be ``mmap``ed at each
+allocation and unmapped at each free, so a stage with a large weight matrix faults its
+gradient in page by page at every backward: AlexNet's 4096 x 4096 layer (a 64 MiB gradient)
+took 16,385 minor faults per backward on a 2-core VM, about 28 ms of a 60 ms backward at
+micro-batch 8, and each micro-batch that adds its gradient into the batch's buffer faulted a
+second 64 MiB block. Whether a block that large was faulted in or came from a free chunk of
+the heap depended on the process's history, so the same stage timed in one process and run
+in a rank disagreed by up to 1.5x. So ``mmap`` is off for the main heap too (``M_MMAP_MAX``
+0): every block comes from the heap, and a freed one is reused. glibc still maps memory
+where the heap cannot grow, and for the arenas of other threads, so no allocation fails for it.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import os
 # mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
 #: the largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2)
 MMAP_THRESHOLD_BYTES = 32 << 20
 #: never trim: ``mallopt`` takes a C int
@@ -52,5 +64,6 @@ def keep_heap() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     # the mmap threshold first: setting either switches off glibc's moving threshold
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    return (bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+            and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+            and bool(mallopt(_M_MMAP_MAX, 0)))

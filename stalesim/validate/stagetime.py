@@ -406,7 +406,7 @@ class LayoutTimer:
                     corunners.pause()
                 got, waited = _sample_fresh(self.tcs[i], self.device, self.threads, self.rounds,
                                             self.full_batch, not busy, ranks=self.ranks,
-                                            waits=WAITS_S if busy else (), first_wait=p)
+                                            waits=WAITS_S if busy else (), pass_index=p)
                 store = self._busy if busy else self._alone
                 have = store[i]
                 store[i] = got if have is None else _merge(have, got)
@@ -444,19 +444,19 @@ def _merge(a: Samples, b: Samples) -> Samples:
 
 def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
                   data: bool = True, *, ranks: int = 1, waits: Sequence[float] = (),
-                  first_wait: int = 0) -> tuple[Samples, WaitSamples]:
+                  pass_index: int = 0) -> tuple[Samples, WaitSamples]:
     """:func:`_sample` in a new (spawned) process, set up as the first of ``ranks`` ranks."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
         return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks,
-                           tuple(waits), first_wait).result()
+                           tuple(waits), pass_index).result()
 
 
 def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
                       data: bool = True, ranks: int = 1, waits: Sequence[float] = (),
-                      first_wait: int = 0) -> tuple[Samples, WaitSamples]:  # pragma: no cover - a child
+                      pass_index: int = 0) -> tuple[Samples, WaitSamples]:  # pragma: no cover - a child
     """:func:`_sample` in a process set up as an executor rank is: its heap policy, and with
     ``STALESIM_PIN=on`` on CPU ranks pinned as rank 0 of ``ranks`` (as the executor pins its
     ranks then)."""
@@ -465,16 +465,23 @@ def _sample_as_a_rank(tc: Any, device: str, threads: int, rounds: int, full_batc
 
     pin_rank(0, ranks, "cuda" if str(device).startswith("cuda") else "cpu")
     keep_heap()
-    return _sample(tc, device, threads, rounds, full_batch, data, waits, first_wait)
+    return _sample(tc, device, threads, rounds, full_batch, data, waits, pass_index)
 
 
 def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | None,
-            data: bool = True, waits: Sequence[float] = (), first_wait: int = 0
+            data: bool = True, waits: Sequence[float] = (), pass_index: int = 0
             ) -> tuple[Samples, WaitSamples]:
     """Per stage ``{kind: [seconds of each round after the warm-up]}``; with ``data``, stage 0's
     ``DATA`` too (one value: reading the data, timed alone only). With ``waits``, as many
     rounds again, alternating with those, each sleeping before every F, B, I and W a wait of
-    ``waits`` in turn (starting at index ``first_wait``): per wait, their samples."""
+    ``waits`` in turn (starting at index ``pass_index``): per wait, their samples.
+
+    Each round's backwards add their weight gradients into a buffer of the batch that already
+    holds one, as a micro-batched run's every micro-batch but the first does
+    (:func:`accumulates`), in the share of rounds the run has: that addition streams the whole
+    gradient through memory, and a stage whose gradient outgrows the caches pays for it
+    (AlexNet's fully connected stage at micro-batch 8: 48 ms a backward that adds, 35 ms one
+    that does not)."""
     import torch
 
     from stalesim.runtime.build import build_stage_modules, model_of, stage_runtimes
@@ -494,15 +501,18 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
         samples: Samples = [{} for _ in range(sched.stages)]
         waited: WaitSamples = {w: [{} for _ in range(sched.stages)] for w in waits}
         micro = 0 if sched.uses_micro else None
+        per_batch = len(sched.micro_indices())
         for t in range(n):
             j = t - WARMUP_ROUNDS
-            m = j // 2  # with waits, the m-th back-to-back round (j even) or waited one (j odd)
-            wait = waits[(first_wait + m) % len(waits)] if waits and j >= 0 and j % 2 else 0.0
+            m = j // 2 if waits else j  # the m-th round of its sort (back to back, or waited)
+            wait = waits[(pass_index + m) % len(waits)] if waits and j >= 0 and j % 2 else 0.0
             into = None if j < 0 else (waited[wait] if wait else samples)
             # a split stage alternates B rounds with I-then-W rounds within each sort of round,
             # so that every wait, and the back-to-back rounds, time both
             turn = t if not waits or j < 0 else (m // len(waits) if wait else m)
-            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock, into, wait, turn)
+            # warm-up rounds add where any round does, to warm that path too
+            acc = per_batch > 1 if j < 0 else accumulates(rounds * pass_index + m, per_batch)
+            _one_round(rts, sched, x.to(device), y.to(device), t, micro, clock, into, wait, turn, acc)
         if data:
             samples[0]["DATA"] = [data_cost(tc.model, tc.dataset, tc.data_dir, full_batch or tc.batch_size, ab,
                                             rounds, tc.dtype)]
@@ -511,12 +521,22 @@ def _sample(tc: Any, device: str, threads: int, rounds: int, full_batch: int | N
         torch.set_num_threads(old)
 
 
+def accumulates(position: int, per_batch: int) -> bool:
+    """Whether the timed round at ``position`` (counted over a layout's passes, per sort of
+    round) adds its gradients into the batch's buffer: in a run whose batches have
+    ``per_batch`` micro-batches, every one but the first of each batch does, so
+    ``per_batch - 1`` rounds in ``per_batch`` do, over consecutive passes as within one."""
+    return position % per_batch != 0
+
+
 def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: int | None,
                clock: Callable[[], float], samples: Samples | None, wait_s: float = 0.0,
-               turn: int | None = None) -> None:
+               turn: int | None = None, accumulate: bool = False) -> None:
     """One batch (``t``) through every stage: each F, its LOSS, then each backward in reverse
     (a split stage: B when ``turn``, default ``t``, is even, else I then W); with ``wait_s``,
-    a sleep before each F, B, I and W (a rank waiting for its message)."""
+    a sleep before each F, B, I and W (a rank waiting for its message). With ``accumulate``
+    the batch's gradient buffers exist before the forwards (zeros, untimed), so the
+    backwards add into them as a later micro-batch's do into its batch's buffer."""
     from stalesim.schedule import Action, Kind
 
     def timed(s: int, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -530,6 +550,9 @@ def _one_round(rts: dict[int, Any], sched: Any, x: Any, y: Any, t: int, micro: i
         return out
 
     S = sched.stages
+    if accumulate:
+        for rt in rts.values():
+            rt.grads(t)
     h = x
     for s in range(S):
         rt = rts[s]
