@@ -14,8 +14,8 @@ regimes:
 * ``fresh``: every round a new batch whose buffer is dropped after its backwards: the
   stage timing before it added into buffers (no addition, no update).
 
-Per policy, regime, stage and micro-batch position: the median ms of B and the median minor
-faults (``getrusage``) over the batches after the first two. Policies alternate in order over
+Per policy, regime, stage and micro-batch position: the median ms of F and of B and B's median
+minor faults (``getrusage``) over the batches after the first two. Policies alternate in order over
 ``--repeats``.
 
     ../shared/tools/quiet run python -m benchmarks.bench_grad_faults --model alexnet --ppv 5 \\
@@ -69,6 +69,7 @@ def _measure(model: str, ppv: list[int], micro_batch: int, micro: int, batches: 
     x, y = mods.model.random_batch(micro_batch, torch.Generator().manual_seed(0), tc.torch_dtype)
     S = sched.stages
     ms: list[list[list[float]]] = [[[] for _ in range(micro)] for _ in range(S)]
+    fms: list[list[list[float]]] = [[[] for _ in range(micro)] for _ in range(S)]
     faults: list[list[list[int]]] = [[[] for _ in range(micro)] for _ in range(S)]
     for t in range(n):
         for m in range(micro):
@@ -77,7 +78,10 @@ def _measure(model: str, ppv: list[int], micro_batch: int, micro: int, batches: 
                 xin = h.detach().clone()
                 if s > 0:
                     xin.requires_grad_(True)
+                t0 = time.perf_counter()
                 h = rts[s].forward(Action(Kind.F, s, t, m), xin)
+                if t >= WARMUP_BATCHES:
+                    fms[s][m].append((time.perf_counter() - t0) * 1e3)
                 if rts[s].is_loss_stage:
                     rts[s].loss(Action(Kind.LOSS, s, t, m), y)
             g: torch.Tensor | None = None
@@ -94,6 +98,7 @@ def _measure(model: str, ppv: list[int], micro_batch: int, micro: int, batches: 
             for s in range(S):
                 rts[s].update(Action(Kind.U, s, t, None))
     return {"ms": [[statistics.median(v) for v in st] for st in ms],
+            "f_ms": [[statistics.median(v) for v in st] for st in fms],
             "faults": [[statistics.median(v) for v in st] for st in faults]}
 
 
@@ -116,6 +121,7 @@ def measure(model: str, ppv: list[int], micro_batch: int, micro: int, batches: i
                 rows.append({"policy": policy, "regime": regime, "stage": s, "micro": m,
                              "b_ms": statistics.median(x["ms"][s][m] for x in runs),
                              "b_ms_runs": [x["ms"][s][m] for x in runs],
+                             "f_ms": statistics.median(x["f_ms"][s][m] for x in runs),
                              "minor_faults": statistics.median(x["faults"][s][m] for x in runs)})
     return {"model": model, "ppv": ppv, "micro_batch": micro_batch, "micro": micro, "batches": batches,
             "repeats": repeats, "load_average": list(os.getloadavg()), "rows": rows}
@@ -135,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     print(f"load before {os.getloadavg()}", flush=True)
     out = measure(a.model, a.ppv, a.micro_batch, a.micro, a.batches, a.repeats)
-    print("| policy | regime | stage | micro-batch | B ms | minor faults |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| policy | regime | stage | micro-batch | F ms | B ms | B's minor faults |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in out["rows"]:
-        print(f"| {r['policy']} | {r['regime']} | {r['stage']} | {r['micro']} | {r['b_ms']:.1f} | "
+        print(f"| {r['policy']} | {r['regime']} | {r['stage']} | {r['micro']} | {r['f_ms']:.1f} | {r['b_ms']:.1f} | "
               f"{r['minor_faults']:.0f} |")
     if a.out:
         save_json(a.out, out)

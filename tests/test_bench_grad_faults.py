@@ -19,7 +19,8 @@ def test_bench_grad_faults_times_every_policy_regime_stage_and_position(tmp_path
     res = json.loads(out.read_text())
     keys = {(r["policy"], r["regime"], r["stage"], r["micro"]) for r in res["rows"]}
     assert keys == {(p, g, s, m) for p in POLICIES for g in REGIMES for s in (0, 1) for m in range(3)}
-    assert all(r["b_ms"] > 0 and r["minor_faults"] >= 0 and len(r["b_ms_runs"]) == 1 for r in res["rows"])
+    assert all(r["b_ms"] > 0 and r["f_ms"] > 0 and r["minor_faults"] >= 0 and len(r["b_ms_runs"]) == 1
+               for r in res["rows"])
 
 
 def test_bench_grad_faults_refuses_a_bad_cut_in_one_line(capsys) -> None:
