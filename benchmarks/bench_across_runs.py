@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks.attribute_validate import load_run, predict_row
 from benchmarks.block_ratios import save_json
+from stalesim.cli.common import positive_int
 
 #: what a folder must hold to be re-predicted
 NEEDED = ("summary.json", "hardware.json", "profile.json")
@@ -122,14 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lost-from", type=Path, default=None,
                    help="a hardware JSON (or measure_comm JSON) whose lost_sender / lost_receiver fits "
                         "every run is re-predicted with")
-    p.add_argument("--host-cores", type=int, default=None,
+    p.add_argument("--host-cores", type=positive_int, default=None,
                    help="re-predict every run with its ranks sharing this many cores")
     args = p.parse_args(argv)
     if len(args.runs) < 2:
         print("bench_across_runs: error: runs: give two or more validate folders", file=sys.stderr)
-        return 2
-    if args.host_cores is not None and args.host_cores < 1:
-        print(f"bench_across_runs: error: --host-cores: expected >= 1, got {args.host_cores}", file=sys.stderr)
         return 2
     lost = None
     if args.lost_from is not None:

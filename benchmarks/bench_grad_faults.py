@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 from typing import Any
 
 from benchmarks.block_ratios import save_json
 from benchmarks.cli_types import zoo_model
 from stalesim.cli.common import positive_int
+from stalesim.errors import StalesimError
 
 POLICIES = ("default", "kept")
 REGIMES = ("run", "fresh")
@@ -140,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the result as JSON here")
     a = ap.parse_args(argv)
     print(f"load before {os.getloadavg()}", flush=True)
-    out = measure(a.model, a.ppv, a.micro_batch, a.micro, a.batches, a.repeats)
+    try:
+        out = measure(a.model, a.ppv, a.micro_batch, a.micro, a.batches, a.repeats)
+    except StalesimError as exc:  # a cut the model cannot take, raised in the first process
+        print(f"bench_grad_faults: error: {exc}", file=sys.stderr)
+        return 2
     print("| policy | regime | stage | micro-batch | F ms | B ms | B's minor faults |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in out["rows"]:

@@ -59,9 +59,11 @@ def test_bad_input_is_one_error_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("bench_across_runs: error: runs: ") for e in err)
     assert "summary.json" in err[1]
-    assert main([str(RUN), str(RUN), "--host-cores", "0"]) == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == "bench_across_runs: error: --host-cores: expected >= 1, got 0"
+    with pytest.raises(SystemExit) as e:
+        main([str(RUN), str(RUN), "--host-cores", "0"])
+    assert e.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith("error: argument --host-cores: expected an integer >= 1, got 0")
 
 
 def test_the_command_prints_and_writes_the_table(tmp_path, capsys) -> None:

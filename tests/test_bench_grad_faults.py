@@ -30,3 +30,7 @@ def test_bench_grad_faults_refuses_a_bad_cut_in_one_line(capsys) -> None:
         main(["--ppv", "0"])
     assert e.value.code == 2
     assert "error: argument --ppv" in capsys.readouterr().err
+    # a cut the model cannot take: one line naming the field, from the first measuring process
+    assert main(["--model", "lenet5", "--ppv", "9", "--batches", "1", "--repeats", "1"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bench_grad_faults: error: ppv[0]: 9 is out of range")
