@@ -60,16 +60,29 @@ def _rows_from(result) -> dict[str, list[list]]:
 def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path, monkeypatch, drawn: bool) -> None:
     """The prediction's own timeline taken as the measurement: every error is zero. With the
     stage timing's spread the prediction is one drawn run (exact still), and the replay draws
-    from that run's own spread, so it lands near it, not on it; at mean costs it is exact."""
+    from that run's own spread, so it lands near it, not on it; at mean costs it is exact.
+
+    The stage times are given, with a fixed spread, not timed: a timed spread is this machine's
+    noise of the moment, and a loaded machine's (CI's) widened the replay's distance past the
+    bound in one run in ~10."""
     import stalesim.validate.costmodel as cm_mod
+    from stalesim.validate.stagetime import StageTimes, layout_key
 
     if not drawn:
         monkeypatch.setattr(cm_mod, "MIN_JITTER_SAMPLES", 10**9)  # no kind has that many: the means
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
                          out=str(tmp_path))
+    cfg.overhead = False  # the stage times given below, none timed
     prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
+    cm = CostModel(prof)
+    spread = (0.85, 1.1, 0.95, 1.2, 1.0, 0.9, 1.05, 0.95)  # a round's time over its pass's mean
+    for name in ("stale", "1f1b"):
+        tc = train_config(cfg, name, 2, [3], cfg.iterations)
+        key = layout_key(build_schedule(tc.schedule_config(cfg.iterations)), [3], cfg.batch_size)
+        cm.stage_times[key] = StageTimes([{"F": 3e-3, "B": 6e-3}, {"F": 3e-3, "B": 6e-3, "LOSS": 1e-4}],
+                                         round_ratios={"F": spread, "B": spread[::-1]})
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "1f1b"], out=tmp_path,
-                   say=lambda _m: None, prof=prof, cm=CostModel(prof), hw=SimHardware.ideal())
+                   say=lambda _m: None, prof=prof, cm=cm, hw=SimHardware.ideal())
     base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
     v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
     simulate_step(v)
@@ -86,7 +99,7 @@ def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path, monk
     for row in v.rows:
         assert row["time_error"] == pytest.approx(0.0, abs=1e-9), row["schedule"]
         # drawn: the replay draws anew from the run's spread, a few percent from the one drawn
-        # run it replays (2.1% in one fresh-clone CI): held to the replay goal, 5%
+        # run it replays: held to the replay goal, 5%
         assert row["replay_time_error"] == pytest.approx(0.0, abs=0.05 if drawn else 1e-9), row["schedule"]
         assert bool(row["jitter_draws_s"]) == drawn
         assert row["speedup_error"] == pytest.approx(0.0, abs=1e-9)
