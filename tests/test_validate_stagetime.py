@@ -453,9 +453,9 @@ def _buffer_seen_by_each_backward(monkeypatch, name: str, rounds: int, pass_inde
     seen: list[bool] = []
     real = stage_mod.accumulate
 
-    def spy(buffers, batch, wgrads):
+    def spy(buffers, batch, wgrads, borrowed=()):
         seen.append(batch in buffers)
-        real(buffers, batch, wgrads)
+        real(buffers, batch, wgrads, borrowed)
 
     monkeypatch.setattr(stage_mod, "accumulate", spy)
     _sample(_tc(name, 2, [2]), "cpu", 1, rounds, None, False, waits=waits, pass_index=pass_index)

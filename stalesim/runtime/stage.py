@@ -280,7 +280,8 @@ class StageRuntime:
         with self.tokens.reading(base):  # None for hook-free records: nothing to unpack
             grads = torch.autograd.grad(outputs, inputs, grad_out, allow_unused=True)
         gx = grads[0] if want_x else None
-        accumulate(self.buffers, action.batch, grads[1:] if want_x else grads)
+        # the input gradient (sent on) and the incoming one may share a weight gradient's storage
+        accumulate(self.buffers, action.batch, grads[1:] if want_x else grads, [gx, grad_out])
         self.versions_used.append((str(action.with_version(None)), v_b))
         self.release(v_b)
         return gx
@@ -330,8 +331,8 @@ class StageRuntime:
         base = rec.w_base if rec.w_base is not None else self.weights_of(rec.v_b)
         with self.tokens.reading(base):
             wgrads = self._splitter.weight_grads(rec)
-        rec.extra.pop("grad_out", None)
-        accumulate(self.buffers, action.batch, wgrads)
+        grad_out = rec.extra.pop("grad_out", None)
+        accumulate(self.buffers, action.batch, wgrads, [grad_out, *(rec.seg_grads or ())])
         self.versions_used.append((str(action.with_version(None)), rec.v_b))
         self.release(rec.v_b)
 

@@ -62,7 +62,8 @@ def load_stage_state(rt: StageRuntime, state: dict[str, Any]) -> None:
     rt.version = int(state["version"])
     rt.stash = {int(v): list(ws) for v, ws in state["stash"].items()}
     rt.need = Counter({int(k): int(c) for k, c in state["need"].items()})
-    rt.buffers = {int(t): list(b) for t, b in state["buffers"].items()}
+    # copies: the runtime adds into its buffers in place, and ``state`` may be read again
+    rt.buffers = {int(t): [None if g is None else g.clone() for g in b] for t, b in state["buffers"].items()}
     rt.mit.delta = state["delta"]
 
 

@@ -71,14 +71,47 @@ class Inflight:
 
 
 def accumulate(buffers: dict[int, list[torch.Tensor | None]], batch: int,
-               wgrads: Sequence[torch.Tensor | None]) -> None:
+               wgrads: Sequence[torch.Tensor | None],
+               borrowed: Sequence[torch.Tensor | None] = ()) -> None:
     """Add weight gradients to batch ``batch``'s buffer (micro-batches, or a split
-    backward's W, accumulate into one gradient per batch; ``U`` applies it)."""
+    backward's W, accumulate into one gradient per batch; ``U`` applies it).
+
+    The buffer is added into in place, as torch's own ``AccumulateGrad`` does: a backward
+    that adds holds the buffer and its new gradient, never a third tensor for their sum (a
+    whole stage's gradient more at the moment of the addition, on a GPU inside the peak).
+    Adding in place needs every buffer tensor to be the buffer's alone, so a gradient becomes
+    the buffer itself only when no other gradient of ``wgrads`` and no tensor of ``borrowed``
+    shares its storage (autograd returns one tensor for both inputs of ``a + b``, and may
+    return the incoming gradient, or a view of it, as a parameter's); else a copy is kept."""
     buf = buffers.get(batch)
     if buf is None:
-        buffers[batch] = [None if g is None else g.detach() for g in wgrads]
-        return
+        buf = buffers[batch] = [None] * len(wgrads)
+    shared = _shared_storages([*wgrads, *borrowed])
     for i, g in enumerate(wgrads):
-        if g is not None:
-            prev = buf[i]
-            buf[i] = g.detach() if prev is None else prev + g
+        if g is None:
+            continue
+        prev = buf[i]
+        if prev is not None:
+            prev.add_(g)
+        else:
+            g = g.detach()
+            buf[i] = g.clone() if _storage_of(g) in shared else g
+
+
+def _storage_of(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _shared_storages(tensors: Sequence[torch.Tensor | None]) -> set[int]:
+    """The storages more than one of ``tensors`` use (an empty tensor's storage counts as
+    shared: its data pointer may be any empty tensor's)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for t in tensors:
+        if t is None:
+            continue
+        key = _storage_of(t)
+        if key in seen or t.untyped_storage().nbytes() == 0:
+            shared.add(key)
+        seen.add(key)
+    return shared
