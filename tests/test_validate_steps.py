@@ -63,8 +63,8 @@ def test_simulated_timeline_as_measurement_gives_zero_error(tmp_path: Path, monk
     from that run's own spread, so it lands near it, not on it; at mean costs it is exact.
 
     The stage times are given, with a fixed spread, not timed: a timed spread is this machine's
-    noise of the moment, and a loaded machine's (CI's) widened the replay's distance past the
-    bound in one run in ~10."""
+    noise of the moment, and a loaded machine's (one CI run's) moved the replay 6.9% from the
+    run it replays, past the bound."""
     import stalesim.validate.costmodel as cm_mod
     from stalesim.validate.stagetime import StageTimes, layout_key
 

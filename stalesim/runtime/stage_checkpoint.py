@@ -49,8 +49,10 @@ def stage_state_dict(rt: StageRuntime) -> dict[str, Any]:
 
 
 def load_stage_state(rt: StageRuntime, state: dict[str, Any]) -> None:
-    """Put back :func:`stage_state_dict`'s ``state``; weights and buffers are copied in place,
-    which keeps their storages (the version hooks' map from storage to parameter) valid."""
+    """Put back :func:`stage_state_dict`'s ``state``; weights are copied in place, which keeps
+    their storages (the version hooks' map from storage to parameter) valid. The stash and the
+    gradient buffers are taken over, not copied (the runtime adds into its buffers in place),
+    so ``state`` is consumed: it is read from a checkpoint file once per resume."""
     with torch.no_grad():
         for k, v in rt.module.state_dict().items():
             v.copy_(state["module"][k])
@@ -62,8 +64,7 @@ def load_stage_state(rt: StageRuntime, state: dict[str, Any]) -> None:
     rt.version = int(state["version"])
     rt.stash = {int(v): list(ws) for v, ws in state["stash"].items()}
     rt.need = Counter({int(k): int(c) for k, c in state["need"].items()})
-    # copies: the runtime adds into its buffers in place, and ``state`` may be read again
-    rt.buffers = {int(t): [None if g is None else g.clone() for g in b] for t, b in state["buffers"].items()}
+    rt.buffers = {int(t): list(b) for t, b in state["buffers"].items()}  # taken over: ``state`` is consumed
     rt.mit.delta = state["delta"]
 
 

@@ -9,6 +9,7 @@ its storages (:mod:`stalesim.runtime.memory`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,7 +87,8 @@ def accumulate(buffers: dict[int, list[torch.Tensor | None]], batch: int,
     buf = buffers.get(batch)
     if buf is None:
         buf = buffers[batch] = [None] * len(wgrads)
-    shared = _shared_storages([*wgrads, *borrowed])
+    stores = any(g is not None and prev is None for g, prev in zip(wgrads, buf))
+    shared = _shared_storages([*wgrads, *borrowed]) if stores else set()
     for i, g in enumerate(wgrads):
         if g is None:
             continue
@@ -103,15 +105,6 @@ def _storage_of(t: torch.Tensor) -> int:
 
 
 def _shared_storages(tensors: Sequence[torch.Tensor | None]) -> set[int]:
-    """The storages more than one of ``tensors`` use (an empty tensor's storage counts as
-    shared: its data pointer may be any empty tensor's)."""
-    seen: set[int] = set()
-    shared: set[int] = set()
-    for t in tensors:
-        if t is None:
-            continue
-        key = _storage_of(t)
-        if key in seen or t.untyped_storage().nbytes() == 0:
-            shared.add(key)
-        seen.add(key)
-    return shared
+    """The storages more than one of ``tensors`` use."""
+    uses = Counter(_storage_of(t) for t in tensors if t is not None)
+    return {key for key, n in uses.items() if n > 1}
