@@ -1,0 +1,86 @@
+"""An analytic transformer and a :class:`~stalesim.sim.llm_plan.ParallelPlan` as the simulator's inputs per GPU."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from stalesim.sim.llm_comm import rank_hardware, zero_collectives
+from stalesim.sim.llm_kernels import DEFAULT_EFFICIENCY, KernelEfficiency, LayerTimes, layer_times, layer_wgrad_bytes
+from stalesim.sim.llm_plan import ParallelPlan
+from stalesim.sim.model import SimHardware, StageCosts, to_ns
+from stalesim.workloads.transformer import TransformerSpec, layer_activation_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.workloads.hardware import Hardware
+
+__all__ = ["llm_costs", "sim_options"]
+
+
+def _stage_layers(spec: TransformerSpec, plan: ParallelPlan) -> list[int]:
+    S = plan.pp * plan.chunks
+    return [spec.layers // S] * S
+
+
+def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
+              eff: KernelEfficiency = DEFAULT_EFFICIENCY) -> tuple[StageCosts, SimHardware, LayerTimes]:
+    """Per-GPU :class:`StageCosts` of the S = pp x chunks stages and the per-rank hardware."""
+    node = hw.cluster.node_size if hw.cluster is not None else None
+    plan.check(spec, node)
+    sim = rank_hardware(hw, plan.tp)
+    lt = layer_times(spec, plan, hw.device, sim, eff)
+    per = _stage_layers(spec, plan)
+    S = len(per)
+    t, b = plan.tp, plan.micro_batch
+    sb = plan.full_state
+    f = [n * lt.layer_f for n in per]
+    bk = [n * lt.layer_b for n in per]
+    params = [n * spec.layer_params() / t for n in per]
+    f[0] += lt.embed_f
+    bk[0] += lt.embed_b
+    params[0] += spec.embedding_params() / t
+    f[-1] += lt.head_f
+    bk[-1] += lt.head_b
+    wg = [n * lt.layer_w for n in per]
+    wg[-1] += lt.head_w
+    head_dw = spec.element_bytes * b * spec.seq * spec.vocab / t  # the logits' gradient the head's W reads
+    head = spec.head_params() + (spec.vocab * spec.hidden if spec.tied_embeddings and S > 1 else 0)
+    params[-1] += head / t
+    act = layer_activation_bytes(spec, b, tp=t, sp=plan.sp, recompute=plan.recompute)
+    saved = [n * act for n in per]
+    n_tok = b * spec.seq
+    saved[-1] += spec.element_bytes * n_tok * spec.hidden + 4 * n_tok * spec.vocab / t  # norm input, fp32 logits
+    # update: read and write every state byte of the parameters the rank updates (with ZeRO, its shard)
+    shard = plan.dp if plan.zero >= 1 else 1
+    upd = [p * 2 * sb.total / shard / (hw.device.mem_bandwidth_Bps * eff.memory) for p in params]
+    M = plan.microbatches
+    msg = spec.layer_output_bytes(b) // t
+    pbytes = tuple(round(p * sb.weights) for p in params)
+    seq = sum(M * plan.dp * (x + y) for x, y in zip(f, bk)) + sum(upd)  # the one-device baseline: no ZeRO
+    f, bk, wg, end_bytes = zero_collectives(sim, plan, pbytes, f, bk, wg)
+    b_ns, w_ns = tuple(to_ns(x) for x in bk), tuple(to_ns(w) for w in wg)
+    costs = StageCosts(
+        f_ns=tuple(to_ns(x) for x in f), b_ns=b_ns, u_ns=tuple(to_ns(x) for x in upd),
+        loss_ns=0, msg_bytes=(msg,) * S, param_bytes=pbytes, saved_bytes=tuple(round(x) for x in saved),
+        bi_ns=tuple(x - w for x, w in zip(b_ns, w_ns)), bw_ns=w_ns,
+        wgrad_bytes=tuple(round(n * layer_wgrad_bytes(spec, b, t) + (head_dw if i == S - 1 else 0))
+                          for i, n in enumerate(per)),
+        allreduce_bytes=end_bytes,
+        seq_ns=to_ns(seq * t * plan.pp), batch_size=plan.batch, action_batch=b,
+        layer_ranges=tuple((sum(per[:i]), sum(per[:i + 1])) for i in range(S)),
+        cost_source={"analytic": {"source": "analytic", "detail": f"{spec.name}: analytic counts, kernel "
+                                  f"efficiency {eff.to_dict()} on {hw.device.key or hw.device.name}"}})
+    return costs, sim, lt
+
+
+def sim_options(plan: ParallelPlan) -> Any:
+    """The :class:`~stalesim.sim.api.SimOptions` that simulate the plan's :func:`llm_costs` with the
+    event engine (small configurations; the closed forms are for the rest): ``dp`` replicas in
+    Megatron's rank order, the optimizer state per weight byte, and ZeRO-2/3's gradient and weight
+    shards (their communication is in the stage costs)."""
+    from stalesim.sim.api import SimOptions
+
+    full, sharded = plan.full_state, plan.state
+    return SimOptions(replicas=plan.dp, placement="data", batch_size=plan.batch,
+                      optimizer_state_factor=sharded.optimizer / full.weights,
+                      gradient_shards=plan.dp if plan.zero >= 2 else 1,
+                      weight_shards=plan.dp if plan.zero >= 3 else 1)

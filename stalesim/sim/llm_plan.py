@@ -1,0 +1,193 @@
+"""How an analytic transformer is trained: degrees, batch, schedule family, recomputation, training state.
+
+:class:`ParallelPlan` is the input every LLM-scale estimate reads
+(:mod:`stalesim.sim.llm_costs`, :mod:`stalesim.sim.parallel`), and
+:func:`family` the closed-form family of a schedule, read off its spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stalesim.errors import StalesimError
+from stalesim.workloads.memory_llm import StateBytes, state_bytes
+from stalesim.workloads.transformer import RECOMPUTE, TransformerSpec
+
+__all__ = ["FRAMEWORKS", "DOUBLE_BUFFER", "EVENT", "FILL_DRAIN", "INTERLEAVED", "ONE_F_ONE_B", "REGISTER", "STASH",
+           "ParallelPlan", "family", "supported_schedules"]
+
+# Training frameworks whose conventions change memory and overlap (each rule is documented where
+# its mechanism lives: stalesim.sim.llm_memory for memory, stalesim.sim.llm_comm for overlap):
+# Megatron-LM without / with its distributed optimizer, DeepSpeed (ZeRO stages, bf16 optimizer),
+# PyTorch FSDP2.
+FRAMEWORKS = ("megatron", "megatron-distopt", "deepspeed", "fsdp2")
+
+# Closed-form families, read off the schedule's spec (never its name): all forwards then all
+# backwards (GPipe), 1F1B with a flush, Megatron's interleaved 1F1B, and the unflushed 1F1B
+# orders by how they keep weights (stash: PipeDream; double buffer: 2BW; latest: the
+# stale-weights register pipeline).
+FILL_DRAIN, ONE_F_ONE_B, INTERLEAVED, STASH, DOUBLE_BUFFER, REGISTER = (
+    "fill-drain", "one-f-one-b", "interleaved", "stash", "double-buffer", "register")
+# The other flushed orders (zero-bubble ZB-H1/H2/V with their split backward, looped BFS,
+# DualPipeV) have no closed form here: one pipeline replica is event-simulated instead.
+EVENT = "event"
+
+
+def family(name: str) -> str | None:
+    """The closed-form family of schedule ``name`` (None: no LLM estimate for it)."""
+    from stalesim.schedule import Policy, get_spec
+
+    spec = get_spec(name)
+    if spec.data_parallel or spec.local_loss or spec.switches:
+        return None
+    if spec.fast_path in (FILL_DRAIN, ONE_F_ONE_B):
+        return spec.fast_path
+    if spec.fast_path == "flush":
+        # Megatron's order (torch's ScheduleInterleaved1F1B) in closed form; the others simulated
+        return INTERLEAVED if spec.torch_name == "ScheduleInterleaved1F1B" else EVENT
+    if spec.splits_backward or spec.stages_per_device > 1:  # the periodic closed forms are per stage
+        return None
+    if spec.policy is Policy.STASH:
+        return STASH
+    if spec.policy is Policy.DOUBLE_BUFFER:
+        return DOUBLE_BUFFER
+    if not spec.staleness_free and spec.placement == "contiguous":
+        return REGISTER
+    return None
+
+
+def supported_schedules() -> list[str]:
+    from stalesim.schedule import schedule_names
+
+    return [n for n in schedule_names() if family(n) is not None]
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """How a model is trained: degrees, batch, schedule, recomputation, optimizer state.
+
+    ``global_batch`` sequences per iteration (default ``micro_batch x dp``: one
+    micro-batch per replica), split into ``M = global_batch / (dp x micro_batch)``
+    micro-batches per replica; ``chunks``: virtual stages per device (``V`` of
+    ``interleaved-1f1b``).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    micro_batch: int = 1
+    global_batch: int | None = None
+    schedule: str = "1f1b"
+    chunks: int = 1
+    sp: bool = False
+    recompute: str = "none"
+    zero: int = 0
+    optimizer: str = "adam"
+    precision: str = "mixed"
+    error_feedback: bool = False
+    # whose conventions decide the memory terms and the default overlaps (FRAMEWORKS)
+    framework: str = "megatron"
+    # context parallelism: the sequence split over ``cp`` ranks (ring attention)
+    cp: int = 1
+    # layers per pipeline stage (pp x chunks entries, summing to the model's layers); None: even split
+    stage_layers: tuple[int, ...] | None = None
+    # overlap per mechanism; None: what ``framework`` does
+    tp_overlap: bool | None = None
+    dp_overlap: bool | None = None
+    zero_prefetch: bool | None = None
+
+    @property
+    def state(self) -> StateBytes:
+        """Training state per parameter, sharded by the plan's ZeRO stage over its ``dp`` ranks."""
+        return state_bytes(self.optimizer, self.precision, self.zero, self.dp, error_feedback=self.error_feedback)
+
+    @property
+    def full_state(self) -> StateBytes:
+        """The same, unsharded (one data-parallel rank's view before ZeRO)."""
+        return state_bytes(self.optimizer, self.precision, error_feedback=self.error_feedback)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def batch(self) -> int:
+        return self.global_batch if self.global_batch is not None else self.micro_batch * self.dp
+
+    @property
+    def microbatches(self) -> int:
+        return self.batch // (self.dp * self.micro_batch)
+
+    def check(self, spec: TransformerSpec, node_size: int | None = None) -> None:
+        """One-line errors for every combination that cannot apply."""
+        from stalesim.limits import check_int
+
+        for f in ("tp", "pp", "dp", "micro_batch", "chunks"):
+            check_int(f, getattr(self, f), lo=1)
+        if self.global_batch is not None:
+            check_int("global_batch", self.global_batch, lo=1)
+        from stalesim.schedule import get_spec, schedule_names
+
+        if self.schedule not in schedule_names() or family(self.schedule) is None:
+            raise StalesimError(f"schedule: {self.schedule!r} has no LLM estimate "
+                                f"(use one of {', '.join(supported_schedules())})")
+        fam, spec_s = family(self.schedule), get_spec(self.schedule)
+        if self.recompute not in RECOMPUTE:
+            raise StalesimError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        state_bytes(self.optimizer, self.precision, self.zero, self.dp)  # validates those three
+        if self.framework not in FRAMEWORKS:
+            raise StalesimError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
+        check_int("cp", self.cp, lo=1)
+        for f in ("tp_overlap", "dp_overlap", "zero_prefetch"):
+            if getattr(self, f) not in (None, True, False):
+                raise StalesimError(f"{f}: expected true, false or none (the framework's), got {getattr(self, f)!r}")
+        t = self.tp
+        if spec.heads % t or spec.n_kv_heads % t and t % spec.n_kv_heads:
+            raise StalesimError(f"tp: {t} must divide the {spec.heads} attention heads (and the "
+                                f"{spec.n_kv_heads} key/value heads, or be a multiple of them)")
+        if node_size is not None and (t > node_size or node_size % t):
+            raise StalesimError(f"tp: {t} does not divide the node size {node_size} "
+                                f"(tensor parallelism stays inside a node)")
+        if self.sp and t == 1:
+            raise StalesimError("sp: sequence parallelism needs tp > 1")
+        if fam == EVENT and self.chunks != spec_s.stages_per_device:
+            raise StalesimError(f"chunks: {self.schedule} runs {spec_s.stages_per_device} stage(s) per device, "
+                                f"not {self.chunks}")
+        if self.chunks > 1 and fam not in (INTERLEAVED, EVENT):
+            raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
+                                f"schedule, not {self.schedule}")
+        stages = self.pp * self.chunks
+        if spec.layers % stages:
+            raise StalesimError(f"pp: {spec.layers} layers do not split into pp x chunks = {stages} equal stages")
+        if self.batch % (self.dp * self.micro_batch):
+            raise StalesimError(f"global_batch: {self.batch} is not divisible by dp x micro_batch "
+                                f"({self.dp} x {self.micro_batch})")
+        M = self.microbatches
+        if not spec_s.uses_micro and M != 1:
+            raise StalesimError(f"micro_batch: {self.schedule} does not split a batch into micro-batches; "
+                                f"give micro_batch = global_batch / dp = {self.batch // self.dp}")
+        if fam == INTERLEAVED and M % self.pp:
+            raise StalesimError(f"global_batch: interleaved-1f1b needs the {M} micro-batches per replica to "
+                                f"be a multiple of pp = {self.pp}")
+        if self.zero >= 1 and self.dp == 1:
+            raise StalesimError(f"zero: stage {self.zero} shards over the data-parallel ranks; dp = 1 has "
+                                f"none to shard over (use zero 0 or dp > 1)")
+        if self.zero >= 2 and self.pp > 1:
+            raise StalesimError(f"zero: stage {self.zero} shards gradients that a pipeline accumulates over its "
+                                f"micro-batches (DeepSpeed refuses it too); use zero <= 1 with pp > 1")
+        if self.error_feedback and fam not in (STASH, DOUBLE_BUFFER, REGISTER):
+            raise StalesimError(f"error_feedback: corrects stale weights, and {self.schedule} has none "
+                                f"(use it with 2bw, pipedream or stale)")
+        if self.zero >= 3 and fam in (STASH, DOUBLE_BUFFER):
+            raise StalesimError(f"zero: stage 3 shards the live weights, which {self.schedule}'s stashed "
+                                f"weight versions cannot be; use zero <= 2")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "gpus": self.gpus, "micro_batch": self.micro_batch,
+                "global_batch": self.batch, "microbatches": self.microbatches, "schedule": self.schedule,
+                "chunks": self.chunks, "sp": self.sp, "recompute": self.recompute, "zero": self.zero,
+                "optimizer": self.optimizer, "precision": self.precision, "error_feedback": self.error_feedback,
+                "framework": self.framework, "cp": self.cp,
+                "stage_layers": list(self.stage_layers) if self.stage_layers is not None else None,
+                "tp_overlap": self.tp_overlap, "dp_overlap": self.dp_overlap, "zero_prefetch": self.zero_prefetch}
