@@ -113,6 +113,8 @@ class DeviceSpec:
     copy_engines: bool = True
     source: str = ""
     key: str = ""
+    # streaming multiprocessors (None: not stated): the GEMM efficiency model's wave quantization
+    sm_count: int | None = None
 
     def flops_per_s(self, dtype: str = "float32") -> float:
         """Peak dense FLOP/s for ``dtype`` (float32 | tf32 | bfloat16 | float16)."""
@@ -128,7 +130,7 @@ class DeviceSpec:
         return {"key": self.key, "name": self.name, "kind": self.kind,
                 "peak_flops": dict(self.peak_flops), "mem_bandwidth_Bps": self.mem_bandwidth_Bps,
                 "memory_bytes": self.memory_bytes, "copy_engines": self.copy_engines,
-                "source": self.source}
+                "source": self.source, **({"sm_count": self.sm_count} if self.sm_count is not None else {})}
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "device") -> DeviceSpec:
@@ -147,11 +149,15 @@ class DeviceSpec:
         ce = d.get("copy_engines", kind == "gpu")
         if not isinstance(ce, bool):
             raise StalesimError(f"{where}.copy_engines: must be true or false, got {ce!r}")
+        sms = d.get("sm_count")
+        if sms is not None and (isinstance(sms, bool) or not isinstance(sms, int) or sms < 1):
+            raise StalesimError(f"{where}.sm_count: expected an integer >= 1 or null, got {sms!r}")
         return cls(
             name=str(d["name"]), peak_flops=peaks,
             mem_bandwidth_Bps=_finite_pos(d["mem_bandwidth_Bps"], f"{where}.mem_bandwidth_Bps", lo=MIN_RATE),
             memory_bytes=_finite_pos(d["memory_bytes"], f"{where}.memory_bytes", hi=MAX_BYTES),
             kind=kind, copy_engines=ce, source=str(d.get("source", "")), key=str(d.get("key", "")),
+            sm_count=sms,
         )
 
 
