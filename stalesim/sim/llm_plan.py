@@ -158,8 +158,22 @@ class ParallelPlan:
             raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
                                 f"schedule, not {self.schedule}")
         stages = self.pp * self.chunks
-        if spec.layers % stages:
-            raise StalesimError(f"pp: {spec.layers} layers do not split into pp x chunks = {stages} equal stages")
+        if self.stage_layers is not None:
+            sl = self.stage_layers
+            if len(sl) != stages:
+                raise StalesimError(f"stage_layers: {len(sl)} entries for pp x chunks = {stages} stages")
+            for n in sl:
+                check_int("stage_layers", n, lo=1)
+            if sum(sl) != spec.layers:
+                raise StalesimError(f"stage_layers: {'+'.join(map(str, sl))} = {sum(sl)} layers, "
+                                    f"the model has {spec.layers}")
+        elif spec.layers % stages:
+            raise StalesimError(f"pp: {spec.layers} layers do not split into pp x chunks = {stages} equal stages "
+                                f"(give stage_layers: a list, or first-last)")
+        # Megatron-LM's causal load balancing cuts the sequence into 2 x cp chunks, each rank taking one
+        # from each end (get_batch_on_this_cp_rank, megatron/training/utils.py), so 2 x cp divides it
+        if self.cp > 1 and spec.seq % (2 * self.cp):
+            raise StalesimError(f"cp: sequence {spec.seq} does not split into 2 x cp = {2 * self.cp} equal chunks")
         if self.batch % (self.dp * self.micro_batch):
             raise StalesimError(f"global_batch: {self.batch} is not divisible by dp x micro_batch "
                                 f"({self.dp} x {self.micro_batch})")

@@ -99,17 +99,22 @@ class TransformerSpec:
     attention: str = "unfused"
 
     def __post_init__(self) -> None:
+        from stalesim.limits import check_int
+
         for f in ("layers", "hidden", "heads", "seq", "vocab"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise StalesimError(f"{f}: expected an integer >= 1, got {v!r}")
+            check_int(f, getattr(self, f), lo=1)  # the shared bounds: a typo'd 1e12 is refused, not computed
+        if self.kv_heads is not None:
+            check_int("kv_heads", self.kv_heads, lo=1)
         if self.hidden % self.heads:
             raise StalesimError(f"hidden: {self.hidden} is not divisible by heads {self.heads}")
         kv = self.n_kv_heads
         if kv < 1 or self.heads % kv:
             raise StalesimError(f"kv_heads: {kv} must be >= 1 and divide heads {self.heads}")
-        if self.ffn is not None and (isinstance(self.ffn, bool) or not isinstance(self.ffn, int) or self.ffn < 1):
-            raise StalesimError(f"ffn: expected an integer >= 1, got {self.ffn!r}")
+        if self.ffn is not None:
+            check_int("ffn", self.ffn, lo=1)
+        for f in ("bias", "tied_embeddings", "learned_positions", "dropout"):
+            if not isinstance(getattr(self, f), bool):
+                raise StalesimError(f"{f}: expected true or false, got {getattr(self, f)!r}")
         for f, allowed in (("ffn_type", FFN_TYPES), ("norm", NORMS), ("attention", ATTENTION),
                            ("dtype", tuple(ELEMENT_BYTES))):
             if getattr(self, f) not in allowed:
@@ -216,7 +221,7 @@ def narayanan_flops(spec: TransformerSpec, batch: int) -> float:
 
 
 def layer_activation_bytes(spec: TransformerSpec, batch: int, *, tp: int = 1, sp: bool = False,
-                           recompute: str = "none") -> float:
+                           recompute: str = "none", cp: int = 1) -> float:
     """Bytes one layer keeps for its backward per GPU (Korthikanti et al. 2022, section 4).
 
     Tensor by tensor (``e`` = element bytes, masks 1 byte), with ``n = b s``:
@@ -236,10 +241,22 @@ def layer_activation_bytes(spec: TransformerSpec, batch: int, *, tp: int = 1, sp
     parallelism). For GPT-3-like layers (``f = 4h``, ``k = h``, dropout, 16-bit)
     these are exactly Korthikanti et al.'s ``sbh(34 + 5as/h)``, ``sbh(10 + 24/t +
     5as/(ht))``, ``sbh(34/t + 5as/(ht))``, ``sbh(10 + 24/t)``, ``34 sbh / t`` and ``2 sbh``.
+
+    Context parallelism ``cp`` splits the sequence: each rank keeps every tensor
+    above for its ``s / cp`` tokens, and its attention scores are ``s / cp`` rows
+    against all ``s`` keys, so every term is divided by ``cp`` (Megatron-LM's
+    context parallelism saves only the local Q, K, V for the backward and
+    re-exchanges the other ranks' K/V there; Korthikanti et al.'s terms with
+    ``s -> s / cp`` in the token count, ``s`` kept in the score width).
     """
     _check_recompute(recompute)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise StalesimError(f"tp: expected an integer >= 1, got {tp!r}")
+    for name, v in (("tp", tp), ("cp", cp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise StalesimError(f"{name}: expected an integer >= 1, got {v!r}")
+    return _layer_activation_bytes(spec, batch, tp, sp, recompute) / cp
+
+
+def _layer_activation_bytes(spec: TransformerSpec, batch: int, tp: int, sp: bool, recompute: str) -> float:
     e = spec.element_bytes
     n = batch * spec.seq
     h, k, f, a, s = spec.hidden, spec.kv_dim, spec.ffn_dim, spec.heads, spec.seq
@@ -266,7 +283,11 @@ def _megatron(name: str, heads: int, hidden: int, layers: int) -> TransformerSpe
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, seq: int,
            vocab: int) -> TransformerSpec:
-    # Touvron et al. 2023 (Llama 2, Table 1 and the released configs); Llama 3 model card (2024)
+    # The Llama family's layer (and Mistral's, Qwen2's): SwiGLU, RMSNorm, rotary positions (no
+    # position table), no linear biases, untied output head, no dropout; trained with a fused
+    # (flash) attention kernel. Shapes: Touvron et al. 2023 (Llama 2, Table 1 and the released
+    # configs); the Llama 3 model card and Dubey et al. 2024 ("The Llama 3 Herd of Models",
+    # Table 3) with the released Llama-3.1 config.json files.
     return TransformerSpec(name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn=ffn,
                            ffn_type="swiglu", seq=seq, vocab=vocab, norm="rmsnorm", bias=False,
                            tied_embeddings=False, learned_positions=False, dropout=False,
@@ -281,6 +302,29 @@ PRESETS: dict[str, TransformerSpec] = {s.name: s for s in (
     _llama("llama2-70b", 80, 8192, 64, 8, 28672, 4096, 32000),
     _llama("llama3-8b", 32, 4096, 32, 8, 14336, 8192, 128256),
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 8192, 128256),
+    # Llama 3.1 (Dubey et al. 2024, Table 3; meta-llama/Llama-3.1-*B config.json): the Llama 3
+    # shapes plus the 405B; pre-trained at sequence 8,192 before the long-context stage
+    _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 8192, 128256),
+    _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 8192, 128256),
+    _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 8192, 128256),
+    # Jiang et al. 2023 ("Mistral 7B", Table 1): context 8,192 (its 4,096-token sliding window
+    # would halve the attention FLOPs at 8,192; not modelled: full causal attention is counted)
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 8192, 32000),
+    # Yang et al. 2024 ("Qwen2 Technical Report", Table 1; Qwen/Qwen2-72B config.json: vocabulary
+    # 152,064), pre-trained at 4,096 before its 32,768 stage; its Q/K/V biases (10,240 parameters
+    # a layer) are left out, the spec's bias switch being all-or-nothing
+    _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 4096, 152064),
+    # BigScience 2022 ("BLOOM", Table 3; bigscience/bloom config.json): GELU MLP 4h, LayerNorm,
+    # biases, ALiBi (no position table), head tied to the 250,880-token embedding, no dropout,
+    # Megatron-DeepSpeed's fused softmax (keeps the scores); its embedding LayerNorm (2h) is left out
+    TransformerSpec("bloom-176b", layers=70, hidden=14336, heads=112, seq=2048, vocab=250880,
+                    learned_positions=False, dropout=False),
+    # Zhang et al. 2022 ("OPT", Table 1; facebook/opt config: vocabulary 50,272, learned positions,
+    # tied head, dropout 0.1); its ReLU MLP has GELU's two 4h matrices, so ``gelu`` counts it
+    TransformerSpec("opt-175b", layers=96, hidden=12288, heads=96, seq=2048, vocab=50272),
+    # Korthikanti et al. 2022, Table 3: the 22B GPT of their activation-recomputation study
+    # (Megatron-LM, vocabulary 51,200, sequence 2,048)
+    _megatron("megatron-22b", 64, 6144, 48),
     _megatron("megatron-1.7b", 24, 2304, 24),
     _megatron("megatron-3.6b", 32, 3072, 30),
     _megatron("megatron-7.5b", 32, 4096, 36),
