@@ -5,10 +5,15 @@ is predicted with one set of assumptions, the same for every row:
 
 * hardware: DGX A100 80GB nodes from the catalog (8 GPUs, NVLink 3 through
   NVSwitch, one 200 Gb/s HDR InfiniBand NIC per GPU; the paper's Selene);
-* data-parallel size = GPUs / (tp x pp); micro-batch 1 sequence (Table 1 does not
-  publish it), so ``batch / dp`` micro-batches per replica; the ``1f1b``
-  (PipeDream-flush) schedule; full activation recomputation (the paper's runs,
-  and its teraFLOP/s formula, equation (3), counts the recomputed forward);
+* data-parallel size = GPUs / (tp x pp); the micro-batch size, the interleaving
+  depth and the data-parallel overlap of the paper's own launch script
+  (``examples/sc21/run_table_1.sh`` of NVIDIA/Megatron-LM: ``MBS``,
+  ``--num-layers-per-virtual-pipeline-stage``, ``DDP=torch|local``), read from
+  the published-runs data file (:mod:`stalesim.reproduce.published`, rows of
+  source ``sc21-t1``) so they are stated once; ``1f1b`` where the script has no
+  virtual stages, ``interleaved-1f1b`` with V = layers per device / layers per
+  virtual stage where it has; full activation recomputation (the script's
+  ``--recompute-method uniform``; equation (3) counts the recomputed forward);
   mixed-precision Adam without ZeRO; no sequence parallelism (it came later);
 * kernel efficiency: :data:`stalesim.sim.parallel.DEFAULT_EFFICIENCY`, stated
   once, never fitted per row.
@@ -28,13 +33,27 @@ from pathlib import Path
 from typing import Any
 
 RES = Path("docs/results/megatron_table1")
-FIELDS = ("workload", "tp", "pp", "dp", "gpus", "batch", "microbatches", "published_tflops_per_gpu",
+FIELDS = ("workload", "tp", "pp", "dp", "gpus", "batch", "micro_batch", "chunks", "microbatches",
+          "published_tflops_per_gpu",
           "predicted_tflops_per_gpu", "error_pct", "iteration_s", "bubble_pct", "memory_gb")
 
 
 def published(root: Path) -> list[dict[str, str]]:
     with open(root / RES / "published.csv", newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+# the launch script's choices per model (run_table_1.sh); the rest of a row is Table 1's
+SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap")
+
+
+def script_settings(root: Path) -> dict[str, dict[str, Any]]:
+    """Per Table 1 model: the script's micro-batch, schedule, interleaving and DDP overlap, as the
+    published-runs data file records them (one place for both checks)."""
+    from stalesim.reproduce.published import load
+
+    return {r.model: {k: r.plan[k] for k in SCRIPT_FIELDS if k in r.plan}
+            for r in load(root).runs if r.source == "sc21-t1"}
 
 
 def predict_rows(root: Path) -> list[dict[str, Any]]:
@@ -44,16 +63,18 @@ def predict_rows(root: Path) -> list[dict[str, Any]]:
     from stalesim.workloads.transformer import get_preset
 
     hw = hardware_from_node("dgx-a100")
+    script = script_settings(root)
     out = []
     for r in published(root):
         tp, pp, gpus, batch = int(r["tp"]), int(r["pp"]), int(r["gpus"]), int(r["batch"])
         dp = gpus // (tp * pp)
         spec = get_preset(r["workload"])
         assert (spec.heads, spec.hidden, spec.layers) == (int(r["heads"]), int(r["hidden"]), int(r["layers"]))
-        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, micro_batch=1, global_batch=batch, recompute="full")
+        plan = ParallelPlan(tp=tp, pp=pp, dp=dp, global_batch=batch, recompute="full", **script[r["workload"]])
         p = predict_llm(spec, plan, hw)
         pub = float(r["published_tflops_per_gpu"])
         out.append({"workload": r["workload"], "tp": tp, "pp": pp, "dp": dp, "gpus": gpus, "batch": batch,
+                    "micro_batch": plan.micro_batch, "chunks": plan.chunks,
                     "microbatches": plan.microbatches, "published_tflops_per_gpu": pub,
                     "predicted_tflops_per_gpu": round(p.hardware_tflops_per_gpu, 2),
                     "error_pct": round(100 * (p.hardware_tflops_per_gpu - pub) / pub, 2),

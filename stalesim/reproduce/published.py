@@ -1,0 +1,300 @@
+"""Published LLM training runs predicted by the analytic estimate, row by row, with their errors.
+
+``docs/results/published_runs/runs.json`` holds every run this check compares with:
+its source (paper and table, or a framework's benchmark page and launch script), the
+model shape, the node, the settings the source states (and, marked as such, the ones it
+does not), and what it published: teraFLOP/s per GPU, iteration seconds, tokens/s per
+GPU or per-layer milliseconds, memory per GPU where measured, and whether it trained or
+ran out of memory. Each row is predicted with the public API only
+(:func:`stalesim.sim.parallel.predict_llm` on a :class:`~stalesim.sim.llm_plan.ParallelPlan`
+and a :class:`~stalesim.workloads.transformer.TransformerSpec`, the node from the
+catalog), at the default kernel efficiencies, never a factor per row or per source.
+
+A row the tool cannot express yet (a precision it does not model, a setting it refuses)
+is kept and listed as ``not expressible: why`` instead of being dropped, so the table
+shows what is left to cover. ``python -m stalesim.reproduce.published --write``
+rewrites ``predicted.csv`` (a test recomputes it and checks it is equal), and
+:func:`stalesim.reproduce.tables.published_runs` renders the RESULTS.md tables from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import sys
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from stalesim.errors import StalesimError
+
+__all__ = ["FIELDS", "METRICS", "RES", "RUNS", "PublishedRun", "Published", "error_summary", "load",
+           "metric_of", "predict_rows", "read_predicted", "to_csv", "write_predictions"]
+
+RES = Path("docs/results/published_runs")
+RUNS = RES / "runs.json"
+PREDICTED = RES / "predicted.csv"
+
+# What a source can publish about a run's speed, and the unit each is compared in. The
+# per-layer pair is compared as their sum (forward + backward of one layer).
+METRICS = ("tflops_per_gpu", "iteration_s", "tokens_per_s_per_gpu", "layer_ms")
+OUTCOMES = ("trained", "oom")
+FIELDS = ("id", "source", "status", "metric", "published", "predicted", "error_pct", "memory_published_gib",
+          "memory_predicted_gib", "memory_error_pct", "outcome", "fits", "verdict", "detail")
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published run: where it is from, how it was set up, what it reported."""
+
+    id: str
+    source: str
+    model: str
+    node: str
+    plan: dict[str, Any]
+    published: dict[str, Any]
+    device_memory_gb: float | None = None
+    note: str = ""
+    not_expressible: str = ""
+
+    @property
+    def outcome(self) -> str:
+        return str(self.published.get("outcome", ""))
+
+
+@dataclass(frozen=True)
+class Published:
+    """The data file: its sources, the model shapes no preset has, its runs."""
+
+    sources: dict[str, dict[str, str]]
+    models: dict[str, dict[str, Any]]
+    runs: tuple[PublishedRun, ...]
+
+
+def metric_of(published: dict[str, Any]) -> str | None:
+    """The speed metric a row published (None: only a fits / out-of-memory outcome)."""
+    if "layer_forward_ms" in published or "layer_backward_ms" in published:
+        return "layer_ms"
+    found = [m for m in METRICS if m in published]
+    return found[0] if found else None
+
+
+def _run(d: dict[str, Any], sources: dict[str, Any], where: str) -> PublishedRun:
+    known = {f.name for f in fields(PublishedRun)}
+    for k in ("id", "source", "model", "node", "plan", "published"):
+        if k not in d:
+            raise StalesimError(f"{where}.{k}: missing")
+    extra = set(d) - known
+    if extra:
+        raise StalesimError(f"{where}.{sorted(extra)[0]}: unknown field (known: {', '.join(sorted(known))})")
+    if d["source"] not in sources:
+        raise StalesimError(f"{where}.source: {d['source']!r} is not one of the file's sources "
+                            f"({', '.join(sources)})")
+    pub = d["published"]
+    if metric_of(pub) is None and pub.get("outcome") not in OUTCOMES:
+        raise StalesimError(f"{where}.published: names no metric ({', '.join(METRICS)}) and no outcome")
+    if "outcome" in pub and pub["outcome"] not in OUTCOMES:
+        raise StalesimError(f"{where}.published.outcome: expected one of {', '.join(OUTCOMES)}, "
+                            f"got {pub['outcome']!r}")
+    from stalesim.sim.llm_plan import ParallelPlan
+
+    plan_fields = {f.name for f in fields(ParallelPlan)}
+    bad = set(d["plan"]) - plan_fields
+    if bad:
+        raise StalesimError(f"{where}.plan.{sorted(bad)[0]}: not a ParallelPlan field")
+    return PublishedRun(**d)
+
+
+def load(root: Path) -> Published:
+    """The data file, checked: every run names a known source and publishes something."""
+    path = root / RUNS
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise StalesimError(f"{RUNS}: cannot read ({exc})") from exc
+    sources = raw.get("sources", {})
+    for name, s in sources.items():
+        if not s.get("cite"):
+            raise StalesimError(f"{RUNS}: sources.{name}.cite: missing")
+    runs = tuple(_run(d, sources, f"runs[{i}]") for i, d in enumerate(raw.get("runs", [])))
+    ids = [r.id for r in runs]
+    if len(ids) != len(set(ids)):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise StalesimError(f"{RUNS}: runs.id {dup!r} appears twice")
+    return Published(sources=sources, models=raw.get("models", {}), runs=runs)
+
+
+def spec_for(data: Published, name: str) -> Any:
+    """The row's model: a preset by name, or a shape from the file's ``models``."""
+    from stalesim.workloads.transformer import PRESETS, TransformerSpec
+
+    if name in data.models:
+        if name in PRESETS:  # one shape per name: a preset is not redefined here
+            raise StalesimError(f"models.{name}: is a preset already; use the preset or another name")
+        shape = {k: v for k, v in data.models[name].items() if k != "from"}
+        return TransformerSpec(name, **shape)
+    if name in PRESETS:
+        return PRESETS[name]
+    raise StalesimError(f"model: {name!r} is neither a preset nor in the file's models")
+
+
+def hardware_for(run: PublishedRun) -> Any:
+    """The catalog node, with the device's memory as the source states it where that differs."""
+    from stalesim.workloads.hardware import hardware_from_node
+
+    hw = hardware_from_node(run.node)
+    if run.device_memory_gb is not None:
+        hw = replace(hw, device=replace(hw.device, memory_bytes=float(run.device_memory_gb) * 1e9))
+    return hw
+
+
+def plan_for(run: PublishedRun) -> Any:
+    from stalesim.sim.llm_plan import ParallelPlan
+
+    kw = dict(run.plan)
+    if kw.get("stage_layers") is not None:
+        kw["stage_layers"] = tuple(kw["stage_layers"])
+    return ParallelPlan(**kw)
+
+
+def _err(pred: float, pub: float) -> float:
+    return round(100 * (pred - pub) / pub, 2)
+
+
+def _blank(run: PublishedRun, status: str) -> dict[str, Any]:
+    m = metric_of(run.published)
+    pub = _published_value(run.published, m)
+    mem = run.published.get("memory_gib")
+    return {"id": run.id, "source": run.source, "status": status, "metric": m or "", "published": pub,
+            "predicted": "", "error_pct": "", "memory_published_gib": "" if mem is None else mem,
+            "memory_predicted_gib": "", "memory_error_pct": "", "outcome": run.outcome, "fits": "",
+            "verdict": "", "detail": ""}
+
+
+def _published_value(pub: dict[str, Any], metric: str | None) -> float | str:
+    if metric is None:
+        return ""
+    if metric == "layer_ms":
+        return round(float(pub["layer_forward_ms"]) + float(pub["layer_backward_ms"]), 4)
+    return float(pub[metric])
+
+
+def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
+    """One CSV row: the prediction beside what was published (module doc)."""
+    if run.not_expressible:
+        return _blank(run, f"not expressible: {run.not_expressible}")
+    from stalesim.sim.llm_costs import llm_costs
+    from stalesim.sim.parallel import predict_llm
+
+    try:
+        spec, hw, plan = spec_for(data, run.model), hardware_for(run), plan_for(run)
+        p = predict_llm(spec, plan, hw)
+    except StalesimError as exc:
+        return _blank(run, f"not expressible: {exc}")
+    row = _blank(run, "predicted")
+    m = row["metric"]
+    detail = f"{plan.gpus} GPUs, M {plan.microbatches}, bubble {100 * p.bubble_fraction:.1f} %"
+    pred: float | None = None
+    if m == "tflops_per_gpu":
+        pred = p.hardware_tflops_per_gpu
+    elif m == "iteration_s":
+        pred = p.iteration_s
+    elif m == "tokens_per_s_per_gpu":
+        pred = p.tokens_per_s / plan.gpus
+    elif m == "layer_ms":
+        _costs, _sim, lt = llm_costs(spec, plan, hw)
+        f_ms, b_ms = 1e3 * lt.layer_f, 1e3 * lt.layer_b
+        pred = f_ms + b_ms
+        detail = (f"forward {f_ms:.2f} ms (published {float(run.published['layer_forward_ms']):g}), "
+                  f"backward {b_ms:.2f} ms (published {float(run.published['layer_backward_ms']):g})")
+    if pred is not None:
+        row["predicted"] = round(pred, 4)
+        row["error_pct"] = _err(pred, float(row["published"]))
+    if m != "layer_ms":
+        mem = p.memory_bytes / GIB
+        row["memory_predicted_gib"] = round(mem, 2)
+        if run.published.get("memory_gib") is not None:
+            row["memory_error_pct"] = _err(mem, float(run.published["memory_gib"]))
+        row["fits"] = "yes" if p.fits else "no"
+        if run.outcome:
+            row["verdict"] = "right" if p.fits == (run.outcome == "trained") else "wrong"
+    row["detail"] = detail
+    return row
+
+
+def predict_rows(root: Path) -> list[dict[str, Any]]:
+    data = load(root)
+    return [predict_run(data, r) for r in data.runs]
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def write_predictions(root: Path) -> Path:
+    from stalesim.atomic import write_text_atomic
+
+    return write_text_atomic(root / PREDICTED, to_csv(predict_rows(root)))
+
+
+def read_predicted(root: Path) -> list[dict[str, str]]:
+    with open(root / PREDICTED, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Absolute percentage errors of one group of rows (None where the group has none)."""
+
+    rows: int
+    predicted: int
+    time_median: float | None
+    time_max: float | None
+    memory_median: float | None
+    memory_max: float | None
+    verdicts_right: int
+    verdicts: int
+
+
+def _stats(xs: list[float]) -> tuple[float | None, float | None]:
+    return (statistics.median(xs), max(xs)) if xs else (None, None)
+
+
+def error_summary(rows: list[dict[str, Any]]) -> ErrorSummary:
+    """Median and max absolute error of time and memory, and the verdicts that are right."""
+    done = [r for r in rows if r["status"] == "predicted"]
+    t = [abs(float(r["error_pct"])) for r in done if r["error_pct"] not in ("", None)]
+    m = [abs(float(r["memory_error_pct"])) for r in done if r["memory_error_pct"] not in ("", None)]
+    v = [r["verdict"] for r in done if r["verdict"]]
+    return ErrorSummary(len(rows), len(done), *_stats(t), *_stats(m), v.count("right"), len(v))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m stalesim.reproduce.published", description=__doc__.split("\n")[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help="rewrite predicted.csv from the data file and the code")
+    g.add_argument("--check", action="store_true", help="exit 1 when the stored predicted.csv differs")
+    args = ap.parse_args(argv)
+    try:
+        if args.write:
+            print(write_predictions(Path(".")))
+            return 0
+        same = to_csv(predict_rows(Path("."))) == (Path(".") / PREDICTED).read_text(encoding="utf-8")
+        print(f"{PREDICTED}: {'equals the code' if same else 'differs from the code (run --write)'}")
+        return 0 if same else 1
+    except StalesimError as exc:
+        print(f"stalesim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
