@@ -32,7 +32,7 @@ def test_rounds_read_back_exactly_in_round_order(tmp_path: Path) -> None:
     assert got.rounds == 2 and got.overhead_s == {"F": 1e-6}
     assert got.base_runs == [{"base": 0}, {"base": 1}]
     assert got.runs == {"1f1b": [{"t": 10}, {"t": 11}], "gpipe": [{"t": 20}, {"t": 21}]}
-    assert isinstance(got.timer, PassCounter) and got.timer.tcs == [1, 2]
+    assert got.timer is not None and got.timer["passes"] == 0 and got.timer["layouts"] == 2
     # a gap ends the rounds: round 3 without round 2 is not read
     save_round(tmp_path, cfg, 3, overhead_s={}, base_run={}, runs={}, timer=None)
     assert load(tmp_path, cfg).rounds == 2
@@ -57,12 +57,12 @@ def test_no_round_or_a_broken_file_is_one_error_line(tmp_path: Path) -> None:
         load(tmp_path, cfg)
     path = round_path(tmp_path, 0)
     path.parent.mkdir(parents=True)
-    path.write_bytes(b"\x80\x05truncated")
+    path.write_text('{"format": 2, "config": ')
     with pytest.raises(StalesimError, match="not a validate round file") as exc:
         load(tmp_path, cfg)
     assert "\n" not in str(exc.value)
-    path.write_bytes(__import__("pickle").dumps({"format": 99}))
-    with pytest.raises(StalesimError, match="format 1"):
+    path.write_text(json.dumps({"format": 99}))
+    with pytest.raises(StalesimError, match="format 2"):
         load(tmp_path, cfg)
 
 
@@ -122,7 +122,8 @@ def test_a_killed_run_step_resumes_at_its_first_missing_round(tmp_path: Path, mo
     _fake_runs(monkeypatch, calls)
     v = _validation(tmp_path, cfg)
     v.resumed = load(tmp_path, cfg)
-    assert v.resumed.overhead_s == {"F": 3e-6} and v.resumed.timer.passes == 2
+    assert v.resumed.overhead_s == {"F": 3e-6} and v.resumed.timer is not None
+    assert v.resumed.timer["passes"] == 2
     run_step(v)
     assert sorted(calls) == ["baseline-1rank.r2", "gpipe.r2", "stale.r2"]
     for name in ("gpipe", "stale"):

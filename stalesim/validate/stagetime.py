@@ -419,6 +419,27 @@ class LayoutTimer:
             corunners.pause()
         self.passes += 1
 
+    def state(self) -> dict[str, Any]:
+        """The samples of every pass so far as plain JSON data (``validate --resume``'s round
+        files, :mod:`stalesim.validate.checkpoint`): the layouts are not in it, a resume
+        builds them again from its own configuration and :meth:`restore` adds these."""
+        return {"layouts": len(self.tcs), "passes": self.passes, "alone": self._alone, "busy": self._busy,
+                "busy_wait": [[[w, ws[w]] for w in sorted(ws)] for ws in self._busy_wait],
+                "alone_passes": self._alone_passes, "busy_passes": self._busy_passes,
+                "alone_ratios": self._alone_ratios, "busy_ratios": self._busy_ratios}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take over the samples of :meth:`state` (checked by the round file's reader against
+        :func:`stalesim.validate.checkpoint.check_timer_state`, for this many layouts)."""
+        self.passes = int(state["passes"])
+        self._alone = list(state["alone"])
+        self._busy = list(state["busy"])
+        self._busy_wait = [{float(w): s for w, s in ws} for ws in state["busy_wait"]]
+        self._alone_passes = list(state["alone_passes"])
+        self._busy_passes = list(state["busy_passes"])
+        self._alone_ratios = list(state["alone_ratios"])
+        self._busy_ratios = list(state["busy_ratios"])
+
     def times(self) -> list[StageTimes]:
         """Per layout: means, medians and quartiles over every pass so far, with the
         contended times beside them where any pass had co-runners."""

@@ -492,13 +492,15 @@ def _resume_rounds(v: Validation, keys: list[Any], timer: Any) -> tuple[int, Any
     r = v.resumed
     if r is None:
         return 0, timer
-    if (timer is None) != (r.timer is None) or (timer is not None and len(r.timer.tcs) != len(keys)):
+    if (timer is None) != (r.timer is None) or (r.timer is not None and r.timer["layouts"] != len(keys)):
         raise StalesimError(f"--resume: the stage layouts timed in {v.out} are not this validation's")
     v.runs = {name: list(r.runs.get(name, [])) for name in v.schedules}
     if any(len(runs) != r.rounds for runs in v.runs.values()):
         raise StalesimError(f"--resume: the rounds in {v.out} did not run every schedule of this validation")
     v.base_runs = list(r.base_runs)
-    return r.rounds, r.timer
+    if timer is not None and r.timer is not None:
+        timer.restore(r.timer)  # the samples read back, onto the layouts this validation built again
+    return r.rounds, timer
 
 
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
