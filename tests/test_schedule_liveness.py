@@ -77,3 +77,22 @@ def test_backward_reads_counts_each_version_its_backwards_need():
     # forward per update; stashing makes each backward read its forward's version
     assert backward_reads(sched.versions, stage=0) == {0: 3, 1: 1, 2: 1, 3: 1}
     assert backward_reads(sched.versions, stage=2) == {t: 1 for t in range(6)}
+
+
+def test_shared_whole_counts_only_records_before_their_backward():
+    """On a V device (stages s and s+1 together) a (micro-)batch's boundary tensor is one
+    storage; shared_whole keeps only the pairs neither of whose backwards started, a subset
+    of shared that is smaller once some I has run."""
+    from collections import Counter
+
+    from stalesim.schedule.liveness import memory_series
+
+    sched = build_schedule(ScheduleConfig("zb-v", stages=4, batches=1, microbatches=4))
+    smaller = some_whole = 0
+    for series in memory_series(sched):
+        for smp in series:
+            whole, alive = Counter(smp.shared_whole), Counter(smp.shared)
+            assert not whole - alive
+            smaller += sum(alive.values()) > sum(whole.values())
+            some_whole += bool(whole)
+    assert smaller >= 1 and some_whole >= 1

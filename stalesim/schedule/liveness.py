@@ -158,13 +158,17 @@ class MemorySample:
     and sent activations whose forward record is gone but whose send is not yet
     released (``SEND_F``); ``shared``: one entry s per (micro-)batch whose records on
     stage s and on stage s + 1 are both alive on this device (virtual stages, fold): the
-    second one's input *is* the first one's output, one storage counted once.
+    second one's input *is* the first one's output, one storage counted once;
+    ``shared_whole``: the same for the (micro-)batches whose backward has not started on
+    either stage (neither ``B`` nor ``I`` ran): the records a runtime that frees after ``I``
+    what ``W`` does not read still holds whole.
     """
 
     step: int
     stages: tuple[tuple[int, int, int, int, int, int, int], ...]
     messages: tuple[tuple[str, int], ...]
     shared: tuple[int, ...] = ()
+    shared_whole: tuple[int, ...] = ()
 
 
 def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySample]]:
@@ -228,7 +232,8 @@ def _device_series(sched: Schedule, acts: list[Action], posts: dict[int, tuple[i
             del buf.sent[j]
         if a.kind in _SAMPLED:
             samples.append(MemorySample(i, _stage_rows(state, stash), _messages(buf, state, acts),
-                                        () if local else _shared(state)))
+                                        () if local else _shared(state),
+                                        () if local else _shared(state, whole=True)))
     return samples
 
 
@@ -308,14 +313,18 @@ def _messages(buf: _Buffers, state: dict[tuple[int, int], _State],
     return tuple(msgs)
 
 
-def _shared(state: dict[tuple[int, int], _State]) -> tuple[int, ...]:
-    """MemorySample.shared: one s per (micro-)batch alive on both stage s and s + 1 here."""
+def _shared(state: dict[tuple[int, int], _State], *, whole: bool = False) -> tuple[int, ...]:
+    """MemorySample.shared: one s per (micro-)batch alive on both stage s and s + 1 here
+    (``whole``: MemorySample.shared_whole, both still before their backward)."""
     shared: list[int] = []
     for (w, s), ss in state.items():
         nxt = state.get((w, s + 1))
         if nxt is not None:
-            alive = ss.pending.keys() | ss.deferred.keys()
-            shared += [s] * len(alive & (nxt.pending.keys() | nxt.deferred.keys()))
+            if whole:
+                both = ss.pending.keys() & nxt.pending.keys()
+            else:
+                both = (ss.pending.keys() | ss.deferred.keys()) & (nxt.pending.keys() | nxt.deferred.keys())
+            shared += [s] * len(both)
     return tuple(shared)
 
 

@@ -17,7 +17,12 @@ this module turns it into bytes, counting what the executor's accounting counts
   output and the tensors saved for its backward) x in flight (from F until the
   backward completes: B, or W for a split backward);
 * deferred weight gradients: per (micro-)batch whose ``I`` ran and ``W`` not yet,
-  the gradients W reads (:meth:`StageCosts.deferred_w_bytes`);
+  the gradients W reads (:meth:`StageCosts.deferred_w_bytes`). What else such a
+  micro-batch holds depends on the runtime: this package's keeps its whole
+  activation set until W (counted under activations, as above); the zero-bubble
+  implementation frees after ``I`` everything W does not read and keeps only each
+  weight layer's input (``w_input_bytes``, counted here beside the gradients; see
+  docs/zero-bubble-memory.md);
 * communication buffers: every receive buffer posted or received and not yet
   consumed (``recv_ahead`` kept posted), input gradients awaiting their send and
   sent messages not yet released (:mod:`stalesim.schedule.completion`), plus one
@@ -43,9 +48,11 @@ the CPU both are absent and the samples are exact.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stalesim.errors import StalesimError
 from stalesim.schedule.ir import Schedule
 from stalesim.schedule.liveness import StageLiveness, memory_series, stage_liveness
 from stalesim.sim.model import StageCosts
@@ -69,12 +76,17 @@ class MemoryReport:
 
 def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor: float = 1.0,
                   counts: list[StageLiveness] | None = None, recv_ahead: int = 1,
-                  gradient_shards: int = 1, weight_shards: int = 1) -> MemoryReport:
+                  gradient_shards: int = 1, weight_shards: int = 1,
+                  w_input_bytes: Sequence[int] | None = None) -> MemoryReport:
     """Peak bytes per device: the largest simultaneous total after any compute action or,
     with the costs' CUDA terms (module doc), inside one: the larger of the totals before
     and after it plus its kind's transient for its stage, plus the device's library bytes.
     ``gradient_shards`` / ``weight_shards``: ZeRO's sharding of gradients and weights over
-    the data-parallel group (each device holds 1/n of them)."""
+    the data-parallel group (each device holds 1/n of them). ``w_input_bytes``: per stage, the
+    saved inputs of the weight layers that a deferred ``W`` reads; given, a (micro-)batch
+    between its ``I`` and its ``W`` holds these and its gradients (``deferred_w``) instead of
+    its whole activation set (a runtime that frees after ``I`` what ``W`` does not read);
+    None: the whole set stays until ``W`` (this package's runtime)."""
     transient = costs.transient_table()
     library = int(costs.library_bytes)
     if counts is None:
@@ -83,6 +95,10 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
     ob = costs.optimizer_bytes or None  # measured per stage: wins over the factor
     msg = costs.msg_bytes
     dw = costs.deferred_w_bytes()
+    frees = w_input_bytes is not None
+    if w_input_bytes is not None and len(w_input_bytes) != costs.stages:
+        raise StalesimError(f"w_input_bytes: {len(w_input_bytes)} values for {costs.stages} stages")
+    w_in = tuple(w_input_bytes) if w_input_bytes is not None else (0,) * costs.stages
     peaks: list[int] = []
     breakdown: list[dict[str, int]] = []
     for d, samples in enumerate(memory_series(sched, recv_ahead=recv_ahead)):
@@ -97,12 +113,17 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
                 b["weights"] += round(pb * alive / weight_shards) + bb[s]
                 b["gradients"] += round(pb * grads / gradient_shards)
                 b["optimizer"] += ob[s] if ob is not None else round(pb * optimizer_state_factor)
-                b["activations"] += costs.saved_bytes[s] * in_flight
-                b["deferred_w"] += dw[s] * deferred
+                whole = in_flight - deferred if frees else in_flight  # records still whole
+                b["activations"] += costs.saved_bytes[s] * whole
+                b["deferred_w"] += (dw[s] + w_in[s]) * deferred
                 b["comm_buffers"] += pb * ar
             for _kind, s in smp.messages:
                 b["comm_buffers"] += msg[s]
-            for s in smp.shared:  # one storage: stage s's output is stage s+1's input
+            # one storage: stage s's output is stage s+1's input. Reduced to W's inputs, a record
+            # keeps the boundary tensor only if a weight layer reads it (not in a transformer
+            # stage, which starts with a norm) and w_input_bytes counts it then: the storage is
+            # shared only while both records are whole
+            for s in (smp.shared_whole if frees else smp.shared):
                 b["activations"] -= msg[s]
             total = sum(b.values())
             a = acts[smp.step]
