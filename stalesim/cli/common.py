@@ -92,6 +92,35 @@ def fmt_or_na(x: float | None, spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+def hold_standard_streams() -> None:
+    """Give every standard stream the command started without (``exec 1>&-``) a stand-in,
+    before anything opens a file.
+
+    Why: with descriptor 1 closed, Python sets ``sys.stdout`` to None (a print then failed
+    as ``AttributeError`` on flush), and the next file the command opens takes descriptor 1,
+    so a rank it starts would print into that file. Stdin and stdout get ``/dev/null`` opened
+    read-only: reading gives end of file, and a write fails with ``EBADF``, which the CLI
+    reports as it does a full device (``cannot write the output (stdout)``, status 2), while a
+    command that prints nothing still succeeds. Stderr gets ``/dev/null`` for writing: nobody
+    can read it, and the exit status still says what happened."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        try:
+            held = os.open(os.devnull, os.O_WRONLY if name == "stderr" else os.O_RDONLY)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+            # the process's own stream for the rest of its life: no context manager closes it
+            stream = open(fd, mode, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+            setattr(sys, name, stream)
+        except OSError:  # no /dev/null: leave Python's own handling
+            pass
+
+
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, allow_nan=False)
     sys.stdout.write("\n")
