@@ -1,4 +1,4 @@
-"""``stalesim calibrate``: measure the local link and write a hardware JSON."""
+"""``stalesim calibrate``: measure the local link and write a hardware JSON (``--gemm``: the kernel table)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="rendezvous / collective timeout per rank")
     p.add_argument("-o", "--output", required=True, metavar="HW.json")
+    p.add_argument("--gemm", action="store_true",
+                   help="instead of the link: time matmuls and causal attention over a grid of shapes on this "
+                        "machine's first GPU (a tiny dry grid on a CPU) and write the kernel-efficiency table "
+                        "the LLM estimate reads (--repeats per shape)")
+    p.add_argument("--gemm-device", default=None, metavar="CATALOG_KEY",
+                   help="with --gemm: the catalog device whose peak the efficiencies divide by "
+                        "(default: the GPU's own catalog entry)")
     p.set_defaults(func=run)
 
 
+def run_gemm(args: argparse.Namespace) -> int:
+    """``calibrate --gemm``: the kernel table of this machine (stalesim.workloads.kernel_calibration)."""
+    from stalesim.atomic import check_output_file
+    from stalesim.errors import StalesimError
+    from stalesim.workloads.hardware import get_device
+    from stalesim.workloads.kernel_calibration import measure_kernels
+
+    if args.gemm_device is not None:  # an unknown key fails here, not after the grid
+        try:
+            get_device(args.gemm_device)
+        except StalesimError as e:
+            raise StalesimError(f"--gemm-device: {e}") from None
+    check_output_file(args.output)
+    print("timing matmul and attention shapes ...", file=sys.stderr)
+    data = measure_kernels(args.gemm_device, repeats=args.repeats)
+    write_json_atomic(args.output, data)
+    effs = [r["efficiency"] for r in data["gemm"]]
+    print(f"{data['device']} ({data['device_key']}, {data['dtype']}): {len(effs)} GEMM shapes at "
+          f"{min(effs):.0%} .. {max(effs):.0%} of peak, {len(data['attention'])} attention shapes"
+          + (" (CPU dry run: a format check, not a table to use)" if data["dry"] else ""))
+    print(f"wrote {args.output}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "gemm", False):
+        return run_gemm(args)
     from stalesim.devices import parse_devices
     from stalesim.errors import StalesimError
     from stalesim.workloads.calibrate import calibrate, check_args, rank_devices

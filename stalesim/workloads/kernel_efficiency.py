@@ -197,8 +197,8 @@ class KernelTable:
                 except (KeyError, TypeError, ValueError):
                     raise StalesimError(f"{where}.{key}[{i}]: needs integer {', '.join(fields)} and an "
                                         "efficiency") from None
-                if min(vals[:-1]) < 1 or not 0 < vals[-1] <= 1.5:
-                    raise StalesimError(f"{where}.{key}[{i}]: sizes must be >= 1 and efficiency in (0, 1.5]")
+                if min(vals[:-1]) < 1 or not 0 < vals[-1] < math.inf:
+                    raise StalesimError(f"{where}.{key}[{i}]: sizes must be >= 1 and the efficiency positive")
                 out.append(vals)
             return tuple(out)
 
