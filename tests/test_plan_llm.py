@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -122,3 +123,34 @@ def test_cli_plan_workload_errors(argv, needle, capsys):
     assert code == 2
     line = err.strip().splitlines()[-1]
     assert line.startswith("stalesim: error:") and needle in line
+
+
+def test_rows_carry_the_range_over_open_choices_and_rank_by_the_point():
+    """With choices left open, each row shows the fastest and slowest iteration over them; the
+    rank is still the point's (the plan as given), so the order is the one without a range."""
+    hw = hardware_from_node("dgx-h100")
+    base = ParallelPlan(tp=8, pp=4, dp=8, global_batch=256)
+    spec = PRESETS["llama2-70b"]
+    plain = llm_rows(spec, hw, base, ["1f1b", "interleaved-1f1b", "gpipe"], ["none"])
+    ranged = llm_rows(spec, hw, base, ["1f1b", "interleaved-1f1b", "gpipe"], ["none"],
+                      open_choices=("chunks", "micro_batch", "recompute"))
+    assert [r["label"] for r in ranged] == [r["label"] for r in plain]
+    for r in ranged:
+        assert r["range_fastest_s"] <= r["iteration_s"] <= r["range_slowest_s"]
+        assert r["range_slowest_s"] > r["range_fastest_s"]  # recomputation alone moves it
+    one = next(r for r in ranged if r["schedule"] == "1f1b")
+    alone = predict_llm(spec, replace(base, recompute="full"), hw)
+    assert one["range_slowest_s"] >= alone.iteration_s
+    text = llm_table(ranged, "header")
+    assert "range s" in text and f"{one['range_fastest_s']:.3f}..{one['range_slowest_s']:.3f}" in text
+    assert "range s" not in llm_table(plain, "header")
+
+
+def test_cli_plan_takes_a_model_spec(tmp_path):
+    spec = tmp_path / "m.json"
+    spec.write_text(json.dumps({"base": "llama2-70b", "layers": 40}))
+    code, out, err = _cli(["plan", "--model-spec", str(spec), "--devices", "64", "--tp", "8", "--pp", "4",
+                           "--node", "dgx-h100", "--schedules", "1f1b", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["workload"] == "llama2-70b-custom" and doc["rows"][0]["iteration_s"] > 0

@@ -75,10 +75,36 @@ def test_narayanan_equation_3_is_the_sum_of_the_terms():
     ("megatron-1.7b", 1.7), ("megatron-3.6b", 3.6), ("megatron-7.5b", 7.5), ("megatron-18.4b", 18.4),
     ("megatron-39.1b", 39.1), ("megatron-76.1b", 76.1), ("megatron-145.6b", 145.6),
     ("megatron-310.1b", 310.1), ("megatron-529.6b", 529.6), ("llama2-7b", 6.74), ("llama2-13b", 13.0),
-    ("llama2-70b", 69.0), ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("gpt3-175b", 175.0)])
+    ("llama2-70b", 69.0), ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("gpt3-175b", 175.0),
+    # Llama 3.1 and Mistral: the released checkpoints' parameter counts (8,030,261,248;
+    # 70,553,706,496; 405,853,388,800; 7,241,732,096); Qwen2-72B 72.71 B (its Q/K/V biases left
+    # out); BLOOM 176.25 B (BigScience 2022); OPT "175B"; Korthikanti et al.'s "22B"
+    ("llama3.1-8b", 8.030), ("llama3.1-70b", 70.554), ("llama3.1-405b", 405.853), ("mistral-7b", 7.242),
+    ("qwen2-72b", 72.71), ("bloom-176b", 176.25), ("opt-175b", 175.0), ("megatron-22b", 22.0)])
 def test_preset_parameter_counts(name, billions):
     # published to one decimal (Narayanan et al. Table 1: 1.65 B is "1.7"), else within 2%
     assert PRESETS[name].params() / 1e9 == pytest.approx(billions, rel=0.02, abs=0.051)
+
+
+def test_released_llama_and_mistral_counts_are_exact():
+    """The released checkpoints' exact parameter counts: embedding, 126 (or 32/80) layers of GQA
+    + SwiGLU + 2 RMSNorms, final norm, untied head: nothing left out, nothing added."""
+    assert PRESETS["llama3.1-8b"].params() == 8_030_261_248
+    assert PRESETS["llama3.1-70b"].params() == 70_553_706_496
+    assert PRESETS["llama3.1-405b"].params() == 405_853_388_800
+    assert PRESETS["mistral-7b"].params() == 7_241_732_096
+
+
+def test_context_parallel_splits_every_activation_term():
+    """cp ranks each keep 1/cp of the sequence's tokens (scores: s/cp rows of s keys), so each
+    recomputation mode's bytes are divided by cp exactly; a bad cp is one line naming it."""
+    for name in ("gpt3-175b", "llama3.1-405b"):
+        s = PRESETS[name]
+        for rec in ("none", "selective", "full"):
+            one = layer_activation_bytes(s, 2, tp=8, sp=True, recompute=rec)
+            assert layer_activation_bytes(s, 2, tp=8, sp=True, recompute=rec, cp=4) == pytest.approx(one / 4)
+    with pytest.raises(StalesimError, match="cp: expected an integer >= 1"):
+        layer_activation_bytes(PRESETS["gpt3-175b"], 1, cp=0)
 
 
 def test_korthikanti_closed_forms():
@@ -113,3 +139,7 @@ def test_profile_retimes_and_presets_are_validated():
         spec.with_(kv_heads=3)
     with pytest.raises(StalesimError, match="recompute: expected"):
         layer_activation_bytes(spec, 1, recompute="some")
+    with pytest.raises(StalesimError, match="layers: 1073741824 is larger than this tool handles"):
+        spec.with_(layers=1 << 30)
+    with pytest.raises(StalesimError, match="bias: expected true or false"):
+        spec.with_(bias="no")

@@ -1,9 +1,14 @@
 """``--workload`` flags shared by ``simulate``, ``sweep`` and ``plan``: an analytic transformer and how it is trained.
 
 ``--workload llama2-70b`` (a preset of :mod:`stalesim.workloads.transformer`, no
-profile, no model built) with ``--tp``, ``--pp`` (or ``-S``: stages = pp x V),
+profile, no model built) or ``--model-spec my.json`` (any shape:
+:mod:`stalesim.workloads.model_spec`), either with shape flags overriding fields
+(``--layers``, ``--hidden``, ``--heads``, ``--kv-heads``, ``--ffn``,
+``--ffn-type``, ``--vocab``, ``--seq``), with ``--tp``, ``--cp``, ``--pp`` (or
+``-S``: stages = pp x V; ``--stage-layers`` for an uneven split),
 ``-P/--dp``, ``--micro-batch``, ``-B`` (global batch in sequences) or ``-M``,
-``--sp``, ``--recompute``, ``--zero``, ``--optimizer``, ``--precision`` and a
+``--sp``, ``--recompute``, ``--zero``, ``--optimizer``, ``--precision``,
+``--framework`` and the overlap switches (``--tp-overlap`` ...) and a
 cluster (``--node``, or ``--hardware`` naming one, or ``--target`` [``--link``]
 for one node). ``plan`` takes them too (``--devices`` GPUs in all). The answer is
 :func:`stalesim.sim.parallel.predict_llm`'s (closed forms; the zero-bubble and other
@@ -14,14 +19,56 @@ component, fits or not.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import positive_int
 from stalesim.errors import StalesimError
 
-# flags that only mean something with --workload (name, default)
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.sim.llm_plan import ParallelPlan
+    from stalesim.workloads.transformer import TransformerSpec
+
+# the model-shape flags: each overrides the TransformerSpec field of its name
+SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "ffn_type", "vocab", "seq")
+# the overlap switches: each sets the ParallelPlan field of its name (left out: the framework's)
+OVERLAP_FLAGS = ("tp_overlap", "dp_overlap", "zero_prefetch")
+# flags that only mean something with --workload or --model-spec (name, default)
 LLM_ONLY = (("tp", None), ("pp", None), ("micro_batch", None), ("sp", False), ("recompute", None),
-            ("zero", None), ("optimizer", None), ("precision", None), ("seq", None))
+            ("zero", None), ("optimizer", None), ("precision", None), ("cp", None), ("stage_layers", None),
+            ("framework", None), *((f, None) for f in SHAPE_FLAGS + OVERLAP_FLAGS))
+# --stage-layers' keyword for one layer fewer on the first and last stage
+FIRST_LAST = "first-last"
+
+
+class _ShapeSource(argparse.Action):
+    """--workload and --model-spec both name the model (``args.workload`` is set by either, so every
+    command's "is this an LLM estimate" test is one attribute); both given is refused later."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        namespace.shape_sources = [*(getattr(namespace, "shape_sources", None) or []), option_string]
+        namespace.workload = values
+        if self.dest == "model_spec":
+            namespace.model_spec = values
+
+
+def _stage_layers_arg(text: str) -> str | tuple[int, ...]:
+    if text.strip().lower() == FIRST_LAST:
+        return FIRST_LAST
+    try:
+        vals = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {FIRST_LAST} or comma-separated layer counts, "
+                                         f"got {text[:40]!r}") from None
+    if any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"every stage needs at least 1 layer, got {text[:40]!r}")
+    return vals
+
+
+def _yes_no(text: str) -> bool:
+    if text not in ("yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected yes or no, got {text[:20]!r}")
+    return text == "yes"
 
 
 def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
@@ -36,11 +83,23 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
             return vals
         return parse
 
+    from stalesim.sim.llm_plan import FRAMEWORKS
+    from stalesim.workloads.transformer import FFN_TYPES, preset_names
+
     g = p.add_argument_group("LLM workloads (analytic transformer: no profile, no model built)")
-    g.add_argument("--workload", default=None, metavar="NAME",
-                   help="transformer preset: gpt3-175b, llama2-7b/13b/70b, llama3-8b/70b, megatron-1.7b .. "
-                        "megatron-1t (instead of --profile)")
-    g.add_argument("--seq", type=positive_int, default=None, help="sequence length (default: the preset's)")
+    g.add_argument("--workload", default=None, metavar="NAME", action=_ShapeSource,
+                   help=f"transformer preset (instead of --profile): {', '.join(preset_names())}")
+    g.add_argument("--model-spec", default=None, metavar="SPEC.json|.toml", action=_ShapeSource,
+                   help="any transformer shape from a JSON or TOML file (docs/llm-models.md; instead of --workload)")
+    for name, meta, text in (("layers", "L", "transformer layers"), ("hidden", "H", "hidden size"),
+                             ("heads", "A", "attention (query) heads"),
+                             ("kv_heads", "K", "key/value heads (fewer than heads: grouped-query attention)"),
+                             ("ffn", "F", "FFN width"), ("vocab", "V", "vocabulary size"),
+                             ("seq", "S", "sequence length")):
+        g.add_argument(f"--{name.replace('_', '-')}", type=positive_int, default=None, metavar=meta,
+                       help=f"{text} (overrides the preset's or the spec file's)")
+    g.add_argument("--ffn-type", default=None, metavar="|".join(FFN_TYPES),
+                   help="FFN kind (overrides the preset's or the spec file's)")
     ints = grid(int) if lists else positive_int
     g.add_argument("--tp", type=int_list if lists else positive_int, default=None,
                    help="tensor-parallel size (divides the node size)" + (" list" if lists else ""))
@@ -56,19 +115,34 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     g.add_argument("--optimizer", default=None, metavar="adam|adamw|muon|sgd", help="default adam")
     g.add_argument("--precision", default=None, metavar="mixed|fp32",
                    help="mixed: bf16 weights and gradients + fp32 master and moments (default)")
+    g.add_argument("--cp", type=positive_int, default=None,
+                   help="context-parallel size: each sequence split over cp GPUs (GPUs = tp x cp x pp x dp)")
+    g.add_argument("--stage-layers", type=_stage_layers_arg, default=None, metavar=f"7,8,..,7|{FIRST_LAST}",
+                   help="layers per pipeline stage (pp x stages-per-device entries), or first-last: one layer "
+                        "fewer on the first and last stage (default: an even split)")
+    g.add_argument("--framework", default=None, metavar="|".join(FRAMEWORKS),
+                   help="training framework whose memory and overlap conventions apply (default megatron)")
+    for name, text in (("tp_overlap", "tensor-parallel collectives of the backward hidden under its GEMMs"),
+                       ("dp_overlap", "data-parallel gradient reduction bucketed into the backward"),
+                       ("zero_prefetch", "ZeRO-3/FSDP all-gathers the next layer during this one")):
+        g.add_argument(f"--{name.replace('_', '-')}", type=_yes_no, default=None, metavar="yes|no",
+                       help=f"{text} (default: what --framework does)")
     if lists:
         g.add_argument("--gpus", type=positive_int, default=None,
-                       help="GPUs in all: dp = gpus / (tp x pp) for each grid point (instead of -P)")
+                       help="GPUs in all: dp = gpus / (tp x cp x pp) for each grid point (instead of -P)")
 
 
 def check_llm_flags(args: argparse.Namespace) -> None:
     """LLM flags without ``--workload`` (and a profile with one) are one-line errors."""
+    if len(getattr(args, "shape_sources", None) or []) > 1:
+        raise StalesimError(f"{args.shape_sources[-1]}: give one of --workload NAME and --model-spec FILE")
     if getattr(args, "workload", None) is None:
         for name, default in LLM_ONLY:
             if getattr(args, name, default) not in (default, None):
-                raise StalesimError(f"--{name.replace('_', '-')}: needs --workload (an analytic transformer)")
+                raise StalesimError(f"--{name.replace('_', '-')}: needs --workload NAME or --model-spec FILE "
+                                    f"(an analytic transformer)")
         if getattr(args, "gpus", None) is not None:
-            raise StalesimError("--gpus: needs --workload (an analytic transformer)")
+            raise StalesimError("--gpus: needs --workload NAME or --model-spec FILE (an analytic transformer)")
         if getattr(args, "profile", None) is None and getattr(args, "model", None) is None:
             other = "--model NAME, or " if hasattr(args, "model") else ""  # simulate profiles one here
             raise StalesimError(f"--profile: give a profile (or {other}--workload NAME)")
@@ -86,11 +160,26 @@ def check_llm_flags(args: argparse.Namespace) -> None:
         raise StalesimError("--warmup: does not apply to --workload (the closed-form LLM estimate)")
 
 
-def workload_spec(args: argparse.Namespace) -> Any:
+def workload_spec(args: argparse.Namespace) -> TransformerSpec:
+    """The model: the --model-spec file or the --workload preset, with the shape flags' fields."""
+    from stalesim.workloads.model_spec import load_model_spec
     from stalesim.workloads.transformer import get_preset
 
-    spec = get_preset(args.workload)
-    return spec.with_(seq=args.seq) if args.seq else spec
+    _refuse_unplumbed(args)
+    spec = load_model_spec(args.model_spec) if getattr(args, "model_spec", None) else get_preset(args.workload)
+    changes = {f: getattr(args, f) for f in SHAPE_FLAGS if getattr(args, f, None) is not None}
+    return spec.with_(**changes) if changes else spec
+
+
+def _refuse_unplumbed(args: argparse.Namespace) -> None:
+    """``plan --workload`` builds its plan itself and does not read the plan flags added for
+    ``simulate``/``sweep`` yet: refuse them there rather than ignore them silently."""
+    if getattr(args, "mitigations", None) is None:  # simulate and sweep have no --mitigations
+        return
+    for name in ("cp", "stage_layers", "framework", *OVERLAP_FLAGS):
+        if getattr(args, name, None) is not None:
+            raise StalesimError(f"--{name.replace('_', '-')}: plan --workload does not take it yet "
+                                f"(use simulate or sweep --workload)")
 
 
 def llm_hardware(args: argparse.Namespace) -> Any:
@@ -144,11 +233,31 @@ def llm_hardware(args: argparse.Namespace) -> Any:
     return hw
 
 
-def plan_from_args(args: argparse.Namespace, *, tp: int | None = None, pp: int | None = None,
-                   dp: int | None = None, schedule: str | None = None, microbatches: int | None = None,
-                   recompute: str | None = None, zero: int | None = None,
-                   chunks: int | None = None) -> Any:
-    """A :class:`~stalesim.sim.parallel.ParallelPlan` from the flags (sweep passes one grid point)."""
+def open_choices(args: argparse.Namespace) -> tuple[str, ...]:
+    """The choices the flags leave open (:data:`stalesim.sim.llm_range.OPEN_CHOICES`): the
+    interleaving depth without -V (and without an explicit --stage-layers list), the micro-batch
+    size when -B fixes the batch but not its split, recomputation, and the overlap switches when
+    none is given."""
+    left: list[str] = []
+    if getattr(args, "stages_per_device", None) is None and not isinstance(getattr(args, "stage_layers", None),
+                                                                          tuple):
+        left.append("chunks")
+    if args.micro_batch is None and args.batch_size is not None:
+        left.append("micro_batch")
+    if args.recompute is None:
+        left.append("recompute")
+    if all(getattr(args, f, None) is None for f in OVERLAP_FLAGS):
+        left.append("overlap")
+    return tuple(left)
+
+
+def plan_from_args(args: argparse.Namespace, spec: TransformerSpec, *, tp: int | None = None,
+                   pp: int | None = None, dp: int | None = None, schedule: str | None = None,
+                   microbatches: int | None = None, recompute: str | None = None, zero: int | None = None,
+                   chunks: int | None = None) -> ParallelPlan:
+    """A :class:`~stalesim.sim.parallel.ParallelPlan` of ``spec`` from the flags (sweep passes one grid
+    point; ``spec`` places ``--stage-layers first-last`` over the point's stages)."""
+    from stalesim.sim.llm_costs import first_last_layers
     from stalesim.sim.parallel import ParallelPlan
 
     sched = schedule or args.schedule
@@ -172,8 +281,14 @@ def plan_from_args(args: argparse.Namespace, *, tp: int | None = None, pp: int |
         B = b * dp * M
     elif M not in (1, None) and b * dp * M != B:
         raise StalesimError(f"--batch-size: {B} sequences contradict -M {M} x --micro-batch {b} x dp {dp}")
+    split = getattr(args, "stage_layers", None)
+    stage_layers = first_last_layers(spec.layers, pp * V) if split == FIRST_LAST else split
     return ParallelPlan(tp=tp if tp is not None else (args.tp or 1), pp=pp, dp=dp, micro_batch=b, global_batch=B,
                         schedule=sched, chunks=V, sp=args.sp,
                         recompute=recompute or args.recompute or "none",
                         zero=zero if zero is not None else (args.zero or 0),
-                        optimizer=args.optimizer or "adam", precision=args.precision or "mixed")
+                        optimizer=args.optimizer or "adam", precision=args.precision or "mixed",
+                        cp=getattr(args, "cp", None) or 1, stage_layers=stage_layers,
+                        framework=getattr(args, "framework", None) or "megatron",
+                        tp_overlap=getattr(args, "tp_overlap", None), dp_overlap=getattr(args, "dp_overlap", None),
+                        zero_prefetch=getattr(args, "zero_prefetch", None))

@@ -268,15 +268,20 @@ def _rotation_costs(args: argparse.Namespace, prof: Profile, cfg: ScheduleConfig
 
 
 def _run_workload(args: argparse.Namespace) -> int:
-    """``--workload``: the LLM estimate (stalesim.sim.parallel.predict_llm)."""
-    from stalesim.cli.llm_args import llm_hardware, plan_from_args, workload_spec
+    """``--workload`` / ``--model-spec``: the LLM estimate (stalesim.sim.parallel.predict_llm) and
+    the range over the choices the flags leave open (stalesim.sim.llm_range)."""
+    from stalesim.cli.llm_args import FIRST_LAST, llm_hardware, open_choices, plan_from_args, workload_spec
+    from stalesim.sim.llm_range import choice_range
     from stalesim.sim.parallel import predict_llm
 
     spec = workload_spec(args)
     hw = llm_hardware(args)
-    p = predict_llm(spec, plan_from_args(args), hw)
+    plan = plan_from_args(args, spec)
+    p = predict_llm(spec, plan, hw)
+    rng = choice_range(spec, plan, hw, open_choices(args), first_last=args.stage_layers == FIRST_LAST)
     if args.json:
-        print_json(p.to_dict())
+        print_json({**p.to_dict(), "range": rng.to_dict()})
     else:
         print(p.summary())
+        print(rng.summary())
     return 0

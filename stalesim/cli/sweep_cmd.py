@@ -162,11 +162,12 @@ def _run_workload(args: argparse.Namespace) -> int:
     for sched, tp, pp, P, M, rec, z in itertools.product(args.schedules, tps, pps, args.workers,
                                                          args.microbatches, recs, zeros):
         if args.gpus is not None:
-            if args.gpus % (tp * pp):
+            cp = args.cp or 1
+            if args.gpus % (tp * cp * pp):
                 continue
-            P = args.gpus // (tp * pp)
+            P = args.gpus // (tp * cp * pp)
         try:
-            plans.append(plan_from_args(args, tp=tp, pp=pp, dp=P, schedule=sched, microbatches=M,
+            plans.append(plan_from_args(args, spec, tp=tp, pp=pp, dp=P, schedule=sched, microbatches=M,
                                         recompute=rec, zero=z, chunks=(args.stages_per_device or [None])[0]))
         except Exception as exc:  # noqa: BLE001 - a bad grid point is a row with its error, as for profiles
             from stalesim.errors import StalesimError
@@ -176,7 +177,7 @@ def _run_workload(args: argparse.Namespace) -> int:
     if not plans:
         from stalesim.errors import StalesimError
 
-        raise StalesimError("--gpus: no grid point has tp x pp dividing it")
+        raise StalesimError("--gpus: no grid point has tp x cp x pp dividing it")
     rows = sweep_llm(spec, plans, hw)
     if args.csv:
         from stalesim.atomic import write_csv_atomic

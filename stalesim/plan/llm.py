@@ -16,10 +16,16 @@ to reach the same loss, which an emulation of a smaller proxy (``stalesim plan
 
 Mitigations: only ``error-feedback`` changes time or memory (one more fp32 buffer
 per parameter in the optimizer state); it applies to schedules with stale weights.
+
+``open_choices`` (the choices the user left open, :mod:`stalesim.sim.llm_range`):
+each row also carries the fastest and slowest iteration over them
+(``range_fastest_s``, ``range_slowest_s``, ``range_fastest_fitting_s``); the
+rank stays the point's, the range is shown beside it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +49,13 @@ def _label(schedule: str, mitigation: str) -> str:
 
 
 def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules: list[str],
-             mitigations: list[str], *, iterations: int | None = None) -> list[dict[str, Any]]:
+             mitigations: list[str], *, iterations: int | None = None,
+             open_choices: Sequence[str] = (), first_last: bool = False) -> list[dict[str, Any]]:
     """One row per (schedule, mitigation), ranked (module doc). ``base`` gives the degrees,
     batch and training state; each schedule runs its own stages per device (ZB-V's and
     DualPipeV's 2, interleaved-1F1B's ``base.chunks`` when > 1, else 2)."""
     from stalesim.schedule import get_spec, schedule_names
+    from stalesim.sim.llm_range import choice_range
     from stalesim.sim.parallel import family, predict_llm, supported_schedules
 
     for m in mitigations:
@@ -81,6 +89,13 @@ def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules:
                 row["error"] = str(exc)
                 rows.append(row)
                 continue
+            if open_choices:
+                rng = choice_range(spec, plan, hw, tuple(open_choices), first_last=first_last)
+                row.update(range_fastest_s=rng.fastest.iteration_s if rng.fastest else None,
+                           range_slowest_s=rng.slowest.iteration_s if rng.slowest else None,
+                           range_fastest_fitting_s=(rng.fastest_fitting.iteration_s if rng.fastest_fitting
+                                                    else None),
+                           range_note=rng.skipped_reason)
             row.update(iteration_s=p.iteration_s, tokens_per_s=p.tokens_per_s, memory_gb=p.memory_bytes / 1e9,
                        fits=p.fits, bubble=p.bubble_fraction, microbatches=plan.microbatches,
                        time_s=None if iterations is None else iterations * p.iteration_s,
@@ -93,10 +108,12 @@ def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules:
 
 
 def llm_table(rows: list[dict[str, Any]], header: str, *, iterations: int | None = None) -> str:
-    """The terminal table: rank, candidate, iteration time, time for ``iterations``, memory per
-    GPU by component and whether it fits; rows that cannot apply say why."""
+    """The terminal table: rank, candidate, iteration time (and its range over the open choices,
+    when rows carry one), time for ``iterations``, memory per GPU by component and whether it fits;
+    rows that cannot apply say why."""
+    ranged = any("range_fastest_s" in r for r in rows)
     lines = [header,
-             f"{'#':>3} {'candidate':<30} {'iter s':>8} {'bubble':>7} "
+             f"{'#':>3} {'candidate':<30} {'iter s':>8} " + (f"{'range s':>15} " if ranged else "") + f"{'bubble':>7} "
              + (f"{'time for ' + str(iterations):>16} " if iterations else "")
              + f"{'GB/GPU':>7} {'weights':>8} {'grads':>6} {'optim':>6} {'activ':>6} {'versions':>8}  fits"]
     for r in rows:
@@ -106,7 +123,11 @@ def llm_table(rows: list[dict[str, Any]], header: str, *, iterations: int | None
         tt = ""
         if iterations:
             tt = f"{fmt_seconds(r['time_s']):>16} "
-        lines.append(f"{r['rank']:>3} {r['label'][:30]:<30} {r['iteration_s']:>8.3f} {r['bubble']:>7.1%} {tt}"
+        rg = ""
+        if ranged:
+            lo, hi = r.get("range_fastest_s"), r.get("range_slowest_s")
+            rg = f"{f'{lo:.3f}..{hi:.3f}' if lo is not None and hi is not None else 'n/a':>15} "
+        lines.append(f"{r['rank']:>3} {r['label'][:30]:<30} {r['iteration_s']:>8.3f} {rg}{r['bubble']:>7.1%} {tt}"
                      f"{r['memory_gb']:>7.1f} {r['weights_gb']:>8.1f} {r['gradients_gb']:>6.1f} "
                      f"{r['optimizer_gb']:>6.1f} {r['activations_gb']:>6.1f} {r['weight_versions_gb']:>8.1f}  "
                      f"{'yes' if r['fits'] else 'NO'}")

@@ -21,6 +21,7 @@ key known, every value of its field's type; each failure is one
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,10 @@ def load_model_spec(path: str | Path) -> TransformerSpec:
     """The spec in ``path`` (``.toml``: TOML, anything else: JSON), checked (module doc)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise StalesimError(f"model_spec: {p.name} is not a regular file")
+        size = st.st_size
         if size > MAX_SPEC_BYTES:
             raise StalesimError(f"model_spec: {p.name} is {size:,} bytes; a model spec is at most "
                                 f"{MAX_SPEC_BYTES:,}")
@@ -95,6 +99,8 @@ def _parse_toml(text: str, name: str) -> Any:
 
     try:
         return tomllib.loads(text, parse_float=no_float)
+    except StalesimError:  # a ValueError itself: ours, from parse_float, passes as it is
+        raise
     except tomllib.TOMLDecodeError as exc:
         raise StalesimError(f"model_spec: {name} is not valid TOML ({str(exc)[:80]})") from None
     except ValueError:  # an integer past Python's digit limit
