@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from stalesim.cli import main
 from stalesim.workloads.hardware import get_device
 from stalesim.workloads.kernel_calibration import CPU_ATTENTION, CPU_GEMMS, GPU_GEMMS
@@ -16,10 +18,11 @@ def test_dry_grid_writes_a_readable_table(tmp_path, capsys):
     assert [(r["m"], r["n"], r["k"]) for r in data["gemm"]] == [(g.m, g.n, g.k) for g in CPU_GEMMS]
     assert len(data["attention"]) == len(CPU_ATTENTION)
     for r in data["gemm"]:
-        assert r["seconds"] > 0 and r["efficiency"] == r["tflops"] * 1e12 / data["peak_flops"]
+        assert r["seconds"] > 0 and r["efficiency"] == pytest.approx(r["tflops"] * 1e12 / data["peak_flops"])
     t = load_table(out)
     g = CPU_GEMMS[0]
-    assert gemm_efficiency(get_device("cpu-core"), g, "float32", t) == min(1.0, data["gemm"][0]["efficiency"])
+    assert gemm_efficiency(get_device("cpu-core"), g, "float32", t) == pytest.approx(
+        min(1.0, data["gemm"][0]["efficiency"]))
     assert "dry run" in capsys.readouterr().out
 
 
