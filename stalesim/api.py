@@ -44,6 +44,67 @@ def spec_of(obj: str | Callable[[], Any] | None, flag: str) -> str | None:
     return f"{module}:{qual}"
 
 
+def _check_threads(threads: Any, *, optional: bool) -> int | None:
+    """``threads`` as the CLI's ``--threads`` takes it (None: leave torch's setting, where allowed)."""
+    from stalesim.limits import MAX_THREADS, check_int
+
+    if threads is None and optional:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads: expected an integer in [1, {MAX_THREADS}]{' or None' if optional else ''}, "
+                        f"got {type(threads).__name__}")
+    return check_int("threads", threads, lo=1, hi=MAX_THREADS)
+
+
+def _check_out(out: Any) -> str | None:
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out: expected a folder path (str or os.PathLike) or None, got {type(out).__name__}")
+    return None if out is None else os.fspath(out)
+
+
+def _check_cfg(cfg: Any) -> TrainConfig | None:
+    from stalesim.runtime.config import TrainConfig
+
+    if cfg is not None and not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg: expected a TrainConfig (stalesim.config(...)) or None, got {type(cfg).__name__}; "
+                        "give a model by name as model=...")
+    return cfg
+
+
+def _profile_arg(profile: Any) -> Profile:
+    """A Profile, or what ``stalesim simulate --profile`` reads: a profile JSON file, or its
+    parsed object."""
+    from stalesim.workloads.profile import Profile, load_profile
+
+    if isinstance(profile, Profile):
+        return profile
+    if isinstance(profile, (str, os.PathLike)):
+        return load_profile(profile)
+    if isinstance(profile, dict):
+        try:
+            return Profile.from_dict(profile)
+        except StalesimError as exc:
+            raise StalesimError(f"profile: {exc}") from None
+    raise TypeError(f"profile: expected a Profile (stalesim.profile(...)), a profile JSON file or its dict, "
+                    f"got {type(profile).__name__}")
+
+
+def _hardware_arg(hardware: Any) -> Any:
+    """None, a Hardware (a hardware JSON, a catalog device and link) or a SimHardware. A bare
+    device name is refused rather than guessed: which link, and whether the profile's times
+    are re-timed for that device, are choices ``stalesim simulate`` makes with flags."""
+    from stalesim.sim.model import SimHardware
+    from stalesim.workloads.hardware import Hardware
+
+    if hardware is None or isinstance(hardware, (Hardware, SimHardware)):
+        return hardware
+    hint = ""
+    if isinstance(hardware, str):
+        hint = (f" (for the catalog device {hardware!r}: stalesim.workloads.hardware.hardware_from_catalog"
+                f"({hardware!r}, LINK); for a hardware JSON: load_hardware(path))")
+    raise TypeError(f"hardware: expected a Hardware or SimHardware, got {type(hardware).__name__}{hint}")
+
+
 def _fresh() -> None:
     """A notebook may redefine a factory under the same name: load data sets anew per call."""
     from stalesim.runtime.owndata import load_own_dataset
@@ -62,7 +123,13 @@ def profile(model: ModelArg, batch_sizes: int | Sequence[int], *, dataset: DataA
 
     _fresh()
     name = spec_of(model, "model")
-    assert name is not None
+    if name is None:
+        raise TypeError("model: expected a name (lenet5, pkg.module:factory) or a factory function, got None")
+    threads = _check_threads(threads, optional=True)
+    for arg, value in (("device", device), ("dtype", dtype)):
+        if not isinstance(value, str):
+            raise TypeError(f"{arg}: expected a text such as {'cpu' if arg == 'device' else 'float32'}, "
+                            f"got {type(value).__name__}")
     net: Any = name
     if is_plugin(name):
         from stalesim.runtime.build import own_model
@@ -93,6 +160,10 @@ def simulate(profile: Profile, schedule: str | ScheduleConfig | Schedule | os.Pa
     from stalesim.sim import simulate as _simulate
 
     sched: Any = schedule
+    if ppv is not None and (isinstance(ppv, (str, bytes)) or not isinstance(ppv, Sequence)):
+        raise TypeError(f"ppv: expected a sequence of layer indices such as [3, 7], got {type(ppv).__name__}")
+    if not isinstance(method, str):
+        raise TypeError(f"method: expected a text such as 'event', got {type(method).__name__}")
     if isinstance(schedule, os.PathLike) or (isinstance(schedule, str) and
                                              schedule.lower().endswith((".json", ".csv"))):
         sched = load_schedule(schedule, schedule_fields.pop("batches", None))
@@ -106,7 +177,7 @@ def simulate(profile: Profile, schedule: str | ScheduleConfig | Schedule | os.Pa
     if schedule_fields and not isinstance(schedule, str):
         raise StalesimError(f"{next(iter(schedule_fields))}: schedule keywords go with a schedule name")
     opts = SimOptions(ppv=None if ppv is None else tuple(ppv), batch_size=batch_size, method=method)
-    return _simulate(profile, sched, hardware, opts)
+    return _simulate(_profile_arg(profile), sched, _hardware_arg(hardware), opts)
 
 
 def config(model: ModelArg = "lenet5", dataset: DataArg = None, **fields: Any) -> TrainConfig:
@@ -146,10 +217,13 @@ def emulate(cfg: TrainConfig | None = None, *, out: str | os.PathLike[str] | Non
 
     from stalesim.emulator.replay import emulate as _emulate
 
+    cfg = _check_cfg(cfg)
+    threads = _check_threads(threads, optional=True)
+    out = _check_out(out)
     _fresh()
-    run_cfg = cfg.check() if cfg is not None else config(**fields)
     if cfg is not None and fields:
         raise StalesimError(f"{next(iter(fields))}: give a config or its fields, not both")
+    run_cfg = cfg.check() if cfg is not None else config(**fields)
     old = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -166,14 +240,31 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     model and data set must be importable by name from the ranks (a module file)."""
     from executor.launch import run_local
     from executor.spec import job_schedule, make_job
+    from stalesim.cli.run_cmd import expected_devices
+    from stalesim.devices import parse_devices
+    from stalesim.limits import MAX_SECONDS, check_number
 
+    cfg = _check_cfg(cfg)
+    n_threads = int(_check_threads(threads, optional=False) or 1)  # never None here
+    out = _check_out(out)
+    if not isinstance(devices, str):
+        raise TypeError(f"devices: expected a text such as 'cpu:2' or 'cuda:0,1', got {type(devices).__name__}")
+    devs = parse_devices(devices)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
+        raise TypeError(f"timeout_s: expected a number of seconds, got {type(timeout_s).__name__}")
+    timeout = check_number("timeout_s", timeout_s, lo=0.0, hi=MAX_SECONDS, lo_open=True)
     _fresh()
-    run_cfg = cfg if cfg is not None else config(**fields)
     if cfg is not None and fields:
         raise StalesimError(f"{next(iter(fields))}: give a config or its fields, not both")
+    run_cfg = cfg if cfg is not None else config(**fields)
     from stalesim.runtime.build import check_own_code
 
     run_cfg.check_runnable()
     check_own_code(run_cfg)
-    job = make_job(run_cfg, out=None if out is None else os.fspath(out), schedule=job_schedule(run_cfg))
-    return run_local(job, devices, timeout_s=timeout_s, threads=threads)  # type: ignore[no-any-return]
+    sched = job_schedule(run_cfg)
+    need = expected_devices(run_cfg, sched)
+    if devs.count != need:  # as `stalesim run` checks, before any rank starts
+        raise StalesimError(f"devices: {devices} gives {devs.count} rank(s) but schedule {run_cfg.schedule!r} "
+                            f"needs {need}")
+    job = make_job(run_cfg, out=out, schedule=sched)
+    return run_local(job, devices, timeout_s=timeout, threads=n_threads)  # type: ignore[no-any-return]
