@@ -63,3 +63,13 @@ def test_event_families_are_bounded_and_405b_answers_in_under_a_second():
     rng = choice_range(spec, big, HW, ("chunks", "micro_batch", "recompute", "overlap"), first_last=True)
     assert time.perf_counter() - t0 < 1.0 and rng.evaluated > 10
     assert all(o is not None for o in (rng.fastest, rng.slowest, rng.least_memory, rng.most_memory))
+
+
+def test_small_event_ranges_are_computed():
+    from stalesim.workloads.transformer import TransformerSpec
+
+    spec = TransformerSpec("tiny", layers=8, hidden=1024, heads=16, seq=512, vocab=8000)
+    plan = ParallelPlan(pp=2, dp=1, global_batch=8, schedule="zb-h1")
+    rng = choice_range(spec, plan, HW, ("micro_batch", "recompute"))
+    assert rng.skipped_reason is None and rng.evaluated == 4 * 3 and rng.not_applicable == 3  # b = 16 > 8
+    assert rng.fastest.iteration_s <= predict_llm(spec, plan, HW).iteration_s <= rng.slowest.iteration_s

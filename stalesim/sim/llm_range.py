@@ -18,9 +18,10 @@ hide communication, so the extremes of time are at all on and all off).
 
 Cost: the closed forms take about a millisecond, and the product is at most
 5 x 5 x 3 x 3 = 225 plans. A schedule the LLM estimate event-simulates
-(zero-bubble, DualPipeV) takes seconds per plan at scale, so its range is
-computed only when one replica has at most :data:`EVENT_ACTIONS` actions,
-and says so otherwise.
+(zero-bubble, DualPipeV) costs about a millisecond per simulated action (a
+4-stage, 64-micro-batch replica: half a second), so its range is computed only
+when all its candidates together simulate at most :data:`EVENT_ACTIONS`
+forward and backward actions, and says so otherwise.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ CANDIDATES: dict[str, tuple[Any, ...]] = {
     "recompute": ("none", "selective", "full"),
     "overlap": ("framework", "on", "off"),
 }
-# forward + backward actions of one event-simulated replica (stages x micro-batches x 2) above which
-# its range is not computed: about a second per plan at this size
-EVENT_ACTIONS = 512
+# forward + backward actions (stages x micro-batches x 2, summed over the candidates) above which an
+# event-simulated schedule's range is not computed: about a second of simulation
+EVENT_ACTIONS = 1024
 _OVERLAPS = ("tp_overlap", "dp_overlap", "zero_prefetch")
 
 
@@ -145,21 +146,31 @@ def choice_range(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware, open_c
         opened.remove("chunks")  # only interleaving has a depth to choose; a given split fixes it
     tried = {c: CANDIDATES[c] for c in opened}
     point = {c: _point(plan, c) for c in opened}
-    if fam == EVENT and 2 * plan.pp * plan.chunks * plan.microbatches > EVENT_ACTIONS:
-        return ChoiceRange(tuple(opened), tried, point, 0, 0,
-                           skipped_reason=f"{plan.schedule} is event-simulated, seconds per plan at "
-                                          f"{plan.pp * plan.chunks} stages x {plan.microbatches} micro-batches")
 
     def stage_layers(stages: int) -> tuple[int, ...] | None:
         return first_last_layers(spec.layers, stages) if first_last else None
 
-    outcomes: list[Outcome] = []
-    skipped = 0
+    cands: list[tuple[tuple[Any, ...], ParallelPlan | None]] = []
     for values in itertools.product(*(tried[c] for c in opened)):
-        cand = plan
+        cand: ParallelPlan | None = plan
         try:
             for c, v in zip(opened, values):
-                cand = _apply(cand, c, v, stage_layers)
+                cand = _apply(plan if cand is None else cand, c, v, stage_layers)
+        except StalesimError:
+            cand = None
+        cands.append((values, cand))
+    if fam == EVENT:
+        actions = sum(2 * c.pp * c.chunks * max(c.microbatches, 1) for _v, c in cands if c is not None)
+        if actions > EVENT_ACTIONS:
+            return ChoiceRange(tuple(opened), tried, point, 0, 0,
+                               skipped_reason=f"{plan.schedule} is event-simulated: its {len(cands)} candidates "
+                                              f"would simulate {actions:,} actions, over {EVENT_ACTIONS:,}")
+    outcomes: list[Outcome] = []
+    skipped = 0
+    for values, cand in cands:
+        try:
+            if cand is None:
+                raise StalesimError("not applicable")
             p = predict_llm(spec, cand, hw, eff or DEFAULT_EFFICIENCY)
         except StalesimError:
             skipped += 1
