@@ -44,8 +44,10 @@ def _by_id(rows: list[dict[str, object]]) -> dict[str, dict[str, object]]:
 
 def test_every_row_names_a_cited_source_and_publishes_something():
     data = load(ROOT)
-    assert len(data.runs) >= 40
-    assert {"sc21-t1", "sc21-t2", "korthikanti-t5", "korthikanti-t4", "torchtitan-2412"} <= set(data.sources)
+    assert len(data.runs) >= 50
+    assert {"sc21-t1", "sc21-t2", "korthikanti-t5", "korthikanti-t4", "torchtitan-2404", "torchtitan-2408",
+            "torchtitan-2412"} <= set(data.sources)
+    assert sum(r.outcome == "oom" for r in data.runs) >= 3
     for r in data.runs:
         src = data.sources[r.source]
         assert src["cite"] and src["metric"], r.id
@@ -78,8 +80,6 @@ def test_the_megatron_runs_that_trained_are_predicted_to_fit(rows):
             assert r["fits"] == "yes" and r["verdict"] == "right", r["id"]
 
 
-@pytest.mark.xfail(strict=True, reason="torchtitan's Llama 3.1 8B FSDP on 8 GPUs trained at 82.4 GiB measured; "
-                   "predicted 91.0 GiB, over the 96 GB device")
 def test_no_run_that_trained_is_predicted_not_to_fit(rows):
     wrong = [r["id"] for r in rows if r["outcome"] == "trained" and r["fits"] == "no"]
     assert not wrong, wrong
@@ -100,12 +100,14 @@ TIME_NOW = {
     "sc21-t2": "median 13.1 %, max 190.7 % (ZeRO-3 flat in the data-parallel size; PTD-P rows 0.2-4.3 %)",
     "korthikanti-t5": "median 3.0 %, max 8.7 % (1T full recompute +8.7 %, 1T present work +7.5 %)",
     "korthikanti-t4": "median 4.0 %, max 6.6 % (backward without sequence parallelism 13.5 ms vs 11.9)",
-    "torchtitan-2412": "median 50.7 %, max 52.7 % (500 W HBM2e H100, eager PyTorch: not modelled)",
+    "torchtitan-2404": "median 12.3 %, max 14.6 % (FSDP on 64 A100: predicted 8-15 % slow)",
 }
+# sources whose predicted rows meet it today (torchtitan-2412 has none it can express yet)
+TIME_MET = ("torchtitan-2408",)
 
 
 @pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"today: {why}"))
-                                    for s, why in TIME_NOW.items()])
+                                    for s, why in TIME_NOW.items()] + list(TIME_MET))
 def test_time_error_goal_per_source(rows, source):
     e = error_summary([r for r in rows if r["source"] == source])
     assert e.time_median is not None and e.time_max is not None
@@ -127,11 +129,12 @@ def test_zero3_throughput_falls_with_the_data_parallel_size_as_published(rows):
         assert pred_drop >= 0.5 * pub_drop, (first, pub_drop, pred_drop)
 
 
-@pytest.mark.xfail(strict=True, reason="memory where measured (torchtitan's 8B FSDP rows): +10.4 % and +14.8 %; "
-                   "time +52.7 % and +48.8 % (500 W H100 with HBM2e, eager PyTorch: not modelled)")
+@pytest.mark.xfail(strict=True, reason="no run with a measured memory is expressible yet: torchtitan's measured "
+                   "rows use Float8, torch.compile or its op-level selective checkpointing")
 def test_memory_within_ten_percent_where_measured(rows):
     e = error_summary(rows)
-    assert e.memory_max is not None and e.memory_max <= 10.0, e
+    assert e.memory_max is not None, "no predicted row has a published memory"
+    assert e.memory_max <= 10.0, e
 
 
 def test_ptdp_throughput_falls_with_the_data_parallel_size(rows):
