@@ -148,7 +148,7 @@ def check_llm_flags(args: argparse.Namespace) -> None:
             raise StalesimError(f"--profile: give a profile (or {other}--workload NAME)")
         return
     if getattr(args, "profile", None) is not None:
-        raise StalesimError("--workload: give either --profile or --workload, not both")
+        raise StalesimError("--workload: give either --profile or --workload (or --model-spec), not both")
     # simulator and profile flags the closed form has no use for (given = not their default)
     for flag in ("ppv", "ppv_candidates", "trace", "plot", "fold", "switch", "batches", "topology", "comm_overlap",
                  "cpu_comm_occupancy", "bucket_mb", "no_symmetry", "loss_time"):
