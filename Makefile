@@ -32,11 +32,15 @@ test-fast: install
 # ruff (rules in pyproject.toml) on all code; mypy on every package (stalesim, executor: the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
 lint: install
-	$(VENV)/bin/ruff check stalesim executor tests benchmarks notebooks/build_notebooks.py notebooks/run_notebooks.py
+	$(VENV)/bin/ruff check stalesim executor tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
 	$(VENV)/bin/mypy
 
+# the maintained benchmarks (the list in benchmarks/__main__.py) at their smallest sizes: every one
+# still runs, a few minutes on 2 cores; BENCH_ARGS= for their full sizes (far longer: run it on a quiet
+# machine), BENCH_ARGS="--quick sim scale" for some of them
+BENCH_ARGS ?= --quick
 bench: install
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 figures: install
 	$(PY) -m stalesim figures --out figures

@@ -1,7 +1,8 @@
 """Study throughput of batched emulation: K runs at once vs a loop of K single runs.
 
 ``python -m benchmarks.bench_batched [--quick] [--runs K] [--rounds R] [--threads T]
-[--workload NAME ...] [--device cpu|cuda]``.
+[--workload NAME ...] [--device cpu|cuda]`` (``--quick``: 2 rounds of 1 step, K = 4, ``lenet5`` only
+unless ``--workload`` names others).
 
 Throughput = runs x training steps per second. Contenders per workload, in one process:
 **loop**: K single-run emulators (seeds 0..K-1), each advanced by a chunk of steps in
@@ -124,12 +125,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), default=None)
     ap.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available, and cpu)")
-    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 step (smoke test)")
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 1 step, K = 4, lenet5 (smoke test)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.rounds, args.chunk = 2, 1
+        args.rounds, args.chunk, args.runs = 2, 1, 4
+        args.workload = args.workload or ["lenet5"]
     devices = [args.device] if args.device else (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     data_dir = os.environ.get("STALESIM_DATA")
     names = args.workload or list(WORKLOADS)

@@ -1,6 +1,7 @@
 """Emulator cost: wall time and memory of stale / pipedream S=4 relative to sequential.
 
-``python -m benchmarks.bench_emulator [--quick]``.
+``python -m benchmarks.bench_emulator [--quick]`` (``--quick``: LeNet-5 only, 3 rounds of 3
+batches after 3 of warm-up).
 
 Time: the contenders (a plain PyTorch training loop, and the emulator running
 ``sequential``, ``stale`` and ``pipedream`` with S = 4 on the same partition)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_emulator")
-    ap.add_argument("--quick", action="store_true", help="fewer rounds")
+    ap.add_argument("--quick", action="store_true", help="lenet5 only, fewer rounds")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--data-dir", default=os.environ.get("STALESIM_DATA"))
     args = ap.parse_args(argv if argv is not None else [])
@@ -137,9 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     have_mnist = bool(args.data_dir) and os.path.isdir(os.path.join(args.data_dir, "MNIST"))
     q = args.quick
     workloads = [  # model, dataset, batch, chunk (batches), rounds, warm-up batches
-        ("lenet5", "mnist" if have_mnist else "synthetic", 128, 10, 6 if q else 20, 10),
-        ("resnet20", "synthetic", 128, 2, 3 if q else 8, 8),
-    ]
+        ("lenet5", "mnist" if have_mnist else "synthetic", 128, 10, 20, 10),
+        ("resnet20", "synthetic", 128, 2, 8, 8),
+    ] if not q else [("lenet5", "mnist" if have_mnist else "synthetic", 128, 3, 3, 3)]
     print(f"threads={args.threads}; median over interleaved chunks; RSS from fresh processes")
     print(f"{'workload':20} {'schedule':15} {'ms/iter':>8} {'vs seq':>7} {'CPU ms/iter':>11} "
           f"{'vs seq':>7} {'peak RSS MiB':>12} {'stash MiB':>9} {'in-flight inputs MiB':>20}")

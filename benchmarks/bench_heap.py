@@ -1,13 +1,14 @@
 """The ranks' heap policy, side by side: glibc's default vs the kept heap (stalesim.runtime.heap).
 
-``python -m benchmarks.bench_heap [--model resnet32] [--batch 64] [--schedules sequential,1f1b,pipedream]
-[--iterations 20] [--rounds 3] [--json]``
+``python -m benchmarks.bench_heap [--quick] [--model resnet32] [--batch 64]
+[--schedules sequential,1f1b,pipedream] [--iterations 20] [--rounds 3] [--json]``
 
 Each round runs every schedule on 2 CPU ranks twice, once with ``STALESIM_HEAP=default``
 (glibc's trim and moving mmap threshold) and once with the kept heap, in an order that
 alternates between rounds; per schedule and policy the median over rounds of the measured
 iteration time (the executor's steady window), and the ratio default / kept (> 1: the kept
 heap is faster). Run it through ``/work/shared/tools/quiet run`` (it prints the load).
+``--quick``: LeNet-5, ``1f1b`` only, 6 iterations, one round (the option's own values win).
 """
 
 from __future__ import annotations
@@ -55,14 +56,20 @@ def measure(model: str, batch: int, micro: int, schedules: list[str], iterations
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_heap", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="resnet32")
+    ap.add_argument("--quick", action="store_true", help="lenet5, 1f1b, 6 iterations, 1 round")
+    ap.add_argument("--model", default=None, help="default resnet32 (--quick: lenet5)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--micro", type=int, default=4)
-    ap.add_argument("--schedules", default="sequential,1f1b,pipedream")
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--schedules", default=None, help="default sequential,1f1b,pipedream (--quick: 1f1b)")
+    ap.add_argument("--iterations", type=int, default=None, help="default 20 (--quick: 6)")
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    q = a.quick
+    a.model = a.model or ("lenet5" if q else "resnet32")
+    a.schedules = a.schedules or ("1f1b" if q else "sequential,1f1b,pipedream")
+    a.iterations = a.iterations or (6 if q else 20)
+    a.rounds = a.rounds or (1 if q else 3)
     print(f"load before {os.getloadavg()}", flush=True)
     out = measure(a.model, a.batch, a.micro, a.schedules.split(","), a.iterations, a.rounds)
     if a.json:

@@ -1,6 +1,7 @@
 """Executor overhead per component: what a rank pays besides the arithmetic.
 
-``python -m benchmarks.bench_overhead [--model lenet5] [--batch 64] [--micro 4] [--reps N] [--json]``
+``python -m benchmarks.bench_overhead [--quick] [--model lenet5] [--batch 64] [--micro 4] [--reps N] [--json]``
+(``--quick``: 20 repeats instead of 200)
 
 1. **Dispatch loop** (in-process, one rank, no communication): a real
    :class:`executor.rank.Rank` runs ``sequential`` S = 1 over ``--reps`` batches;
@@ -219,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="lenet5")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--micro", type=int, default=4)
-    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--reps", type=int, default=None, help="repeats (default 200; --quick: 20)")
+    p.add_argument("--quick", action="store_true", help="20 repeats")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv if argv is not None else (sys.argv[1:] if __name__ == "__main__" else []))
+    if args.reps is None:
+        args.reps = 20 if args.quick else 200
     load0 = os.getloadavg()
     res = {"dispatch": dispatch_loop(args.model, args.batch // args.micro, args.reps),
            "runtime": stage_runtime(args.model, args.batch, args.micro, args.reps),

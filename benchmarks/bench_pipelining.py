@@ -1,7 +1,8 @@
 """Our executor vs torch.distributed.pipelining's runtime on the virtual-stage and
 zero-bubble schedules both have, same model, same partition, same micro-batching.
 
-``python -m benchmarks.bench_pipelining [--quick] [--rounds R] [--schedules a,b]``
+``python -m benchmarks.bench_pipelining [--quick] [--rounds R] [--schedules a,b]`` (``--quick``: one
+round of ``interleaved-1f1b``, 6 iterations, unless the options say otherwise)
 
 Two ranks x 1 thread each on gloo (CPU), S = 4 stages (2 per rank), ResNet-20 on
 CIFAR-shaped synthetic data, batch 64 in M = 4 micro-batches, the PPV that
@@ -136,9 +137,9 @@ def theirs(model: str, schedule: str, iterations: int, batch: int, micro: int, p
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_pipelining")
-    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--schedules", default=",".join(PAIRS))
+    p.add_argument("--quick", action="store_true", help="one round of one schedule, 6 iterations (a smoke run)")
+    p.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
+    p.add_argument("--schedules", default=None, help=f"default {','.join(PAIRS)} (--quick: the first)")
     p.add_argument("--model", default="resnet20")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--micro", type=int, default=4)
@@ -149,10 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     p.add_argument("--ppv", default="", help=argparse.SUPPRESS)
-    args, _rest = p.parse_known_args(argv)  # `python -m benchmarks pipelining` passes its own args
+    args = p.parse_args(argv)
     if args.torch_worker:
         _torch_worker(args)
         return
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.schedules = args.schedules or (next(iter(PAIRS)) if args.quick else ",".join(PAIRS))
     iters = args.iterations or (6 if args.quick else 16)
     names = [n.strip() for n in args.schedules.split(",") if n.strip()]
     for n in names:

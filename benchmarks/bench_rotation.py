@@ -1,6 +1,6 @@
 """Basis rotation's update cost: measured on this machine vs what the simulator adds.
 
-Run: ``python -m benchmarks.bench_rotation [PROFILE.json] [STAGES]`` (default: the lenet5
+Run: ``python -m benchmarks.bench_rotation [--quick] [PROFILE.json] [STAGES]`` (default: the lenet5
 CPU profile of docs/results/plan-check and 4 stages). Per stage of the profile's model, cut
 as the simulator cuts it: the time of one AdamW update with and without basis rotation,
 each averaged over ``freq`` = 10 updates (so one warm-started refresh is in every window;
@@ -8,6 +8,7 @@ the first decomposition is done before timing), as the median of interleaved rep
 its spread; beside it the extra update time ``simulate --basis-rotation`` predicts for that
 stage (stalesim.sim.rotation_cost: the rotation's FLOPs at the stage's forward rate).
 Process CPU time, one thread, so other load on a shared machine inflates it little.
+``--quick``: 2 repeats instead of 7.
 """
 
 from __future__ import annotations
@@ -72,12 +73,19 @@ def measure(profile_path: str, stages: int, repeats: int = 7) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = argv or []
-    path = argv[0] if argv else str(ROOT / "docs/results/plan-check/profile_here.json")
-    stages = int(argv[1]) if len(argv) > 1 else 4
+    import argparse
+
+    from stalesim.cli.common import positive_int
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_rotation", description=__doc__.split("\n\n")[0])
+    p.add_argument("profile", nargs="?", default=str(ROOT / "docs/results/plan-check/profile_here.json"))
+    p.add_argument("stages", nargs="?", type=positive_int, default=4)
+    p.add_argument("--quick", action="store_true", help="2 interleaved repeats instead of 7")
+    args = p.parse_args(argv if argv is not None else [])
+    path, stages = args.profile, args.stages
     print(f"profile {path}, {stages} stages, freq {FREQ}, one thread (CPU time per update)")
     print("stage  blocks                 AdamW us   rotated us   extra us [min, max]      predicted extra us")
-    for r in measure(path, stages):
+    for r in measure(path, stages, repeats=2 if args.quick else 7):
         lo, hi = r["extra_spread_us"]
         print(f"{r['stage']:>5}  {','.join(r['blocks']):<20} {r['adamw_us']:>10.1f} {r['rotated_us']:>12.1f} "
               f"{r['extra_us']:>10.1f} [{lo:.1f}, {hi:.1f}] {r['predicted_extra_us']:>14.1f}")

@@ -2,7 +2,7 @@
 
 Run (timings on the shared machine go through ``quiet run``)::
 
-    /work/shared/tools/quiet run python -m benchmarks.bench_scale
+    python -m benchmarks.bench_scale [--quick]
 
 P = 512 data-parallel replicas x S = 8 pipeline stages (4,096 H100s on 512 DGX
 H100 nodes: NVLink 4 inside a node, 400 Gb/s InfiniBand NDR per GPU between
@@ -14,7 +14,8 @@ activations sent per boundary (2,048 x 4,096 x 2 bytes).
 Each repeat is a cold prediction: the schedule and program caches are cleared,
 so it builds the IR, simulates and assembles the result (Python already
 imported). Reported: median wall time of the repeats, with min and max, CPU
-time of the process (one thread: the simulator uses one core), and the load.
+time of the process (one thread: the simulator uses one core), and the load. ``--quick``:
+one repeat of two configurations, without the comparison with the full simulation.
 """
 
 from __future__ import annotations
@@ -67,16 +68,25 @@ def timed(name: str, M: int, N: int | None, repeats: int = REPEATS) -> tuple[lis
     return walls, cpus, r
 
 
-def main() -> None:
+CASES = (("1f1b", 64, None), ("1f1b", 64, 1000), ("gpipe", 64, 1000), ("2bw", 64, 1000), ("pipedream", 1, 1000))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one repeat of two configurations")
+    args = p.parse_args(argv if argv is not None else [])
+    repeats = 1 if args.quick else REPEATS
+    cases = (CASES[0], CASES[-1]) if args.quick else CASES
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("4,096 devices = P 512 replicas x S 8 stages on 512 DGX H100 nodes, M = 64, 25 MiB buckets; "
-          f"cold prediction, median of {REPEATS} (min..max)")
+          f"cold prediction, median of {repeats} (min..max)")
     head = f"{'schedule':<10} {'N':>6} {'wall s':>8} {'(min..max)':>15} {'cpu s':>7} {'goal':>6} {'met':>4}  " \
            f"{'batches simulated':>17} {'period':>8} {'iteration ms':>12} {'exposed AR ms':>13}"
     print(head)
-    for name, M, N in (("1f1b", 64, None), ("1f1b", 64, 1000), ("gpipe", 64, 1000), ("2bw", 64, 1000),
-                       ("pipedream", 1, 1000)):
-        walls, cpus, r = timed(name, M, N)
+    for name, M, N in cases:
+        walls, cpus, r = timed(name, M, N, repeats)
         w = statistics.median(walls)
         y = r.symmetry
         per = f"{y['period_batches']} b" if y["extrapolated"] else "-"
@@ -84,6 +94,8 @@ def main() -> None:
               f"{statistics.median(cpus):>7.3f} {GOAL_S:>6.1f} {'yes' if w <= GOAL_S else 'NO':>4}  "
               f"{y['batches_simulated']:>17} {per:>8} {r.iteration_time_s * 1e3:>12.1f} "
               f"{max(r.allreduce_exposed_s) * 1e3:>13.1f}")
+    if args.quick:
+        return 0
     # what the shortcut saves: the full event simulation (every replica, every batch) where affordable
     print("\nfull event simulation vs the shortcut, 1f1b S=8 M=64 N=24 (same engine, equal results):")
     for P in (2, 4):
@@ -99,7 +111,10 @@ def main() -> None:
         print(f"  P={P:<3} {P * 8:>5} devices: full {t_full:6.2f} s ({full.symmetry['actions_simulated']:,} actions), "
               f"shortcut {t_short:5.2f} s ({short.symmetry['actions_simulated']:,} actions), equal: {same}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

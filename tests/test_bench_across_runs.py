@@ -1,4 +1,4 @@
-"""benchmarks/bench_across_runs.py: stored validate runs side by side, re-predicted."""
+"""experiments/bench_across_runs.py: stored validate runs side by side, re-predicted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_across_runs import main, side_by_side
+from experiments.bench_across_runs import main, side_by_side
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 #: written before the after-wait curves: today's code predicts them as validate did then
@@ -28,7 +28,7 @@ def _copy(tmp_path: Path, name: str, scale: float = 1.0) -> Path:
 
 def test_the_same_run_twice_gives_todays_errors_and_their_signs() -> None:
     """Each run re-predicted with today's model, as bench_stage_estimators' ``pooled`` does."""
-    from benchmarks.bench_stage_estimators import repredict
+    from experiments.bench_stage_estimators import repredict
 
     res = side_by_side([RUN, RUN])
     today = {r["schedule"]: r["error"] for r in repredict(RUN, ("pooled",))["rows"]}
@@ -79,7 +79,7 @@ def test_a_measured_message_cost_slows_the_pipelines_and_bad_files_are_one_line(
     hw = tmp_path / "hardware.json"
     hw.write_text(json.dumps({"executor_comm": {"lost_sender": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
                                                 "lost_receiver": {"alpha_s": 2e-4, "beta_s_per_byte": 0.0}}}))
-    from benchmarks.bench_across_runs import lost_fits
+    from experiments.bench_across_runs import lost_fits
 
     base = side_by_side([RUN, RUN])
     more = side_by_side([RUN, RUN], lost_fits(hw))

@@ -1,4 +1,4 @@
-"""benchmarks/bench_after_recv.py: the trial order both ranks follow, and a real two-rank
+"""experiments/bench_after_recv.py: the trial order both ranks follow, and a real two-rank
 run in both modes whose waits are what each condition asks for."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 
 def test_trials_warm_up_each_block_with_every_condition_and_kind() -> None:
-    from benchmarks.bench_after_recv import CONDITIONS, TIMED, _trials
+    from experiments.bench_after_recv import CONDITIONS, TIMED, _trials
 
     t = _trials(2, 3)
     per_round = len(CONDITIONS) * len(TIMED)
@@ -25,7 +25,7 @@ def test_trials_warm_up_each_block_with_every_condition_and_kind() -> None:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 @pytest.mark.parametrize(("during", "peer_batch"), [("idle", 2), ("busy", 1)])
 def test_bench_after_recv_times_every_condition_after_its_wait(tmp_path, during: str, peer_batch: int) -> None:
-    from benchmarks.bench_after_recv import CONDITIONS, main
+    from experiments.bench_after_recv import CONDITIONS, main
 
     out = tmp_path / "after_recv.json"
     wait_ms = 8.0

@@ -1,10 +1,10 @@
-"""benchmarks/bench_compute_over_predicted.py: per device, F+B+I+W measured over predicted."""
+"""experiments/bench_compute_over_predicted.py: per device, F+B+I+W measured over predicted."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_compute_over_predicted import ratios
+from experiments.bench_compute_over_predicted import ratios
 
 HEAD = ("schedule,device,stage,term,predicted_ms,measured_ms,replayed_ms,measured_minus_predicted_ms,"
         "predicted_count,measured_count,predicted_mean_us,measured_mean_us\n")
@@ -32,7 +32,7 @@ def _trace(path, events) -> None:
 
 
 def test_round_ratios_read_each_repeat_s_trace_over_the_middle_half_of_its_batches(tmp_path) -> None:
-    from benchmarks.bench_compute_over_predicted import round_ratios, trace_compute
+    from experiments.bench_compute_over_predicted import round_ratios, trace_compute
 
     p = tmp_path / "attribution.csv"
     p.write_text(HEAD + "\n".join(["gpipe,0,0,F,10,11,,,,,,", "gpipe,0,0,B,20,22,,,,,,",

@@ -1,4 +1,4 @@
-"""benchmarks/bench_duty_cycle.py: alternating blocks of back-to-back and waiting steps,
+"""experiments/bench_duty_cycle.py: alternating blocks of back-to-back and waiting steps,
 their ratio per pair, and bad input refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 @pytest.mark.parametrize("pause", ["sleep", "spin"])
 def test_bench_duty_cycle_times_both_block_kinds_per_pair(tmp_path, pause: str) -> None:
-    from benchmarks.bench_duty_cycle import CONDITIONS, main
+    from experiments.bench_duty_cycle import CONDITIONS, main
 
     out = tmp_path / "duty.json"
     assert main(["--model", "lenet5", "--batch-size", "2", "--wait-ms", "1", "--pairs", "2", "--steps", "4",
@@ -28,7 +28,7 @@ def test_bench_duty_cycle_times_both_block_kinds_per_pair(tmp_path, pause: str) 
 
 
 def test_a_negative_wait_is_refused(capsys) -> None:
-    from benchmarks.bench_duty_cycle import main
+    from experiments.bench_duty_cycle import main
 
     with pytest.raises(SystemExit) as e:
         main(["--wait-ms", "-1"])
@@ -39,7 +39,7 @@ def test_a_negative_wait_is_refused(capsys) -> None:
 def test_spin_waits_at_least_as_long_as_asked() -> None:
     import time
 
-    from benchmarks.bench_duty_cycle import _spin
+    from experiments.bench_duty_cycle import _spin
 
     t0 = time.perf_counter()
     _spin(0.003)

@@ -1,4 +1,4 @@
-"""benchmarks/bench_grad_faults.py: every policy, regime, stage and micro-batch position is
+"""experiments/bench_grad_faults.py: every policy, regime, stage and micro-batch position is
 timed and its faults counted; a bad cut is one error line."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 
 def test_bench_grad_faults_times_every_policy_regime_stage_and_position(tmp_path) -> None:
-    from benchmarks.bench_grad_faults import POLICIES, REGIMES, main
+    from experiments.bench_grad_faults import POLICIES, REGIMES, main
 
     out = tmp_path / "faults.json"
     assert main(["--model", "lenet5", "--ppv", "2", "--micro-batch", "2", "--micro", "3", "--batches", "1",
@@ -24,7 +24,7 @@ def test_bench_grad_faults_times_every_policy_regime_stage_and_position(tmp_path
 
 
 def test_bench_grad_faults_refuses_a_bad_cut_in_one_line(capsys) -> None:
-    from benchmarks.bench_grad_faults import main
+    from experiments.bench_grad_faults import main
 
     with pytest.raises(SystemExit) as e:
         main(["--ppv", "0"])

@@ -1,4 +1,4 @@
-"""benchmarks/bench_layout_timing.py: each schedule's layout timed once per pass, a forward
+"""experiments/bench_layout_timing.py: each schedule's layout timed once per pass, a forward
 per stage, and the medians over passes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 
 def test_bench_layout_timing_times_every_layout_every_pass(tmp_path) -> None:
-    from benchmarks.bench_layout_timing import main
+    from experiments.bench_layout_timing import main
 
     out = tmp_path / "layouts.json"
     assert main(["--model", "lenet5", "--batch-size", "8", "--microbatches", "2", "--ppv", "2",
@@ -26,7 +26,7 @@ def test_bench_layout_timing_times_every_layout_every_pass(tmp_path) -> None:
 
 
 def test_a_bad_cut_is_refused(capsys) -> None:
-    from benchmarks.bench_layout_timing import main
+    from experiments.bench_layout_timing import main
 
     with pytest.raises(SystemExit) as e:
         main(["--ppv", "a,b"])
@@ -35,7 +35,7 @@ def test_a_bad_cut_is_refused(capsys) -> None:
 
 
 def test_an_unknown_schedule_is_refused(capsys) -> None:
-    from benchmarks.bench_layout_timing import main
+    from experiments.bench_layout_timing import main
 
     with pytest.raises(SystemExit) as e:
         main(["--schedules", "gpipe,nosuch"])

@@ -1,4 +1,4 @@
-"""benchmarks/bench_peer_stage.py: the per-block ratios, refusing bad input, and a real
+"""experiments/bench_peer_stage.py: the per-block ratios, refusing bad input, and a real
 two-rank run that times every condition on both stages."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ TINY_GPT = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
 
 
 def test_ratios_are_per_stage_and_kind_over_blocks() -> None:
-    from benchmarks.bench_peer_stage import CONDITIONS, RANKS, ratios
+    from experiments.bench_peer_stage import CONDITIONS, RANKS, ratios
 
     def block(scale: float) -> dict[str, list[dict[str, float]]]:
         per = {c: [{"F": 1.0, "B": 2.0} for _ in range(RANKS)] for c in CONDITIONS}
@@ -31,7 +31,7 @@ def test_ratios_are_per_stage_and_kind_over_blocks() -> None:
 @pytest.mark.parametrize(("args", "field"), [(["--schedule", "dp"], "--schedule"),
                                              (["--ppv", "0"], "--ppv"), (["--ppv", "1", "2"], "--ppv")])
 def test_bad_input_is_one_error_line(capsys, args: list[str], field: str) -> None:
-    from benchmarks.bench_peer_stage import main
+    from experiments.bench_peer_stage import main
 
     assert main(["--model", TINY_GPT, *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -40,7 +40,7 @@ def test_bad_input_is_one_error_line(capsys, args: list[str], field: str) -> Non
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_a_real_run_times_every_condition_on_both_stages(tmp_path) -> None:
-    from benchmarks.bench_peer_stage import CONDITIONS, RANKS, WARMUP, main
+    from experiments.bench_peer_stage import CONDITIONS, RANKS, WARMUP, main
 
     out = tmp_path / "peer.json"
     assert main(["--model", TINY_GPT, "--batch-size", "8", "--microbatches", "2", "--blocks", "2",

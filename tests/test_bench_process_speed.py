@@ -1,4 +1,4 @@
-"""benchmarks/bench_process_speed.py: factors take each round's moment out, the summary
+"""experiments/bench_process_speed.py: factors take each round's moment out, the summary
 separates a process's own speed from its round-to-round spread, and a real run of a few
 processes taking turns."""
 
@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 
 
 def test_factors_divide_each_round_by_its_median_over_the_processes() -> None:
-    from benchmarks.bench_process_speed import factors
+    from experiments.bench_process_speed import factors
 
     # round 1 is twice as slow for everyone (the machine); process 2 is 10% slower throughout
     times = [[1.0, 2.0, 1.0], [1.0, 2.0, 1.0], [1.1, 2.2, 1.1]]
@@ -22,7 +22,7 @@ def test_factors_divide_each_round_by_its_median_over_the_processes() -> None:
 
 
 def test_summary_reports_each_process_s_median_factor_and_the_spread_per_set() -> None:
-    from benchmarks.bench_process_speed import summarize
+    from experiments.bench_process_speed import summarize
 
     a = [[1.0, 1.0, 1.0, 1.0], [0.9, 0.9, 0.9, 0.9], [1.0, 1.2, 1.0, 1.0]]
     res = summarize([a, a])
@@ -33,7 +33,7 @@ def test_summary_reports_each_process_s_median_factor_and_the_spread_per_set() -
 
 
 def test_bench_process_speed_runs_processes_in_turns(tmp_path) -> None:
-    from benchmarks.bench_process_speed import main
+    from experiments.bench_process_speed import main
 
     out = tmp_path / "speed.json"
     assert main(["--model", "lenet5", "--batch-size", "2", "--processes", "3", "--rounds", "3",
@@ -47,7 +47,7 @@ def test_bench_process_speed_runs_processes_in_turns(tmp_path) -> None:
 
 
 def test_too_few_processes_is_refused(capsys) -> None:
-    from benchmarks.bench_process_speed import main
+    from experiments.bench_process_speed import main
 
     with pytest.raises(SystemExit) as e:
         main(["--processes", "1"])

@@ -1,4 +1,4 @@
-"""benchmarks/bench_replay_jitter.py: the replay at mean costs and drawn, on simulated runs."""
+"""experiments/bench_replay_jitter.py: the replay at mean costs and drawn, on simulated runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from benchmarks.bench_replay_jitter import main, replays, summarize
+from experiments.bench_replay_jitter import main, replays, summarize
 from stalesim.schedule import ScheduleConfig, build_schedule
 from stalesim.sim import SimOptions, simulate
 from stalesim.sim.jitter import ActionJitter

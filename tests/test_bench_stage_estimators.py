@@ -1,4 +1,4 @@
-"""benchmarks/bench_stage_estimators.py: re-predicting a stored validate run per estimator."""
+"""experiments/bench_stage_estimators.py: re-predicting a stored validate run per estimator."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_stage_estimators import main, repredict
+from experiments.bench_stage_estimators import main, repredict
 
 #: a stored validate folder with everything a re-prediction reads (written before pass means)
 RUN = Path(__file__).resolve().parents[1] / "docs" / "results" / "validate_resnet32_cpu2_interleaved_2026-11-28"

@@ -1,11 +1,11 @@
-"""The message-stall experiment's bookkeeping (benchmarks/bench_stalls.py): stall counts
+"""The message-stall experiment's bookkeeping (experiments/bench_stalls.py): stall counts
 from matched send/receive rows, and the summary table."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_stalls import stalls, summarize
+from experiments.bench_stalls import stalls, summarize
 
 
 def _rows(delays_ms: list[float]) -> dict[str, list[list]]:

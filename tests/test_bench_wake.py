@@ -1,4 +1,4 @@
-"""benchmarks/bench_wake.py: the three conditions are timed and compared, the process left
+"""experiments/bench_wake.py: the three conditions are timed and compared, the process left
 where it was."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two cores")
 def test_bench_wake_times_every_condition_and_restores_the_affinity(tmp_path) -> None:
-    from benchmarks.bench_wake import CONDITIONS, main
+    from experiments.bench_wake import CONDITIONS, main
 
     before = os.sched_getaffinity(0)
     out = tmp_path / "wake.json"

@@ -1,4 +1,4 @@
-"""benchmarks/block_ratios.py: per-block ratios to the baseline condition, their median and
+"""experiments/block_ratios.py: per-block ratios to the baseline condition, their median and
 range, and results written whole."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.block_ratios import print_ratios, ratios_to, save_json
+from experiments.block_ratios import print_ratios, ratios_to, save_json
 
 
 def test_ratios_are_taken_within_each_block_then_summarized() -> None:

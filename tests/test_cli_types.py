@@ -1,4 +1,4 @@
-"""benchmarks/cli_types.py: a zoo model name is checked at parse time."""
+"""experiments/cli_types.py: a zoo model name is checked at parse time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from benchmarks.cli_types import zoo_model
+from experiments.cli_types import zoo_model
 
 
 def test_known_and_parametrized_models_pass_through() -> None:

@@ -27,7 +27,7 @@ Conditions are interleaved per trial (the machine's drift cancels in the ratios)
 blocks. Prints per block the mean ms of each, the median ratio over blocks of each
 condition to ``b2b`` with its range, and the median waits; ``--out FILE`` writes them.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_after_recv --model resnet20 --batch-size 16
+    ../shared/tools/quiet run python -m experiments.bench_after_recv --model resnet20 --batch-size 16
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.block_ratios import print_ratios, ratios_to, save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import print_ratios, ratios_to, save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 

@@ -4,7 +4,7 @@ run back to back against blocks whose every forward and backward follows a short
 The schedules whose ranks sit idle between actions compute 1.1-1.3x their stages timed
 alone, uniformly over their actions, not only right after a wait (docs/validate.md),
 while the action right after a wait costs at most a few percent more than the one before
-it (``bench_wake``, ``bench_after_recv``). Those benchmarks interleave their conditions
+it (``bench_wake``, ``bench_after_recv``). Those experiments interleave their conditions
 per iteration, so their back-to-back baseline itself runs within ~100 ms of a wait. This
 one compares long stretches: ``continuous`` blocks (``--steps`` forward+backward steps,
 no pause, as the stage timing runs) against ``duty`` blocks (the same steps, a sleep of
@@ -17,7 +17,7 @@ that goes away comes from the core idling (what the host or the kernel does mean
 Prints per pair of blocks the mean forward and backward ms of each and the median ratio
 ``duty / continuous`` over pairs with its range; ``--out FILE`` writes them as JSON.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_duty_cycle --model resnet20 --batch-size 16
+    ../shared/tools/quiet run python -m experiments.bench_duty_cycle --model resnet20 --batch-size 16
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.block_ratios import print_ratios, ratios_to, save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import print_ratios, ratios_to, save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import int_type, nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 

@@ -1,4 +1,4 @@
-"""What the interleaved-condition benchmarks share: each condition's ratio to a baseline
+"""What the interleaved-condition experiments share: each condition's ratio to a baseline
 condition per block, summarized over blocks, printed, and the results written.
 
 A block's ratio is taken between conditions timed interleaved within that block, so the

@@ -14,7 +14,7 @@ Prints per process the median factor over rounds with its quartiles, and the spr
 the processes' median factors against the spread a process shows from round to round;
 ``--out FILE`` writes them as JSON.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_process_speed --model resnet20 --batch-size 16
+    ../shared/tools/quiet run python -m experiments.bench_process_speed --model resnet20 --batch-size 16
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.block_ratios import save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import int_type, positive_int
 
 

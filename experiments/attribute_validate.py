@@ -1,7 +1,7 @@
 """Per-term attribution of a finished ``validate`` output folder (one written before
 ``validate`` itself wrote ``attribution.csv``, or to re-examine one).
 
-``python -m benchmarks.attribute_validate OUT [--csv FILE] [--md FILE]``
+``python -m experiments.attribute_validate OUT [--csv FILE] [--md FILE]``
 
 Rebuilds the prediction from what the folder stored (profile.json,
 profile_contended.json, hardware.json with the executor's per-message calibration,

@@ -24,7 +24,7 @@ estimator's median and max |error| over the schedules (with ``--per-pass``, per 
 prediction noise of the per-pass predictions, IQR / median, and the median of those);
 ``--out FILE`` writes them as JSON.
 
-    python -m benchmarks.bench_stage_estimators OUT_DIR
+    python -m experiments.bench_stage_estimators OUT_DIR
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.attribute_validate import load_run, predict_row
-from benchmarks.block_ratios import save_json
+from experiments.attribute_validate import load_run, predict_row
+from experiments.block_ratios import save_json
 
 #: the estimator names, in the order printed
 ESTIMATORS = ("pooled", "own-contention", "pass-median")

@@ -1,4 +1,4 @@
-"""argparse types the benchmarks share beyond :mod:`stalesim.cli.common`'s: a zoo model
+"""argparse types the experiments share beyond :mod:`stalesim.cli.common`'s: a zoo model
 named on the command line is checked when the arguments are parsed, so a typo is one
 ``error:`` line with exit status 2, not a traceback from the process that builds it."""
 

@@ -9,7 +9,7 @@ maximum exceeds the maximum of the means, :mod:`stalesim.sim.jitter`): if that i
 systematic miss, the drawn replay removes it, schedule by schedule, and leaves a schedule whose
 devices never wait unchanged.
 
-    python -m benchmarks.bench_replay_jitter OUT_DIR [--which median|fastest] [--out FILE]
+    python -m experiments.bench_replay_jitter OUT_DIR [--which median|fastest] [--out FILE]
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.attribute_validate import load_run, predict_row, rows_from_trace, run_dir_of
-from benchmarks.block_ratios import save_json
+from experiments.attribute_validate import load_run, predict_row, rows_from_trace, run_dir_of
+from experiments.block_ratios import save_json
 
 
 def replays(costs: Any, schedule: Any, hw: Any, rows: dict[str, list[list[Any]]],

@@ -1,7 +1,7 @@
 """Per schedule and device: the runs' compute over the predicted compute, beside the time
 the device spent in receives.
 
-Reads a validate folder's ``attribution.csv`` (``benchmarks/attribute_validate.py``) and sums
+Reads a validate folder's ``attribution.csv`` (``experiments/attribute_validate.py``) and sums
 F, B, I and W per (schedule, device), measured and predicted ms per iteration of the median
 repeat, and the measured receive time. A ratio that rises with the receive time is the
 after-wait term (docs/validate.md); one that differs between devices of one schedule points
@@ -12,8 +12,8 @@ traces (``runs/<schedule>[.r<k>]/trace.json``: F+B+I+W per iteration, the middle
 the run's batches), over the same prediction. If the machine drifts, every schedule of a
 round moves together; a term of the schedule keeps its ratio from round to round.
 
-    python -m benchmarks.bench_compute_over_predicted runs/val/attribution.csv
-    python -m benchmarks.bench_compute_over_predicted runs/val/attribution.csv --rounds
+    python -m experiments.bench_compute_over_predicted runs/val/attribution.csv
+    python -m experiments.bench_compute_over_predicted runs/val/attribution.csv --rounds
 """
 
 from __future__ import annotations

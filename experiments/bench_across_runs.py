@@ -11,7 +11,7 @@ run's noise floor), their mean, and whether all of them have one sign; and over 
 schedules the median and max of |mean|. Nothing is re-measured: each folder needs what
 ``bench_stage_estimators`` needs (``summary.json``, ``hardware.json``, the profiles).
 
-    python -m benchmarks.bench_across_runs docs/results/validate_gptchar_cpu2_passes_2026-11-29 \\
+    python -m experiments.bench_across_runs docs/results/validate_gptchar_cpu2_passes_2026-11-29 \\
         docs/results/validate_gptchar_cpu2_gapfix_2026-11-29 --out across.json
 
 ``--lost-from HARDWARE_JSON`` re-predicts every run with the compute a message takes from a
@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.attribute_validate import load_run, predict_row
-from benchmarks.block_ratios import save_json
+from experiments.attribute_validate import load_run, predict_row
+from experiments.block_ratios import save_json
 from stalesim.cli.common import positive_int
 
 #: what a folder must hold to be re-predicted

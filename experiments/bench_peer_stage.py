@@ -36,7 +36,7 @@ round's times are kept in ``rounds_s``). Per block and condition the mean ms of 
 stage; the median ratios over blocks (:data:`RATIOS`) with their range; ``--out`` writes
 all of it as JSON.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_peer_stage \\
+    ../shared/tools/quiet run python -m experiments.bench_peer_stage \\
         --model gpt-char:n_layer=4,n_embd=64,n_head=4,block_size=64 --batch-size 32 --schedule gpipe
 """
 
@@ -52,8 +52,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.block_ratios import save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import int_type, positive_int
 from stalesim.schedule.actions import Kind
 

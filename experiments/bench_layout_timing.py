@@ -11,7 +11,7 @@ pass and schedule each stage's mean forward, then per schedule the median over p
 the spread between schedules is what the layout adds, the spread between passes what one
 pass of the machine adds (and so what a prediction from a few passes inherits).
 
-    ../shared/tools/quiet run python -m benchmarks.bench_layout_timing --model resnet32 \\
+    ../shared/tools/quiet run python -m experiments.bench_layout_timing --model resnet32 \\
         --batch-size 64 --ppv 11 --schedules gpipe,2bw,zb-h1 --passes 5
 """
 
@@ -23,8 +23,8 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from benchmarks.block_ratios import save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import int_list, positive_int
 from stalesim.schedule.registry import schedule_names
 

@@ -18,7 +18,7 @@ Per policy, regime, stage and micro-batch position: the median ms of F and of B 
 minor faults (``getrusage``) over the batches after the first two. Policies alternate in order over
 ``--repeats``.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_grad_faults --model alexnet --ppv 5 \\
+    ../shared/tools/quiet run python -m experiments.bench_grad_faults --model alexnet --ppv 5 \\
         --micro-batch 8 --micro 4
 """
 
@@ -30,8 +30,8 @@ import statistics
 import sys
 from typing import Any
 
-from benchmarks.block_ratios import save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import positive_int
 from stalesim.errors import StalesimError
 
@@ -130,7 +130,7 @@ def measure(model: str, ppv: list[int], micro_batch: int, micro: int, batches: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_grad_faults",
+    ap = argparse.ArgumentParser(prog="python -m experiments.bench_grad_faults",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=zoo_model, default="alexnet")
     ap.add_argument("--ppv", type=lambda t: [positive_int(x) for x in t.split(",")], default=[5],

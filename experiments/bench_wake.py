@@ -15,7 +15,7 @@ Prints per block the mean ms of each, and the median ratio over blocks of each w
 condition to ``b2b`` with its range; ``--out FILE`` writes them as JSON. Needs two cores.
 The reason :mod:`stalesim.runtime.affinity` pins the executor's CPU ranks.
 
-    ../shared/tools/quiet run python -m benchmarks.bench_wake --model resnet20 --batch-size 16
+    ../shared/tools/quiet run python -m experiments.bench_wake --model resnet20 --batch-size 16
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.block_ratios import print_ratios, ratios_to, save_json
-from benchmarks.cli_types import zoo_model
+from experiments.block_ratios import print_ratios, ratios_to, save_json
+from experiments.cli_types import zoo_model
 from stalesim.cli.common import nonneg_float, positive_int
 from stalesim.schedule.actions import Kind
 

@@ -1,9 +1,9 @@
 """The message-stall experiment: do gloo's threads wait for a core while the ranks compute?
 
-``python -m benchmarks.bench_stalls [--model resnet32] [--batch-size 64] [--schedules 1f1b,...]
+``python -m experiments.bench_stalls [--model resnet32] [--batch-size 64] [--schedules 1f1b,...]
 [--iterations 30] [--repeats 3] [--conditions base,pin,threads2,nice,spin] [--out DIR]``
 
-``python -m benchmarks.bench_stalls --validate DIR [--schedules ...]``: no run; for the
+``python -m experiments.bench_stalls --validate DIR [--schedules ...]``: no run; for the
 first repeat of each schedule of a ``validate`` folder, the stalls and what surrounded
 them (:func:`stall_context`).
 
@@ -202,7 +202,7 @@ def stall_context(rows: dict[str, list[list[Any]]], stall_s: float = 1e-3) -> di
 
 def from_validate(out: Path, names: list[str] | None) -> list[str]:
     """:func:`stall_context` for the first repeat of each schedule of a validate folder."""
-    from benchmarks.attribute_validate import rows_from_trace
+    from experiments.attribute_validate import rows_from_trace
 
     L = ["| schedule | receives | stalls | stall rate | sender computing during a stall (median) | "
          "stalls with the sender idle | post ms, stalled / other waited-for messages | short posts among stalls |",
