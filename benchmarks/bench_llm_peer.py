@@ -108,6 +108,8 @@ def peer_answer(metric: str, spec: Any, plan: Any, hw: Any) -> PeerAnswer:
         value = None
     elif metric == "iteration_s":
         value = it
+    elif metric == "model_state_gb":  # weights, gradients and optimizer state, as the ZeRO paper counts
+        value = float(out["(weight+op_state+grad)_memory_per_gpu"]) / 1e9
     elif metric == "tokens_per_s_per_gpu":
         value = plan.batch * spec.seq / it / plan.gpus
     else:  # tflops_per_gpu: the paper's equation (3) over the time, as for stalesim's answer
@@ -121,7 +123,7 @@ def _abs_errors(rows: list[dict[str, Any]], col: str) -> list[float]:
 
 def compare(root: Path) -> list[dict[str, Any]]:
     """One row per published run that stalesim predicts: both tools beside the published value."""
-    from stalesim.reproduce.published import hardware_for, load, plan_for, read_predicted, spec_for
+    from stalesim.reproduce.published import PART_METRICS, hardware_for, load, plan_for, read_predicted, spec_for
 
     logging.getLogger("llm_analysis").setLevel(logging.ERROR)
     from llm_analysis.logger import logger
@@ -136,6 +138,8 @@ def compare(root: Path) -> list[dict[str, Any]]:
         run = runs[p["id"]]
         spec, plan, hw = spec_for(data, run.model), plan_for(run), hardware_for(run)
         ans = peer_answer(p["metric"], spec, plan, hw)
+        if p["metric"] in PART_METRICS:  # a part of a run (as stalesim's row): no memory or verdict
+            ans = PeerAnswer(ans.value, None, None)
         pub = float(p["published"]) if p["published"] else None
         peer = "" if ans.value is None else round(ans.value, 4)
         err = "" if ans.value is None or pub is None else round(100 * (ans.value - pub) / pub, 2)

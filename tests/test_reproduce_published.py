@@ -46,7 +46,7 @@ def test_every_row_names_a_cited_source_and_publishes_something():
     data = load(ROOT)
     assert len(data.runs) >= 50
     assert {"sc21-t1", "sc21-t2", "korthikanti-t5", "korthikanti-t4", "torchtitan-2404", "torchtitan-2408",
-            "torchtitan-2412"} <= set(data.sources)
+            "torchtitan-2412", "zero-f1"} <= set(data.sources)
     assert sum(r.outcome == "oom" for r in data.runs) >= 3
     for r in data.runs:
         src = data.sources[r.source]
@@ -135,6 +135,15 @@ def test_memory_within_ten_percent_where_measured(rows):
     e = error_summary(rows)
     assert e.memory_max is not None, "no predicted row has a published memory"
     assert e.memory_max <= 10.0, e
+
+
+def test_zero_model_state_memory_is_the_papers_count(rows):
+    """The ZeRO paper's Figure 1 (7.5B parameters, 64 ranks): 120 / 31.4 / 16.6 / 1.9 GB by stage,
+    within the figure's rounding and the preset's 7.47B parameters."""
+    got = [r for r in rows if r["source"] == "zero-f1"]
+    assert len(got) == 4
+    for r in got:
+        assert abs(float(r["error_pct"])) <= 2.0, r
 
 
 def test_ptdp_throughput_falls_with_the_data_parallel_size(rows):

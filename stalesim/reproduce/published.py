@@ -37,9 +37,13 @@ RES = Path("docs/results/published_runs")
 RUNS = RES / "runs.json"
 PREDICTED = RES / "predicted.csv"
 
-# What a source can publish about a run's speed, and the unit each is compared in. The
-# per-layer pair is compared as their sum (forward + backward of one layer).
-METRICS = ("tflops_per_gpu", "iteration_s", "tokens_per_s_per_gpu", "layer_ms")
+# What a source can publish about a run, and the unit each is compared in. The per-layer pair
+# is compared as their sum (forward + backward of one layer); ``model_state_gb`` is the ZeRO
+# paper's analytic model-state memory per GPU (weights, gradients, optimizer state), compared
+# with the plan's state bytes per parameter times the model's parameters.
+METRICS = ("tflops_per_gpu", "iteration_s", "tokens_per_s_per_gpu", "layer_ms", "model_state_gb")
+# metrics of a part of a run: no iteration, so no memory verdict
+PART_METRICS = ("layer_ms", "model_state_gb")
 OUTCOMES = ("trained", "oom")
 FIELDS = ("id", "source", "status", "metric", "published", "predicted", "error_pct", "memory_published_gib",
           "memory_predicted_gib", "memory_error_pct", "outcome", "fits", "verdict", "detail")
@@ -204,6 +208,9 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
         pred = p.iteration_s
     elif m == "tokens_per_s_per_gpu":
         pred = p.tokens_per_s / plan.gpus
+    elif m == "model_state_gb":
+        pred = plan.state.total * spec.params() / 1e9
+        detail = f"{plan.state.total:.4g} bytes per parameter x {spec.params() / 1e9:.4g} B parameters"
     elif m == "layer_ms":
         _costs, _sim, lt = llm_costs(spec, plan, hw)
         f_ms, b_ms = 1e3 * lt.layer_f, 1e3 * lt.layer_b
@@ -213,7 +220,7 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
     if pred is not None:
         row["predicted"] = round(pred, 4)
         row["error_pct"] = _err(pred, float(row["published"]))
-    if m != "layer_ms":
+    if m not in PART_METRICS:
         mem = p.memory_bytes / GIB
         row["memory_predicted_gib"] = round(mem, 2)
         if run.published.get("memory_gib") is not None:
@@ -251,7 +258,9 @@ def read_predicted(root: Path) -> list[dict[str, str]]:
 
 @dataclass(frozen=True)
 class ErrorSummary:
-    """Absolute percentage errors of one group of rows (None where the group has none)."""
+    """Absolute percentage errors of one group of rows (None where the group has none): ``time_*``
+    of the published metric (a speed, or a part metric such as one layer's ms or the ZeRO
+    paper's model-state GB), ``memory_*`` of the measured memory per GPU."""
 
     rows: int
     predicted: int

@@ -753,7 +753,8 @@ def published_runs_summary(root: Path) -> str:
 
     out = [cells(src, [r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)]
     out.append(cells("**all sources**", rows))
-    return table(["source", "rows", "predicted", "time error median / max", "memory error median / max",
+    return table(["source", "rows", "predicted", "error of the published metric, median / max",
+                  "memory error median / max",
                   "fits verdicts right"], ["---", "---:", "---:", "---:", "---:", "---:"], out)
 
 
