@@ -112,10 +112,10 @@ SHAPE_EFFICIENCY = KernelEfficiency()
 # cuBLAS figures), the attention products at about half, chosen once before any published table was
 # compared and never measured here
 CONSTANT_EFFICIENCY = KernelEfficiency(gemm=0.70, attention=0.50)
-# what an estimate uses unless told: still the constant model, because the by-shape one moves the
-# Megatron-LM Table 1 check (micro-batch 1, no interleaving) from median 2.5% / max 5.3% to median
-# 14.7% / max 19.7% too fast, above that check's bound; switching is this one line once the
-# published-run checks use the papers' own micro-batches and interleaving
+# what an estimate uses unless told: still the constant model, because the by-shape one, whose
+# ceilings are best-shape measurements on 2024-25 software, predicts every Megatron-LM Table 1 row
+# too fast (with the launch script's micro-batches and interleaving: median 17.4% / max 28.6%,
+# against 2.2% / 10.4% for the constant model), above that check's bound; switching is this line
 DEFAULT_EFFICIENCY = CONSTANT_EFFICIENCY
 # kernels launched per layer and pass (QKV, scores, softmax, AV, proj, 2 norms, 2 MLP linears, activation)
 _KERNELS_PER_LAYER = 10
