@@ -157,23 +157,7 @@ class ParallelPlan:
         if self.chunks > 1 and fam not in (INTERLEAVED, EVENT):
             raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
                                 f"schedule, not {self.schedule}")
-        stages = self.pp * self.chunks
-        if self.stage_layers is not None:
-            sl = self.stage_layers
-            if len(sl) != stages:
-                raise StalesimError(f"stage_layers: {len(sl)} entries for pp x chunks = {stages} stages")
-            for n in sl:
-                check_int("stage_layers", n, lo=1)
-            if sum(sl) != spec.layers:
-                raise StalesimError(f"stage_layers: {'+'.join(map(str, sl))} = {sum(sl)} layers, "
-                                    f"the model has {spec.layers}")
-        elif spec.layers % stages:
-            raise StalesimError(f"pp: {spec.layers} layers do not split into pp x chunks = {stages} equal stages "
-                                f"(give stage_layers: a list, or first-last)")
-        # Megatron-LM's causal load balancing cuts the sequence into 2 x cp chunks, each rank taking one
-        # from each end (get_batch_on_this_cp_rank, megatron/training/utils.py), so 2 x cp divides it
-        if self.cp > 1 and spec.seq % (2 * self.cp):
-            raise StalesimError(f"cp: sequence {spec.seq} does not split into 2 x cp = {2 * self.cp} equal chunks")
+        self._check_split(spec)
         if self.batch % (self.dp * self.micro_batch):
             raise StalesimError(f"global_batch: {self.batch} is not divisible by dp x micro_batch "
                                 f"({self.dp} x {self.micro_batch})")
@@ -196,6 +180,28 @@ class ParallelPlan:
         if self.zero >= 3 and fam in (STASH, DOUBLE_BUFFER):
             raise StalesimError(f"zero: stage 3 shards the live weights, which {self.schedule}'s stashed "
                                 f"weight versions cannot be; use zero <= 2")
+
+    def _check_split(self, spec: TransformerSpec) -> None:
+        """The layers over the pp x chunks stages and the sequence over the cp ranks."""
+        from stalesim.limits import check_int
+
+        stages = self.pp * self.chunks
+        if self.stage_layers is not None:
+            sl = self.stage_layers
+            if len(sl) != stages:
+                raise StalesimError(f"stage_layers: {len(sl)} entries for pp x chunks = {stages} stages")
+            for n in sl:
+                check_int("stage_layers", n, lo=1)
+            if sum(sl) != spec.layers:
+                raise StalesimError(f"stage_layers: {'+'.join(map(str, sl))} = {sum(sl)} layers, "
+                                    f"the model has {spec.layers}")
+        elif spec.layers % stages:
+            raise StalesimError(f"pp: {spec.layers} layers do not split into pp x chunks = {stages} equal stages "
+                                f"(give stage_layers: a list, or first-last)")
+        # Megatron-LM's causal load balancing cuts the sequence into 2 x cp chunks, each rank taking one
+        # from each end (get_batch_on_this_cp_rank, megatron/training/utils.py), so 2 x cp divides it
+        if self.cp > 1 and spec.seq % (2 * self.cp):
+            raise StalesimError(f"cp: sequence {spec.seq} does not split into 2 x cp = {2 * self.cp} equal chunks")
 
     def to_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "gpus": self.gpus, "micro_batch": self.micro_batch,
