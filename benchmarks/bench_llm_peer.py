@@ -32,7 +32,12 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stalesim.sim.llm_plan import ParallelPlan
+    from stalesim.workloads.hardware import Hardware
+    from stalesim.workloads.transformer import TransformerSpec
 
 RES = Path("docs/results/published_runs")
 PEER_CSV = RES / "peer.csv"
@@ -61,7 +66,7 @@ def available() -> bool:
     return True
 
 
-def _peer_analysis(spec: Any, plan: Any, hw: Any, zero: int) -> Any:
+def _peer_analysis(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware) -> Any:
     from llm_analysis.analysis import LLMAnalysis
     from llm_analysis.config import (
         ModelConfig,
@@ -80,13 +85,13 @@ def _peer_analysis(spec: Any, plan: Any, hw: Any, zero: int) -> Any:
     return LLMAnalysis(model, gpu, get_dtype_config_by_name("w16a16e16"), par, flops_efficiency=PEER_EFFICIENCY)
 
 
-def peer_answer(metric: str, spec: Any, plan: Any, hw: Any) -> PeerAnswer:
+def peer_answer(metric: str, spec: TransformerSpec, plan: ParallelPlan, hw: Hardware) -> PeerAnswer:
     """llm-analysis's answer for one row, in the row's published metric."""
     from llm_analysis.analysis import ActivationRecomputation, DSZeRO
 
     from stalesim.workloads.transformer import narayanan_flops
 
-    a = _peer_analysis(spec, plan, hw, plan.zero)
+    a = _peer_analysis(spec, plan, hw)
     rec = {"none": ActivationRecomputation.NONE, "selective": ActivationRecomputation.SELECTIVE,
            "full": ActivationRecomputation.FULL}[plan.recompute]
     if metric == "layer_ms":

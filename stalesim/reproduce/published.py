@@ -26,9 +26,14 @@ import statistics
 import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:
+    from stalesim.sim.llm_plan import ParallelPlan
+    from stalesim.workloads.hardware import Hardware
+    from stalesim.workloads.transformer import TransformerSpec
 
 __all__ = ["FIELDS", "METRICS", "RES", "RUNS", "PublishedRun", "Published", "error_summary", "load",
            "metric_of", "predict_rows", "read_predicted", "to_csv", "write_predictions"]
@@ -131,7 +136,7 @@ def load(root: Path) -> Published:
     return Published(sources=sources, models=raw.get("models", {}), runs=runs)
 
 
-def spec_for(data: Published, name: str) -> Any:
+def spec_for(data: Published, name: str) -> TransformerSpec:
     """The row's model: a preset by name, or a shape from the file's ``models``."""
     from stalesim.workloads.transformer import PRESETS, TransformerSpec
 
@@ -145,7 +150,7 @@ def spec_for(data: Published, name: str) -> Any:
     raise StalesimError(f"model: {name!r} is neither a preset nor in the file's models")
 
 
-def hardware_for(run: PublishedRun) -> Any:
+def hardware_for(run: PublishedRun) -> Hardware:
     """The catalog node, with the device's memory as the source states it where that differs."""
     from stalesim.workloads.hardware import hardware_from_node
 
@@ -155,7 +160,7 @@ def hardware_for(run: PublishedRun) -> Any:
     return hw
 
 
-def plan_for(run: PublishedRun) -> Any:
+def plan_for(run: PublishedRun) -> ParallelPlan:
     from stalesim.sim.llm_plan import ParallelPlan
 
     kw = dict(run.plan)
