@@ -81,6 +81,7 @@ def test_model_spec_with_uneven_stages_and_context_parallelism(tmp_path, capsys)
     assert r["fastest"]["iteration_s"] <= d["iteration_s"] <= r["slowest"]["iteration_s"]
     assert r["point"] == {"chunks": 2, "micro_batch": 1, "recompute": "none", "overlap": "framework"}
     assert "range over open choices (chunks 2,3,4,6,8; micro-batch 1,2,4,8,16" in out
+    assert "context parallel 2 (GPUs = tp x cp x pp x dp = 16384); layers per stage: 2,3,3," in out
     assert "fastest that fits" in out or "no combination fits" in out
     # choices given are not opened
     assert main([*argv, "--micro-batch", "1", "--recompute", "full", "-V", "2", "--tp-overlap", "no",

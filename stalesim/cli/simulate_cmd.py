@@ -283,5 +283,8 @@ def _run_workload(args: argparse.Namespace) -> int:
         print_json({**p.to_dict(), "range": rng.to_dict()})
     else:
         print(p.summary())
+        if plan.cp > 1 or plan.stage_layers is not None:  # what the summary's degree line leaves out
+            split = "even" if plan.stage_layers is None else ",".join(map(str, plan.stage_layers))
+            print(f"context parallel {plan.cp} (GPUs = tp x cp x pp x dp = {plan.gpus}); layers per stage: {split}")
         print(rng.summary())
     return 0
