@@ -19,13 +19,14 @@ def test_simulate_workload_answers_in_under_a_second_with_memory_by_component(ca
     assert time.perf_counter() - t0 < 1.0  # generous: the closed form takes about a millisecond
     assert json.loads(capsys.readouterr().out) == d
     n = 1_102_336_000  # parameters per GPU of stage 0 (tests/test_sim_parallel.py has the arithmetic)
-    assert d["memory_breakdown"] == {"weights": 2 * n, "gradients": 2 * n, "optimizer": 12 * n,
-                                     "activations": 375_521_280 * 80, "weight_versions": 0}
+    assert d["memory_breakdown"] == {"weights": 2 * n, "gradients": 4 * n, "master_weights": 4 * n,
+                                     "optimizer": 8 * n, "weight_versions": 0, "activations": 375_521_280 * 80,
+                                     "recompute": 0, "backward": 88_080_384, "gathered": 0, "loss": 0}
     assert d["fits"] and d["plan"]["gpus"] == 1024 and d["plan"]["microbatches"] == 64
     assert 0 < d["iteration_s"] < 60 and d["device_memory_bytes"] == 80e9
     assert main(["simulate", *LLAMA]) == 0
     out = capsys.readouterr().out
-    assert "memory per GPU (device 0): 47.7 GB of 80 GB, fits" in out
+    assert "memory per GPU (device 0): 50.0 GB (49.9 to 62.9) of 80 GB, fits" in out
 
 
 def test_the_new_users_case_now_answers(capsys):

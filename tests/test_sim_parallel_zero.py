@@ -7,6 +7,7 @@ import pytest
 from stalesim.errors import StalesimError
 from stalesim.schedule import ScheduleConfig
 from stalesim.sim import simulate
+from stalesim.sim.llm_memory import plan_state
 from stalesim.sim.parallel import ParallelPlan, llm_costs, predict_llm, sim_options
 from stalesim.workloads.hardware import hardware_from_catalog, hardware_from_node
 from stalesim.workloads.transformer import TransformerSpec
@@ -68,8 +69,10 @@ def test_event_simulation_of_the_same_costs_agrees(zero):
     psi = costs.param_bytes[0]
     assert mem["weights"] == (psi // P if zero >= 3 else psi)
     assert mem["gradients"] == (psi // P if zero >= 2 else psi)
-    for k in ("weights", "gradients"):
-        assert mem[k] == pytest.approx(p.memory_breakdown[k], abs=2), k
+    assert mem["weights"] == pytest.approx(p.memory_breakdown["weights"], abs=2)
+    # the engine keeps the generic rule's bf16 gradients; Megatron-LM accumulates them in fp32
+    ratio = plan_state(plan).gradients / plan.state.gradients
+    assert p.memory_breakdown["gradients"] == pytest.approx(mem["gradients"] * ratio, abs=2)
 
 
 @pytest.mark.parametrize("changes,needle", [

@@ -1,4 +1,32 @@
-"""Memory per GPU of an LLM-scale plan: activations in flight, weight versions, training state."""
+"""Memory per GPU of an LLM-scale plan: training state as the framework keeps it, activations in
+flight, the transient working sets, and the allocator's reserve as a range.
+
+Every term is named in the breakdown (docs/llm-memory.md has each formula and its source):
+
+* ``weights``, ``gradients``, ``master_weights``, ``optimizer``: the framework's training state
+  per parameter of the device's stages (:func:`~stalesim.workloads.memory_llm.framework_state`);
+* ``weight_versions``: the asynchronous schedules' stashed copies (compute precision);
+* ``activations``: the saved activations of the micro-batches in flight at the device's peak;
+* ``recompute``: with recomputation, one layer's recomputed set is live again during its
+  backward, on top of what is in flight: the whole layer's activations minus what the plan
+  saves of it (full: all but the layer input; selective: the attention scores);
+* ``backward``: the gradient tensors a layer's backward holds beyond its saved activations
+  (:func:`backward_bytes`: the MLP's, or the unfused attention's score-shaped ones once the
+  MLP's saved tensors are freed);
+* ``gathered``: ZeRO-3 / FSDP gather a unit's (layer's, embedding's, head's) sharded weights
+  for its forward and backward, the next unit's ahead of it (prefetch), and hold a unit's full
+  gradient until its reduce-scatter: the largest unit on the device, ``gathered x (1 +
+  prefetch) + unit_gradients`` bytes per parameter;
+* ``loss``: on the device with the last stage, the head's 16-bit logits exist next to their
+  fp32 copy (the copy the loss keeps is already in ``activations``): Megatron's
+  ``vocab_parallel_cross_entropy`` works in place on that copy; torchtitan's
+  ``cross_entropy(pred.float())`` holds one more fp32 copy (log_softmax's input) while it runs.
+
+``total`` (the point) is their sum; ``low`` leaves out the transient working sets
+(``recompute``, ``backward``, ``gathered``, ``loss``), which may not coincide with the activation peak; ``high``
+adds the caching allocator's reserve, :data:`FRAGMENTATION` of the dynamic terms (activations and
+the working sets; the state is allocated once, in flat buffers).
+"""
 
 from __future__ import annotations
 
@@ -7,52 +35,145 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stalesim.sim.llm_plan import DOUBLE_BUFFER, FILL_DRAIN, INTERLEAVED, ONE_F_ONE_B, STASH, family
+from stalesim.workloads.memory_llm import FrameworkState, framework_state
+from stalesim.workloads.transformer import layer_activation_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.llm_plan import ParallelPlan
     from stalesim.sim.model import StageCosts
+    from stalesim.workloads.transformer import TransformerSpec
 
-__all__ = ["DeviceMemory", "activations", "device_memory", "in_flight", "weight_versions"]
+__all__ = ["COMPONENTS", "FRAGMENTATION", "DeviceMemory", "activations", "backward_bytes", "device_memory",
+           "gathered_bytes", "in_flight", "plan_state", "prefetch_units", "weight_versions"]
 
-COMPONENTS = ("weights", "gradients", "optimizer", "activations", "weight_versions")
+COMPONENTS = ("weights", "gradients", "master_weights", "optimizer", "weight_versions", "activations", "recompute",
+              "backward", "gathered", "loss")
+TRANSIENT = ("recompute", "backward", "gathered", "loss")
+DYNAMIC = ("activations", *TRANSIENT)
+# The caching allocator's reserve beyond the allocated bytes, at most: the ZeRO paper (Rajbhandari
+# et al. 2020, section 3.2, "Memory Fragmentation") saw runs go out of memory with over 30% of the
+# memory still free, i.e. up to 0.3 / 0.7 of the allocated short-lived bytes held as free
+# fragments. An upper end, not a measurement of any run here.
+FRAGMENTATION = 0.3 / 0.7
+# DeepSpeed ZeRO-3 gathers per module (each linear), not per layer, and bounds what it holds by
+# its configuration defaults (DeepSpeed's ZeRO configuration docs): it keeps up to
+# ``stage3_max_live_parameters`` (1e9) gathered, prefetches ``stage3_prefetch_bucket_size``
+# (5e7) ahead, and reduces gradients through ``reduce_bucket_size`` (5e8) element buckets (ZeRO-2
+# too); counts per rank.
+DEEPSPEED_MAX_LIVE_PARAMS = 1_000_000_000
+DEEPSPEED_PREFETCH_PARAMS = 50_000_000
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
 
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """The worst GPU's memory: its total bytes, the bytes per term, and which pipeline device it is."""
+    """The worst GPU's memory: the point estimate ``total`` (the sum of ``breakdown``, bytes per
+    term), its range ``low`` .. ``high`` (module doc) and which pipeline device it is."""
 
     total: int
     breakdown: dict[str, int]
     device: int
+    low: int
+    high: int
+
+
+def plan_state(plan: ParallelPlan) -> FrameworkState:
+    """The plan's training state per parameter as its framework keeps it."""
+    return framework_state(plan.framework, plan.optimizer, plan.precision, plan.zero, plan.dp, pp=plan.pp,
+                           error_feedback=plan.error_feedback)
+
+
+def prefetch_units(plan: ParallelPlan) -> int:
+    """Units gathered ahead of the running one with ZeRO-3 / FSDP: ``plan.zero_prefetch``, or the
+    framework's default (one: FSDP2's default backward prefetch of the next module, DeepSpeed's
+    prefetch bucket, Megatron's ``--overlap-param-gather``)."""
+    return 0 if plan.zero_prefetch is False else 1
 
 
 def device_memory(costs: StageCosts, plan: ParallelPlan, devices: Sequence[Sequence[int]],
-                  event_acts: Sequence[float] | None = None) -> DeviceMemory:
-    """Memory per GPU of the device that needs the most: the training state of its stages, the
-    asynchronous schedules' extra weight versions, and the activations it holds at its peak
-    (``event_acts``: measured by the event simulation, else :func:`activations`)."""
+                  event_acts: Sequence[float] | None = None, *, spec: TransformerSpec) -> DeviceMemory:
+    """Memory per GPU of the device that needs the most (module doc): the training state of its
+    stages, the asynchronous schedules' extra weight versions, the activations it holds at its
+    peak (``event_acts``: measured by the event simulation, else :func:`activations`) and the
+    working sets of ``spec``'s layers."""
     S, M, V = costs.stages, plan.microbatches, plan.chunks
     sched, fam = plan.schedule, family(plan.schedule)
-    sb = plan.state
+    fs = plan_state(plan)
     w_unsharded = plan.full_state.weights
     n_params = [p / w_unsharded for p in costs.param_bytes]
+    t, cp, b = plan.tp, plan.cp, plan.micro_batch
+    layer_units = spec.layer_params() / t
+    embed_unit = spec.embedding_params() / t
+    head_unit = (spec.head_params() + (spec.vocab * spec.hidden if spec.tied_embeddings and S > 1 else 0)) / t
+    full_act = layer_activation_bytes(spec, b, tp=t, sp=plan.sp) / cp
+    recompute_ws = full_act - layer_activation_bytes(spec, b, tp=t, sp=plan.sp, recompute=plan.recompute) / cp
+    backward_ws = backward_bytes(spec, b, t) / cp
+    # the 16-bit logits next to the fp32 copy the loss keeps (in ``activations``); torchtitan's
+    # ``cross_entropy(pred.float())`` also holds log_softmax's fp32 input while it runs, where
+    # Megatron's vocab_parallel_cross_entropy works in place on its one fp32 copy
+    loss_ws = (spec.element_bytes + (4 if plan.framework == "fsdp2" else 0)) * b * spec.seq * spec.vocab / t / cp
+    pf = prefetch_units(plan)
+    h, k, f = spec.hidden, spec.kv_dim, spec.ffn_dim
+    # the largest linear (Megatron's fused QKV and first MLP projection), per tensor-parallel rank
+    linear = max(h * (h + 2 * k), h * f * (2 if spec.ffn_type == "swiglu" else 1)) / t
     best: dict[str, int] = {}
     best_total, best_dev = -1.0, 0
     for d, stages_d in enumerate(devices):
         comp = dict.fromkeys(COMPONENTS, 0.0)
+        unit, has_layers = 0.0, False
         for s in stages_d:
             p = n_params[s]
             versions = weight_versions(sched, S, s)
             grads = 2 if fam == DOUBLE_BUFFER else 1
-            comp["weights"] += p * sb.weights
-            comp["weight_versions"] += p * sb.version * (versions - 1)
-            comp["gradients"] += p * sb.gradients * grads
-            comp["optimizer"] += p * sb.optimizer
+            comp["weights"] += p * fs.weights
+            comp["weight_versions"] += p * fs.version * (versions - 1)
+            comp["gradients"] += p * fs.gradients * grads
+            comp["master_weights"] += p * fs.master
+            comp["optimizer"] += p * fs.optimizer
+            lo, hi = costs.layer_ranges[s] if costs.layer_ranges else (0, 1)
+            has_layers = has_layers or hi > lo
+            unit = max(unit, layer_units if hi > lo else 0.0, embed_unit if s == 0 else 0.0,
+                       head_unit if s == S - 1 else 0.0)
+            if s == S - 1:
+                comp["loss"] = loss_ws
         comp["activations"] = event_acts[d] if event_acts is not None else activations(costs, sched, S, M, d, V)
+        comp["recompute"] = recompute_ws if has_layers else 0.0
+        comp["backward"] = backward_ws if has_layers else 0.0
+        comp["gathered"] = gathered_bytes(plan.framework, fs, unit, linear, pf)
         total = sum(comp.values())
         if total > best_total:
             best_total, best_dev, best = total, d, {k: round(v) for k, v in comp.items()}
-    return DeviceMemory(total=round(best_total), breakdown=best, device=best_dev)
+    total_i = sum(best.values())
+    low = total_i - sum(best[k] for k in TRANSIENT)
+    high = total_i + round(FRAGMENTATION * sum(best[k] for k in DYNAMIC))
+    return DeviceMemory(total=total_i, breakdown=best, device=best_dev, low=low, high=high)
+
+
+def backward_bytes(spec: TransformerSpec, batch: int, tp: int = 1) -> float:
+    """The gradient tensors one layer's backward holds at once beyond its saved activations, per
+    GPU, at the worse of its two phases. The MLP's backward runs first and holds its gradient
+    tensors (GELU: of its output and its input, ``e f`` per token each; SwiGLU: of the product,
+    the gate and the up projection, three); it then frees its saved f-wide tensors (as many), and
+    the unfused attention core's backward holds its score-shaped gradients (of the dropout output
+    and of the softmax, ``e a s`` per token each; one without dropout; FlashAttention none)."""
+    e, n = spec.element_bytes, batch * spec.seq
+    mlp = (3 if spec.ffn_type == "swiglu" else 2) * e * n * spec.ffn_dim
+    attn = 0.0 if spec.attention == "flash" else (2 if spec.dropout else 1) * e * spec.heads * spec.seq * n
+    return max(mlp, attn - mlp) / tp
+
+
+def gathered_bytes(framework: str, fs: FrameworkState, unit: float, linear: float, prefetch: int) -> float:
+    """Bytes of gathered weights and not yet reduced gradients while the device's largest unit
+    (``unit`` parameters per GPU; ``linear``: its largest linear) runs its backward: FSDP and
+    Megatron gather the whole unit and ``prefetch`` more and hold its full gradient; DeepSpeed
+    gathers module by module within its live, prefetch and bucket bounds."""
+    if not (fs.gathered or fs.unit_gradients):
+        return 0.0
+    if framework == "deepspeed":
+        live = min(unit, max(linear, DEEPSPEED_MAX_LIVE_PARAMS))
+        ahead = prefetch * min(unit, DEEPSPEED_PREFETCH_PARAMS)
+        return (live + ahead) * fs.gathered + min(unit, DEEPSPEED_REDUCE_BUCKET) * fs.unit_gradients
+    return unit * (fs.gathered * (1 + prefetch) + fs.unit_gradients)
 
 
 def in_flight(schedule: str, S: int, M: int, s: int, chunks: int = 1) -> int:

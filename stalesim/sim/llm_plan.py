@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from stalesim.errors import StalesimError
-from stalesim.workloads.memory_llm import StateBytes, state_bytes
+from stalesim.workloads.memory_llm import StateBytes, framework_state, state_bytes
 from stalesim.workloads.transformer import RECOMPUTE, TransformerSpec
 
 __all__ = ["FRAMEWORKS", "DOUBLE_BUFFER", "EVENT", "FILL_DRAIN", "INTERLEAVED", "ONE_F_ONE_B", "REGISTER", "STASH",
            "ParallelPlan", "family", "supported_schedules"]
 
 # Training frameworks whose conventions change memory and overlap (each rule is documented where
-# its mechanism lives: stalesim.sim.llm_memory for memory, stalesim.sim.llm_comm for overlap):
+# its mechanism lives: stalesim.workloads.memory_llm for the training state per parameter,
+# stalesim.sim.llm_memory for the rest of memory, stalesim.sim.llm_comm for overlap):
 # Megatron-LM without / with its distributed optimizer, DeepSpeed (ZeRO stages, bf16 optimizer),
-# PyTorch FSDP2.
+# PyTorch FSDP2 (``zero`` 3: reshard after forward, 2: keep the gathered weights, 0: torchtitan's
+# default, 3 without a pipeline and 2 with one).
 FRAMEWORKS = ("megatron", "megatron-distopt", "deepspeed", "fsdp2")
 
 # Closed-form families, read off the schedule's spec (never its name): all forwards then all
@@ -138,6 +140,7 @@ class ParallelPlan:
         state_bytes(self.optimizer, self.precision, self.zero, self.dp)  # validates those three
         if self.framework not in FRAMEWORKS:
             raise StalesimError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
+        framework_state(self.framework, self.optimizer, self.precision, self.zero, self.dp)  # its ZeRO stages
         check_int("cp", self.cp, lo=1)
         for f in ("tp_overlap", "dp_overlap", "zero_prefetch"):
             if getattr(self, f) not in (None, True, False):
@@ -171,9 +174,13 @@ class ParallelPlan:
         if self.zero >= 1 and self.dp == 1:
             raise StalesimError(f"zero: stage {self.zero} shards over the data-parallel ranks; dp = 1 has "
                                 f"none to shard over (use zero 0 or dp > 1)")
-        if self.zero >= 2 and self.pp > 1:
+        if self.zero >= 2 and self.pp > 1 and self.framework != "fsdp2":
+            # DeepSpeed's PipelineEngine asserts ZeRO < 2 (deepspeed/runtime/pipe/engine.py) and
+            # Megatron-LM pairs pipelines with its distributed optimizer; torchtitan runs FSDP2 with
+            # pipelines (it accumulates the unsharded gradients: stalesim.workloads.memory_llm)
             raise StalesimError(f"zero: stage {self.zero} shards gradients that a pipeline accumulates over its "
-                                f"micro-batches (DeepSpeed refuses it too); use zero <= 1 with pp > 1")
+                                f"micro-batches ({self.framework} refuses it); use zero <= 1 with pp > 1, "
+                                f"or framework fsdp2")
         if self.error_feedback and fam not in (STASH, DOUBLE_BUFFER, REGISTER):
             raise StalesimError(f"error_feedback: corrects stale weights, and {self.schedule} has none "
                                 f"(use it with 2bw, pipedream or stale)")

@@ -89,10 +89,14 @@ class LLMPrediction:
     memory_breakdown: dict[str, int]
     memory_stage: int
     device_memory_bytes: float
-    fits: bool
+    fits: bool  # the point estimate within the device's memory
     stage_forward_s: list[float]
     stage_backward_s: list[float]
     efficiency: dict[str, float] = field(default_factory=dict)
+    # the point's range (stalesim.sim.llm_memory): without the transient working sets, with the
+    # allocator's reserve at its upper end; 0 when not estimated
+    memory_low_bytes: int = 0
+    memory_high_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -102,7 +106,8 @@ class LLMPrediction:
     def summary(self) -> str:
         gb = 1e9
         mb = self.memory_breakdown
-        fit = "fits" if self.fits else "DOES NOT FIT"
+        fit = ("DOES NOT FIT" if not self.fits else
+               "may not fit" if self.memory_high_bytes > self.device_memory_bytes else "fits")
         parts = ", ".join(f"{k} {v / gb:.1f}" for k, v in mb.items())
         p = self.plan
         return "\n".join([
@@ -114,7 +119,8 @@ class LLMPrediction:
             f"all-reduce {self.dp_allreduce_s:.4g} s, bubble {self.bubble_fraction:.1%})",
             f"throughput {self.tokens_per_s:,.0f} tokens/s; {self.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, "
             f"{self.hardware_tflops_per_gpu:.1f} with recomputation",
-            f"memory per GPU (device {self.memory_stage}): {self.memory_bytes / gb:.1f} GB of "
+            f"memory per GPU (device {self.memory_stage}): {self.memory_bytes / gb:.1f} GB "
+            f"({self.memory_low_bytes / gb:.1f} to {self.memory_high_bytes / gb:.1f}) of "
             f"{self.device_memory_bytes / gb:.0f} GB, {fit} (GB: {parts})",
         ])
 
@@ -164,7 +170,7 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     gpus = plan.gpus
     model_f = spec.model_flops(plan.batch)
     hw_f = spec.model_flops(plan.batch, recompute=plan.recompute)
-    mem = device_memory(costs, plan, devices, event_acts)
+    mem = device_memory(costs, plan, devices, event_acts, spec=spec)
     mem_cap = hw.device.memory_bytes
     return LLMPrediction(
         workload=spec.name, plan=plan.to_dict(), hardware=describe(hw), iteration_s=it, pipeline_s=pipe,
@@ -173,7 +179,7 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         memory_bytes=mem.total, memory_breakdown=mem.breakdown, memory_stage=mem.device,
         device_memory_bytes=mem_cap, fits=mem.total <= mem_cap,
         stage_forward_s=[x / NS for x in costs.f_ns], stage_backward_s=[x / NS for x in costs.b_ns],
-        efficiency=eff.to_dict())
+        efficiency=eff.to_dict(), memory_low_bytes=mem.low, memory_high_bytes=mem.high)
 
 
 def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> tuple[float, list[list[int]],
