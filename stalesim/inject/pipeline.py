@@ -1,0 +1,260 @@
+"""StalePipeline: a schedule's exact weight staleness inside a user's own training loop.
+
+The user's loop stays as it is (forward, loss, ``backward()``, ``optimizer.step()``,
+``zero_grad()``); two lines make it a pipeline's::
+
+    pipe = StalePipeline(model, "pipedream", stages=4, steps=1000)
+    pipe.attach(optimizer)
+
+How, without copying the model or changing its code:
+
+* **Forward** (a forward pre-hook on the model): batch t = the steps taken so far,
+  micro-batch m = the forwards with grad since the last step (gradient accumulation is
+  how a loop runs M micro-batches). Each stage's parameters are pointed (``p.data``) at
+  the tensors of version v_F(s, t, m) from the IR's version table (the live ones, or a
+  stashed copy, :mod:`stalesim.inject.versions`), and the forward runs under
+  ``saved_tensors_hooks`` that save, for every tensor sharing storage with such weights,
+  a token instead (the emulator's :class:`~stalesim.runtime.weight_tokens.WeightTokens`,
+  one per stage). The forward hook points the parameters back at the live weights.
+* **Backward** (the user's ``loss.backward()``): each token unpacks to the same view of
+  version v_B(s, t, m): the backward of a ``latest``-policy schedule (``stale``) reads
+  another version than its forward, a stashing one (``pipedream``, ``2bw``) the same.
+  Gradients accumulate in ``.grad`` as usual. A stage whose forward and backward both
+  read the live version is left to autograd (no hooks, no tokens): autograd's version
+  counter guarantees its saved weights are unchanged until the backward.
+* **Update** (step hooks on the user's optimizer): before the step, the live version t
+  is stashed for the stages a later batch reads it on; the user's own optimizer then
+  steps, which is update u(s, t) = t + 1 of every stage.
+
+A forward without grad (evaluation inside the loop) reads the live weights and counts
+as no micro-batch. The versions read are logged in a
+:class:`~stalesim.schedule.VersionTable` (``pipe.log``), compared with the IR's by
+:meth:`StalePipeline.versions_match`.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from stalesim.errors import StalesimError
+from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
+from stalesim.inject.versions import VersionStore, check_table
+from stalesim.runtime.weight_tokens import WeightTokens, ptr_map, storage_ptr
+from stalesim.schedule import Schedule, ScheduleConfig, VersionTable, build_schedule
+
+_TAG = "stalesim-inject"
+
+#: Optimizers whose step re-runs the model (a closure): its forwards would read as micro-batches.
+CLOSURE_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS,)
+
+
+class _Forward:
+    """What one hooked forward changed, undone by the forward hook."""
+
+    def __init__(self, t: int, m: int | None) -> None:
+        self.t, self.m = t, m
+        self.stack = ExitStack()
+        self.swapped: list[tuple[nn.Parameter, torch.Tensor]] = []  # (param, its live data)
+        self.tokened: set[int] = set()  # stages whose saved weights are tokens
+        self.packed: set[int] = set()  # stages that saved some weight
+
+    def undo(self) -> None:
+        try:
+            self.stack.close()
+        finally:
+            for p, live in self.swapped:
+                p.data = live
+
+
+class StalePipeline:
+    """A model cut into pipeline stages whose weight versions follow a schedule (module doc).
+
+    ``schedule``: a registered name (built with ``stages``/``microbatches``/``warmup``/
+    ``switch``/``stages_per_device`` for ``steps`` batches) or a built
+    :class:`~stalesim.schedule.Schedule` of ``steps`` batches. ``split``: one entry per
+    stage (module-name prefixes or submodules, :func:`~stalesim.inject.stages.named_split`);
+    without it ``stages`` (default 2) even stages by parameter count.
+    """
+
+    def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
+                 stages: int | None = None, split: list[StageSpec] | None = None, microbatches: int = 1,
+                 warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None) -> None:
+        if not isinstance(model, nn.Module):
+            raise StalesimError(f"model: expected an nn.Module, got {type(model).__name__}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise StalesimError(f"steps: expected an integer >= 1 (optimizer steps of the run), got {steps!r}")
+        if split is not None:
+            cut: StageSplit = named_split(model, split)
+            if stages is not None and stages != cut.stages:
+                raise StalesimError(f"stages: {stages} but split names {cut.stages} stages")
+        else:
+            cut = even_split(model, 2 if stages is None else stages)
+        if isinstance(schedule, Schedule):
+            sched = schedule
+        elif isinstance(schedule, str):
+            sched = build_schedule(ScheduleConfig(schedule, stages=cut.stages, batches=steps,
+                                                  microbatches=microbatches, warmup=warmup, switch=switch,
+                                                  stages_per_device=stages_per_device))
+        else:
+            raise StalesimError(f"schedule: expected a schedule name or a built Schedule, got "
+                                f"{type(schedule).__name__}")
+        if sched.stages != cut.stages:
+            raise StalesimError(f"schedule: has {sched.stages} stages, the split {cut.stages}")
+        if sched.batches < steps:
+            raise StalesimError(f"schedule: covers {sched.batches} batches, fewer than steps={steps}")
+        if sched.local_loss:
+            raise StalesimError(f"schedule: {sched.name} gives every stage its own loss (auxiliary heads); "
+                                f"a training loop has one loss")
+        self.model = model
+        self.sched = sched
+        self.table: VersionTable = sched.table
+        self.steps = steps
+        self.split = cut
+        self.S = cut.stages
+        check_table(self.table, self.S, steps)
+        self.micros: list[int | None] = sched.micro_indices()
+        self.store = VersionStore(self.table, cut.params)
+        self.tokens = [WeightTokens(ps) for ps in cut.params]
+        self.log = VersionTable(self.S)  # the versions actually read and produced
+        self.forwards = 0  # forwards with grad since the last step: the next micro-batch's index
+        self._open: list[_Forward | None] = []
+        self._handles: list[RemovableHandle] = [
+            model.register_forward_pre_hook(self._before_forward),
+            model.register_forward_hook(self._after_forward, always_call=True),
+        ]
+
+    # ------------------------------------------------------------- optimizer
+    def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Make ``optimizer.step()`` the schedule's update (step hooks; the optimizer is
+        returned unchanged, so schedulers, GradScaler and ``state_dict`` see the same object)."""
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise StalesimError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if isinstance(optimizer, CLOSURE_OPTIMIZERS):
+            raise StalesimError(f"optimizer: {type(optimizer).__name__} re-runs the model inside step() (a "
+                                f"closure), so its forwards would read as micro-batches; not supported")
+        ours = {id(p) for ps in self.split.params for p in ps}
+        for g, group in enumerate(optimizer.param_groups):
+            for p in group["params"]:
+                if id(p) not in ours:
+                    raise StalesimError(f"optimizer: param group {g} holds a tensor of shape {tuple(p.shape)} "
+                                        f"that is no trainable parameter of a stage")
+        self._handles += [optimizer.register_step_pre_hook(self._before_step),
+                          optimizer.register_step_post_hook(self._after_step)]
+        return optimizer
+
+    def _before_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        # torch passes the bound call's arguments, the optimizer first
+        if len(args) > 1 and args[1] is not None or kwargs.get("closure") is not None:
+            raise StalesimError("optimizer.step(closure): a closure re-runs the model inside the step; "
+                                "not supported")
+        t = self.store.version
+        if self.forwards != len(self.micros):
+            raise StalesimError(f"optimizer.step(): step {t} ran {self.forwards} forward(s) with grad; the "
+                                f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
+        self.store.before_update()
+
+    def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        t = self.store.version
+        self.store.after_update()
+        for s in range(self.S):
+            self.log.upd[(0, s, t)] = t + 1
+        self.forwards = 0
+
+    # --------------------------------------------------------------- forward
+    def _before_forward(self, module: nn.Module, args: Any) -> None:
+        if not torch.is_grad_enabled():
+            self._open.append(None)  # evaluation: the live weights
+            return
+        t = self.store.version
+        if t >= self.steps:
+            raise StalesimError(f"steps: the pipeline was built for {self.steps} steps; step {t} needs a "
+                                f"longer schedule (steps=)")
+        if self.forwards >= len(self.micros):
+            raise StalesimError(f"forward: step {t} already ran its {len(self.micros)} micro-batch(es); call "
+                                f"optimizer.step() first")
+        m = self.micros[self.forwards]
+        self.forwards += 1
+        fwd = _Forward(t, m)
+        self._open.append(fwd)
+        packmap: dict[int, int] = {}  # storage address -> stage
+        try:
+            for s in range(self.S):
+                key = (0, s, t, m)
+                v_f, v_b = self.table.vf[key], self.table.vb[key]
+                self.log.vf[key] = v_f
+                if v_f == t and v_b == t:
+                    self.log.vb[key] = t  # autograd's own saved weights, live until the step
+                    continue
+                leaves = self.store.weights(s, v_f)
+                if v_f != t:
+                    for p, w in zip(self.split.params[s], leaves):
+                        fwd.swapped.append((p, p.data))
+                        p.data = w
+                fwd.stack.enter_context(self.tokens[s].packing(leaves, {}))
+                fwd.tokened.add(s)
+                packmap.update(dict.fromkeys(ptr_map(leaves), s))
+            if packmap:
+                fwd.stack.enter_context(torch.autograd.graph.saved_tensors_hooks(
+                    lambda x: self._pack(x, packmap, fwd), self._unpack))
+        except BaseException:
+            self._open.pop()
+            fwd.undo()
+            raise
+
+    def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        fwd = self._open.pop() if self._open else None
+        if fwd is None:
+            return
+        fwd.undo()
+        for s in fwd.tokened - fwd.packed:
+            # the stage saved no weight for its backward (e.g. the first layer of stage 0,
+            # whose input needs no gradient): any version gives the same gradient, so its
+            # backward reads the table's version vacuously
+            key = (0, s, fwd.t, fwd.m)
+            self.log.vb[key] = self.table.vb[key]
+
+    def _pack(self, x: torch.Tensor, packmap: dict[int, int], fwd: _Forward) -> Any:
+        ptr = storage_ptr(x)
+        s = packmap.get(ptr) if ptr is not None else None
+        if s is None:
+            return x
+        fwd.packed.add(s)
+        return (_TAG, s, fwd.t, fwd.m, self.tokens[s].pack(x))
+
+    def _unpack(self, obj: Any) -> torch.Tensor:
+        if not (isinstance(obj, tuple) and len(obj) == 5 and obj[0] == _TAG):
+            return obj
+        _, s, t, m, token = obj
+        key = (0, s, t, m)
+        v_b = self.table.vb[key]
+        self.log.vb[key] = v_b
+        tok = self.tokens[s]
+        with tok.reading(self.store.weights(s, v_b)):
+            return tok.unpack(token)
+
+    # ------------------------------------------------------------- reporting
+    def versions_match(self) -> bool:
+        """Whether every version read and produced so far is the IR's (the steps taken)."""
+        done = self.log.complete_rows()
+        if not done.upd:
+            return True
+        return (all(self.table.vf[k] == v for k, v in done.vf.items())
+                and all(self.table.vb[k] == v for k, v in done.vb.items())
+                and all(self.table.upd[k] == v for k, v in done.upd.items())
+                and len(done.vf) == len(done.vb) == len(done.upd) * len(self.micros))
+
+    @property
+    def stash_peak_bytes(self) -> int:
+        """The most bytes of weight copies held at once: the memory beyond plain training."""
+        return self.store.peak_bytes
+
+    def close(self) -> None:
+        """Remove the hooks (the model and optimizer are plain again)."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()

@@ -1,0 +1,226 @@
+"""A plain training loop wrapped by StalePipeline equals the emulator, bit for bit in float64.
+
+The loop below is what a user writes (forward, loss, backward, ``optimizer.step()``,
+``zero_grad()``; gradient accumulation for micro-batches) with the user's own
+``torch.optim`` optimizer; the emulator replays the schedule stage by stage with its own
+runtimes and optimizers. Same seed, data order, stages and hyper-parameters: the losses
+and the final weights must be equal, and the versions the pipeline logged the IR's.
+A control test reads one stage one version off and must see other losses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from stalesim.emulator.replay import Emulator
+from stalesim.errors import StalesimError
+from stalesim.inject import StalePipeline
+from stalesim.runtime.build import run_model
+from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.tasks import loss_fn, task_of
+from stalesim.schedule import Schedule
+
+GPT = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
+STEPS = 8
+
+# (model, schedule, micro-batches, stages, optimizer): every asynchronous schedule of one
+# worker, on the zoo models the emulator's own tests use, and a synchronous control
+CASES = [
+    ("lenet5", "pipedream", 1, 3, "sgd"),
+    ("lenet5", "stale", 1, 3, "sgd"),
+    ("lenet5", "2bw", 2, 3, "sgd"),
+    ("lenet5", "hybrid", 1, 3, "sgd"),
+    ("lenet5", "interleaved-2bw", 2, 4, "sgd"),
+    ("lenet5", "gpipe", 2, 3, "sgd"),
+    (GPT, "pipedream", 1, 3, "adamw"),
+    (GPT, "stale", 1, 3, "adam"),
+    (GPT, "2bw", 2, 3, "adamw"),
+]
+
+
+def _cfg(model: str, schedule: str, micro: int, stages: int, optimizer: str) -> TrainConfig:
+    wd = 1e-3 if optimizer == "sgd" else 0.1
+    return TrainConfig(model=model, dataset="synthetic", schedule=schedule, stages=stages, iterations=STEPS,
+                       batch_size=8, dtype="float64", lr=0.05 if optimizer == "sgd" else 3e-3, momentum=0.9,
+                       weight_decay=wd, microbatches=micro, optimizer=optimizer, synthetic_size=64).check()
+
+
+def _user_optimizer(cfg: TrainConfig, params: object) -> torch.optim.Optimizer:
+    """What the user would write for the emulator's flags."""
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)  # type: ignore[arg-type]
+    kind = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
+    return kind(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)  # type: ignore[arg-type]
+
+
+def _emulate(cfg: TrainConfig) -> Emulator:
+    emu = Emulator(cfg, progress=False)
+    emu.replay()
+    return emu
+
+
+def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -> tuple[list[float], StalePipeline]:
+    """The user's loop on a fresh copy of the model, cut where the emulator cut it."""
+    net = run_model(cfg).to(torch.float64)
+    net.train()
+    split = [list(stage._modules) for stage in emu.stage_mods[0]]
+    pipe = StalePipeline(net, sched if sched is not None else cfg.schedule, steps=STEPS, split=split,
+                         microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device)
+    opt = pipe.attach(_user_optimizer(cfg, net.parameters()))
+    lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
+    losses = []
+    for t in range(STEPS):
+        x, y = emu.stream(t)  # the emulator's data order
+        total = 0.0
+        for xm, ym in zip(x.chunk(M), y.chunk(M)):  # gradient accumulation = micro-batches
+            loss = lossf(net(xm), ym) / M
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad()
+        losses.append(total)
+    pipe.weights = [p.detach().clone() for p in net.parameters()]  # type: ignore[attr-defined]
+    return losses, pipe
+
+
+@pytest.mark.parametrize(("model", "schedule", "micro", "stages", "optimizer"), CASES)
+def test_user_loop_equals_the_emulator(model, schedule, micro, stages, optimizer):
+    cfg = _cfg(model, schedule, micro, stages, optimizer)
+    emu = _emulate(cfg)
+    losses, pipe = _user_loop(cfg, emu)
+    assert losses == [emu.state.losses[t] for t in range(STEPS)]
+    emu_weights = [p.detach() for p in emu.models[0].parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(pipe.weights, emu_weights))  # type: ignore[attr-defined]
+    assert pipe.versions_match()
+    assert len(pipe.log.upd) == STEPS * stages
+    # every row the loop ran is the IR's row, read for read
+    assert pipe.log.vf == {k: v for k, v in pipe.table.vf.items() if k[2] < STEPS}
+    assert pipe.log.vb == {k: v for k, v in pipe.table.vb.items() if k[2] < STEPS}
+
+
+def test_stale_reads_other_versions_in_backward_than_in_forward():
+    """The case the tokens exist for: under the latest policy some backward reads a newer
+    version than its forward (and the loop still equals the emulator, above)."""
+    cfg = _cfg("lenet5", "stale", 1, 3, "sgd")
+    _, pipe = _user_loop(cfg, _emulate(cfg))
+    assert any(pipe.log.vb[k] > v for k, v in pipe.log.vf.items())
+    assert pipe.table.staleness() == [4, 2, 0]
+
+
+def test_memory_is_the_stash_the_table_asks_for():
+    """pipedream keeps exactly the emulator's stash; stale keeps copies the pipeline does
+    not (its forwards of batch t run at step t, after the updates the pipeline ran later)."""
+    cfg = _cfg("lenet5", "pipedream", 1, 3, "sgd")
+    emu = _emulate(cfg)
+    _, pipe = _user_loop(cfg, emu)
+    assert pipe.stash_peak_bytes == sum(r.stash_peak_bytes for r in emu.rts.values()) > 0
+    cfg = _cfg("lenet5", "stale", 1, 3, "sgd")
+    emu = _emulate(cfg)
+    _, pipe = _user_loop(cfg, emu)
+    assert sum(r.stash_peak_bytes for r in emu.rts.values()) == 0 < pipe.stash_peak_bytes
+
+
+def test_a_stage_reading_one_version_off_gives_other_losses():
+    """Control: the same loop with stage 1 reading one version older from batch 3 on (a
+    tampered table, forward and backward alike) no longer equals the emulator."""
+    cfg = _cfg("lenet5", "pipedream", 1, 3, "sgd")
+    emu = _emulate(cfg)
+    table = dataclasses.replace(emu.sched.table, vf=dict(emu.sched.table.vf), vb=dict(emu.sched.table.vb))
+    for key in table.vf:
+        if key[1] == 1 and key[2] >= 3:
+            table.vf[key] -= 1
+            table.vb[key] -= 1
+    off, pipe = _user_loop(cfg, emu, dataclasses.replace(emu.sched, versions=table))
+    exact = [emu.state.losses[t] for t in range(STEPS)]
+    assert off[:3] == exact[:3]  # batch 3's forward is the first to read another version
+    assert all(abs(a - b) > 1e-9 for a, b in zip(off[3:], exact[3:]))
+    assert pipe.log.vf[(0, 1, 3, None)] == emu.sched.table.vf[(0, 1, 3, None)] - 1
+
+
+# ------------------------------------------------------------------ bad use, one line each
+def _small() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def _step(net: torch.nn.Module, opt: torch.optim.Optimizer, forwards: int = 1) -> None:
+    for _ in range(forwards):
+        net(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda net: object(), "optimizer: expected a torch.optim.Optimizer, got object"),
+    (lambda net: torch.optim.LBFGS(net.parameters()), "optimizer: LBFGS re-runs the model inside step()"),
+    (lambda net: torch.optim.SGD([*net.parameters(), torch.nn.Parameter(torch.ones(3))], lr=0.1),
+     "optimizer: param group 0 holds a tensor of shape (3,) that is no trainable parameter of a stage"),
+])
+def test_optimizers_it_cannot_wrap_are_refused(make, message):
+    net = _small()
+    pipe = StalePipeline(net, "pipedream", steps=4, split=["0", "2"])
+    with pytest.raises(StalesimError) as e:
+        pipe.attach(make(net))
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_loop_mistakes_are_one_line():
+    net = _small()
+    pipe = StalePipeline(net, "2bw", steps=2, split=["0", "2"], microbatches=2)
+    opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(StalesimError, match=r"optimizer.step\(\): step 0 ran 1 forward\(s\) with grad; the "
+                                            r"schedule has 2 micro-batch\(es\) per step"):
+        _step(net, opt, forwards=1)
+    net(torch.ones(2, 4)).sum().backward()  # the second micro-batch of step 0
+    with pytest.raises(StalesimError, match=r"forward: step 0 already ran its 2 micro-batch\(es\)"):
+        net(torch.ones(2, 4))
+    opt.step()
+    _step(net, opt, forwards=2)
+    with pytest.raises(StalesimError, match="steps: the pipeline was built for 2 steps; step 2 needs"):
+        net(torch.ones(2, 4))
+    with pytest.raises(StalesimError, match=r"optimizer.step\(closure\)"):
+        opt.step(lambda: 0.0)
+
+
+def test_construction_mistakes_are_one_line():
+    net = _small()
+    with pytest.raises(StalesimError, match="steps: expected an integer >= 1"):
+        StalePipeline(net, "stale", steps=0)
+    with pytest.raises(StalesimError, match="schedule: local gives every stage its own loss"):
+        StalePipeline(net, "local", steps=4)
+    with pytest.raises(StalesimError, match="schedule: 2 data-parallel workers"):
+        StalePipeline(net, Schedule_of("dp", stages=2, workers=2, batches=4), steps=4)
+    with pytest.raises(StalesimError, match="stages: 3 but split names 2 stages"):
+        StalePipeline(net, "stale", steps=4, stages=3, split=["0", "2"])
+    with pytest.raises(StalesimError, match="schedule: expected a schedule name or a built Schedule, got int"):
+        StalePipeline(net, 3, steps=4)  # type: ignore[arg-type]
+    with pytest.raises(StalesimError, match="model: expected an nn.Module, got str"):
+        StalePipeline("net", steps=4)  # type: ignore[arg-type]
+
+
+def Schedule_of(name: str, **kw: int) -> Schedule:
+    from stalesim.schedule import ScheduleConfig, build_schedule
+
+    return build_schedule(ScheduleConfig(name, **kw))
+
+
+def test_forwards_without_grad_read_the_live_weights_and_count_no_micro_batch():
+    """Evaluation inside the loop: the current weights (as the emulator evaluates), and the
+    step's micro-batch count is untouched; close() makes the model plain again."""
+    net = _small()
+    pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"])
+    opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.5))
+    for _ in range(3):
+        _step(net, opt)
+    with torch.no_grad():
+        plain = torch.nn.functional.linear(torch.tanh(net[0](torch.ones(1, 4))), net[2].weight, net[2].bias)
+        assert torch.equal(net(torch.ones(1, 4)), plain)
+    assert pipe.forwards == 0
+    _step(net, opt)
+    assert pipe.versions_match() and pipe.log.vf[(0, 0, 3, None)] == pipe.table.vf[(0, 0, 3, None)] < 3
+    pipe.close()
+    for _ in range(4):  # past the pipeline's steps: hooks gone
+        _step(net, opt)
