@@ -154,3 +154,13 @@ def test_cli_plan_takes_a_model_spec(tmp_path):
     assert code == 0, err
     doc = json.loads(out)
     assert doc["workload"] == "llama2-70b-custom" and doc["rows"][0]["iteration_s"] > 0
+
+
+def test_first_last_is_placed_over_each_schedules_own_stages():
+    hw = hardware_from_node("dgx-h100")
+    spec = PRESETS["llama3.1-8b"].with_(layers=30)
+    base = ParallelPlan(tp=8, pp=2, dp=1, global_batch=8)
+    rows = llm_rows(spec, hw, base, ["1f1b", "interleaved-1f1b", "zb-v"], ["none"], first_last=True)
+    assert all(r["error"] is None for r in rows)
+    with pytest.raises(StalesimError, match="pp: 30 layers do not split into pp x chunks = 4"):
+        predict_llm(spec, replace(base, schedule="zb-v", chunks=2), hw)  # what first-last makes possible

@@ -53,8 +53,10 @@ def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules:
              open_choices: Sequence[str] = (), first_last: bool = False) -> list[dict[str, Any]]:
     """One row per (schedule, mitigation), ranked (module doc). ``base`` gives the degrees,
     batch and training state; each schedule runs its own stages per device (ZB-V's and
-    DualPipeV's 2, interleaved-1F1B's ``base.chunks`` when > 1, else 2)."""
+    DualPipeV's 2, interleaved-1F1B's ``base.chunks`` when > 1, else 2). ``first_last``: one
+    layer fewer on the first and last stage, placed over each schedule's own stages."""
     from stalesim.schedule import get_spec, schedule_names
+    from stalesim.sim.llm_costs import first_last_layers
     from stalesim.sim.llm_range import choice_range
     from stalesim.sim.parallel import family, predict_llm, supported_schedules
 
@@ -84,6 +86,8 @@ def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules:
             plan = replace(base, schedule=sched, chunks=chunks, micro_batch=b,
                            error_feedback=LLM_MITIGATIONS[mit])
             try:
+                if first_last:  # each schedule's own stage count: pp x its stages per device
+                    plan = replace(plan, stage_layers=first_last_layers(spec.layers, plan.pp * chunks))
                 p = predict_llm(spec, plan, hw)
             except StalesimError as exc:
                 row["error"] = str(exc)
