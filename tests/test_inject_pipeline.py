@@ -41,11 +41,12 @@ CASES = [
 ]
 
 
-def _cfg(model: str, schedule: str, micro: int, stages: int, optimizer: str) -> TrainConfig:
+def _cfg(model: str, schedule: str, micro: int, stages: int, optimizer: str, **kw: object) -> TrainConfig:
     wd = 1e-3 if optimizer == "sgd" else 0.1
     return TrainConfig(model=model, dataset="synthetic", schedule=schedule, stages=stages, iterations=STEPS,
                        batch_size=8, dtype="float64", lr=0.05 if optimizer == "sgd" else 3e-3, momentum=0.9,
-                       weight_decay=wd, microbatches=micro, optimizer=optimizer, synthetic_size=64).check()
+                       weight_decay=wd, microbatches=micro, optimizer=optimizer, synthetic_size=64,
+                       **kw).check()  # type: ignore[arg-type]
 
 
 def _user_optimizer(cfg: TrainConfig, params: object) -> torch.optim.Optimizer:
@@ -68,8 +69,11 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
     net.train()
     split = [list(stage._modules) for stage in emu.stage_mods[0]]
     pipe = StalePipeline(net, sched if sched is not None else cfg.schedule, steps=STEPS, split=split,
-                         microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device)
-    opt = pipe.attach(_user_optimizer(cfg, net.parameters()))
+                         microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device,
+                         warmup=cfg.warmup, staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
+                         pipemare_warmup=cfg.pipemare_warmup)
+    per_stage = cfg.staleness_lr or cfg.pipemare_lr
+    opt = pipe.attach(_user_optimizer(cfg, pipe.param_groups() if per_stage else net.parameters()))
     lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
     losses = []
     for t in range(STEPS):
@@ -86,9 +90,20 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
     return losses, pipe
 
 
-@pytest.mark.parametrize(("model", "schedule", "micro", "stages", "optimizer"), CASES)
-def test_user_loop_equals_the_emulator(model, schedule, micro, stages, optimizer):
-    cfg = _cfg(model, schedule, micro, stages, optimizer)
+# the IR's synchronous warm-up phase and the emulator's learning-rate mitigations
+OPTIONS = [
+    ("lenet5", "pipedream", 1, 3, "sgd", {"warmup": 3}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"staleness_lr": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"pipemare_lr": True, "pipemare_warmup": 4}),
+    ("lenet5", "2bw", 2, 3, "sgd", {"pipemare_lr": True}),
+    (GPT, "stale", 1, 3, "adamw", {"staleness_lr": True, "pipemare_lr": True}),
+]
+
+
+@pytest.mark.parametrize(("model", "schedule", "micro", "stages", "optimizer", "options"),
+                         [(*c, {}) for c in CASES] + OPTIONS)
+def test_user_loop_equals_the_emulator(model, schedule, micro, stages, optimizer, options):
+    cfg = _cfg(model, schedule, micro, stages, optimizer, **options)
     emu = _emulate(cfg)
     losses, pipe = _user_loop(cfg, emu)
     assert losses == [emu.state.losses[t] for t in range(STEPS)]

@@ -42,6 +42,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from stalesim.errors import StalesimError
+from stalesim.inject.mitigate import StageLR
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
 from stalesim.runtime.weight_tokens import WeightTokens, ptr_map, storage_ptr
@@ -78,12 +79,15 @@ class StalePipeline:
     ``switch``/``stages_per_device`` for ``steps`` batches) or a built
     :class:`~stalesim.schedule.Schedule` of ``steps`` batches. ``split``: one entry per
     stage (module-name prefixes or submodules, :func:`~stalesim.inject.stages.named_split`);
-    without it ``stages`` (default 2) even stages by parameter count.
+    without it ``stages`` (default 2) even stages by parameter count. ``staleness_lr``,
+    ``pipemare_lr``, ``pipemare_warmup``: the emulator's learning-rate mitigations
+    (:mod:`stalesim.inject.mitigate`; the optimizer then needs :meth:`param_groups`).
     """
 
     def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
                  stages: int | None = None, split: list[StageSpec] | None = None, microbatches: int = 1,
-                 warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None) -> None:
+                 warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None,
+                 staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0) -> None:
         if not isinstance(model, nn.Module):
             raise StalesimError(f"model: expected an nn.Module, got {type(model).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -121,6 +125,8 @@ class StalePipeline:
         self.store = VersionStore(self.table, cut.params)
         self.tokens = [WeightTokens(ps) for ps in cut.params]
         self.log = VersionTable(self.S)  # the versions actually read and produced
+        self.lr = StageLR(sched, staleness_lr=staleness_lr, pipemare_lr=pipemare_lr,
+                          pipemare_warmup=pipemare_warmup)
         self.forwards = 0  # forwards with grad since the last step: the next micro-batch's index
         self._open: list[_Forward | None] = []
         self._handles: list[RemovableHandle] = [
@@ -137,12 +143,13 @@ class StalePipeline:
         if isinstance(optimizer, CLOSURE_OPTIMIZERS):
             raise StalesimError(f"optimizer: {type(optimizer).__name__} re-runs the model inside step() (a "
                                 f"closure), so its forwards would read as micro-batches; not supported")
-        ours = {id(p) for ps in self.split.params for p in ps}
+        stage_of = {id(p): s for s, ps in enumerate(self.split.params) for p in ps}
         for g, group in enumerate(optimizer.param_groups):
             for p in group["params"]:
-                if id(p) not in ours:
+                if id(p) not in stage_of:
                     raise StalesimError(f"optimizer: param group {g} holds a tensor of shape {tuple(p.shape)} "
                                         f"that is no trainable parameter of a stage")
+        self.lr.bind(optimizer, stage_of)
         self._handles += [optimizer.register_step_pre_hook(self._before_step),
                           optimizer.register_step_post_hook(self._after_step)]
         return optimizer
@@ -157,9 +164,11 @@ class StalePipeline:
             raise StalesimError(f"optimizer.step(): step {t} ran {self.forwards} forward(s) with grad; the "
                                 f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
         self.store.before_update()
+        self.lr.scale(opt, t)
 
     def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         t = self.store.version
+        self.lr.restore(opt)
         self.store.after_update()
         for s in range(self.S):
             self.log.upd[(0, s, t)] = t + 1
@@ -236,6 +245,11 @@ class StalePipeline:
         tok = self.tokens[s]
         with tok.reading(self.store.weights(s, v_b)):
             return tok.unpack(token)
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """One optimizer param group per stage (``torch.optim.SGD(pipe.param_groups(), lr=...)``),
+        as a per-stage learning-rate mitigation needs."""
+        return [{"params": list(ps)} for ps in self.split.params]
 
     # ------------------------------------------------------------- reporting
     def versions_match(self) -> bool:
