@@ -114,7 +114,7 @@ def test_cli_plan_workload(tmp_path):
     (["--workload", "llama2-70b", "--node", "dgx-h100", "--devices", "1024", "--tp", "8", "--pp", "8",
       "--target-loss", "2.0"], "--target-loss: does not apply to --workload"),
     (["--workload", "llama2-70b", "--node", "dgx-h100", "--devices", "100", "--tp", "8", "--pp", "8"],
-     "devices: 100 GPUs are not a multiple of tp x pp = 64"),
+     "devices: 100 GPUs are not a multiple of tp x cp x pp = 64"),
     (["--devices", "2", "--tp", "2", "--target-loss", "1.0", "--out", "x"], "--tp: needs --workload"),
     (["--devices", "2", "--target-loss", "1.0"], "out: give --out"),
 ])
@@ -164,3 +164,20 @@ def test_first_last_is_placed_over_each_schedules_own_stages():
     assert all(r["error"] is None for r in rows)
     with pytest.raises(StalesimError, match="pp: 30 layers do not split into pp x chunks = 4"):
         predict_llm(spec, replace(base, schedule="zb-v", chunks=2), hw)  # what first-last makes possible
+
+
+def test_cli_plan_workload_takes_the_plan_flags():
+    """plan --workload reads --cp, --framework, the overlap switches and --stage-layers into every
+    candidate's plan (the same fields simulate reads), and shows the range over the open choices."""
+    argv = ["plan", "--workload", "llama2-70b", "--devices", "128", "--tp", "8", "--pp", "4", "--cp", "2",
+            "--node", "dgx-h100", "--batch-size", "64", "--framework", "megatron-distopt", "--dp-overlap", "no",
+            "--stage-layers", "20,20,20,20", "--schedules", "1f1b", "--json"]
+    code, stdout, _err = _cli(argv)
+    assert code == 0
+    doc = json.loads(stdout)
+    plan = doc["plan"]
+    assert (plan["tp"], plan["cp"], plan["pp"], plan["dp"]) == (8, 2, 4, 2)
+    assert plan["framework"] == "megatron-distopt" and plan["dp_overlap"] is False
+    assert plan["stage_layers"] == [20, 20, 20, 20]
+    row = doc["rows"][0]
+    assert row["schedule"] == "1f1b" and row["error"] is None and row["iteration_s"] > 0

@@ -128,8 +128,10 @@ def test_sweep_takes_a_model_spec_and_cp(tmp_path, capsys):
     (["simulate", *LLAMA, "--pp", "6", "--stage-layers", "first-last"], "first-last needs layers + 2 = 82"),
     (["simulate", *LLAMA, "--framework", "jax"], "framework: expected one of megatron"),
     (["simulate", *LLAMA, "--dp-overlap", "maybe"], "--dp-overlap: expected yes or no"),
-    (["plan", "--workload", "llama2-70b", "--devices", "64", "--tp", "8", "--node", "dgx-h100", "--cp", "2"],
-     "--cp: plan --workload does not take it yet"),
+    (["plan", "--workload", "llama2-70b", "--devices", "64", "--tp", "8", "--node", "dgx-h100", "--cp", "3"],
+     "devices: 64 GPUs are not a multiple of tp x cp x pp = 24"),
+    (["plan", "--workload", "llama2-70b", "--devices", "64", "--tp", "8", "--node", "dgx-h100", "--framework", "jax"],
+     "framework: expected one of megatron"),
 ])
 def test_bad_shape_and_split_flags_are_one_line_errors(capsys, argv, needle):
     try:

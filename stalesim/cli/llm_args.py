@@ -165,21 +165,9 @@ def workload_spec(args: argparse.Namespace) -> TransformerSpec:
     from stalesim.workloads.model_spec import load_model_spec
     from stalesim.workloads.transformer import get_preset
 
-    _refuse_unplumbed(args)
     spec = load_model_spec(args.model_spec) if getattr(args, "model_spec", None) else get_preset(args.workload)
     changes = {f: getattr(args, f) for f in SHAPE_FLAGS if getattr(args, f, None) is not None}
     return spec.with_(**changes) if changes else spec
-
-
-def _refuse_unplumbed(args: argparse.Namespace) -> None:
-    """``plan --workload`` builds its plan itself and does not read the plan flags added for
-    ``simulate``/``sweep`` yet: refuse them there rather than ignore them silently."""
-    if getattr(args, "mitigations", None) is None:  # simulate and sweep have no --mitigations
-        return
-    for name in ("cp", "stage_layers", "framework", *OVERLAP_FLAGS):
-        if getattr(args, name, None) is not None:
-            raise StalesimError(f"--{name.replace('_', '-')}: plan --workload does not take it yet "
-                                f"(use simulate or sweep --workload)")
 
 
 def llm_hardware(args: argparse.Namespace) -> Any:

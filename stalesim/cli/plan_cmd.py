@@ -363,7 +363,7 @@ def _run_workload(args: argparse.Namespace) -> int:
     iteration time among those that fit (stalesim.plan.llm); nothing is emulated."""
     import sys
 
-    from stalesim.cli.llm_args import llm_hardware, workload_spec
+    from stalesim.cli.llm_args import FIRST_LAST, llm_hardware, open_choices, workload_spec
     from stalesim.plan.llm import LLM_MITIGATIONS, llm_rows, llm_table
     from stalesim.sim.parallel import ParallelPlan, describe, supported_schedules
 
@@ -375,19 +375,26 @@ def _run_workload(args: argparse.Namespace) -> int:
                                 f"it ranks by predicted iteration time and memory per GPU)")
     spec = workload_spec(args)
     hw = llm_hardware(args)
-    tp, pp = args.tp or 1, args.pp or 1
-    if args.devices % (tp * pp):
-        raise StalesimError(f"devices: {args.devices} GPUs are not a multiple of tp x pp = {tp * pp}")
-    dp = args.devices // (tp * pp)
+    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
+    if args.devices % (tp * cp * pp):
+        raise StalesimError(f"devices: {args.devices} GPUs are not a multiple of tp x cp x pp = {tp * cp * pp}")
+    dp = args.devices // (tp * cp * pp)
     b = args.micro_batch or 1
     batch = args.batch_size or dp * b * (args.microbatches or 2 * pp)
-    base = ParallelPlan(tp=tp, pp=pp, dp=dp, micro_batch=b, global_batch=batch, sp=args.sp,
+    base = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=b, global_batch=batch, sp=args.sp,
                         recompute=args.recompute or "none", zero=args.zero or 0,
-                        optimizer=args.optimizer or "adam", precision=args.precision or "mixed")
+                        optimizer=args.optimizer or "adam", precision=args.precision or "mixed",
+                        framework=args.framework or "megatron", tp_overlap=args.tp_overlap,
+                        dp_overlap=args.dp_overlap, zero_prefetch=args.zero_prefetch,
+                        stage_layers=args.stage_layers if isinstance(args.stage_layers, tuple) else None)
     schedules = args.schedules or supported_schedules()
     mits = list(LLM_MITIGATIONS) if "all" in args.mitigations else args.mitigations
-    rows = llm_rows(spec, hw, base, schedules, mits, iterations=args.iterations)
-    header = (f"plan: {spec.name} on {args.devices} GPUs ({describe(hw)}); tp {tp} x pp {pp} x dp {dp}, "
+    rows = llm_rows(spec, hw, base, schedules, mits, iterations=args.iterations, open_choices=open_choices(args),
+                    first_last=args.stage_layers == FIRST_LAST)
+    reasons = {r["error"] for r in rows}
+    if len(reasons) == 1 and None not in reasons:  # a flag every candidate refuses: the user's input
+        raise StalesimError(reasons.pop())
+    header = (f"plan: {spec.name} on {args.devices} GPUs ({describe(hw)}); tp {tp} x cp {cp} x pp {pp} x dp {dp}, "
               f"{batch} sequences of {spec.seq} per iteration, micro-batch {b}, recompute {base.recompute}, "
               f"zero {base.zero}, {base.optimizer} ({base.precision}); ranked by predicted iteration time "
               f"among the candidates that fit {hw.device.memory_bytes / 1e9:.0f} GB per GPU")
