@@ -1,23 +1,160 @@
-"""The communication of an LLM-scale plan: per-rank hardware, pipeline messages, data-parallel and ZeRO collectives."""
+"""The communication of an LLM-scale plan: per-rank hardware, pipeline messages, and the data-parallel,
+ZeRO and FSDP collectives with each framework's bucketing and overlap.
+
+Collectives (:func:`ring_s`) follow NCCL's own cost model for its ring algorithm
+(``src/graph/tuning.cc``, ``ncclTopoTuneModel``): an all-gather or a reduce-scatter of ``n`` bytes
+over ``P`` ranks takes ``P - 1`` steps, an all-reduce ``2 (P - 1)``; of those, ``m - 1``
+(all-reduce: ``2 (m - 1)``) cross the network when the group spans ``m`` nodes and the rest stay on
+the node's link, each step paying that hop's latency, plus one base latency per call. Each rank
+moves ``(P - 1) / P x n`` bytes (all-reduce twice that) at the ring's bottleneck bandwidth: the
+node's link on one node; across nodes the smaller of the node's link and the network bandwidth of
+the group's members on one node together (NCCL runs one ring channel per NIC, so ``k`` members of a
+node with one NIC each give ``k`` NICs' bandwidth: the same bytes per NIC as the hierarchical
+all-reduce of :meth:`stalesim.workloads.hardware.ClusterSpec.allreduce_time`). The latency term
+grows with the ring: at 1,536 ranks a call costs milliseconds, which is why ZeRO-3 slows down as
+its data-parallel group grows.
+
+Frameworks (:data:`FRAMEWORK_COMM`) differ in how many collectives they issue (buckets, one per
+layer, one per model chunk) and in what they overlap with compute; each default is read from the
+framework's source and cited there.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from stalesim.errors import StalesimError
 from stalesim.sim.model import NS, SimHardware
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from stalesim.sim.llm_plan import ParallelPlan
     from stalesim.workloads.hardware import Hardware
 
-__all__ = ["dp_allreduce_s", "p2p_s", "rank_hardware", "zero_collectives"]
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "COLLECTIVES", "FRAMEWORK_COMM", "NCCL_LATENCY", "REDUCE_SCATTER",
+           "FrameworkComm", "NcclLatency", "Overlaps", "allgather_s", "allreduce_s", "dp_allreduce_s",
+           "dp_sync_s", "group_layout", "overlapped_s", "overlaps", "p2p_s", "rank_hardware", "reduce_scatter_s",
+           "ring_s", "sharding_stage", "tp_backward_hidden_s", "zero_collectives"]
+
+ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE = "all-gather", "reduce-scatter", "all-reduce"
+COLLECTIVES = (ALL_GATHER, REDUCE_SCATTER, ALL_REDUCE)
 
 
-# ---------------------------------------------------------------- stage costs
+@dataclass(frozen=True)
+class NcclLatency:
+    """Seconds per ring step by hop type and the base latency of one call (NCCL's ``baseLat`` and
+    ``hwLat`` tables for the Ring algorithm and the Simple protocol, which NCCL picks for the
+    megabyte-sized messages of training)."""
+
+    base: float
+    nvlink: float
+    pci: float
+    net: float
+
+
+# NCCL src/graph/tuning.cc (v2.12 to v2.18): baseLat Ring/Simple 8.4 us; hwLat Ring/Simple
+# NVLink 3.4 us, PCI 5.7 us, NET 9.6 us. A step never costs less than its link's own latency.
+NCCL_LATENCY = NcclLatency(base=8.4e-6, nvlink=3.4e-6, pci=5.7e-6, net=9.6e-6)
+
+
+# ---------------------------------------------------------------- frameworks
+@dataclass(frozen=True)
+class FrameworkComm:
+    """What a framework overlaps by default and how it groups its collectives.
+
+    ``tp_overlap``: the backward's tensor-parallel collective runs while the weight-gradient GEMM
+    computes. ``dp_overlap``: gradient buckets are reduced during the backward. ``zero_prefetch``:
+    ZeRO-3/FSDP all-gather the next unit's weights while the current one computes.
+    ``grad_bucket``: elements per gradient-reduce bucket (None: one collective per model chunk);
+    ``grad_bucket_per_rank``: added elements per data-parallel rank (Megatron's rule);
+    ``gather_bucket``: elements per ZeRO-3 parameter fetch (None: one fetch per layer);
+    ``tensors_per_layer``: the largest number of fetches a layer needs (one per weight matrix).
+    """
+
+    tp_overlap: bool
+    dp_overlap: bool
+    zero_prefetch: bool
+    grad_bucket: float | None
+    gather_bucket: float | None
+    tensors_per_layer: int
+    source: str
+    grad_bucket_per_rank: float = 0.0
+
+
+_MEGATRON = (
+    "Megatron-LM megatron/training/arguments.py: --overlap-grad-reduce, --overlap-param-gather and "
+    "--tp-comm-overlap are store_true flags (off by default); megatron/core/tensor_parallel/layers.py "
+    "(LinearWithGradAccumulationAndAsyncCommunication) launches the input-gradient all-reduce (with "
+    "sequence parallelism: reduce-scatter) asynchronously before the weight-gradient GEMM, always; "
+    "megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(4e7, 1e6 x dp) "
+    "elements with --overlap-grad-reduce, else one bucket per model chunk")
+FRAMEWORK_COMM: dict[str, FrameworkComm] = {
+    "megatron": FrameworkComm(tp_overlap=True, dp_overlap=False, zero_prefetch=False, grad_bucket=4e7,
+                              grad_bucket_per_rank=1e6, gather_bucket=None, tensors_per_layer=1, source=_MEGATRON),
+    "megatron-distopt": FrameworkComm(tp_overlap=True, dp_overlap=False, zero_prefetch=False, grad_bucket=4e7,
+                                      grad_bucket_per_rank=1e6, gather_bucket=None, tensors_per_layer=1,
+                                      source=_MEGATRON),
+    "deepspeed": FrameworkComm(
+        tp_overlap=False, dp_overlap=False, zero_prefetch=True, grad_bucket=5e8, gather_bucket=5e7,
+        tensors_per_layer=4,
+        source="DeepSpeed deepspeed/runtime/zero/config.py: reduce_bucket_size = allgather_bucket_size = 5e8 "
+               "elements, stage3_prefetch_bucket_size = 5e7 (prefetching on), overlap_comm defaults to True "
+               "for stage 3 only (validator overlap_comm_valid); parameters are fetched per submodule, so "
+               "a layer's four weight matrices are at most four fetches; no tensor parallelism of its own"),
+    "fsdp2": FrameworkComm(
+        tp_overlap=False, dp_overlap=True, zero_prefetch=True, grad_bucket=None, gather_bucket=None,
+        tensors_per_layer=1,
+        source="PyTorch torch/distributed/fsdp/_fully_shard: one all-gather and one reduce-scatter per "
+               "fully_shard unit (torchtitan wraps each transformer block), issued on separate streams: "
+               "the next unit's all-gather is prefetched (implicit forward prefetch, backward prefetch "
+               "by default) and reduce-scatters overlap the remaining backward"),
+}
+
+
+@dataclass(frozen=True)
+class Overlaps:
+    """The plan's overlaps, each the plan's own setting or its framework's default."""
+
+    tp: bool
+    dp: bool
+    prefetch: bool
+
+
+def framework_comm(plan: ParallelPlan) -> FrameworkComm:
+    if plan.framework not in FRAMEWORK_COMM:
+        raise StalesimError(f"framework: expected one of {', '.join(FRAMEWORK_COMM)}, got {plan.framework!r}")
+    return FRAMEWORK_COMM[plan.framework]
+
+
+def overlaps(plan: ParallelPlan) -> Overlaps:
+    """``plan.tp_overlap`` / ``dp_overlap`` / ``zero_prefetch``, None meaning the framework's default."""
+    fw = framework_comm(plan)
+    # DeepSpeed's overlap_comm defaults to on for ZeRO stage 3 only
+    dp_default = fw.dp_overlap or (plan.framework == "deepspeed" and sharding_stage(plan) == 3)
+    return Overlaps(tp=fw.tp_overlap if plan.tp_overlap is None else plan.tp_overlap,
+                    dp=dp_default if plan.dp_overlap is None else plan.dp_overlap,
+                    prefetch=fw.zero_prefetch if plan.zero_prefetch is None else plan.zero_prefetch)
+
+
+def sharding_stage(plan: ParallelPlan) -> int:
+    """The ZeRO stage the framework runs: Megatron's distributed optimizer shards the optimizer
+    state (stage 1) at least; FSDP2 with ``zero`` 0 is torchtitan's default (3 without a pipeline,
+    2 with one: ``reshard_after_forward`` off under pipeline parallelism)."""
+    if plan.framework == "megatron-distopt":
+        return max(plan.zero, 1) if plan.dp > 1 else 0
+    if plan.framework == "fsdp2" and plan.zero == 0 and plan.dp > 1:
+        return 3 if plan.pp == 1 else 2
+    return plan.zero if plan.dp > 1 else 0
+
+
+# ---------------------------------------------------------------- hardware
 def rank_hardware(hw: Hardware, tp: int) -> SimHardware:
     """The simulator's hardware with one tensor-parallel group as a device: a node of G GPUs
-    holds G / t such devices; links and NICs stay per GPU (each rank moves its 1/t)."""
+    holds G / t such devices; links and NICs stay per GPU (each rank moves its 1/t over its own
+    GPU's NIC: the catalog's nodes have one per GPU)."""
     sim = SimHardware.from_hardware(hw)
     if sim.cluster is not None:
         G = sim.cluster.node_size
@@ -25,52 +162,231 @@ def rank_hardware(hw: Hardware, tp: int) -> SimHardware:
     return sim
 
 
-def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ...], f: list[float],
-                      bk: list[float], wg: list[float]) -> tuple[list[float], list[float], list[float],
-                                                                  tuple[int, ...]]:
-    """ZeRO's communication per stage (Rajbhandari et al. 2020, section 7: 2 x the parameters per
-    step for stages 1 and 2, 3 x for stage 3), with gradient accumulation over M micro-batches as
-    DeepSpeed runs it, not overlapped with compute (as every collective here):
-
-    * stage 0/1: the gradients accumulate locally; one all-reduce (1: reduce-scatter + the
-      updated weights' all-gather, the same bytes) at the end of the batch;
-    * stage 2: each micro-batch's backward reduce-scatters its gradients into the rank's shard
-      (in the weight-gradient part W), and the updated weights are all-gathered at the end;
-    * stage 3: each micro-batch's forward and backward all-gather the stage's weights, its
-      backward reduce-scatters the gradients; nothing is left for the end of the batch.
-
-    A reduce-scatter or all-gather of n bytes is timed as an all-reduce of n / 2 (the ring's
-    bandwidth term; its latency term counted twice). Returns F, B and W seconds per micro-batch
-    and the end-of-batch all-reduce bytes (empty: the whole gradient all-reduce)."""
-    if plan.zero <= 1 or plan.dp <= 1:
-        return f, bk, wg, ()
-    half = [dp_allreduce_s(sim, plan, pb // 2) for pb in pbytes]  # one reduce-scatter or all-gather
-    bk = [x + c for x, c in zip(bk, half)]
-    wg = [x + c for x, c in zip(wg, half)]
-    if plan.zero == 2:
-        return f, bk, wg, tuple(pb // 2 for pb in pbytes)
-    f = [x + c for x, c in zip(f, half)]
-    bk = [x + c for x, c in zip(bk, half)]
-    return f, bk, wg, (0,) * len(pbytes)
-
-
-def p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
-    """One inter-stage message: the network when a pipeline spans nodes, else the node's link."""
+def group_layout(sim: SimHardware, size: int) -> tuple[int, int]:
+    """``(k, m)``: a group of ``size`` consecutive rank devices has ``k`` members on each of ``m``
+    nodes (Megatron's rank order puts a stage's data-parallel ranks next to each other)."""
     c = sim.cluster
-    # Megatron's rank order (tensor, data, pipeline): a stage's dp ranks are consecutive, so a
-    # node of G / t rank groups holds (G / t) / dp stages
-    if c is not None and plan.pp * plan.dp > c.node_size:
-        return (c.inter_latency_ns + c.serialize_ns(nbytes)) / NS
-    return sim.p2p_ns(nbytes) / NS
+    if c is None or size <= c.node_size:
+        return size, 1
+    return c.node_size, math.ceil(size / c.node_size)
+
+
+def _hop_latency(link_latency_s: float, nccl_s: float) -> float:
+    return max(link_latency_s, nccl_s)
+
+
+def ring_s(sim: SimHardware, op: str, nbytes: float, size: int) -> float:
+    """Seconds of one ring ``op`` (:data:`COLLECTIVES`) of ``nbytes`` (the full buffer: an
+    all-gather's output, a reduce-scatter's input) over ``size`` rank devices (module doc)."""
+    if op not in COLLECTIVES:
+        raise StalesimError(f"collective: expected one of {', '.join(COLLECTIVES)}, got {op!r}")
+    P = int(size)
+    if P <= 1 or nbytes <= 0 or sim.is_ideal:
+        return 0.0
+    k, m = group_layout(sim, P)
+    twice = 2 if op == ALL_REDUCE else 1
+    steps, inter_steps = twice * (P - 1), twice * (m - 1)
+    gpu_link = sim.link.startswith(("nvlink", "pcie"))
+    nccl = NCCL_LATENCY
+    intra = _hop_latency(sim.latency_ns / NS, (nccl.nvlink if sim.link.startswith("nvlink") else nccl.pci)
+                         if gpu_link else 0.0)
+    lat = (nccl.base if gpu_link else 0.0) + (steps - inter_steps) * intra
+    bw = sim.bandwidth_Bps
+    c = sim.cluster
+    if m > 1 and c is not None:
+        lat += inter_steps * _hop_latency(c.inter_latency_ns / NS, nccl.net)
+        bw = min(bw, k * c.inter_bandwidth_Bps)
+    return lat + (0.0 if math.isinf(bw) else steps / P * nbytes / bw)
+
+
+def allgather_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
+    """``count`` all-gathers of ``nbytes / count`` each over the plan's data-parallel group."""
+    return _calls(sim, plan, ALL_GATHER, nbytes, count)
+
+
+def reduce_scatter_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
+    """``count`` reduce-scatters of ``nbytes / count`` each over the data-parallel group."""
+    return _calls(sim, plan, REDUCE_SCATTER, nbytes, count)
+
+
+def allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
+    """``count`` all-reduces of ``nbytes / count`` each over the data-parallel group."""
+    return _calls(sim, plan, ALL_REDUCE, nbytes, count)
+
+
+def _calls(sim: SimHardware, plan: ParallelPlan, op: str, nbytes: float, count: int) -> float:
+    if nbytes <= 0 or plan.dp <= 1:
+        return 0.0
+    n = max(1, int(count))
+    return n * ring_s(sim, op, nbytes / n, plan.dp)
 
 
 def dp_allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
-    """A stage's gradient all-reduce over its ``dp`` replicas (Megatron's rank order: tensor,
-    then data, then pipeline), hierarchical on a cluster (:meth:`SimHardware.group_allreduce_ns`).
-    ZeRO-2/3 move other bytes (:func:`zero_collectives`)."""
-    if plan.dp <= 1 or nbytes <= 0:
+    """One all-reduce of ``nbytes`` over a stage's ``dp`` replicas (:func:`ring_s`)."""
+    return allreduce_s(sim, plan, nbytes)
+
+
+def overlapped_s(comm_s: float, calls: int, compute_s: float) -> float:
+    """Exposed seconds of ``calls`` equal collectives (``comm_s`` in all) issued one per unit of
+    ``calls`` equal units of compute (``compute_s`` in all), each overlapping the next unit's
+    compute: the first (or last) call is exposed, the others only where they outlast the unit
+    they hide under: ``c + (n - 1) max(0, c - t / n)``."""
+    n = max(1, int(calls))
+    c = comm_s / n
+    return c + (n - 1) * max(0.0, c - compute_s / n)
+
+
+def _buckets(nbytes: float, element_bytes: float, bucket: float | None) -> int:
+    if bucket is None or nbytes <= 0:
+        return 1
+    return max(1, math.ceil(nbytes / element_bytes / bucket))
+
+
+def _grad_bucket(plan: ParallelPlan, fw: FrameworkComm, ov: Overlaps) -> float | None:
+    if fw.grad_bucket is None:
+        return None
+    if fw.grad_bucket_per_rank and not ov.dp:  # Megatron: one bucket per model chunk unless overlapped
+        return None
+    return max(fw.grad_bucket, fw.grad_bucket_per_rank * plan.dp)
+
+
+def _gathers(plan: ParallelPlan, fw: FrameworkComm, nbytes: float, element_bytes: float, layers: int | None) -> int:
+    """ZeRO-3 / FSDP parameter fetches of a stage's ``nbytes``: per bucket, at most
+    ``tensors_per_layer`` per layer (a tensor larger than the bucket is fetched whole); one per
+    layer without a bucket; without a layer count, the bucket count (or one)."""
+    by_bucket = _buckets(nbytes, element_bytes, fw.gather_bucket)
+    if layers is None:
+        return by_bucket
+    if fw.gather_bucket is None:
+        return max(1, layers)
+    return max(1, min(by_bucket, layers * fw.tensors_per_layer))
+
+
+# ---------------------------------------------------------------- stage costs
+def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ...], f: list[float],
+                     bk: list[float], wg: list[float], *, layers: Sequence[int] | None = None,
+                     ) -> tuple[list[float], list[float], list[float], tuple[int, ...]]:
+    """ZeRO-2/3 and FSDP communication per micro-batch, added to each stage's F, B and W seconds
+    (``pbytes``: a stage's weight bytes per rank; ``layers``: its layer count, None when unknown).
+
+    Per micro-batch, by the stage the framework runs (:func:`sharding_stage`):
+
+    * stage 2 without a pipeline: the backward reduce-scatters the gradients (in the weight-gradient
+      part W) in ``reduce_bucket_size`` buckets; DeepSpeed all-gathers the updated weights at the
+      end of the batch, FSDP2 in every forward (it reshards after each backward);
+    * stage 3: the forward and the backward all-gather the stage's weights (one fetch per layer or
+      prefetch bucket) and the backward reduce-scatters the gradients;
+    * with a pipeline (FSDP2 under ``torch.distributed.pipelining``, whose stages turn off gradient
+      sync and resharding after backward until the last micro-batch): stage 2 keeps the gathered
+      weights for the whole batch and stage 3 still all-gathers them per micro-batch; the
+      gradients are reduce-scattered once, at the end of the batch.
+
+    With prefetch (:func:`overlaps`), a fetch hides under the previous unit's compute and the
+    reduce-scatters under the rest of the backward (:func:`overlapped_s`). Returns F, B, W and the
+    end-of-batch bytes the event engine all-reduces (a reduce-scatter plus an all-gather of ``n``
+    move what an all-reduce of ``n`` does; an all-gather alone, half of it)."""
+    z = sharding_stage(plan)
+    if z <= 1:
+        return f, bk, wg, ()
+    fw, ov = framework_comm(plan), overlaps(plan)
+    element_bytes = plan.full_state.weights  # buckets count elements of the weights' dtype
+    S = len(pbytes)
+    nl: list[int | None] = list(layers) if layers is not None else [None] * S
+    f, bk, wg = list(f), list(bk), list(wg)
+    end: list[int] = []
+    piped = plan.pp > 1
+    # FSDP2 gathers its weights in the forward of every micro-batch (it reshards after each
+    # backward); DeepSpeed's stage 2 keeps them replicated and gathers the updated ones at the end
+    gather_forward = z >= 3 or (z == 2 and plan.framework == "fsdp2" and not piped)
+    for s, pb in enumerate(pbytes):
+        gathers = _gathers(plan, fw, pb, element_bytes, nl[s])
+        rs_calls = gathers if fw.grad_bucket is None else _buckets(pb, element_bytes, fw.grad_bucket)
+        rs = 0.0 if piped else reduce_scatter_s(sim, plan, pb, rs_calls)
+        ag_f = allgather_s(sim, plan, pb, gathers) if gather_forward else 0.0
+        ag_b = allgather_s(sim, plan, pb, gathers) if z >= 3 else 0.0
+        if ov.prefetch and ag_f:
+            ag_f = overlapped_s(ag_f, gathers, f[s])
+        if ov.prefetch or ov.dp:  # the backward's fetches and reduce-scatters share the comm stream
+            comm_b = overlapped_s(ag_b + rs, max(gathers, rs_calls), bk[s])
+        else:
+            comm_b = ag_b + rs
+        f[s] += ag_f
+        bk[s] += comm_b
+        wg[s] += min(comm_b, rs)  # the reduce-scatter follows the weight gradients
+        if piped:  # the batch's one reduce-scatter (+ stage 2: the next batch's one all-gather)
+            end.append(pb // 2 if z >= 3 else pb)
+        else:  # DeepSpeed's stage 2: the updated weights' all-gather
+            end.append(pb // 2 if z == 2 and not gather_forward else 0)
+    return f, bk, wg, tuple(end)
+
+
+def dp_sync_s(sim: SimHardware, plan: ParallelPlan, pbytes: Sequence[int], backward_s: float) -> float:
+    """Exposed seconds of a device's end-of-batch gradient synchronisation over its stages'
+    weight bytes ``pbytes`` (one entry per model chunk; ``backward_s``: the last micro-batch's
+    backward seconds on the device, what a bucketed reduce can hide under).
+
+    * stage 0: an all-reduce per gradient bucket (Megatron: one per model chunk, or buckets of
+      ``max(4e7, 1e6 dp)`` elements with ``--overlap-grad-reduce``; DeepSpeed: 5e8-element buckets);
+    * stage 1 (and Megatron's distributed optimizer): a reduce-scatter of the gradients and an
+      all-gather of the updated weights, the same buckets;
+    * stage 2: the all-gather of the updated weights (the reduce-scatters ran per micro-batch);
+    * stage 2/3 under a pipeline (FSDP2): the one reduce-scatter of the batch (stage 2: and the
+      next batch's one all-gather); stage 3 otherwise, and FSDP2's stage 2: nothing.
+
+    With ``dp_overlap`` the reduce of each bucket runs under the backward of the layers before it,
+    and only what outlasts that compute is exposed (:func:`overlapped_s`); the updated weights'
+    all-gather is exposed (Megatron's ``--overlap-param-gather``, off by default, would hide it
+    under the next forward)."""
+    z = sharding_stage(plan)
+    if plan.dp <= 1:
         return 0.0
-    G = sim.cluster.node_size if sim.cluster is not None else plan.dp
-    k = min(plan.dp, G)
-    per_node = [k] * (plan.dp // k) + ([plan.dp % k] if plan.dp % k else [])
-    return sim.group_allreduce_ns(nbytes, per_node) / NS
+    fw, ov = framework_comm(plan), overlaps(plan)
+    element_bytes = plan.full_state.weights
+    bucket = _grad_bucket(plan, fw, ov)
+    reduce_s, calls, gather_s = 0.0, 0, 0.0
+    for pb in pbytes:
+        if pb <= 0:
+            continue
+        n = _buckets(pb, element_bytes, bucket)
+        if z == 0:
+            reduce_s += allreduce_s(sim, plan, pb, n)
+        elif z == 1 or plan.pp > 1:
+            reduce_s += reduce_scatter_s(sim, plan, pb, n)
+            if z <= 2:
+                gather_s += allgather_s(sim, plan, pb, n)
+        elif z == 2 and plan.framework != "fsdp2":
+            gather_s += allgather_s(sim, plan, pb, _buckets(pb, element_bytes, fw.grad_bucket))
+        calls += n
+    if z >= 2 and plan.pp == 1:
+        return gather_s
+    if ov.dp and calls:
+        reduce_s = overlapped_s(reduce_s, calls, backward_s)
+    return reduce_s + gather_s
+
+
+def tp_backward_hidden_s(collective_s: float, colpar_wgrad_s: float, collectives: int = 2) -> float:
+    """Seconds of a layer's backward tensor-parallel collectives hidden under its weight-gradient
+    GEMMs (Megatron: the input-gradient all-reduce of each column-parallel linear (QKV, MLP in)
+    runs while that linear's weight gradient computes): ``min(collectives x c, W of those linears)``."""
+    return min(collectives * collective_s, colpar_wgrad_s)
+
+
+def p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
+    """One inter-stage message, averaged over the S - 1 hops a micro-batch takes through the
+    pipeline's S = pp x chunks stages: the network for hops between nodes, the node's link for the
+    others. Megatron's rank order (tensor, data, pipeline) puts a stage's dp rank groups next to
+    each other, so a node of G / t rank groups holds (G / t) / dp consecutive pipeline ranks: of
+    the pp - 1 hops of one pass through the devices, ceil(pp / that) - 1 cross nodes, and the
+    wrap-around from the last device to the first (the next chunk) crosses too."""
+    c = sim.cluster
+    intra = sim.p2p_ns(nbytes) / NS
+    if c is None or plan.pp * plan.dp <= c.node_size:
+        return intra
+    inter = (c.inter_latency_ns + c.serialize_ns(nbytes)) / NS
+    per_node = max(1, c.node_size // plan.dp)
+    V, R = plan.chunks, plan.pp
+    hops = R * V - 1
+    if hops <= 0:
+        return inter
+    crossing = V * (math.ceil(R / per_node) - 1) + (V - 1)
+    return (crossing * inter + (hops - crossing) * intra) / hops

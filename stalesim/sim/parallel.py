@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
-from stalesim.sim.llm_comm import dp_allreduce_s, p2p_s
+from stalesim.sim.llm_comm import dp_sync_s, p2p_s
 from stalesim.sim.llm_costs import llm_costs, sim_options
 from stalesim.sim.llm_kernels import DEFAULT_EFFICIENCY, KernelEfficiency
 from stalesim.sim.llm_memory import device_memory, in_flight, weight_versions
@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # the LLM estimate's public names, defined in the llm_* modules and gathered here
 __all__ = ["KernelEfficiency", "LLMPrediction", "ParallelPlan", "event_pipeline", "family", "in_flight",
+           "interleaved_pipeline_s",
            "llm_costs", "predict_llm", "sim_options", "supported_schedules", "sweep_llm", "weight_versions"]
 
 
@@ -133,30 +134,36 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     R = S // V
     fb = [(f + b) / NS for f, b in zip(costs.f_ns, costs.b_ns)]
     c = p2p_s(sim, plan, costs.msg_bytes[0]) if S > 1 else 0.0
-    ar = [dp_allreduce_s(sim, plan, p) for p in costs.dp_bytes()]
     u = [x / NS for x in costs.u_ns]
+    bk = [x / NS for x in costs.b_ns]
+
+    def sync(stages: list[int]) -> float:
+        """The end-of-batch gradient synchronisation of a device holding ``stages`` (one model
+        chunk each), exposed after its last backward (:func:`dp_sync_s`)."""
+        return dp_sync_s(sim, plan, [costs.param_bytes[s] for s in stages], sum(bk[s] for s in stages))
+
     sched = plan.schedule
     fam = family(sched)
     devices: list[list[int]] = [list(range(d, S, R)) for d in range(R)]  # Megatron's loop placement
     event_acts: list[float] | None = None
     if fam == EVENT:
         pipe, devices, event_acts = event_pipeline(costs, sim, plan)
-        # the device that holds stage 0 runs the last backward: its all-reduce is exposed
+        # the device that holds stage 0 runs the last backward: its synchronisation is exposed
         d0 = next(i for i, st in enumerate(devices) if 0 in st)
-        exposed = dp_allreduce_s(sim, plan, sum(costs.dp_bytes()[s] for s in devices[d0]))
+        exposed = sync(devices[d0])
         it = pipe + exposed  # the simulated flush includes the update
     elif fam in (FILL_DRAIN, ONE_F_ONE_B):
         pipe = sum(fb) + (M - 1) * max(fb) + 2 * (S - 1) * c
-        it = pipe + ar[0] + u[0]  # stage 0 finishes its backwards last: its all-reduce is exposed
-        exposed = ar[0]
+        exposed = sync([0])  # stage 0 finishes its backwards last: its synchronisation is exposed
+        it = pipe + exposed + u[0]
     elif fam == INTERLEAVED:
-        work = [sum(fb[d::R]) for d in range(R)]
-        # the busiest device's work, plus the fill and drain: R - 1 chunks' F + B (Megatron's
-        # bubble, (R - 1)/V of a device's share), at the chunks' mean cost
-        pipe = M * max(work) + (R - 1) * sum(fb) / S + 2 * (S - 1) * c
-        it = pipe + ar[0] + u[0]
-        exposed = ar[0]
+        pipe = interleaved_pipeline_s([f / NS for f in costs.f_ns], bk, R, M, c)
+        # device 0 (stages 0, R, 2R, ...) runs the last backward: all its chunks' gradients are
+        # synchronised and updated after it
+        exposed = sync(devices[0])
+        it = pipe + exposed + sum(u[s] for s in devices[0])
     else:
+        ar = [sync([s]) for s in range(S)]
         per = [M * x + y for x, y in zip(fb, u)]
         pipe = max(per)
         if fam == DOUBLE_BUFFER:  # the all-reduce overlaps the next batch's micro-batches
@@ -180,6 +187,29 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         device_memory_bytes=mem_cap, fits=mem.total <= mem_cap,
         stage_forward_s=[x / NS for x in costs.f_ns], stage_backward_s=[x / NS for x in costs.b_ns],
         efficiency=eff.to_dict(), memory_low_bytes=mem.low, memory_high_bytes=mem.high)
+
+
+def interleaved_pipeline_s(f: list[float], b: list[float], R: int, M: int, c: float) -> float:
+    """Megatron's interleaved 1F1B over ``S = R V`` stages on ``R`` devices (stage s on device
+    s mod R), ``M`` micro-batches, inter-stage message ``c`` seconds: the flush's seconds.
+
+    Fill and drain: R - 1 chunks' F + B at the chunks' mean cost (Megatron's bubble, (R - 1) / V of
+    a device's share) and the 2 (S - 1) messages of the first forward and the last backward. The
+    steady phase: each device alternates one chunk's forward and another's backward, and every
+    chunk's output goes to the next device every micro-batch. In the steady state device d's k-th
+    forward starts a fixed offset after device d - 1's (it needs that forward's output: offset >=
+    f + c) and the forward of chunk v + 1 on device 0 comes R forwards after chunk v's, once the
+    activation went round all R devices; the backward chain runs the other way. Both loops give
+    a period per micro-batch of at least ``sum_s (max(f_s, b_s) + c) / R`` besides the busiest
+    device's work ``sum_{s on d} (f_s + b_s)``: the transfers are hidden while every chunk's
+    compute outlasts a message, and charged once they do not. The first R micro-batches only fill
+    (no steady state yet), so the loop bound applies to the other M - R."""
+    S = len(f)
+    fb = [x + y for x, y in zip(f, b)]
+    work = max(sum(fb[d::R]) for d in range(R))
+    loop = sum(max(x, y) + c for x, y in zip(f, b)) / R
+    first = min(M, R)
+    return first * work + (M - first) * max(work, loop) + (R - 1) * sum(fb) / S + 2 * (S - 1) * c
 
 
 def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> tuple[float, list[list[int]],
