@@ -14,6 +14,15 @@ on their ``sys.path`` before they import it (:func:`add_import_roots`).
 
 This module is free of torch; what the factories must return is checked where it is used
 (:mod:`stalesim.workloads.own` for models, :mod:`stalesim.runtime.owndata` for data sets).
+
+The user's code is fenced: an exception, and also ``sys.exit()`` (``SystemExit``, which
+``except Exception`` lets through, so a factory that exits used to end the command with
+status 0 as if it had run), while importing the module or calling the factory is one line
+naming the flag and the factory. :func:`user_exit` says whether a ``SystemExit`` that
+reached the command line came from the user's code (a model's ``forward`` or a data set's
+``__getitem__`` during training), so the entry point reports it the same way. With
+:data:`DEBUG_ENV` set (``STALESIM_DEBUG=1``) the user's own traceback is printed to stderr
+before that line, to find the failing line in the user's code.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ import importlib
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable, Iterable
+from types import TracebackType
 from typing import Any
 
 from stalesim.errors import StalesimError
@@ -31,6 +42,10 @@ from stalesim.errors import StalesimError
 # every part a Python identifier, so zoo names with a colon (gpt-char:n_layer=2) never match
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _SPEC = re.compile(rf"^({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)$")
+# set (to anything but "" or "0"): the user's own traceback goes to stderr before the one-line error
+DEBUG_ENV = "STALESIM_DEBUG"
+# the packages of this tool (found, not imported): a SystemExit raised in their code is the tool's own
+_OWN_PACKAGES = ("stalesim", "executor")
 
 
 def is_plugin(text: object) -> bool:
@@ -70,7 +85,12 @@ def resolve(text: str, flag: str) -> Callable[..., Any]:
             raise StalesimError(f"{flag}: cannot import module {modname!r} (not found on sys.path or in "
                                 f"{os.getcwd()}; put its folder on PYTHONPATH)") from None
         raise StalesimError(f"{flag}: importing {modname!r} failed: {type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:  # the module exits at import (a script's sys.exit(main()))
+        _debug(exc)
+        raise StalesimError(f"{flag}: importing {modname!r} called sys.exit({brief_code(exc)}); a module "
+                            "that holds a factory must not exit when imported") from None
     except Exception as exc:  # noqa: BLE001 - the user's module raised while importing: one line
+        _debug(exc)
         raise StalesimError(f"{flag}: importing {modname!r} failed: {type(exc).__name__}: "
                             f"{first_line(exc)}") from None
     obj: Any = module
@@ -92,8 +112,53 @@ def call_factory(text: str, flag: str) -> Any:
         return factory()
     except StalesimError:
         raise
+    except SystemExit as exc:
+        _debug(exc)
+        raise StalesimError(f"{flag}: {text.strip()}() called sys.exit({brief_code(exc)}); a factory must "
+                            "return its object") from None
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: say where, in one line
+        _debug(exc)
         raise StalesimError(f"{flag}: {text.strip()}() raised {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def user_exit(exc: SystemExit) -> str | None:
+    """The one-line error for a ``SystemExit`` raised by the user's code (the innermost
+    Python frame it passed is outside this tool's packages and Python's standard library:
+    a factory's model or data set calling ``sys.exit()`` while it trains), or None for the
+    tool's own exits (argparse, ``raise SystemExit(main())``), which keep their status."""
+    stdlib = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+    # the innermost frame outside the standard library (``exit()`` and argparse live there)
+    where = next((f for f in reversed(traceback.extract_tb(exc.__traceback__))
+                  if not (os.path.abspath(f.filename).startswith(stdlib) and "site-packages" not in f.filename)),
+                 None)
+    if where is None or os.path.abspath(where.filename).startswith(_own_roots()):
+        return None
+    _debug(exc)
+    return (f"user code called sys.exit({brief_code(exc)}) at {os.path.basename(where.filename)}:{where.lineno} "
+            f"(in {where.name}); the command did not finish")
+
+
+def _own_roots() -> tuple[str, ...]:
+    import importlib.util
+
+    roots = []
+    for name in _OWN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            roots.append(os.path.abspath(folder) + os.sep)
+    return tuple(roots)
+
+
+def brief_code(exc: SystemExit) -> str:
+    text = repr(exc.code)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _debug(exc: BaseException) -> None:
+    """The user's traceback on stderr when :data:`DEBUG_ENV` asks for it."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        tb: TracebackType | None = exc.__traceback__
+        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
 def import_roots(specs: Iterable[str | None]) -> list[str]:
