@@ -39,7 +39,7 @@ class Benchmark:
 
 # Cheapest first, so that ``--quick`` reports the simulator's numbers within seconds.
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("sim", "simulator: event-path actions/s, fast vs event path, a 1,000-configuration sweep"),
+    Benchmark("sim", "simulator: event-path actions/s, fast vs event path, a sweep (goal per 1,000 configurations)"),
     Benchmark("scale", "cluster-scale prediction: 4,096 devices in <= 1 s on one core"),
     Benchmark("rotation", "basis rotation's update cost, measured vs what the simulator adds"),
     Benchmark("overhead", "executor overhead per component: dispatch loop, stage runtime, messages"),

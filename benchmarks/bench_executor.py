@@ -1,7 +1,7 @@
 """Executor speed: pipeline speed-up on this CPU box, and parity with torch.distributed.pipelining.
 
-``python -m benchmarks.bench_executor [--quick] [--rounds R]`` (``--quick``: fewer iterations, the
-speed-up of LeNet-5 only and ``gpipe`` only against the pipelining runtime)
+``python -m benchmarks.bench_executor [--quick] [--rounds R]`` (``--quick``: batch 32, fewer
+iterations, the speed-up of LeNet-5 only and ``gpipe`` only against the pipelining runtime)
 
 1. ``stale`` on 2 ranks x 1 thread vs the same model trained on 1 rank x 1
    thread (``sequential``, S=1, same executor code path): speed-up of the
@@ -174,7 +174,8 @@ def _pippy(model: str, schedule: str, iterations: int, batch: int, micro: int,
 # ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.bench_executor")
-    p.add_argument("--quick", action="store_true", help="fewer iterations, lenet5's speed-up, gpipe (a smoke run)")
+    p.add_argument("--quick", action="store_true",
+                   help="batch 32, fewer iterations, lenet5's speed-up, gpipe (a smoke run)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--only", choices=("speedup", "pippy"), default=None)
     p.add_argument("--pippy-worker", action="store_true", help=argparse.SUPPRESS)
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     pippy_schedules = ("gpipe",) if q else ("gpipe", "1f1b")
     need = {m for m, _ in speedup_models if args.only in (None, "speedup")} | (
         {"resnet20"} if args.only in (None, "pippy") else set())
-    ppvs = {m: measured_ppv(m, 128) for m in sorted(need)}
+    B = 32 if q else 128  # the goals are stated at batch 128
+    ppvs = {m: measured_ppv(m, B) for m in sorted(need)}
     print(f"measured-time partitions (PPV): {ppvs}")
 
     def keep(key: str, value: float) -> None:
@@ -207,8 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(args.rounds):
         if args.only in (None, "speedup"):
             for model, iters in speedup_models:
-                one = _executor(model, "sequential", 1, 1, iters, 128)
-                two = _executor(model, "stale", 2, 2, iters, 128, ppv=ppvs[model])
+                one = _executor(model, "sequential", 1, 1, iters, B)
+                two = _executor(model, "stale", 2, 2, iters, B, ppv=ppvs[model])
                 keep(f"{model}/1rank", one["iteration_time_s"])
                 keep(f"{model}/stale2", two["iteration_time_s"])
                 print(f"round {r}: {model}: 1 rank {one['iteration_time_s'] * 1e3:.1f} ms, stale 2 ranks "
@@ -216,8 +218,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.only in (None, "pippy"):
             M = 4
             for sched in pippy_schedules:
-                ours = _executor("resnet20", sched, 2, 2, it_res, 128, M, ppv=ppvs["resnet20"])
-                theirs = _pippy("resnet20", sched, it_res, 128, M, ppv=ppvs["resnet20"])
+                ours = _executor("resnet20", sched, 2, 2, it_res, B, M, ppv=ppvs["resnet20"])
+                theirs = _pippy("resnet20", sched, it_res, B, M, ppv=ppvs["resnet20"])
                 keep(f"{sched}/ours", ours["iteration_time_s"])
                 keep(f"{sched}/torch", theirs["iteration_time_s"])
                 print(f"round {r}: resnet20 {sched} M={M}: ours {ours['iteration_time_s'] * 1e3:.1f} ms, "
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     for model, goal in (("resnet20", 1.85), ("lenet5", 1.5)):
         if f"{model}/1rank" in best:
             sp = best[f"{model}/1rank"] / best[f"{model}/stale2"]
-            print(f"{'stale speed-up ' + model + ' b128 (2 ranks / 1 rank)':44s} {sp:>9.2f}x {goal:>7.2f}x")
+            print(f"{'stale speed-up ' + model + f' b{B} (2 ranks / 1 rank)':44s} {sp:>9.2f}x {goal:>7.2f}x")
     for sched in ("gpipe", "1f1b"):
         if f"{sched}/ours" in best:
             ratio = best[f"{sched}/torch"] / best[f"{sched}/ours"]

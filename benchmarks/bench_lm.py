@@ -79,8 +79,8 @@ def _setup(name: str, batch: int, iters: int, dataset: str, data_dir: str | None
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="2 rounds of 2 steps (smoke test)")
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--quick", action="store_true", help="2 rounds of 2 steps at batch 8 (smoke test)")
+    ap.add_argument("--batch-size", type=int, default=None, help="default 32 (--quick: 8)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--chunk", type=int, default=3, help="steps per contender per round")
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     rounds, chunk = (2, 2) if args.quick else (args.rounds, args.chunk)
+    args.batch_size = args.batch_size or (8 if args.quick else 32)
     data_dir = os.environ.get("STALESIM_DATA")
     shakespeare = bool(data_dir) and os.path.isfile(
         os.path.join(data_dir, "shakespeare", "shakespeare_complete.txt.gz"))
