@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
 from stalesim.sim.llm_comm import rank_hardware, zero_collectives
-from stalesim.sim.llm_kernels import DEFAULT_EFFICIENCY, KernelEfficiency, LayerTimes, layer_times, layer_wgrad_bytes
+from stalesim.sim.llm_kernels import (
+    DEFAULT_EFFICIENCY,
+    KernelEfficiency,
+    LayerTimes,
+    layer_times,
+    layer_w_input_bytes,
+    layer_wgrad_bytes,
+)
 from stalesim.sim.llm_plan import ParallelPlan
 from stalesim.sim.model import SimHardware, StageCosts, to_ns
 from stalesim.workloads.transformer import TransformerSpec, layer_activation_bytes
@@ -92,6 +99,11 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         bi_ns=tuple(x - w for x, w in zip(b_ns, w_ns)), bw_ns=w_ns,
         wgrad_bytes=tuple(round(n * layer_wgrad_bytes(spec, b, t) / cp + (head_dw if i == S - 1 else 0))
                           for i, n in enumerate(per)),
+        # the zero-bubble implementation frees after I what W does not read: the linears' inputs
+        # stay (the head's W reads the final norm's output)
+        w_input_bytes=tuple(round(n * layer_w_input_bytes(spec, b, t, plan.sp) / cp
+                                  + (spec.element_bytes * n_tok * spec.hidden if i == S - 1 else 0))
+                            for i, n in enumerate(per)),
         allreduce_bytes=end_bytes,
         seq_ns=to_ns(seq * t * cp * plan.pp), batch_size=plan.batch, action_batch=b,
         layer_ranges=tuple((sum(per[:i]), sum(per[:i + 1])) for i in range(S)),

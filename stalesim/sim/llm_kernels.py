@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import DeviceSpec
 
 __all__ = ["CONSTANT_EFFICIENCY", "DEFAULT_EFFICIENCY", "FLASH_BACKWARD_FLOPS", "SHAPE_EFFICIENCY", "KernelEfficiency",
-           "LayerTimes", "cp_ring_s", "layer_gemms", "layer_times", "layer_wgrad_bytes"]
+           "LayerTimes", "cp_ring_s", "layer_gemms", "layer_times", "layer_w_input_bytes", "layer_wgrad_bytes"]
 
 # a flash kernel's backward runs 2.5 x its forward's FLOPs: five block products (S = QK^T again,
 # dP, dS, dQ, dK, dV less the forward's P V) against the forward's two, the FlashAttention-2
@@ -280,6 +280,18 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
         # W: one GEMM per weight matrix (dL/dW = x^T dy)
         layer_w=w_s + (4 if spec.ffn_type == "gelu" else 5) * eff.overhead_s,
         head_w=head_w + eff.overhead_s)
+
+
+def layer_w_input_bytes(spec: TransformerSpec, b: int, t: int, sp: bool = False) -> float:
+    """Bytes of a layer's saved activations that its deferred weight gradients (W) read per rank:
+    the input of each linear (dL/dW = x^T dy). QKV and the MLP's first linear(s) read the norm
+    outputs (``h`` each; split over ``t`` only with sequence parallelism), the output projection
+    reads the attention output (``h / t``), the MLP's last linear its hidden activation (``f / t``).
+    A runtime that frees the rest after the input-gradient pass I (the zero-bubble
+    implementation) keeps only these and the output gradients (:func:`layer_wgrad_bytes`)."""
+    h, f = spec.hidden, spec.ffn_dim
+    outer = 2 * h / (t if sp else 1)
+    return spec.element_bytes * b * spec.seq * (outer + h / t + f / t)
 
 
 def layer_wgrad_bytes(spec: TransformerSpec, b: int, t: int) -> float:

@@ -95,6 +95,8 @@ def memory_report(sched: Schedule, costs: StageCosts, *, optimizer_state_factor:
     ob = costs.optimizer_bytes or None  # measured per stage: wins over the factor
     msg = costs.msg_bytes
     dw = costs.deferred_w_bytes()
+    if w_input_bytes is None and costs.w_input_bytes:
+        w_input_bytes = costs.w_input_bytes
     frees = w_input_bytes is not None
     if w_input_bytes is not None and len(w_input_bytes) != costs.stages:
         raise StalesimError(f"w_input_bytes: {len(w_input_bytes)} values for {costs.stages} stages")

@@ -340,6 +340,10 @@ class StageCosts:
     # (ZeRO-2: the updated weights' all-gather, ZeRO-3: nothing) and more per micro-batch
     allreduce_bytes: tuple[int, ...] = ()
     arrival_ns: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # per stage, the saved inputs of the weight layers a deferred W reads, for a runtime that frees
+    # the rest of a micro-batch's activations after its I (the zero-bubble implementation; empty:
+    # the whole activation set stays until W, as stalesim's own runtime keeps it)
+    w_input_bytes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         S = len(self.f_ns)
