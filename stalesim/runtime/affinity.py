@@ -4,7 +4,7 @@ Left to the kernel, the ranks of a pipeline on one host move between cores. A ra
 waits for a message sleeps; when the message arrives the kernel wakes it on whichever
 core looks free, often the one the other rank has just left, and the rank's next action
 then starts with its weights and activations in the other core's private caches.
-Measured on this project's 2-vCPU machine (``benchmarks/bench_wake.py``: ResNet-20 at
+Measured on this project's 2-vCPU machine (``experiments/bench_wake.py``: ResNet-20 at
 batch 16, one process, forward and backward timed after a 30 ms sleep and compared with
 back-to-back ones): waking on the same core cost the forward 1% and the backward 7%;
 waking on the other core cost them 17% and 18%. That is the size of the slowdown the unpinned executor's ranks

@@ -7,11 +7,11 @@ the two share. Measured on 2 pinned CPU ranks (ResNet-20, batch 16, one micro-ba
 in schedules whose ranks wait before nearly every action the ranks' compute ran
 1.06-1.19x the back-to-back stage times, in one whose ranks rarely wait 0.96-0.97x. A
 process alone shows part of it (a 30 ms sleep on the same core: the forward +1%, the
-backward +7%, ``benchmarks/bench_wake.py``). A real gloo receive, or the other rank
+backward +7%, ``experiments/bench_wake.py``). A real gloo receive, or the other rank
 computing during the wait, adds little to that (at most +7% on a forward, nothing on a
-backward: ``benchmarks/bench_after_recv.py``); a rank that sleeps before every action is
+backward: ``experiments/bench_after_recv.py``); a rank that sleeps before every action is
 slower by about 4-5% over *all* its actions, which a factor on the action right after a
-wait does not describe (``benchmarks/bench_duty_cycle.py``; docs/validate.md).
+wait does not describe (``experiments/bench_duty_cycle.py``; docs/validate.md).
 
 So the stage timing also times every layout's actions each after a wait of a few set
 lengths (:data:`stagetime.WAITS_S`) while the co-runners compute, in the same process and

@@ -174,7 +174,7 @@ class StageTimes:
         here and in the contended times: a pass is a fresh process at its own moment of the
         machine, as a measured run's repeat is, and ``validate`` reports the median repeat.
         Tried as the cost model's estimate and not adopted (better on one run, worse on
-        another: docs/validate.md); ``benchmarks/bench_stage_estimators.py`` compares the two.
+        another: docs/validate.md); ``experiments/bench_stage_estimators.py`` compares the two.
         With fewer than three passes (a median of two is their mean) the pooled means."""
         return self._from_passes(lambda xs: statistics.median(xs) if len(xs) >= 3 else None)
 
