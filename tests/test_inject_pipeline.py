@@ -239,3 +239,40 @@ def test_forwards_without_grad_read_the_live_weights_and_count_no_micro_batch():
     pipe.close()
     for _ in range(4):  # past the pipeline's steps: hooks gone
         _step(net, opt)
+
+
+def test_resume_from_state_dicts_is_exact(tmp_path):
+    """Six steps straight equal three, a save of model + optimizer + pipeline, a fresh
+    process's objects loading them, and three more (stale keeps copies across the save)."""
+    def build():
+        net = _small().double()
+        pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"])
+        opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9))
+        return net, pipe, opt
+
+    def run(net, opt, steps):
+        out = []
+        for t in steps:
+            x = torch.linspace(-1, 1, 8, dtype=torch.float64).reshape(2, 4) * (t + 1)
+            loss = net(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            out.append(loss.item())
+        return out
+
+    net, pipe, opt = build()
+    straight = run(net, opt, range(6))
+    net, pipe, opt = build()
+    first = run(net, opt, range(3))
+    assert pipe.store.nbytes() > 0  # copies a later batch reads are part of the state
+    torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "pipe": pipe.state_dict()}, tmp_path / "c.pt")
+    net, pipe, opt = build()
+    ck = torch.load(tmp_path / "c.pt", weights_only=True)
+    net.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    pipe.load_state_dict(ck["pipe"])
+    assert first + run(net, opt, range(3, 6)) == straight
+    assert pipe.versions_match()
+    with pytest.raises(StalesimError, match="state_dict: saved for steps=6, this pipeline has steps=7"):
+        StalePipeline(_small(), "stale", steps=7, split=["0", "2"]).load_state_dict(ck["pipe"])

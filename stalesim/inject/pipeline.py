@@ -251,6 +251,24 @@ class StalePipeline:
         as a per-stage learning-rate mitigation needs."""
         return [{"params": list(ps)} for ps in self.split.params]
 
+    # ------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """What resumes the pipeline exactly besides the model's and optimizer's own state
+        dicts: the live version and the weight copies later batches read. Saved between
+        steps (after ``optimizer.step()``)."""
+        if self.forwards:
+            raise StalesimError(f"state_dict: step {self.store.version} is half done ({self.forwards} forward(s)); "
+                                f"save after optimizer.step()")
+        return {"steps": self.steps, "store": self.store.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict` (on a pipeline built with the same arguments)."""
+        if state.get("steps") != self.steps:
+            raise StalesimError(f"state_dict: saved for steps={state.get('steps')}, this pipeline has "
+                                f"steps={self.steps}")
+        self.store.load_state_dict(state["store"])
+        self.forwards = 0
+
     # ------------------------------------------------------------- reporting
     def versions_match(self) -> bool:
         """Whether every version read and produced so far is the IR's (the steps taken)."""

@@ -17,6 +17,7 @@ last has stepped. Memory beyond plain training is the stash, no more (``peak_byt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -85,6 +86,21 @@ class VersionStore:
     def after_update(self) -> None:
         """The step of batch ``version`` ran: the live weights are the next version."""
         self.version += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """The live version and the copies kept (tensors and plain data, for ``torch.save``)."""
+        return {"version": self.version, "peak_bytes": self.peak_bytes,
+                "stash": [{v: list(ws) for v, ws in kept.items()} for kept in self.stash]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the copies are moved to the live parameters' device and dtype."""
+        stash = state["stash"]
+        if len(stash) != len(self.params):
+            raise StalesimError(f"state_dict: {len(stash)} stages saved, this pipeline has {len(self.params)}")
+        self.version = int(state["version"])
+        self.peak_bytes = int(state["peak_bytes"])
+        self.stash = [{int(v): [w.to(p.device, p.dtype) for w, p in zip(ws, ps)] for v, ws in kept.items()}
+                      for kept, ps in zip(stash, self.params)]
 
     def nbytes(self) -> int:
         """Bytes of the stashed copies now."""
