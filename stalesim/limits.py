@@ -126,3 +126,9 @@ def check_number(name: str, value: Any, *, lo: float = 0.0, hi: float = MAX_FACT
     if x > hi:
         raise StalesimError(f"{name}: {value!r} is larger than this tool handles (at most {hi:g})")
     return x
+
+
+# Compute actions a schedule grid or file may hold: what ``stalesim schedule NAME`` prints and
+# ``--json`` exports at most (a grid nobody reads takes minutes to build; a file that long is a
+# repeated step better given as a torch CSV)
+MAX_SHOWN = 100_000

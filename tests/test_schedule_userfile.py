@@ -159,7 +159,7 @@ def test_hostile_json_is_one_line(tmp_path, text, needle):
 def test_a_file_longer_than_an_export_is_refused_before_its_order_is_built(tmp_path, monkeypatch):
     """The bound is what `stalesim schedule --json` exports (made small here to keep the
     test fast): one text past it is refused, from the count, before any text is parsed."""
-    import stalesim.cli.schedule_cmd as sc
+    import stalesim.limits as sc
 
     sched, path = _export(tmp_path, "gpipe", stages=2, batches=5)
     from stalesim.schedule.actions import COMM_KINDS

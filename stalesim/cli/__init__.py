@@ -103,13 +103,24 @@ def _detach_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from stalesim.cli.common import hold_standard_streams
     from stalesim.runtime.datapaths import pin_data_env
 
+    hold_standard_streams()  # a closed stdout must not be taken by the first file a command opens
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         pin_data_env()  # a relative $STALESIM_DATA names a folder of the starting directory
-        status = int(args.func(args) or 0)
+        try:
+            status = int(args.func(args) or 0)
+        except SystemExit as exc:  # a user's plug-in that called sys.exit() is its error, not our exit
+            from stalesim.plugins import user_exit
+
+            said = user_exit(exc)
+            if said is None:
+                raise
+            print(f"stalesim: error: {said}", file=sys.stderr)
+            return 2
         sys.stdout.flush()  # a full device or closed pipe on stdout fails here, not at exit
         return status
     except StalesimError as exc:

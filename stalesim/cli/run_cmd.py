@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import Any
 
 from stalesim.cli.common import add_threads_arg, nonneg_int, positive_seconds, print_json
@@ -66,11 +65,11 @@ def expected_devices(cfg: Any, sched: Any = None) -> int:
 
 
 def _default_out(cfg: Any) -> str:
-    import re
+    """A fresh folder under runs/ (created here, exclusively: two runs started in the same second
+    never share one)."""
+    from stalesim.rundirs import fresh_run_dir, run_dir_name
 
-    # a user's model (pkg.module:factory) or schedule file (file:x.json) is no folder name
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"run-{cfg.model}-{cfg.schedule}")
-    return os.path.join("runs", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return fresh_run_dir("runs", run_dir_name(str(cfg.model), str(cfg.schedule)))
 
 
 def build_job(args: argparse.Namespace, cfg: Any, devices: str, sched: Any = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 # what `stalesim schedule` prints: about 100,000 actions take a few seconds to build and
 # render; a longer grid is unreadable (the simulator and the emulator take longer runs)
-MAX_SHOWN = 100_000
+from stalesim.limits import MAX_SHOWN
 
 
 def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True,

@@ -177,7 +177,7 @@ def max_file_actions() -> int:
     exports at most. A file is an order to read and edit; a long run of one step repeats a
     torch CSV, so a longer file is refused before its order is built (a million actions
     took 42 s and 2 GB to lower and check here, before any training)."""
-    from stalesim.cli.schedule_cmd import MAX_SHOWN
+    from stalesim.limits import MAX_SHOWN
 
     return MAX_SHOWN
 

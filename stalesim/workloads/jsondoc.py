@@ -29,3 +29,5 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise StalesimError(f"{name}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except RecursionError:
         raise StalesimError(f"{name}: nested too deeply to be a {what}") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits (Python's conversion limit)
+        raise StalesimError(f"{name}: not a {what} ({str(exc).splitlines()[0]})") from None
