@@ -83,6 +83,8 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
             loss = lossf(net(xm), ym) / M
             loss.backward()
             total += loss.item()
+        if cfg.clip_grad_norm is not None:
+            pipe.clip_grad_norm_(cfg.clip_grad_norm)  # per stage, as the emulator clips
         opt.step()
         opt.zero_grad()
         losses.append(total)
@@ -90,13 +92,15 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
     return losses, pipe
 
 
-# the IR's synchronous warm-up phase and the emulator's learning-rate mitigations
+# the IR's synchronous warm-up phase, the emulator's learning-rate mitigations, per-stage clipping
 OPTIONS = [
     ("lenet5", "pipedream", 1, 3, "sgd", {"warmup": 3}),
     ("lenet5", "pipedream", 1, 3, "sgd", {"staleness_lr": True}),
     ("lenet5", "stale", 1, 3, "sgd", {"pipemare_lr": True, "pipemare_warmup": 4}),
     ("lenet5", "2bw", 2, 3, "sgd", {"pipemare_lr": True}),
     (GPT, "stale", 1, 3, "adamw", {"staleness_lr": True, "pipemare_lr": True}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"clip_grad_norm": 0.05}),
+    (GPT, "2bw", 2, 3, "adamw", {"clip_grad_norm": 0.05}),
 ]
 
 
@@ -276,3 +280,16 @@ def test_resume_from_state_dicts_is_exact(tmp_path):
     assert pipe.versions_match()
     with pytest.raises(StalesimError, match="state_dict: saved for steps=6, this pipeline has steps=7"):
         StalePipeline(_small(), "stale", steps=7, split=["0", "2"]).load_state_dict(ck["pipe"])
+
+
+def test_clipping_is_per_stage_and_checked():
+    net = _small()
+    pipe = StalePipeline(net, "stale", steps=2, split=["0", "2"])
+    net(torch.ones(2, 4)).sum().backward()
+    norms = pipe.clip_grad_norm_(1e-3)
+    assert len(norms) == 2 and all(n > 1e-3 for n in norms)
+    for ps in pipe.split.params:  # each stage on its own lands on the limit
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in ps]))
+        assert total == pytest.approx(1e-3, rel=1e-3)
+    with pytest.raises(StalesimError, match="max_norm: expected a number > 0, got 0"):
+        pipe.clip_grad_norm_(0)

@@ -45,6 +45,7 @@ from stalesim.errors import StalesimError
 from stalesim.inject.mitigate import StageLR
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
+from stalesim.runtime.optim import clip_
 from stalesim.runtime.weight_tokens import WeightTokens, ptr_map, storage_ptr
 from stalesim.schedule import Schedule, ScheduleConfig, VersionTable, build_schedule
 
@@ -245,6 +246,15 @@ class StalePipeline:
         tok = self.tokens[s]
         with tok.reading(self.store.weights(s, v_b)):
             return tok.unpack(token)
+
+    def clip_grad_norm_(self, max_norm: float) -> list[torch.Tensor]:
+        """Clip each stage's gradients to L2 norm ``max_norm`` on its own, as a pipeline can
+        (no stage sees another's gradients when it updates): the emulator's clipping,
+        :func:`stalesim.runtime.optim.clip_`, on ``.grad``. Call it where the loop would call
+        ``clip_grad_norm_`` (before ``optimizer.step()``); returns the norms before clipping."""
+        if not isinstance(max_norm, (int, float)) or isinstance(max_norm, bool) or not max_norm > 0:
+            raise StalesimError(f"max_norm: expected a number > 0, got {max_norm!r}")
+        return [clip_([p.grad for p in ps if p.grad is not None], float(max_norm)) for ps in self.split.params]
 
     def param_groups(self) -> list[dict[str, Any]]:
         """One optimizer param group per stage (``torch.optim.SGD(pipe.param_groups(), lr=...)``),
