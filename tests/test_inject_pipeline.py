@@ -10,6 +10,7 @@ A control test reads one stage one version off and must see other losses.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -83,6 +84,8 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
             loss = lossf(net(xm), ym) / M
             loss.backward()
             total += loss.item()
+        for group in opt.param_groups:  # the user's own lr schedule: the emulator's formula
+            group["lr"] = cfg.lr_at(t, STEPS)
         if cfg.clip_grad_norm is not None:
             pipe.clip_grad_norm_(cfg.clip_grad_norm)  # per stage, as the emulator clips
         opt.step()
@@ -101,6 +104,8 @@ OPTIONS = [
     (GPT, "stale", 1, 3, "adamw", {"staleness_lr": True, "pipemare_lr": True}),
     ("lenet5", "pipedream", 1, 3, "sgd", {"clip_grad_norm": 0.05}),
     (GPT, "2bw", 2, 3, "adamw", {"clip_grad_norm": 0.05}),
+    ("lenet5", "stale", 1, 3, "sgd", {"lr_schedule": "cosine", "lr_warmup": 2, "lr_min": 1e-3,
+                                      "staleness_lr": True}),
 ]
 
 
@@ -293,3 +298,47 @@ def test_clipping_is_per_stage_and_checked():
         assert total == pytest.approx(1e-3, rel=1e-3)
     with pytest.raises(StalesimError, match="max_norm: expected a number > 0, got 0"):
         pipe.clip_grad_norm_(0)
+
+
+def test_autocast_is_refused_where_the_backward_reads_another_version():
+    """stale's backward reads a newer version than its forward (from step 1 on stage 0 here);
+    autocast's saved weights are cast copies of the forward's, so that is one line. pipedream
+    (v_B = v_F) runs under autocast."""
+    for name, fails in (("stale", True), ("pipedream", False)):
+        net = _small()
+        pipe = StalePipeline(net, name, steps=4, split=["0", "2"])
+        opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _step(net, opt)  # step 0: every version is 0
+            if fails:
+                with pytest.raises(StalesimError, match="autocast: stage 0's backward of step 1 reads version 1, "
+                                                        "its forward 0"):
+                    net(torch.ones(2, 4))
+            else:
+                _step(net, opt)
+                assert pipe.versions_match()
+
+
+def test_autocast_casts_of_one_version_are_never_reused_for_another():
+    """autocast caches a parameter's cast for the whole autocast region, by the parameter
+    whatever its data points at: pipedream's version swaps must never reuse a cast, so one
+    region around every step and one per step give the losses of autocast without a cache."""
+    def losses(one_region: bool, cache: bool = True) -> list[float]:
+        net = _small()
+        pipe = StalePipeline(net, "pipedream", steps=5, split=["0", "2"])
+        opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.5))
+        out = []
+        region = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache)
+        with region if one_region else contextlib.nullcontext():
+            for t in range(5):
+                inner = contextlib.nullcontext() if one_region else region
+                with inner:
+                    loss = net(torch.ones(2, 4) * (t + 1)).float().square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                out.append(loss.item())
+        return out
+
+    truth = losses(False, cache=False)
+    assert losses(True) == losses(False) == truth

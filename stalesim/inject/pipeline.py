@@ -188,6 +188,7 @@ class StalePipeline:
             raise StalesimError(f"forward: step {t} already ran its {len(self.micros)} micro-batch(es); call "
                                 f"optimizer.step() first")
         m = self.micros[self.forwards]
+        autocast = self._check_autocast(t, m)
         self.forwards += 1
         fwd = _Forward(t, m)
         self._open.append(fwd)
@@ -211,10 +212,30 @@ class StalePipeline:
             if packmap:
                 fwd.stack.enter_context(torch.autograd.graph.saved_tensors_hooks(
                     lambda x: self._pack(x, packmap, fwd), self._unpack))
+            if autocast and fwd.swapped:
+                # autocast caches each parameter's cast by the parameter, whatever its data
+                # points at: casts of another version must not be reused, nor these later
+                torch.clear_autocast_cache()
+                fwd.stack.callback(torch.clear_autocast_cache)
         except BaseException:
             self._open.pop()
             fwd.undo()
             raise
+
+    def _check_autocast(self, t: int, m: int | None) -> bool:
+        """Whether autocast is on. Under autocast a layer saves the cast copy of its weights,
+        made from the forward's version, so no token can give the backward another version:
+        refused where it must."""
+        device = self.split.params[0][0].device.type
+        if not torch.is_autocast_enabled(device):
+            return False
+        for s in range(self.S):
+            key = (0, s, t, m)
+            if self.table.vb[key] != self.table.vf[key]:
+                raise StalesimError(f"autocast: stage {s}'s backward of step {t} reads version {self.table.vb[key]}, "
+                                    f"its forward {self.table.vf[key]}; autocast saves cast copies of the "
+                                    f"forward's weights, so use a stashing schedule (pipedream, 2bw) with it")
+        return True
 
     def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         fwd = self._open.pop() if self._open else None
