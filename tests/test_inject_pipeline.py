@@ -72,7 +72,7 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
     pipe = StalePipeline(net, sched if sched is not None else cfg.schedule, steps=STEPS, split=split,
                          microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device,
                          warmup=cfg.warmup, staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
-                         pipemare_warmup=cfg.pipemare_warmup)
+                         pipemare_warmup=cfg.pipemare_warmup, weight_prediction=cfg.weight_prediction)
     per_stage = cfg.staleness_lr or cfg.pipemare_lr
     opt = pipe.attach(_user_optimizer(cfg, pipe.param_groups() if per_stage else net.parameters()))
     lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
@@ -106,6 +106,11 @@ OPTIONS = [
     (GPT, "2bw", 2, 3, "adamw", {"clip_grad_norm": 0.05}),
     ("lenet5", "stale", 1, 3, "sgd", {"lr_schedule": "cosine", "lr_warmup": 2, "lr_min": 1e-3,
                                       "staleness_lr": True}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"weight_prediction": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"weight_prediction": True}),
+    ("lenet5", "2bw", 2, 3, "sgd", {"weight_prediction": True, "staleness_lr": True}),
+    (GPT, "stale", 1, 3, "adamw", {"weight_prediction": True}),
+    (GPT, "pipedream", 1, 3, "adam", {"weight_prediction": True}),
 ]
 
 
@@ -250,12 +255,14 @@ def test_forwards_without_grad_read_the_live_weights_and_count_no_micro_batch():
         _step(net, opt)
 
 
-def test_resume_from_state_dicts_is_exact(tmp_path):
+@pytest.mark.parametrize("prediction", [False, True])
+def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
     """Six steps straight equal three, a save of model + optimizer + pipeline, a fresh
-    process's objects loading them, and three more (stale keeps copies across the save)."""
+    process's objects loading them, and three more (stale keeps copies across the save;
+    weight prediction the directions of the versions still read)."""
     def build():
         net = _small().double()
-        pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"])
+        pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"], weight_prediction=prediction)
         opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9))
         return net, pipe, opt
 

@@ -43,6 +43,7 @@ from torch.utils.hooks import RemovableHandle
 
 from stalesim.errors import StalesimError
 from stalesim.inject.mitigate import StageLR
+from stalesim.inject.predict import Prediction
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
 from stalesim.runtime.optim import clip_
@@ -83,12 +84,14 @@ class StalePipeline:
     without it ``stages`` (default 2) even stages by parameter count. ``staleness_lr``,
     ``pipemare_lr``, ``pipemare_warmup``: the emulator's learning-rate mitigations
     (:mod:`stalesim.inject.mitigate`; the optimizer then needs :meth:`param_groups`).
+    ``weight_prediction``: the emulator's weight prediction (:mod:`stalesim.inject.predict`).
     """
 
     def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
                  stages: int | None = None, split: list[StageSpec] | None = None, microbatches: int = 1,
                  warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None,
-                 staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0) -> None:
+                 staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0,
+                 weight_prediction: bool = False) -> None:
         if not isinstance(model, nn.Module):
             raise StalesimError(f"model: expected an nn.Module, got {type(model).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -128,6 +131,11 @@ class StalePipeline:
         self.log = VersionTable(self.S)  # the versions actually read and produced
         self.lr = StageLR(sched, staleness_lr=staleness_lr, pipemare_lr=pipemare_lr,
                           pipemare_warmup=pipemare_warmup)
+        self.predict = Prediction(sched, cut.params, self.store.last_read) if weight_prediction else None
+        # this step's predicted forward weights and lr per (stage, micro), and the weights
+        # each backward reads (computed once per stage, not per saved tensor)
+        self._predicted: dict[tuple[int, int | None], tuple[list[torch.Tensor], float]] = {}
+        self._reads: dict[tuple[int, int, int | None], list[torch.Tensor]] = {}
         self.forwards = 0  # forwards with grad since the last step: the next micro-batch's index
         self._open: list[_Forward | None] = []
         self._handles: list[RemovableHandle] = [
@@ -151,6 +159,8 @@ class StalePipeline:
                     raise StalesimError(f"optimizer: param group {g} holds a tensor of shape {tuple(p.shape)} "
                                         f"that is no trainable parameter of a stage")
         self.lr.bind(optimizer, stage_of)
+        if self.predict is not None:
+            self.predict.bind(optimizer)
         self._handles += [optimizer.register_step_pre_hook(self._before_step),
                           optimizer.register_step_post_hook(self._after_step)]
         return optimizer
@@ -174,6 +184,10 @@ class StalePipeline:
         for s in range(self.S):
             self.log.upd[(0, s, t)] = t + 1
         self.forwards = 0
+        self._predicted.clear()
+        self._reads.clear()
+        if self.predict is not None:
+            self.predict.record(self.store.version)
 
     # --------------------------------------------------------------- forward
     def _before_forward(self, module: nn.Module, args: Any) -> None:
@@ -201,7 +215,7 @@ class StalePipeline:
                 if v_f == t and v_b == t:
                     self.log.vb[key] = t  # autograd's own saved weights, live until the step
                     continue
-                leaves = self.store.weights(s, v_f)
+                leaves = self._forward_weights(s, v_f, t, m)
                 if v_f != t:
                     for p, w in zip(self.split.params[s], leaves):
                         fwd.swapped.append((p, p.data))
@@ -221,6 +235,37 @@ class StalePipeline:
             self._open.pop()
             fwd.undo()
             raise
+
+    def _forward_weights(self, s: int, v_f: int, t: int, m: int | None) -> list[torch.Tensor]:
+        """Version v_F of stage s, or the emulator's weight prediction from it."""
+        weights = self.store.weights(s, v_f)
+        if self.predict is None or v_f == t:  # D_F = t - v_F: nothing to predict
+            return weights
+        lr = self.predict.lr(s)
+        pw = self.predict.forward(s, weights, v_f, t, m, lr)
+        if pw is None:
+            return weights
+        self._predicted[(s, m)] = (pw, lr)
+        return pw
+
+    def _backward_weights(self, s: int, t: int, m: int | None) -> list[torch.Tensor]:
+        """What the backward of (s, t, m) reads: version v_B, or under weight prediction the
+        forward's prediction (stashing policies) or a prediction from v_B (latest policy)."""
+        read = self._reads.get((s, t, m))
+        if read is not None:
+            return read
+        v_b = self.table.vb[(0, s, t, m)]
+        read = self.store.weights(s, v_b)
+        if self.predict is not None:
+            mit = self.predict.mits[s]
+            pred = self._predicted.get((s, m))
+            if pred is not None and mit.backward_reuses_forward:
+                read = pred[0]
+            if mit.changes_backward:
+                lr = pred[1] if pred is not None else self.predict.lr(s)
+                read = self.predict.backward(s, read, v_b, t, m, lr)
+        self._reads[(s, t, m)] = read
+        return read
 
     def _check_autocast(self, t: int, m: int | None) -> bool:
         """Whether autocast is on. Under autocast a layer saves the cast copy of its weights,
@@ -265,7 +310,7 @@ class StalePipeline:
         v_b = self.table.vb[key]
         self.log.vb[key] = v_b
         tok = self.tokens[s]
-        with tok.reading(self.store.weights(s, v_b)):
+        with tok.reading(self._backward_weights(s, t, m)):
             return tok.unpack(token)
 
     def clip_grad_norm_(self, max_norm: float) -> list[torch.Tensor]:
@@ -290,15 +335,20 @@ class StalePipeline:
         if self.forwards:
             raise StalesimError(f"state_dict: step {self.store.version} is half done ({self.forwards} forward(s)); "
                                 f"save after optimizer.step()")
-        return {"steps": self.steps, "store": self.store.state_dict()}
+        dirs = None if self.predict is None else [dict(kept) for kept in self.predict.dirs]
+        return {"steps": self.steps, "store": self.store.state_dict(), "directions": dirs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict` (on a pipeline built with the same arguments)."""
+        """Resume from :meth:`state_dict` (on a pipeline built with the same arguments, after
+        :meth:`attach`)."""
         if state.get("steps") != self.steps:
             raise StalesimError(f"state_dict: saved for steps={state.get('steps')}, this pipeline has "
                                 f"steps={self.steps}")
         self.store.load_state_dict(state["store"])
         self.forwards = 0
+        dirs = state.get("directions")
+        if self.predict is not None and dirs is not None:
+            self.predict.dirs = [{int(v): list(ds) for v, ds in kept.items()} for kept in dirs]
 
     # ------------------------------------------------------------- reporting
     def versions_match(self) -> bool:
