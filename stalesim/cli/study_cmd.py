@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import add_threads_arg, int_type, positive_float, print_json
+from stalesim.cli.launch_args import add_launcher_args, launch_spec_from_args, tensorboard_dir
 from stalesim.cli.train_args import add_train_args, train_config_from_args
 from stalesim.limits import MAX_COUNT, MAX_JOBS
 
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="study folder")
     p.add_argument("--json", action="store_true", help="print the aggregated table as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_launcher_args(p)
     p.set_defaults(func=run)
 
 
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.outlock import folder_lock
 
     _check_study_flags(args)
+    # where the jobs run, checked (a missing extra is one line) before the grid is built
+    args.launch_spec, args.tensorboard_dir = launch_spec_from_args(args), tensorboard_dir(args)
     # -M is for the grid's micro-batch schedules (expand() gives the others whole batches)
     micro, args.microbatches = args.microbatches, 1
     base = replace(train_config_from_args(args), microbatches=micro)
@@ -148,7 +152,7 @@ def _run_grid(args: argparse.Namespace, base: TrainConfig, points: list[tuple[st
     results = run_study(points, out, jobs=args.jobs, progress=False if args.quiet else None,
                         mitigation_of=mit_of, batched=args.batched, batch_runs=args.batch_runs,
                         continue_runs=args.resume, checkpoint_every=args.checkpoint_every or 0,
-                        threads=args.threads)
+                        threads=args.threads, launcher=args.launch_spec, tensorboard=args.tensorboard_dir)
     rows = aggregate(results)
     write_table(rows, out)
     fig = plot(rows, out)

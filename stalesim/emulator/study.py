@@ -13,6 +13,12 @@ are grouped, at most ``batch_runs`` per batch, and each batch is one
 at a time). Every batch is checked (shape, memory) before any starts. The run folders
 are the same as without batching; ``batches/<id>/`` holds each batch's checkpoint.
 
+**Where jobs run**: this module decides what runs (the grid less the finished runs,
+batched or not) as a list of :class:`stalesim.launch.Job`; a launcher only places them
+(``launcher``: this machine's process pool, the default, Slurm through submitit, or Ray:
+:mod:`stalesim.launch`). A job that fails is reported with its run id and log
+(``logs/<id>.log``) once the others are done and kept.
+
 **Resume** (``resume=True``): runs whose ``summary.json`` exists (made with the same
 configuration) are taken as they are; a run or batch with a checkpoint continues from
 it (``checkpoint_every`` steps, and every epoch end).
@@ -32,17 +38,15 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from stalesim.atomic import AppendLog, savefig_atomic, write_csv_atomic, write_text_atomic
 from stalesim.errors import StalesimError
-from stalesim.lifetime import die_with_parent
+from stalesim.launch import Job, LaunchSpec, make_launcher
 from stalesim.outlock import folder_lock
 from stalesim.runtime.config import TrainConfig
 from stalesim.summary import get as summary_get
@@ -250,9 +254,16 @@ def _check_memory(todo: list[tuple[str, TrainConfig]],
 def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
               progress: bool | None = None, mitigation_of: dict[str, str] | None = None, *,
               resume: bool = True, batched: bool = False, batch_runs: int | None = None,
-              continue_runs: bool = False, checkpoint_every: int = 0, threads: int = 1) -> list[dict]:
+              continue_runs: bool = False, checkpoint_every: int = 0, threads: int = 1,
+              launcher: LaunchSpec | None = None, tensorboard: Path | None = None) -> list[dict]:
     """Run every point (``jobs`` processes, or ``jobs`` batches at a time when ``batched``),
     return the summaries (also results.jsonl); see the module doc for batching.
+
+    ``launcher`` places the jobs (:mod:`stalesim.launch`: this machine's processes by
+    default, Slurm through submitit, Ray); what runs is decided here, the same for all.
+    A job that fails is reported (run id, log) after the others finished and were kept:
+    one :class:`StalesimError` naming every failed job. ``tensorboard``: each run's
+    scalars are written there as it is kept (:mod:`stalesim.launch.tb_scalars`).
 
     With ``resume`` (the default) the runs whose summary is already in ``results.jsonl``
     with the same config are kept and not run again, so an interrupted study continues
@@ -262,13 +273,33 @@ def run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int = 2,
     with folder_lock(out):  # one study per folder: a second one is refused, naming this one
         return _run_study(points, out, jobs, progress, mitigation_of, resume=resume, batched=batched,
                           batch_runs=batch_runs, continue_runs=continue_runs,
-                          checkpoint_every=checkpoint_every, threads=threads)
+                          checkpoint_every=checkpoint_every, threads=threads,
+                          launcher=launcher or LaunchSpec(), tensorboard=tensorboard)
+
+
+def _jobs(out: Path, todo: list[tuple[str, TrainConfig]],
+          batches: list[tuple[str, list[tuple[str, TrainConfig]]]], *, batched: bool, threads: int,
+          checkpoint_every: int, continue_runs: bool) -> list[Job]:
+    """What runs, as launcher jobs (one per run, or per batch): the one place that decides it.
+    A job started again after its process was lost (a preempted Slurm task, a dead Ray
+    worker) continues from its checkpoint (``requeue_args``)."""
+    logs = out / "logs"
+    if batched:
+        return [Job(bid, _run_batch, args, logs / f"{bid}.log", requeue_args=(*args[:-1], True))
+                for bid, members in batches
+                for args in [(str(out / "batches" / bid), [rid for rid, _ in members],
+                              [cfg.to_dict() for _, cfg in members],
+                              [str(out / "runs" / rid) for rid, _ in members], threads,
+                              checkpoint_every, continue_runs)]]
+    return [Job(rid, _run_one, args, logs / f"{rid}.log", requeue_args=(*args[:-1], True))
+            for rid, cfg in todo
+            for args in [(rid, cfg.to_dict(), str(out / "runs" / rid), threads, checkpoint_every, continue_runs)]]
 
 
 def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, progress: bool | None,
                mitigation_of: dict[str, str] | None, *, resume: bool, batched: bool,
                batch_runs: int | None, continue_runs: bool, checkpoint_every: int,
-               threads: int) -> list[dict]:
+               threads: int, launcher: LaunchSpec, tensorboard: Path | None) -> list[dict]:
     results: list[dict] = []
     done: dict[str, dict] = {}
     if resume:
@@ -276,7 +307,8 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
         done = {r["run_id"]: r for r in finished_runs(out, cfgs)}
     todo = [(rid, cfg) for rid, cfg in points if rid not in done]
     batches = group_batches(todo, batch_runs) if batched else []
-    _check_memory(todo, batches, jobs)
+    if launcher.on_this_machine:  # a cluster's tasks have their nodes' memory, not this machine's
+        _check_memory(todo, batches, jobs)
     if batched:
         from stalesim.emulator.batched import BatchedEmulator
 
@@ -288,43 +320,39 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
 
         bar = Progress(len(points), "study", "run", initial=len(done), enabled=progress)
     t0 = time.perf_counter()
-    import multiprocessing as mp
+    place = make_launcher(launcher, jobs=jobs, threads=threads, folder=out / "logs")
+    if tensorboard is not None:
+        from stalesim.launch.tb_scalars import check_available, write_run
 
-    ctx = mp.get_context("spawn")
+        check_available()
 
-    def keep(res: dict, log: AppendLog) -> None:
+    def keep(res: dict, log: AppendLog | None) -> None:
         res["mitigation"] = (mitigation_of or {}).get(res["run_id"], "none")
         results.append(res)
-        log.write_line(json.dumps(res))
-        if bar is not None:
+        if log is not None:
+            log.write_line(json.dumps(res))
+        if tensorboard is not None:
+            write_run(tensorboard, res, res["mitigation"])
+        if bar is not None and log is not None:
             bar.update(1)
 
-    # workers die with this process (even on SIGKILL): an orphan would go on writing into
-    # the run and batch folders a --resume is already using
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=die_with_parent,
-                             initargs=(os.getpid(),)) as pool, \
-            AppendLog(out / "results.jsonl", (json.dumps(r) for r in done.values())) as log:
+    with AppendLog(out / "results.jsonl", (json.dumps(r) for r in done.values())) as log:
         for r in done.values():
-            r["mitigation"] = (mitigation_of or {}).get(r["run_id"], "none")
-            results.append(r)
-        if batched:
-            batch_futs = {pool.submit(_run_batch, str(out / "batches" / bid), [rid for rid, _ in members],
-                                      [cfg.to_dict() for _, cfg in members],
-                                      [str(out / "runs" / rid) for rid, _ in members], threads,
-                                      checkpoint_every, continue_runs): bid for bid, members in batches}
-            for batch_fut in as_completed(batch_futs):
-                for res in batch_fut.result():
-                    keep(res, log)
-        else:
-            futs = {pool.submit(_run_one, rid, cfg.to_dict(), str(out / "runs" / rid), threads,
-                                checkpoint_every, continue_runs): rid for rid, cfg in todo}
-            for fut in as_completed(futs):
-                keep(fut.result(), log)
+            keep(r, None)
+        for _, res in place.run(_jobs(out, todo, batches, batched=batched, threads=threads,
+                                      checkpoint_every=checkpoint_every, continue_runs=continue_runs)):
+            for one in (res if batched else [res]):
+                keep(one, log)
     if bar is not None:
         bar.close()
     order = {rid: i for i, (rid, _) in enumerate(points)}
     results.sort(key=lambda r: order[r["run_id"]])
     write_text_atomic(out / "study_wall_time_s.txt", f"{time.perf_counter() - t0:.1f}\n")
+    if place.failures:
+        failed = place.failures
+        raise StalesimError(f"study: {len(failed)} job(s) failed, the other runs are kept in "
+                            f"{out / 'results.jsonl'} (run the same study again to run only these): "
+                            + "; ".join(f.describe() for f in failed))
     return results
 
 
