@@ -72,7 +72,8 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
     pipe = StalePipeline(net, sched if sched is not None else cfg.schedule, steps=STEPS, split=split,
                          microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device,
                          warmup=cfg.warmup, staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
-                         pipemare_warmup=cfg.pipemare_warmup, weight_prediction=cfg.weight_prediction)
+                         pipemare_warmup=cfg.pipemare_warmup, weight_prediction=cfg.weight_prediction,
+                         pipemare_correction=cfg.pipemare_correction, pipemare_gamma=cfg.pipemare_gamma)
     per_stage = cfg.staleness_lr or cfg.pipemare_lr
     opt = pipe.attach(_user_optimizer(cfg, pipe.param_groups() if per_stage else net.parameters()))
     lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
@@ -111,6 +112,9 @@ OPTIONS = [
     ("lenet5", "2bw", 2, 3, "sgd", {"weight_prediction": True, "staleness_lr": True}),
     (GPT, "stale", 1, 3, "adamw", {"weight_prediction": True}),
     (GPT, "pipedream", 1, 3, "adam", {"weight_prediction": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"pipemare_correction": True}),
+    (GPT, "stale", 1, 3, "adamw", {"pipemare_correction": True, "pipemare_gamma": 0.5, "pipemare_lr": True}),
+    ("lenet5", "hybrid", 1, 3, "sgd", {"pipemare_correction": True}),
 ]
 
 
@@ -259,10 +263,14 @@ def test_forwards_without_grad_read_the_live_weights_and_count_no_micro_batch():
 def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
     """Six steps straight equal three, a save of model + optimizer + pipeline, a fresh
     process's objects loading them, and three more (stale keeps copies across the save;
-    weight prediction the directions of the versions still read)."""
+    weight prediction the directions of the versions still read, the correction its deltas)."""
     def build():
-        net = _small().double()
-        pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"], weight_prediction=prediction)
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                                  torch.nn.Linear(8, 2)).double()
+        # stage 0 ends in a layer whose weight its backward reads, so the correction shows
+        pipe = StalePipeline(net, "stale", steps=6, split=[["0", "2"], ["4"]], weight_prediction=prediction,
+                             pipemare_correction=not prediction)
         opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9))
         return net, pipe, opt
 
@@ -279,6 +287,7 @@ def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
 
     net, pipe, opt = build()
     straight = run(net, opt, range(6))
+    final = [p.detach().clone() for p in net.parameters()]
     net, pipe, opt = build()
     first = run(net, opt, range(3))
     assert pipe.store.nbytes() > 0  # copies a later batch reads are part of the state
@@ -289,6 +298,7 @@ def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
     opt.load_state_dict(ck["opt"])
     pipe.load_state_dict(ck["pipe"])
     assert first + run(net, opt, range(3, 6)) == straight
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), final))
     assert pipe.versions_match()
     with pytest.raises(StalesimError, match="state_dict: saved for steps=6, this pipeline has steps=7"):
         StalePipeline(_small(), "stale", steps=7, split=["0", "2"]).load_state_dict(ck["pipe"])

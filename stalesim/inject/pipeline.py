@@ -42,6 +42,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from stalesim.errors import StalesimError
+from stalesim.inject.correct import Correction
 from stalesim.inject.mitigate import StageLR
 from stalesim.inject.predict import Prediction
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
@@ -84,14 +85,17 @@ class StalePipeline:
     without it ``stages`` (default 2) even stages by parameter count. ``staleness_lr``,
     ``pipemare_lr``, ``pipemare_warmup``: the emulator's learning-rate mitigations
     (:mod:`stalesim.inject.mitigate`; the optimizer then needs :meth:`param_groups`).
-    ``weight_prediction``: the emulator's weight prediction (:mod:`stalesim.inject.predict`).
+    ``weight_prediction``: the emulator's weight prediction (:mod:`stalesim.inject.predict`);
+    ``pipemare_correction`` (``pipemare_gamma``): PipeMare's discrepancy correction
+    (:mod:`stalesim.inject.correct`); not both at once.
     """
 
     def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
                  stages: int | None = None, split: list[StageSpec] | None = None, microbatches: int = 1,
                  warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None,
                  staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0,
-                 weight_prediction: bool = False) -> None:
+                 weight_prediction: bool = False, pipemare_correction: bool = False,
+                 pipemare_gamma: float = 0.9) -> None:
         if not isinstance(model, nn.Module):
             raise StalesimError(f"model: expected an nn.Module, got {type(model).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -132,6 +136,13 @@ class StalePipeline:
         self.lr = StageLR(sched, staleness_lr=staleness_lr, pipemare_lr=pipemare_lr,
                           pipemare_warmup=pipemare_warmup)
         self.predict = Prediction(sched, cut.params, self.store.last_read) if weight_prediction else None
+        if weight_prediction and pipemare_correction:
+            raise StalesimError("pipemare_correction: not together with weight_prediction in a training loop yet")
+        if isinstance(pipemare_gamma, bool) or not isinstance(pipemare_gamma, (int, float)) \
+                or not 0 <= pipemare_gamma < 1:
+            raise StalesimError(f"pipemare_gamma: expected a number in [0, 1), got {pipemare_gamma!r}")
+        self.correct = Correction(sched, cut.params, self.store.last_read, pipemare_gamma) \
+            if pipemare_correction else None
         # this step's predicted forward weights and lr per (stage, micro), and the weights
         # each backward reads (computed once per stage, not per saved tensor)
         self._predicted: dict[tuple[int, int | None], tuple[list[torch.Tensor], float]] = {}
@@ -175,6 +186,8 @@ class StalePipeline:
             raise StalesimError(f"optimizer.step(): step {t} ran {self.forwards} forward(s) with grad; the "
                                 f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
         self.store.before_update()
+        if self.correct is not None:
+            self.correct.before_update()
         self.lr.scale(opt, t)
 
     def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -188,6 +201,8 @@ class StalePipeline:
         self._reads.clear()
         if self.predict is not None:
             self.predict.record(self.store.version)
+        if self.correct is not None:
+            self.correct.after_update(self.store.version)
 
     # --------------------------------------------------------------- forward
     def _before_forward(self, module: nn.Module, args: Any) -> None:
@@ -264,6 +279,8 @@ class StalePipeline:
             if mit.changes_backward:
                 lr = pred[1] if pred is not None else self.predict.lr(s)
                 read = self.predict.backward(s, read, v_b, t, m, lr)
+        if self.correct is not None:
+            read = self.correct.backward(s, read, v_b, t, m)
         self._reads[(s, t, m)] = read
         return read
 
@@ -336,7 +353,8 @@ class StalePipeline:
             raise StalesimError(f"state_dict: step {self.store.version} is half done ({self.forwards} forward(s)); "
                                 f"save after optimizer.step()")
         dirs = None if self.predict is None else [dict(kept) for kept in self.predict.dirs]
-        return {"steps": self.steps, "store": self.store.state_dict(), "directions": dirs}
+        return {"steps": self.steps, "store": self.store.state_dict(), "directions": dirs,
+                "correction": None if self.correct is None else self.correct.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict` (on a pipeline built with the same arguments, after
@@ -349,6 +367,8 @@ class StalePipeline:
         dirs = state.get("directions")
         if self.predict is not None and dirs is not None:
             self.predict.dirs = [{int(v): list(ds) for v, ds in kept.items()} for kept in dirs]
+        if self.correct is not None and state.get("correction") is not None:
+            self.correct.load_state_dict(state["correction"])
 
     # ------------------------------------------------------------- reporting
     def versions_match(self) -> bool:
