@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from stalesim.emulator.study import expand, run_study
 from stalesim.errors import StalesimError
-from stalesim.launch import LaunchSpec
+from stalesim.launch import Job, LaunchSpec, make_launcher
 from stalesim.runtime.config import TrainConfig
 
 TINY = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
@@ -80,3 +85,55 @@ def test_slurm_local_batched_equals_local(tmp_path, local_losses):
     for r in res:  # the batched emulator's float32 sums may differ from one run's in the last bit
         assert r["losses"] == pytest.approx(local_losses[r["run_id"]], rel=1e-6)
     assert len(list((tmp_path / "logs" / "submitit").glob("*_result.pkl"))) == 1  # one job: the batch
+
+
+@pytest.mark.parametrize("name", ["local", "slurm", "ray"])
+def test_a_job_whose_process_dies_fails_alone(tmp_path, name, request):
+    """A job killed outside Python (here it exits at once, as the OOM killer would end it)
+    is reported with its run id and log, after one retry (from its checkpoint, had it one);
+    the jobs beside it finish."""
+    spec = LaunchSpec() if name == "local" else _spec(name, request)
+    jobs = [Job("a", json.loads, ("1",), tmp_path / "a.log"), Job("dies", os._exit, (3,), tmp_path / "dies.log"),
+            Job("c", json.loads, ("3",), tmp_path / "c.log")]
+    launcher = make_launcher(spec, jobs=2, threads=1, folder=tmp_path)
+    assert {job.run_id: res for job, res in launcher.run(jobs)} == {"a": 1, "c": 3}
+    assert [f.run_id for f in launcher.failures] == ["dies"]
+    assert launcher.failures[0].log == tmp_path / "dies.log"
+
+
+def _workers(pid: int) -> list[int]:
+    """The live spawned pool workers among ``pid``'s children (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text() if d.isdigit() else ""
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes() if stat else b""
+        except OSError:
+            continue
+        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmd:
+            out.append(int(d))
+    return out
+
+
+def test_local_job_killed_mid_run_continues_from_its_checkpoint(tmp_path):
+    """SIGKILL the worker once the run's first checkpoint is written: the launcher runs the job
+    again from that checkpoint and the study ends with the losses of an uninterrupted run."""
+    base = replace(_points()[0][1], iterations=300)
+    points = [("stale_S2_none_seed0", base)]
+    whole = run_study(points, tmp_path / "whole", jobs=1, progress=False)[0]
+    out = tmp_path / "killed"
+    got: list = []
+    study = threading.Thread(target=lambda: got.extend(run_study(points, out, jobs=1, progress=False,
+                                                                 checkpoint_every=20)))
+    study.start()
+    ckpt = out / "runs" / points[0][0] / "checkpoint.pt"
+    end = time.monotonic() + 120
+    while not ckpt.is_file() and study.is_alive() and time.monotonic() < end:
+        time.sleep(0.02)
+    [worker] = _workers(os.getpid())
+    os.kill(worker, signal.SIGKILL)
+    assert not (out / "runs" / points[0][0] / "summary.json").exists()  # it was killed mid-run
+    study.join(180)
+    assert not study.is_alive() and got, "the study did not finish after its worker was killed"
+    assert got[0]["losses"] == whole["losses"]
+    assert "BrokenProcessPool" not in (out / "logs" / f"{points[0][0]}.log").read_text()
