@@ -47,3 +47,21 @@ def test_a_group_spanning_two_stages_is_refused():
         pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1))
     plain = StalePipeline(_net(), "stale", steps=4, split=["0", "2"])  # without a mitigation: any groups
     plain.attach(torch.optim.SGD(plain.model.parameters(), lr=0.1))
+
+
+def test_a_torch_scheduler_drives_the_base_lr():
+    """The attached optimizer is the user's own object: torch's schedulers take it, and the
+    lr they set is the base the factor multiplies during the step."""
+    net = _net()
+    pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"], staleness_lr=True)
+    opt = pipe.attach(torch.optim.SGD(pipe.param_groups(), lr=0.4))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    seen = []
+    opt.register_step_pre_hook(lambda o, a, k: seen.append(o.param_groups[1]["lr"]))
+    for _ in range(6):
+        net(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    assert seen == [0.4, 0.4, 0.2, 0.2, 0.1, 0.1]  # the last stage: factor 1
+    assert [g["lr"] for g in opt.param_groups] == [0.05, 0.05]

@@ -35,6 +35,7 @@ CASES = [
     ("lenet5", "2bw", 2, 3, "sgd"),
     ("lenet5", "hybrid", 1, 3, "sgd"),
     ("lenet5", "interleaved-2bw", 2, 4, "sgd"),
+    ("lenet5", "interleaved-pipedream", 2, 4, "sgd"),
     ("lenet5", "gpipe", 2, 3, "sgd"),
     (GPT, "pipedream", 1, 3, "adamw"),
     (GPT, "stale", 1, 3, "adam"),
