@@ -54,6 +54,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     # goals is ``python -m benchmarks.bench_fidelity`` on a quiet machine.
     Benchmark("fidelity", "fidelity campaign: simulator vs executor, every goal (plan only when quick)",
               quick=("--quick", "--estimate"), full=("--quick",)),
+    Benchmark("inject", "StalePipeline: a user's char-GPT loop wrapped vs plain (goal <= 1.10x per step)"),
     Benchmark("llm_peer", "LLM-scale predictions beside a peer tool's on published runs (skips without it)"),
 )
 

@@ -39,11 +39,11 @@ LAYER = {
     "stalesim.plugins": 0,
     "stalesim.summary": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
-    "stalesim.sim": 3, "stalesim.emulator": 3, "executor": 3,
+    "stalesim.sim": 3, "stalesim.emulator": 3, "stalesim.inject": 3, "executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,
     "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,
 }
-CONSUMERS = ("stalesim.sim", "stalesim.emulator", "executor")
+CONSUMERS = ("stalesim.sim", "stalesim.emulator", "stalesim.inject", "executor")
 
 
 def _modules() -> dict[str, Path]:
