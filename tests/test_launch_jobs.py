@@ -46,6 +46,10 @@ def test_slurm_flags_without_slurm_are_refused(capsys, tmp_path):
     rc, _, err = run_cli(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic", "--iterations", "1",
                                   "--slurm-partition", "gpu", "--out", str(tmp_path / "s")])
     assert rc == 2 and "--slurm-* flags are for --launcher slurm" in err
+    rc, _, err = run_cli(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic", "--iterations", "1",
+                                  "--device", "cuda", "--launcher", "slurm", "--out", str(tmp_path / "s")])
+    assert rc == 2 and err.strip() == ("stalesim: error: slurm_gpus: --device cuda on a cluster needs GPUs "
+                                       "per task: --slurm-gpus 1")
 
 
 def test_call_logged_writes_output_and_traceback(tmp_path):

@@ -44,10 +44,14 @@ def launch_spec_from_args(args: argparse.Namespace) -> LaunchSpec:
     one-line errors) before anything runs."""
     slurm_given = args.slurm_partition is not None or args.slurm_gpus or args.slurm_cpus is not None \
         or args.slurm_mem is not None or args.slurm_time != 60
-    if slurm_given and args.launcher == "local":
-        from stalesim.errors import StalesimError
+    from stalesim.errors import StalesimError
 
+    if slurm_given and args.launcher == "local":
         raise StalesimError("launcher: --slurm-* flags are for --launcher slurm (or ray: --slurm-gpus)")
+    # a task on a cluster's node sees only the GPUs it asked for: none, unless --slurm-gpus
+    if str(getattr(args, "device", "cpu")).startswith("cuda") and not args.slurm_gpus and \
+            ((args.launcher == "slurm" and not args.local) or (args.launcher == "ray" and args.ray_address)):
+        raise StalesimError("slurm_gpus: --device cuda on a cluster needs GPUs per task: --slurm-gpus 1")
     return LaunchSpec(launcher=args.launcher, local=args.local, slurm_partition=args.slurm_partition,
                       slurm_time_min=args.slurm_time, slurm_gpus=args.slurm_gpus, slurm_cpus=args.slurm_cpus,
                       slurm_mem_gb=args.slurm_mem, ray_address=args.ray_address).check()

@@ -71,6 +71,9 @@ MITIGATIONS: dict[str, dict[str, Any]] = {
 # each run is an emulation of seconds to hours: more than this is a typo, not a study
 MAX_RUNS = 1000
 
+# failed jobs named in the study's one-line error (the rest are counted; their logs are in logs/)
+_NAMED_FAILURES = 5
+
 
 def parse_placements(text: str) -> list[list[int] | int]:
     """'2;1,2;1,2,3,4' -> PPVs; 'S2' -> 2 stages (default PPV); 'none' or '-' -> 1 stage."""
@@ -350,9 +353,10 @@ def _run_study(points: list[tuple[str, TrainConfig]], out: Path, jobs: int, prog
     write_text_atomic(out / "study_wall_time_s.txt", f"{time.perf_counter() - t0:.1f}\n")
     if place.failures:
         failed = place.failures
+        more = f"; and {len(failed) - _NAMED_FAILURES} more (logs/)" if len(failed) > _NAMED_FAILURES else ""
         raise StalesimError(f"study: {len(failed)} job(s) failed, the other runs are kept in "
                             f"{out / 'results.jsonl'} (run the same study again to run only these): "
-                            + "; ".join(f.describe() for f in failed))
+                            + "; ".join(f.describe() for f in failed[:_NAMED_FAILURES]) + more)
     return results
 
 
