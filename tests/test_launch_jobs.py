@@ -4,6 +4,7 @@ local launcher going on past a failed job (no study: jobs are stdlib calls)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -72,3 +73,31 @@ def test_local_launcher_reports_a_failure_and_runs_the_others(tmp_path):
     assert fail.run_id == "b" and fail.log == tmp_path / "b.log" and "JSONDecodeError" in fail.error
     assert "JSONDecodeError" in fail.log.read_text()
     assert "b (JSONDecodeError" in fail.describe() and str(tmp_path / "b.log") in fail.describe()
+
+
+def test_slurm_without_sbatch_is_one_line(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, no srun
+    rc, _, err = run_cli(capsys, ["study", "--model", "lenet5", "--dataset", "synthetic", "--iterations", "1",
+                                  "--launcher", "slurm", "--out", str(tmp_path / "s")])
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "sbatch, which is not on this machine's PATH" in err and "--local" in err
+
+
+def test_slurm_options_reach_the_sbatch_script(tmp_path, monkeypatch):
+    """The flags as submitit writes them into the array's sbatch script (sbatch and srun are
+    stand-ins here: submitit looks for srun before it writes anything)."""
+    pytest.importorskip("submitit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sbatch", "srun"):
+        (bin_dir / tool).write_text("#!/bin/sh\necho 'Submitted batch job 1'\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    spec = LaunchSpec(launcher="slurm", slurm_partition="gpu", slurm_gpus=1, slurm_mem_gb=16, slurm_time_min=120)
+    launcher = make_launcher(spec, jobs=18, threads=4, folder=tmp_path / "logs")
+    text = launcher.executor._executor._make_submission_file_text("CMD", "uid")
+    for line in ("--partition=gpu", "--gpus-per-node=1", "--cpus-per-task=4", "--mem=16GB", "--time=120"):
+        assert f"#SBATCH {line}\n" in text
+    assert "--signal=USR2@" in text  # submitit's preemption signal: the task checkpoints and is requeued
+    assert launcher.executor._executor.parameters["array_parallelism"] == 18

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -74,6 +75,9 @@ class LaunchSpec:
         if self.launcher != "ray" and self.ray_address is not None:
             raise StalesimError("launcher: --ray-address is for --launcher ray")
         check_installed(self.launcher)
+        if self.launcher == "slurm" and not self.local and not (shutil.which("sbatch") and shutil.which("srun")):
+            raise StalesimError("launcher: --launcher slurm submits with sbatch, which is not on this machine's "
+                                "PATH (run it on the cluster's login node, or try it here with --local)")
         return self
 
     @property
