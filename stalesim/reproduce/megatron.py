@@ -43,12 +43,13 @@ def published(root: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-# the launch script's choices per model (run_table_1.sh); the rest of a row is Table 1's
-SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap")
+# the launch script's choices per model (run_table_1.sh) and the paper's code's (no asynchronous
+# tensor-parallel all-reduce yet); the rest of a row is Table 1's
+SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap", "tp_overlap")
 
 
 def script_settings(root: Path) -> dict[str, dict[str, Any]]:
-    """Per Table 1 model: the script's micro-batch, schedule, interleaving and DDP overlap, as the
+    """Per Table 1 model: the script's micro-batch, schedule, interleaving, DDP and TP overlap, as the
     published-runs data file records them (one place for both checks)."""
     from stalesim.reproduce.published import load
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stalesim.errors import StalesimError
+from stalesim.sim.llm_comm import overlaps, tp_backward_hidden_s
 from stalesim.sim.model import NS, SimHardware
 from stalesim.workloads.kernel_efficiency import (
     FLASH_KERNELS,
@@ -262,6 +263,11 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     elif plan.recompute == "selective":  # the core attention again: its products and softmax bytes
         bw = bw + _Pass(att_f, mem - _elementwise_bytes(spec, n, t, plan.sp, "flash"), 0,
                         cp_ring_s(spec, plan, hw, att_f, backward=False))
+    # Megatron runs the input-gradient collective of each column-parallel linear (QKV, MLP in)
+    # asynchronously while that linear's weight gradient computes: what the W GEMMs cover is hidden
+    hidden = 0.0
+    if t > 1 and overlaps(plan).tp:
+        hidden = tp_backward_hidden_s(coll, timer.gemms([_wgrad(lin[0]), _wgrad(lin[2])]))
     k = _KERNELS_PER_LAYER
     e = spec.element_bytes
     logits = GemmShape(n, math.ceil(spec.vocab / t), spec.hidden)
@@ -273,7 +279,7 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     ef = _Pass(0.0, 2 * e * n * spec.hidden, 1 if t > 1 else 0)
     return LayerTimes(
         layer_f=secs(fw, coll, k),
-        layer_b=secs(bw, coll, 2 * k + (k if plan.recompute == "full" else 0)),
+        layer_b=secs(bw, coll, 2 * k + (k if plan.recompute == "full" else 0)) - hidden,
         embed_f=secs(ef, coll, 1), embed_b=secs(ef, 0.0, 1),
         head_f=secs(hf, coll, 3), head_b=secs(hb, coll, 4),
         collective=coll,
