@@ -39,6 +39,7 @@ LAYER = {
     "stalesim.plugins": 0,
     "stalesim.summary": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
+    "stalesim.launch": 2,  # where a study's jobs run: below the emulator that hands it the jobs
     "stalesim.sim": 3, "stalesim.emulator": 3, "stalesim.inject": 3, "executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,
     "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from stalesim.cli.common import float_type, int_type
-from stalesim.launch.jobs import LAUNCHERS, LaunchSpec
+from stalesim.launch.jobs import LAUNCHERS, LOCAL, RAY, SLURM, LaunchSpec
 
 # a Slurm task of at most a year (Slurm's own limit is "UNLIMITED"; more is a typo)
 _MAX_MINUTES = 366 * 24 * 60
@@ -15,7 +15,7 @@ _MAX_MINUTES = 366 * 24 * 60
 
 def add_launcher_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("launcher (where the jobs run)")
-    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
+    g.add_argument("--launcher", choices=LAUNCHERS, default=LOCAL,
                    help="local: --jobs processes here (default); slurm: a Slurm job array through submitit "
                         "(pip install stalesim[slurm]); ray: Ray tasks (pip install stalesim[ray])")
     g.add_argument("--local", action="store_true",
@@ -46,11 +46,11 @@ def launch_spec_from_args(args: argparse.Namespace) -> LaunchSpec:
         or args.slurm_mem is not None or args.slurm_time != 60
     from stalesim.errors import StalesimError
 
-    if slurm_given and args.launcher == "local":
+    if slurm_given and args.launcher == LOCAL:
         raise StalesimError("launcher: --slurm-* flags are for --launcher slurm (or ray: --slurm-gpus)")
     # a task on a cluster's node sees only the GPUs it asked for: none, unless --slurm-gpus
     if str(getattr(args, "device", "cpu")).startswith("cuda") and not args.slurm_gpus and \
-            ((args.launcher == "slurm" and not args.local) or (args.launcher == "ray" and args.ray_address)):
+            ((args.launcher == SLURM and not args.local) or (args.launcher == RAY and args.ray_address)):
         raise StalesimError("slurm_gpus: --device cuda on a cluster needs GPUs per task: --slurm-gpus 1")
     return LaunchSpec(launcher=args.launcher, local=args.local, slurm_partition=args.slurm_partition,
                       slurm_time_min=args.slurm_time, slurm_gpus=args.slurm_gpus, slurm_cpus=args.slurm_cpus,

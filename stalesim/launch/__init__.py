@@ -13,6 +13,25 @@ extra in a one-line error when it is missing.
 
 from __future__ import annotations
 
-from stalesim.launch.jobs import Job, JobFailure, Launcher, LaunchSpec, make_launcher
+from pathlib import Path
+
+from stalesim.launch.jobs import RAY, SLURM, Job, JobFailure, Launcher, LaunchSpec
 
 __all__ = ["Job", "JobFailure", "LaunchSpec", "Launcher", "make_launcher"]
+
+
+def make_launcher(spec: LaunchSpec, *, jobs: int, threads: int, folder: Path) -> Launcher:
+    """The launcher for ``spec``: at most ``jobs`` jobs at once (``threads`` CPUs each);
+    its own files (submitit's pickles and logs) under ``folder``."""
+    spec.check()
+    if spec.launcher == SLURM:
+        from stalesim.launch.slurm import SlurmLauncher
+
+        return SlurmLauncher(spec, jobs=jobs, threads=threads, folder=folder)
+    if spec.launcher == RAY:
+        from stalesim.launch.ray_tasks import RayLauncher
+
+        return RayLauncher(spec, jobs=jobs, threads=threads)
+    from stalesim.launch.local import LocalLauncher
+
+    return LocalLauncher(jobs=jobs)

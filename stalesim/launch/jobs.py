@@ -1,4 +1,4 @@
-"""What a launcher is given (jobs), what it gives back (results, failures), and the choice of one."""
+"""What a launcher is given (jobs) and gives back (results, failures), and the launch spec."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from stalesim.errors import StalesimError
 
 #: the launchers ``--launcher`` accepts (local is today's process pool)
 LAUNCHERS = ("local", "slurm", "ray")
+LOCAL, SLURM, RAY = LAUNCHERS
 
 #: launcher -> (module to import, the extra that installs it)
-EXTRAS = {"slurm": ("submitit", "slurm"), "ray": ("ray", "ray")}
+EXTRAS = {SLURM: ("submitit", "slurm"), RAY: ("ray", "ray")}
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,12 @@ class LaunchSpec:
     def check(self) -> LaunchSpec:
         if self.launcher not in LAUNCHERS:
             raise StalesimError(f"launcher: unknown {self.launcher!r} (known: {', '.join(LAUNCHERS)})")
-        if self.launcher != "slurm" and (self.local or self.slurm_partition is not None):
+        if self.launcher != SLURM and (self.local or self.slurm_partition is not None):
             raise StalesimError("launcher: --local and --slurm-* are for --launcher slurm")
-        if self.launcher != "ray" and self.ray_address is not None:
+        if self.launcher != RAY and self.ray_address is not None:
             raise StalesimError("launcher: --ray-address is for --launcher ray")
         check_installed(self.launcher)
-        if self.launcher == "slurm" and not self.local and not (shutil.which("sbatch") and shutil.which("srun")):
+        if self.launcher == SLURM and not self.local and not (shutil.which("sbatch") and shutil.which("srun")):
             raise StalesimError("launcher: --launcher slurm submits with sbatch, which is not on this machine's "
                                 "PATH (run it on the cluster's login node, or try it here with --local)")
         return self
@@ -83,8 +84,8 @@ class LaunchSpec:
     @property
     def on_this_machine(self) -> bool:
         """Whether the jobs share this machine's memory (so the study's memory preflight applies)."""
-        return self.launcher == "local" or (self.launcher == "slurm" and self.local) or \
-            (self.launcher == "ray" and self.ray_address is None)
+        return self.launcher == LOCAL or (self.launcher == SLURM and self.local) or \
+            (self.launcher == RAY and self.ray_address is None)
 
 
 def check_installed(launcher: str) -> None:
@@ -106,23 +107,6 @@ class Launcher(Protocol):
     failures: list[JobFailure]
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]: ...
-
-
-def make_launcher(spec: LaunchSpec, *, jobs: int, threads: int, folder: Path) -> Launcher:
-    """The launcher for ``spec``: at most ``jobs`` jobs at once (``threads`` CPUs each);
-    its own files (submitit's pickles and logs) under ``folder``."""
-    spec.check()
-    if spec.launcher == "slurm":
-        from stalesim.launch.slurm import SlurmLauncher
-
-        return SlurmLauncher(spec, jobs=jobs, threads=threads, folder=folder)
-    if spec.launcher == "ray":
-        from stalesim.launch.ray_tasks import RayLauncher
-
-        return RayLauncher(spec, jobs=jobs, threads=threads)
-    from stalesim.launch.local import LocalLauncher
-
-    return LocalLauncher(jobs=jobs)
 
 
 @contextlib.contextmanager
@@ -154,10 +138,9 @@ def call_logged(job: Job) -> Any:
         try:
             return job.fn(*job.args)
         except BaseException:
-            # into the file itself, not sys.stderr: a host (pytest, Ray) may have replaced it
+            # to the descriptor (the log, here), not sys.stderr: a host (pytest, Ray) may have replaced it
             sys.stderr.flush()
-            with open(job.log, "a", encoding="utf-8") as f:
-                f.write(traceback.format_exc())
+            os.write(2, traceback.format_exc().encode())
             raise
 
 
