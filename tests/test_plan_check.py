@@ -51,3 +51,21 @@ def test_check_error_and_its_terms(monkeypatch: pytest.MonkeyPatch) -> None:
     assert rec["rest_term_s"] == pytest.approx(-1.0 + 0.8)
     assert rec["dominant_term"] == "iteration time" and not rec["within_goal"]
     assert "| stale S=2 sgd | 40 | 40 | 4.50 | 5.50 | -18.2 % |" in markdown([rec])
+
+
+def test_a_run_that_misses_the_target_has_no_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's losses never fall below the target in the emulated 40 iterations: the
+    record refuses an error (the wall time is not a time to target) and is not within the goal."""
+    import executor
+
+    def fake_run_local(job, devices, **kw):
+        # measured 4.5 s would match the prediction exactly: still no time to report
+        return {"losses": [2.0] * 40, "wall_s": 4.5, "iteration_time_s": 0.1, "setup_s": 3.0}
+
+    monkeypatch.setattr(executor, "run_local", fake_run_local)
+    base = TrainConfig(model="lenet5", dataset="synthetic", iterations=1)
+    rec = check_rows(pick(_rows(), 1, 2), base, Target("loss", 1.0, smooth=1), 0, devices=2)[0]
+    assert rec["executor_iterations_to_target"] is None
+    assert rec["reached"] is False and rec["error"] is None and rec["within_goal"] is False
+    line = markdown([rec]).splitlines()[2]
+    assert line.startswith("| stale S=2 sgd | 40 | - | 4.50 | not reached | did not reach the target in 40 |")

@@ -7,7 +7,10 @@ gloo) for exactly the iterations the emulation of the first seed needed to reach
 target. The executor reproduces the emulator's losses (docs/executor.md), so the run
 reaches the target at that iteration too, which the check verifies from the executor's
 own losses; its wall-clock time (first action to last, every rank) is the measured time
-to target, and the plan's ``time(n)`` for the same n is the prediction.
+to target, and the plan's ``time(n)`` for the same n is the prediction. A run whose losses
+never reach the target within n has no time to target: its record says so (``reached``
+false, no error) and it is not counted within the goal, since its wall time measures n
+iterations of a run that had not converged, not the time the plan predicts.
 
 The error is split into two terms, so a miss names its cause: the **iteration time**
 (n x the difference between the predicted and the measured steady-state iteration time)
@@ -82,16 +85,17 @@ def check_rows(rows: Sequence[Row], base: TrainConfig, target: Target, seed: int
         exec_n = iterations_to_loss(summary.get("losses") or [], target.value, target.smooth)
         meas_it = float(summary.get("iteration_time_s") or 0.0)
         it_term = n * (t.steady_s - meas_it) if meas_it else None
+        reached = exec_n is not None and exec_n <= n
         total = predicted - measured
         rest = None if it_term is None else total - it_term
-        err = total / measured if measured > 0 else None
+        err = total / measured if measured > 0 and reached else None
         dominant = None
         if it_term is not None and rest is not None:
             dominant = "iteration time" if abs(it_term) >= abs(rest) else \
                 "fill/drain, warm-up and start-up (not the steady iteration)"
         records.append({
             "candidate": r.candidate.label, "schedule": r.candidate.schedule, "iterations": n,
-            "executor_iterations_to_target": exec_n, "same_iteration": exec_n == n,
+            "executor_iterations_to_target": exec_n, "same_iteration": exec_n == n, "reached": reached,
             "predicted_s": predicted, "measured_s": measured, "error": err,
             "within_goal": err is not None and abs(err) <= GOAL,
             "predicted_iteration_s": t.steady_s, "measured_iteration_s": meas_it,
@@ -102,16 +106,24 @@ def check_rows(rows: Sequence[Row], base: TrainConfig, target: Target, seed: int
     return records
 
 
+def reach(record: dict[str, Any], measured_s: float) -> str:
+    """The measured column: no time to target for a run that did not reach it."""
+    return f"{measured_s:.2f}" if record.get("reached", True) else "not reached"
+
+
 def markdown(records: Sequence[dict[str, Any]]) -> str:
     """The check as a markdown table (stored next to check.json)."""
     lines = ["| candidate | iterations | executor reaches at | predicted s | measured s | error | "
              "iteration predicted / measured ms | dominant term | load before / after |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for c in records:
-        err = "-" if c["error"] is None else f"{100 * c['error']:+.1f} %"
+        if not c.get("reached", True):
+            err = f"did not reach the target in {c['iterations']}"
+        else:
+            err = "-" if c["error"] is None else f"{100 * c['error']:+.1f} %"
         lb = "/".join(f"{x:.2f}" for x in c["load_before"][:1] + c["load_after"][:1])
-        lines.append(f"| {c['candidate']} | {c['iterations']} | {c['executor_iterations_to_target']} | "
-                     f"{c['predicted_s']:.2f} | {c['measured_s']:.2f} | {err} | "
+        lines.append(f"| {c['candidate']} | {c['iterations']} | {c['executor_iterations_to_target'] or '-'} | "
+                     f"{c['predicted_s']:.2f} | {reach(c, c['measured_s'])} | {err} | "
                      f"{1e3 * c['predicted_iteration_s']:.1f} / {1e3 * c['measured_iteration_s']:.1f} | "
                      f"{c['dominant_term'] or '-'} | {lb} |")
     return "\n".join(lines) + "\n"
