@@ -101,8 +101,9 @@ def test_a_job_whose_process_dies_fails_alone(tmp_path, name, request):
     assert launcher.failures[0].log == tmp_path / "dies.log"
 
 
-def _workers(pid: int) -> list[int]:
-    """The live spawned pool workers among ``pid``'s children (from /proc)."""
+def _workers(name: str) -> list[int]:
+    """The live processes running the job: this process's spawned pool workers (local), or
+    the Ray workers whose title names the task (ray), from /proc."""
     out = []
     for d in os.listdir("/proc"):
         try:
@@ -110,27 +111,31 @@ def _workers(pid: int) -> list[int]:
             cmd = Path(f"/proc/{d}/cmdline").read_bytes() if stat else b""
         except OSError:
             continue
-        if stat and int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmd:
+        ours = bool(stat) and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmd
+        if (name == "local" and ours) or (name == "ray" and cmd.startswith(b"ray::call_logged")):
             out.append(int(d))
     return out
 
 
-def test_local_job_killed_mid_run_continues_from_its_checkpoint(tmp_path):
-    """SIGKILL the worker once the run's first checkpoint is written: the launcher runs the job
-    again from that checkpoint and the study ends with the losses of an uninterrupted run."""
+@pytest.mark.parametrize("name", ["local", "ray"])
+def test_job_killed_mid_run_continues_from_its_checkpoint(tmp_path, name, request):
+    """SIGKILL the job's process once the run's first checkpoint is written: the launcher runs
+    the job again from that checkpoint (local: in a process of its own; Ray: a retried task)
+    and the study ends with the losses of an uninterrupted run."""
+    spec = LaunchSpec() if name == "local" else _spec(name, request)
     base = replace(_points()[0][1], iterations=300)
     points = [("stale_S2_none_seed0", base)]
     whole = run_study(points, tmp_path / "whole", jobs=1, progress=False)[0]
     out = tmp_path / "killed"
     got: list = []
     study = threading.Thread(target=lambda: got.extend(run_study(points, out, jobs=1, progress=False,
-                                                                 checkpoint_every=20)))
+                                                                 checkpoint_every=20, launcher=spec)))
     study.start()
     ckpt = out / "runs" / points[0][0] / "checkpoint.pt"
     end = time.monotonic() + 120
     while not ckpt.is_file() and study.is_alive() and time.monotonic() < end:
         time.sleep(0.02)
-    [worker] = _workers(os.getpid())
+    [worker] = _workers(name)
     os.kill(worker, signal.SIGKILL)
     assert not (out / "runs" / points[0][0] / "summary.json").exists()  # it was killed mid-run
     study.join(180)
