@@ -117,6 +117,7 @@ def _workers(name: str) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["local", "ray"])
 def test_job_killed_mid_run_continues_from_its_checkpoint(tmp_path, name, request):
     """SIGKILL the job's process once the run's first checkpoint is written: the launcher runs
