@@ -1,6 +1,7 @@
 """A plan's outputs: the terminal table, ``plan.json``, ``plan.csv`` (one row per
 candidate, flat columns: ``pandas.read_csv`` reads it as is) and ``pareto.png`` (time to
-target against peak memory per device). Every file is written atomically."""
+target against peak memory per device). Every file is written atomically. Each
+asynchronous row carries its iso-loss overhead (:mod:`~stalesim.plan.isoloss`) in all four."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from typing import Any
 
 from stalesim.atomic import savefig_atomic, write_csv_atomic, write_json_atomic
 from stalesim.plan.compose import Row, pareto
+from stalesim.plan.isoloss import EMPTY, IsoLoss, iso_loss
 
 CSV_COLUMNS = ("rank", "label", "schedule", "devices", "stages", "microbatches", "workers", "mitigation",
                "optimizer", "warmup", "switch", "synchronous", "status", "seeds", "iterations_mean",
                "iterations_lo", "iterations_hi", "iteration_s", "first_phase_iteration_s", "fill_drain_s",
                "time_to_target_s", "time_lo_s", "time_hi_s", "peak_memory_bytes", "feasible", "reason",
-               "speedup_vs_sync", "speedup_vs_one_device", "cost_source", "note")
+               "speedup_vs_sync", "speedup_vs_one_device", "iso_loss_overhead", "iso_loss_reference",
+               "samples_to_target", "cost_source", "note")
 
 
 def _dur(s: float | None) -> str:
@@ -33,15 +36,33 @@ def _gib(b: float | None) -> str:
     return "-" if b is None else f"{b / 2**30:.3g}"
 
 
+def _iso(header: dict[str, Any], rows: Sequence[Row]) -> dict[str, IsoLoss]:
+    return iso_loss(rows, int(header.get("batch_size") or 0))
+
+
+def _iso_text(iso: IsoLoss | None) -> str:
+    return "-" if iso is None else f"{iso.overhead:.2f}x"
+
+
+def iso_note(isos: dict[str, IsoLoss]) -> str | None:
+    """The line naming what the iso-loss column is measured against (one per reference)."""
+    refs = sorted({(i.reference, i.reference_kind) for i in isos.values()})
+    if not refs:
+        return None
+    what = "; ".join(f"{label} ({kind})" for label, kind in refs)
+    return f"iso-loss = iterations (= samples) to target over the synchronous schedule's: {what}"
+
+
 def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
     """The terminal table: rank, candidate, iterations (interval), iteration time, time to
-    target (interval), memory, speed-ups; unranked rows say why."""
+    target (interval), iso-loss overhead, memory, speed-ups; unranked rows say why."""
+    isos = _iso(header, rows)
     lines = [f"plan: {header['model']} / {header['dataset']}, target {header['target']}, "
              f"{header['devices']} x {header['hardware']}",
              f"memory per device: {header['capacity']}; iteration-time error +-{100 * header['time_error']:.0f} %; "
              f"seeds {header['seeds']}",
              f"{'#':>3} {'candidate':<46} {'iterations [95% / range]':>26} {'iter':>9} "
-             f"{'time to target [interval]':>30} {'GiB/dev':>8} {'vs sync':>8} {'vs 1 dev':>8}"]
+             f"{'time to target [interval]':>30} {'iso-loss':>8} {'GiB/dev':>8} {'vs sync':>8} {'vs 1 dev':>8}"]
     for r in rows:
         d = r.to_dict()
         if d["iterations_mean"] is None:
@@ -54,6 +75,7 @@ def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
         su = "-" if r.speedup_vs_sync is None else f"{r.speedup_vs_sync:.2f}x"
         s1 = "-" if r.speedup_vs_one_device is None else f"{r.speedup_vs_one_device:.2f}x"
         lines.append(f"{rank:>3} {r.candidate.label[:46]:<46} {its:>26} {it:>9} {tt:>30} "
+                     f"{_iso_text(isos.get(r.candidate.label)):>8} "
                      f"{_gib(d['peak_memory_bytes']):>8} {su:>8} {s1:>8}")
         if not r.feasible and r.reason:
             lines.append(f"{'':>3}   INFEASIBLE: {r.reason}")
@@ -67,6 +89,9 @@ def table(rows: Sequence[Row], header: dict[str, Any]) -> str:
     if best is not None:
         lines.append(f"proposal: {best.candidate.label} (predicted {_dur(best.time_s.mean if best.time_s else None)})")
     lines += [f"policy: {w}" for w in policy_wins(rows)]
+    note = iso_note(isos)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 
@@ -93,7 +118,9 @@ def policy_wins(rows: Sequence[Row]) -> list[str]:
 
 def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, figure: bool = True) -> list[Path]:
     """plan.json, plan.csv and (``figure``) pareto.png in ``out``; returns the paths."""
-    dicts = [r.to_dict() for r in rows]
+    isos = _iso(header, rows)
+    dicts = [{**r.to_dict(), **(isos[r.candidate.label].to_dict() if r.candidate.label in isos else EMPTY)}
+             for r in rows]
     paths = [write_json_atomic(out / "plan.json", {**header, "rows": dicts,
                                                    "pareto": [r.candidate.label for r in pareto(rows)]}),
              write_csv_atomic(out / "plan.csv", [{k: d.get(k) for k in CSV_COLUMNS} for d in dicts],
@@ -105,13 +132,15 @@ def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, fig
 
 def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path:
     """Time to target (interval as error bar) against peak memory per device; synchronous
-    candidates as circles, stale ones as triangles, infeasible ones as grey crosses, the
-    Pareto front as a line, the device's capacity as a vertical line."""
+    candidates as circles, stale ones as triangles (labelled with their iso-loss overhead),
+    infeasible ones as grey crosses, the Pareto front as a line, the device's capacity as a
+    vertical line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    isos = _iso(header, rows)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     peaks = [r.timing.peak_bytes for r in rows if r.timing is not None]
     unit, scale = ("GiB", 2**30) if max(peaks, default=0) >= 2**30 else ("MiB", 2**20)
@@ -126,7 +155,9 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
         ax.errorbar([x], [y], yerr=[[y - r.time_s.lo], [r.time_s.hi - y]], fmt="o" if r.candidate.synchronous
                     else "^", capsize=3, ms=5, alpha=0.8)
         if r.rank is not None and r.rank <= 5:
-            ax.annotate(f"{r.rank}. {r.candidate.label}", (x, y), fontsize=6, xytext=(4, 2),
+            iso = isos.get(r.candidate.label)
+            more = "" if iso is None else f" (iso-loss {iso.overhead:.2f}x)"
+            ax.annotate(f"{r.rank}. {r.candidate.label}{more}", (x, y), fontsize=6, xytext=(4, 2),
                         textcoords="offset points")
     front = pareto(rows)
     if front:
@@ -139,8 +170,9 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
         ax.axvline(cap / scale, color="r", ls="--", lw=0.8, label="device memory")
     ax.set_xlabel(f"peak memory per device ({unit})")
     ax.set_ylabel("predicted time to target (s)")
-    ax.set_title(f"{header['model']} on {header['devices']} x {header['hardware']}\nto {header['target']}",
-                 fontsize=8)
+    note = iso_note(isos)
+    ax.set_title(f"{header['model']} on {header['devices']} x {header['hardware']}\nto {header['target']}"
+                 + (f"\n{note}" if note else ""), fontsize=7 if note else 8)
     ax.grid(alpha=0.3)
     if front or cap:
         ax.legend(fontsize=7)
