@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 
+from stalesim.errors import StalesimError
 from stalesim.launch.jobs import Job, JobFailure, LaunchSpec, call_logged, last_line
 
 # a worker lost to a node failure or the OOM killer is retried this many times (Ray's default)
@@ -44,7 +45,11 @@ class RayLauncher:
             if self.address is None:
                 ray.init(num_cpus=self.capacity, include_dashboard=False, log_to_driver=False)
             else:
-                ray.init(address=self.address, log_to_driver=False)
+                try:
+                    ray.init(address=self.address, log_to_driver=False)
+                except (ConnectionError, RuntimeError, ValueError) as exc:
+                    raise StalesimError(f"ray_address: cannot join the Ray cluster at {self.address!r} "
+                                        f"({last_line(exc)})") from None
         try:
             # a retried task runs the job's resume form (its first try left a checkpoint, if any)
             first = ray.remote(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=0)(call_logged)
