@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
-from stalesim.cli.common import int_type, print_json, seconds, seed_int
+from stalesim.cli.common import DEFAULT_THREADS, int_type, print_json, seconds, seed_int
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_COUNT, MAX_REPEATS, MAX_THREADS
 from stalesim.workloads.zoo_facts import MAX_CLASSES
@@ -55,8 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--launch-overhead", type=seconds, default=None, metavar="SECONDS",
                    help="roofline: fixed per-phase overhead per block (default 5e-6)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:<i> (default cpu)")
-    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=None,
-                   help="torch CPU threads (default: torch's current setting)")
+    p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=DEFAULT_THREADS,
+                   help=f"torch CPU threads (default {DEFAULT_THREADS}: what each executor rank runs, "
+                        "and stalesim.profile's default, so the profile times the ranks' work)")
     p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=5, help="timed rounds (default 5)")
     p.add_argument("--warmup", type=int_type(0, MAX_REPEATS), default=2, help="discarded rounds (default 2)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "tf32"],
@@ -166,7 +168,12 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.progress import heartbeat
 
     # a profile of a big model is minutes of silence otherwise (no count to report inside)
-    with heartbeat(f"profiling {args.model}"):  # stderr, as the per-batch-size lines (-q quiets stdout)
+    from stalesim.workloads.profiler import BlockSumWarning
+
+    with heartbeat(f"profiling {args.model}"), \
+            warnings.catch_warnings(record=True) as caught:
+        # stderr, as the per-batch-size lines (-q quiets stdout); the block-sum warning as one line
+        warnings.simplefilter("always", BlockSumWarning)  # every profile, not once per process
         prof = profile_model(
             model,
             args.batch_size,
@@ -179,6 +186,11 @@ def run(args: argparse.Namespace) -> int:
             num_classes=args.num_classes,
             progress=lambda msg: print(msg, file=sys.stderr),
         )
+    for w in caught:
+        if issubclass(w.category, BlockSumWarning):
+            print(f"stalesim: warning: {w.message}", file=sys.stderr)
+        else:  # anything else torch or the model said, as it would have shown
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     prof.to_json(args.output)
     if args.json:
         print_json(prof.to_dict())

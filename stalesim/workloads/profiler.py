@@ -19,7 +19,9 @@ block's input needs no gradient; its ``I`` still yields the module output
 gradients its ``W`` needs.
 
 Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
-CPU and CUDA events on a GPU: on the profiled GPU's current stream, with that GPU
+CPU (by default :data:`RANK_THREADS`, the one thread each executor rank runs, so the
+profile times the work the ranks will do; ``stalesim profile`` and ``stalesim.profile``
+share this default) and CUDA events on a GPU: on the profiled GPU's current stream, with that GPU
 the current device for the whole measurement (``torch.cuda.device``). An event
 recorded without a stream goes to the *current* device's stream, so profiling
 ``cuda:1`` with ``cuda:0`` current would time an idle ``cuda:0``: the host's
@@ -44,6 +46,7 @@ import os
 import platform
 import statistics
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
@@ -53,6 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from stalesim.errors import StalesimError
+from stalesim.workloads.blocksum import block_sum_warning
 from stalesim.workloads.profile import (
     SCHEMA_VERSION,
     BatchPoint,
@@ -61,6 +65,11 @@ from stalesim.workloads.profile import (
     Profile,
 )
 from stalesim.workloads.zoo import LayeredModel, build_model
+
+# Torch CPU threads of each executor rank (executor.run_local's default, and the CLI's
+# --threads default for every command that trains): a profile is measured the same way.
+# None (torch's current setting) remains available to callers who want their own.
+RANK_THREADS = 1
 
 __all__ = ["parse_device", "parse_dtype", "precision_flags", "precision_in_force", "profile_model"]
 
@@ -507,12 +516,16 @@ def _device_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
+class BlockSumWarning(UserWarning):
+    """A profile's block sum and whole-model time disagree beyond the bound (one line)."""
+
+
 def profile_model(
     model: str | LayeredModel,
     batch_sizes: int | Sequence[int],
     *,
     device: str = "cpu",
-    threads: int | None = None,
+    threads: int | None = RANK_THREADS,
     repeats: int = 5,
     warmup: int = 2,
     dtype: str = "float32",
@@ -523,7 +536,10 @@ def profile_model(
     """Profile ``model`` (a zoo name or a LayeredModel) at one or more batch sizes.
 
     The top-level ``layers`` are those of the first batch size given; with
-    several, every one is stored in ``by_batch_size`` for interpolation.
+    several, every one is stored in ``by_batch_size`` for interpolation. A profile whose
+    block sum and whole-model time disagree beyond the documented bound
+    (:mod:`stalesim.workloads.blocksum`) issues one :class:`BlockSumWarning` saying so and
+    what to do.
     """
     sizes = _check_profile_args(batch_sizes, repeats, warmup, threads)
     dev = parse_device(device)
@@ -547,7 +563,7 @@ def profile_model(
     first = points[0]
     layer_sum = sum(lp.compute_s for lp in first.layers)
     ratio = layer_sum / first.whole_model_s if first.whole_model_s else None
-    return Profile(
+    prof = Profile(
         model=net.name,
         device=str(dev),
         dtype=str(tdtype).replace("torch.", ""),
@@ -564,6 +580,10 @@ def profile_model(
         schema_version=SCHEMA_VERSION,
         precision=precision,
     )
+    msg = block_sum_warning(prof)
+    if msg is not None:
+        warnings.warn(msg, BlockSumWarning, stacklevel=2)
+    return prof
 
 
 def _check_profile_args(batch_sizes: int | Sequence[int], repeats: int, warmup: int,
