@@ -34,14 +34,17 @@ def test_emulate_sets_the_threads(monkeypatch, tmp_path):
     seen = []
     import stalesim.emulator.replay as replay
 
+    class Stop(Exception):  # stops the command at training; a SystemExit would be reported as the user's
+        pass
+
     def fake(cfg, **kw):
         seen.append(torch.get_num_threads())
-        raise SystemExit(0)
+        raise Stop
 
     old = torch.get_num_threads()
     monkeypatch.setattr(replay, "emulate", fake)
     try:
-        with pytest.raises(SystemExit):
+        with pytest.raises(Stop):
             main(["emulate", "--dataset", "synthetic", "--iterations", "1", "--threads", "2"])
     finally:
         torch.set_num_threads(old)
