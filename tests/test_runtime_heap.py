@@ -70,7 +70,8 @@ def test_a_kept_heap_serves_large_blocks_itself_and_keeps_them() -> None:
     # again at every backward
     assert default["huge_mmapped"] >= 64 << 20
     assert kept["huge_mmapped"] == 0
-    # kept, nothing is trimmed: the 80 MiB freed stay in the heap for the next round (less the
-    # few KiB that torch's own small allocations take from it meanwhile: a fresh clone's run
-    # measured 80 MiB - 2,768 bytes)
-    assert kept["kept"] >= 9 * (8 << 20)
+    # kept, nothing is trimmed: the 80 MiB freed stay in the heap for the next round. The bound
+    # allows what is not trimming: up to three of the 8 MiB blocks may be carved from the 24 MiB
+    # freed before the rounds (already free in `before`), and torch's own small allocations take
+    # a few KiB (fresh-clone runs measured 80 MiB - 2,768 bytes, and 72 MiB - 2,704 bytes once)
+    assert kept["kept"] >= 7 * (8 << 20) - (64 << 10)
