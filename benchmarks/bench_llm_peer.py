@@ -24,8 +24,6 @@ max absolute time error over the same rows.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import logging
 import statistics
@@ -33,6 +31,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from stalesim.atomic import csv_text
 
 if TYPE_CHECKING:
     from stalesim.sim.llm_plan import ParallelPlan
@@ -179,11 +179,7 @@ def summary_md(rows: list[dict[str, Any]]) -> str:
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return csv_text(rows, FIELDS)
 
 
 def main(argv: list[str] | None = None) -> int:

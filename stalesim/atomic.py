@@ -282,6 +282,16 @@ def write_lines_atomic(path: PathLike, lines: Iterable[str]) -> Path:
     return _write_with(path, "w", dump)
 
 
+def csv_text(rows: Iterable[dict[str, Any]], fields: Sequence[str]) -> str:
+    """The CSV text of dict rows in column order ``fields`` (``\\n`` line ends): what the stored
+    prediction tables hold, so a fresh prediction compares equal to the file as text."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fields), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
 def write_csv_atomic(path: PathLike, rows: Iterable[Sequence[Any] | dict[str, Any]],
                      header: Sequence[str] | None = None) -> Path:
     """CSV of lists (with an optional header) or of dicts (``header`` = column order,

@@ -27,10 +27,11 @@ column. ``python -m stalesim.reproduce.megatron`` writes ``predicted.csv``;
 from __future__ import annotations
 
 import csv
-import io
 import statistics
 from pathlib import Path
 from typing import Any
+
+from stalesim.atomic import csv_text
 
 RES = Path("docs/results/megatron_table1")
 FIELDS = ("workload", "tp", "pp", "dp", "gpus", "batch", "micro_batch", "chunks", "microbatches",
@@ -85,11 +86,7 @@ def predict_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return csv_text(rows, FIELDS)
 
 
 def write_predictions(root: Path) -> Path:

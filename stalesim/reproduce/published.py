@@ -20,7 +20,6 @@ rewrites ``predicted.csv`` (a test recomputes it and checks it is equal), and
 from __future__ import annotations
 
 import csv
-import io
 import json
 import statistics
 import sys
@@ -28,6 +27,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stalesim.atomic import csv_text
 from stalesim.errors import StalesimError
 
 if TYPE_CHECKING:
@@ -243,11 +243,7 @@ def predict_rows(root: Path) -> list[dict[str, Any]]:
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return csv_text(rows, FIELDS)
 
 
 def write_predictions(root: Path) -> Path:
