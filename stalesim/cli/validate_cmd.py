@@ -33,12 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "calibrated link) and run it for real on the executor; report predicted vs "
                     "measured iteration time, utilization, speed-up and memory, and emulated vs "
                     "executed loss.")
-    p.add_argument("--model", default="lenet5", help="zoo model (lenet5, resnet20, ...)")
+    p.add_argument("--model", default="lenet5",
+                   help="zoo model (lenet5, resnet20, gpt-char:..., ...) or your own as "
+                        "pkg.module:factory (docs/api.md)")
     p.add_argument("--devices", default="cpu:2", help="cpu:N (gloo ranks) or cuda:0,1,... (NCCL)")
     p.add_argument("--schedules", default="all", help="comma list of schedules, or all")
     p.add_argument("--iterations", type=positive_int, default=40, help="mini-batches per run")
     p.add_argument("--batch-size", type=positive_int, default=64, help="global mini-batch size")
-    p.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches (gpipe/1f1b/2bw)")
+    p.add_argument("--microbatches", type=positive_int, default=4,
+                   help="micro-batches per mini-batch, used by every micro-batched schedule "
+                        "(gpipe, 1f1b, 2bw, the interleaved and zero-bubble ones)")
     add_threads_arg(p, "per CPU rank")
     p.add_argument("--dataset", default="synthetic", help="synthetic | mnist | fashion-mnist | cifar10")
     p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")

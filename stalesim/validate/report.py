@@ -141,7 +141,8 @@ def _method_section(summary: dict[str, Any]) -> list[str]:
         "## What was compared, and how",
         "",
         f"* Same configuration for every consumer: batch {cfg['batch_size']}, "
-        f"{cfg['microbatches']} micro-batches (gpipe/1f1b/2bw), partition PPV {summary.get('ppv')} "
+        f"{cfg['microbatches']} micro-batches (every micro-batched schedule), "
+        f"partition PPV {summary.get('ppv')} "
         f"(min-max over the profile), {cfg['iterations']} iterations, dataset `{cfg['dataset']}`, "
         f"seed {cfg['seed']}, {cfg['threads']} torch thread(s) per rank. Pipeline schedules use "
         f"S = number of devices; dp and pipe-sgd use that many workers with S = 1.",
