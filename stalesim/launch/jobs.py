@@ -54,8 +54,10 @@ class LaunchSpec:
     a launcher only when there is something to run).
 
     ``slurm_*`` are per task: partition, time limit (minutes), GPUs, CPUs and memory (GB);
-    ``local`` runs a slurm launch through submitit's local executor (real subprocesses and
-    pickled jobs, no cluster). ``ray_address`` joins a running Ray cluster (``auto`` or
+    ``slurm_array_parallelism`` the array's tasks at once (default ``--jobs``) and
+    ``slurm_sbatch`` further sbatch options (:mod:`stalesim.launch.slurm_config`); ``local``
+    runs a slurm launch through submitit's local executor (real subprocesses and pickled
+    jobs, no cluster). ``ray_address`` joins a running Ray cluster (``auto`` or
     ``ray://host:port``); without it Ray starts a local instance sized for ``--jobs``.
     """
 
@@ -66,12 +68,15 @@ class LaunchSpec:
     slurm_gpus: int = 0
     slurm_cpus: int | None = None
     slurm_mem_gb: float | None = None
+    slurm_array_parallelism: int | None = None
+    slurm_sbatch: tuple[tuple[str, str | int | float | bool], ...] = ()
     ray_address: str | None = None
 
     def check(self) -> LaunchSpec:
         if self.launcher not in LAUNCHERS:
             raise StalesimError(f"launcher: unknown {self.launcher!r} (known: {', '.join(LAUNCHERS)})")
-        if self.launcher != SLURM and (self.local or self.slurm_partition is not None):
+        if self.launcher != SLURM and (self.local or self.slurm_partition is not None or self.slurm_sbatch
+                                       or self.slurm_array_parallelism is not None):
             raise StalesimError("launcher: --local and --slurm-* are for --launcher slurm")
         if self.launcher != RAY and self.ray_address is not None:
             raise StalesimError("launcher: --ray-address is for --launcher ray")

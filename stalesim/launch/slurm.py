@@ -8,7 +8,8 @@ without a cluster. A task that Slurm preempts or times out is requeued by submit
 (:class:`_Task` is checkpointable) with the job's ``requeue_args``: the study's run
 continues from its last checkpoint instead of step 0. Options are submitit's
 ``AutoExecutor`` parameters (``timeout_min``, ``gpus_per_node``, ``cpus_per_task``,
-``mem_gb``, ``slurm_partition``, ``slurm_array_parallelism``).
+``mem_gb``, ``slurm_partition``, ``slurm_array_parallelism``, and the config file's
+further sbatch options as ``slurm_additional_parameters``).
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ class SlurmLauncher:
         if spec.slurm_mem_gb is not None:
             params["mem_gb"] = spec.slurm_mem_gb
         if not spec.local:
-            params["slurm_array_parallelism"] = jobs
+            params["slurm_array_parallelism"] = spec.slurm_array_parallelism or jobs
             if spec.slurm_partition is not None:
                 params["slurm_partition"] = spec.slurm_partition
+            if spec.slurm_sbatch:
+                params["slurm_additional_parameters"] = dict(spec.slurm_sbatch)
         self.executor.update_parameters(**params)
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, Any]]:
