@@ -29,10 +29,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# ruff (rules in pyproject.toml) on all code; mypy on every package (stalesim, executor: the
+# ruff (rules in pyproject.toml) on all code; mypy on the package (the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
 lint: install
-	$(VENV)/bin/ruff check stalesim executor tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
+	$(VENV)/bin/ruff check stalesim tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
 	$(VENV)/bin/mypy
 
 # the maintained benchmarks (the list in benchmarks/__main__.py) at their smallest sizes: every one

@@ -71,7 +71,7 @@ def measured_ppv(model_name: str, batch: int, stages: int = 2, reps: int = 3) ->
 # ------------------------------------------------------------------ executor
 def _executor(model: str, schedule: str, stages: int, devices: int, iterations: int,
               batch: int, micro: int = 1, ppv: list[int] | None = None) -> dict:
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
 
     cfg = TrainConfig(model=model, dataset="synthetic", schedule=schedule,

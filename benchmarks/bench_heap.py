@@ -23,7 +23,7 @@ POLICIES = ("default", "kept")
 
 
 def _run(model: str, schedule: str, batch: int, micro: int, iterations: int, policy: str) -> float:
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.heap import HEAP_ENV
     from stalesim.schedule import get_spec

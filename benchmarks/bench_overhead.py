@@ -4,7 +4,7 @@
 (``--quick``: 20 repeats instead of 200)
 
 1. **Dispatch loop** (in-process, one rank, no communication): a real
-   :class:`executor.rank.Rank` runs ``sequential`` S = 1 over ``--reps`` batches;
+   :class:`stalesim.executor.rank.Rank` runs ``sequential`` S = 1 over ``--reps`` batches;
    per action, the loop's own time (wall minus the handler spans it recorded)
    and, inside it, each piece on its own: the trace label, the beacon write, the
    timestamps, the memory tracking.
@@ -38,9 +38,9 @@ def _med_us(xs: list[float]) -> float:
 def dispatch_loop(model: str, batch: int, reps: int) -> dict[str, float]:
     import torch
 
-    from executor.faults import Beacon
-    from executor.measure import Recorder, label_of
-    from executor.rank import Rank, RankContext
+    from stalesim.executor.faults import Beacon
+    from stalesim.executor.measure import Recorder, label_of
+    from stalesim.executor.rank import Rank, RankContext
     from stalesim.runtime.build import build_stage_modules, stage_runtimes
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream

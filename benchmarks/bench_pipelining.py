@@ -8,7 +8,7 @@ Two ranks x 1 thread each on gloo (CPU), S = 4 stages (2 per rank), ResNet-20 on
 CIFAR-shaped synthetic data, batch 64 in M = 4 micro-batches, the PPV that
 balances the measured per-block times over the 4 stages. For each schedule:
 
-* ours: ``stalesim run`` machinery (``executor.run_local``) on ``interleaved-1f1b``
+* ours: ``stalesim run`` machinery (``stalesim.executor.run_local``) on ``interleaved-1f1b``
   / ``zb-v`` / ``dualpipev``, steady-state iteration time (the executor's own
   measurement window);
 * torch: ``ScheduleInterleaved1F1B`` / ``ScheduleZBVZeroBubble`` /
@@ -47,7 +47,7 @@ S, RANKS = 4, 2
 
 
 def ours(model: str, schedule: str, iterations: int, batch: int, micro: int, ppv: list[int]) -> float:
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
 
     cfg = TrainConfig(model=model, dataset="synthetic", schedule=schedule, ppv=ppv,

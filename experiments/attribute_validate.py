@@ -105,7 +105,7 @@ def load_run(out: Path) -> StoredRun:
 def predict_row(run: StoredRun, row: dict[str, Any], cm: Any = None) -> tuple[Any, dict[str, Any], Any]:
     """The prediction of one summary row as ``validate`` made it (with ``cm`` in place of the
     stored cost model if given): the SimResult, the simulation's info, and the run's TrainConfig."""
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor.rank import RECV_AHEAD
     from stalesim.schedule import get_spec
     from stalesim.validate.costmodel import simulate_with_costs
     from stalesim.validate.steps import train_config

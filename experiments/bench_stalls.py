@@ -275,7 +275,7 @@ class Spinners:
 
 
 def run_condition(condition: str, cfgs: list[Any], args: argparse.Namespace) -> list[dict[str, Any]]:
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.schedule import build_schedule
     from stalesim.validate.measured import measured_timing
 

@@ -238,10 +238,10 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     """Train for real on ``devices`` (``cpu:N`` gloo ranks or ``cuda:0,1,...``), one process
     per device of the schedule (``stalesim run``); returns the measured summary. A user's
     model and data set must be importable by name from the ranks (a module file)."""
-    from executor.launch import run_local
-    from executor.spec import job_schedule, make_job
     from stalesim.cli.run_cmd import expected_devices
     from stalesim.devices import parse_devices
+    from stalesim.executor.launch import run_local
+    from stalesim.executor.spec import job_schedule, make_job
     from stalesim.limits import MAX_SECONDS, check_number
 
     cfg = _check_cfg(cfg)

@@ -45,7 +45,7 @@ _SPEC = re.compile(rf"^({_IDENT}(?:\.{_IDENT})*):({_IDENT}(?:\.{_IDENT})*)$")
 # set (to anything but "" or "0"): the user's own traceback goes to stderr before the one-line error
 DEBUG_ENV = "STALESIM_DEBUG"
 # the packages of this tool (found, not imported): a SystemExit raised in their code is the tool's own
-_OWN_PACKAGES = ("stalesim", "executor")
+_OWN_PACKAGES = ("stalesim",)
 
 
 def is_plugin(text: object) -> bool:

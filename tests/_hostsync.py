@@ -5,7 +5,7 @@ On a GPU, ``float(t)``, ``int(t)``, ``bool(t)``, ``t.item()``, ``t.tolist()``,
 everything queued. ``torch.cuda.set_sync_debug_mode`` catches them only with CUDA;
 on the CPU they cost nothing and nothing catches them. :func:`count_host_reads`
 patches those methods of ``torch.Tensor`` and records every call made *from the
-project's own code* (``stalesim/``, ``executor/``): torch's internals are torch's
+project's own code* (``stalesim/``): torch's internals are torch's
 business (e.g. an optimizer's step counter lives on the CPU on purpose), and a
 call the project makes is where a regression would come from.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = (str(ROOT / "stalesim") + "/", str(ROOT / "executor") + "/")
+OURS = (str(ROOT / "stalesim") + "/",)
 READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy")
 
 

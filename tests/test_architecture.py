@@ -27,7 +27,7 @@ from stalesim.schedule import schedule_names
 from stalesim.schedule.actions import Kind
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("stalesim", "executor")
+PACKAGES = ("stalesim",)
 NAMES = set(schedule_names())
 KIND_NAMES = {k.value for k in Kind}
 
@@ -40,11 +40,11 @@ LAYER = {
     "stalesim.summary": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.launch": 2,  # where a study's jobs run: below the emulator that hands it the jobs
-    "stalesim.sim": 3, "stalesim.emulator": 3, "stalesim.inject": 3, "executor": 3,
+    "stalesim.sim": 3, "stalesim.emulator": 3, "stalesim.inject": 3, "stalesim.executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,
     "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,
 }
-CONSUMERS = ("stalesim.sim", "stalesim.emulator", "stalesim.inject", "executor")
+CONSUMERS = ("stalesim.sim", "stalesim.emulator", "stalesim.inject", "stalesim.executor")
 
 
 def _modules() -> dict[str, Path]:
@@ -262,7 +262,7 @@ def test_checkpoints_use_the_public_interface() -> None:
     they publish: a checkpoint module reading ``emu._acts`` breaks silently when the class
     renames a field, and the format then no longer says what a run's state is."""
     mods = [m for m in MODULES if m.rpartition(".")[2].endswith("checkpoint")]
-    assert {"stalesim.emulator.checkpoint", "executor.checkpoint"} <= set(mods)
+    assert {"stalesim.emulator.checkpoint", "stalesim.executor.checkpoint"} <= set(mods)
     offenders = [f"{MODULES[m].relative_to(ROOT)}:{line}" for m in mods
                  for line in _private_reads(ast.parse(MODULES[m].read_text(), str(MODULES[m])))]
     assert not offenders, "checkpoint code reads private attributes: " + ", ".join(offenders)

@@ -23,7 +23,7 @@ profiling or training) and this test would let the bad input through to exit 0.
   folder, checkpoint) for real; the stand-in returns a summary.
 * ``stalesim.emulator.study.run_study`` (a pool of emulations): every grid
   point's config is built and checked for real; the stand-in returns summaries.
-* ``executor.launch.run_local`` (spawns ranks): ``run`` checks the config,
+* ``stalesim.executor.launch.run_local`` (spawns ranks): ``run`` checks the config,
   devices, ``--master-addr``, the run folder and the checkpoints before it.
 * ``stalesim.workloads.profiler.profile_model`` (timed training steps): the
   output path, model, device and batch sizes are checked before it;
@@ -388,10 +388,10 @@ class _SerialPool:
 @pytest.fixture(scope="module")
 def stubbed(tmp_path_factory) -> Iterator[Path]:
     """The stand-ins above, and a scratch working folder (default output paths land there)."""
-    import executor.launch
     import stalesim.cli.demo_cmd
     import stalesim.emulator.replay
     import stalesim.emulator.study
+    import stalesim.executor.launch
     import stalesim.figures
     import stalesim.sim.sweep
     import stalesim.validate.workflow
@@ -402,7 +402,7 @@ def stubbed(tmp_path_factory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(stalesim.emulator.replay, "Emulator", _FakeEmulator)
         mp.setattr(stalesim.emulator.study, "run_study", _fake_run_study)
-        mp.setattr(executor.launch, "run_local", _fake_run_local)
+        mp.setattr(stalesim.executor.launch, "run_local", _fake_run_local)
         mp.setattr(stalesim.workloads.profiler, "profile_model", _fake_profile_model)
         mp.setattr(stalesim.workloads.calibrate, "calibrate", _fake_calibrate)
         mp.setattr(stalesim.validate.workflow, "validate", _fake_validate)

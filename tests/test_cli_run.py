@@ -73,19 +73,19 @@ def test_epochs_and_fold_on_real_ranks(tmp_path):
 
 
 def test_python_m_executor_flags_point_to_the_new_torchrun_entry():
-    p = subprocess.run([sys.executable, "-m", "executor", "--model", "lenet5"], cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "stalesim.executor", "--model", "lenet5"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 2 and "-m stalesim run" in p.stderr
 
 
 @pytest.fixture
 def no_launch(monkeypatch):
-    import executor.launch
+    import stalesim.executor.launch
 
     def boom(*a, **k):
         raise AssertionError("ranks were launched for input that should have been refused up front")
 
-    monkeypatch.setattr(executor.launch, "run_local", boom)
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", boom)
 
 
 @pytest.mark.parametrize("extra, needle", [

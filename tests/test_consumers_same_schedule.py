@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 from _equivalence import micro_for
 
-from executor import make_job, run_local
 from stalesim.emulator.replay import Emulator
+from stalesim.executor import make_job, run_local
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import build_schedule, get_spec, schedule_names
 from stalesim.sim import SimOptions, simulate

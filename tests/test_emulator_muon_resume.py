@@ -62,7 +62,7 @@ def test_muon_resume_is_bitwise_identical(tmp_path, name, kw):
 def test_executor_resume_with_muon_is_exact(tmp_path):
     """The executor's per-rank checkpoint carries Muon's state too: a resumed 2-rank run
     gives the uninterrupted run's losses, which are the emulator's."""
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
 
     cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="2bw", microbatches=2, stages=2,
                       iterations=9, batch_size=16, synthetic_size=128, optimizer="muon", lr=0.01,

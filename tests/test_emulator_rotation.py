@@ -224,8 +224,8 @@ def test_executor_equals_emulator_with_rotation():
     """Two gloo ranks (a stale and a split-backward virtual schedule) train bit for bit as
     the emulator (basis refreshes included: every second update), and hold the memory the
     memory model predicts with the rotation's factors and bases in the optimizer state."""
-    from executor import make_job, run_local
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor import make_job, run_local
+    from stalesim.executor.rank import RECV_AHEAD
     from stalesim.validate.costmodel import predicted_peaks
 
     for schedule, kw in (("stale", {"stages": 2}), ("zb-v", {"stages": 4, "microbatches": 2})):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.job import CUBLAS_DETERMINISTIC, CudaPeak, prepare_determinism
+from stalesim.executor.job import CUBLAS_DETERMINISTIC, CudaPeak, prepare_determinism
 
 
 @pytest.fixture

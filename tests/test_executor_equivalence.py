@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from _equivalence import check_equal, micro_for
 
-from executor import make_job, run_local
+from stalesim.executor import make_job, run_local
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import get_spec, schedule_names
 
@@ -125,7 +125,7 @@ def test_three_ranks_match_the_emulator():
 
 def _predicted_peaks(cfg: TrainConfig) -> list[int]:
     """The memory model with stage facts measured as the executor counts them."""
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor.rank import RECV_AHEAD
     from stalesim.validate.costmodel import predicted_peaks
 
     return predicted_peaks(cfg, recv_ahead=RECV_AHEAD)

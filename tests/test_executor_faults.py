@@ -17,8 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from executor import make_job, run_local
-from executor.launch import ExecutorError
+from stalesim.executor import make_job, run_local
+from stalesim.executor.launch import ExecutorError
 from stalesim.runtime.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from executor import make_job, run_local  # noqa: E402
+from stalesim.executor import make_job, run_local  # noqa: E402
 from stalesim.runtime.config import TrainConfig  # noqa: E402
 
 

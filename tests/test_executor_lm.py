@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from _equivalence import check_equal
 
-from executor import make_job, run_local
+from stalesim.executor import make_job, run_local
 from stalesim.runtime.config import TrainConfig
 
 TINY = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"

@@ -1,4 +1,4 @@
-"""executor.memory.MemorySampler: what it counts of a rank's buffers, and the peak it keeps
+"""stalesim.executor.memory.MemorySampler: what it counts of a rank's buffers, and the peak it keeps
 (the whole rank's count against an independent one is in test_runtime_memory.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from executor.memory import MemorySampler, storage_of
+from stalesim.executor.memory import MemorySampler, storage_of
 
 
 def _sampler(**kw) -> tuple[MemorySampler, SimpleNamespace, dict, dict]:

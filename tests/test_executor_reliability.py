@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _sockets import children, listening  # noqa: E402
 
-from executor import make_job, run_local  # noqa: E402
 from stalesim.emulator.replay import Emulator  # noqa: E402
+from stalesim.executor import make_job, run_local  # noqa: E402
 from stalesim.runtime.config import TrainConfig  # noqa: E402
 
 
@@ -95,8 +95,8 @@ def test_closing_the_group_joins_gloos_threads_even_after_a_dispatch_mode(tmp_pa
 
     script = f"""
 import os
-from executor.faults import Beacon
-from executor.rank import RankContext
+from stalesim.executor.faults import Beacon
+from stalesim.executor.rank import RankContext
 from stalesim.runtime.build import build_stage_modules
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import build_schedule

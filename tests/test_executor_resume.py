@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from executor import make_job, run_local
-from executor.launch import ExecutorError
 from stalesim.emulator.replay import Emulator
+from stalesim.executor import make_job, run_local
+from stalesim.executor.launch import ExecutorError
 from stalesim.runtime.config import TrainConfig
 
 

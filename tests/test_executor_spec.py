@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from executor.spec import job_schedule, make_job, plan, verify_schedule
 from stalesim.errors import StalesimError
+from stalesim.executor.spec import job_schedule, make_job, plan, verify_schedule
 from stalesim.runtime.config import TrainConfig
 
 
@@ -67,7 +67,7 @@ def test_a_tampered_job_is_refused_in_one_line(tamper):
 def test_the_ranks_refuse_a_tampered_job():
     """End to end: the ranks build the schedule from the (edited) config, see another
     fingerprint and stop before training; the launcher reports it in one line."""
-    from executor.launch import ExecutorError, run_local
+    from stalesim.executor.launch import ExecutorError, run_local
 
     job = make_job(_cfg(), evaluate=False)
     job["train"]["microbatches"] = 4  # 24 samples still split evenly: only the fingerprint tells

@@ -1,7 +1,7 @@
 """The executor under NCCL's ordering rules, on gloo (``STALESIM_STRICT_COMM=1``).
 
 Strict mode runs each communicator's operations one at a time in issue order, with a
-rendezvous per message (:mod:`executor.strict`), so a posting order NCCL would hang on
+rendezvous per message (:mod:`stalesim.executor.strict`), so a posting order NCCL would hang on
 hangs here too, and fails within the deadline naming the action. Every registered
 schedule runs under it on 3 and on 4 ranks and still equals the emulator; the layout
 before per-edge groups fails; resume re-sends in an order strict mode accepts.
@@ -17,9 +17,9 @@ torch = pytest.importorskip("torch")
 
 from _equivalence import check_equal, micro_for
 
-from executor import make_job, run_local
-from executor.launch import ExecutorError
-from executor.strict import STRICT_ENV
+from stalesim.executor import make_job, run_local
+from stalesim.executor.launch import ExecutorError
+from stalesim.executor.strict import STRICT_ENV
 from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import get_spec, schedule_names
 
@@ -101,8 +101,8 @@ def test_resume_is_exact_under_strict_ordering(tmp_path) -> None:
 
 def _resent_at_newest_cut(cfg: TrainConfig, every: int = 3) -> int:
     """Messages sent before the newest checkpoint and received after it (re-sent on resume)."""
-    from executor.checkpoint import _peer_recv_index, checkpoint_cuts
-    from executor.job import plan
+    from stalesim.executor.checkpoint import _peer_recv_index, checkpoint_cuts
+    from stalesim.executor.job import plan
     from stalesim.schedule import Kind
     from stalesim.schedule.deps import peer
 
@@ -122,8 +122,8 @@ def _resent_at_newest_cut(cfg: TrainConfig, every: int = 3) -> int:
 def test_strict_transport_refuses_a_tensor_off_the_compute_device() -> None:
     """NCCL moves device tensors only: strict mode names the action and the peer when a
     tensor handed to a send/receive/all-reduce lives elsewhere (checked before any I/O)."""
-    from executor.strict import StrictComm
-    from executor.transport import Transport, TransportError
+    from stalesim.executor.strict import StrictComm
+    from stalesim.executor.transport import Transport, TransportError
 
     tr = Transport(0, 1.0, strict=StrictComm(0, torch.device("meta"), 1.0))
     with pytest.raises(TransportError, match=r"sending the labels from/to rank 1 at action 0SEND_F0.*on cpu, "
@@ -141,7 +141,7 @@ def test_strict_work_times_out_and_reports_a_lane_failure() -> None:
     fails every later one of its communicator (an NCCL communicator is dead after it)."""
     import datetime
 
-    from executor.strict import StrictWork, _Lane
+    from stalesim.executor.strict import StrictWork, _Lane
 
     w = StrictWork()
     with pytest.raises(RuntimeError, match="timed out after 0.05 s"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from executor.faults import parse_faults
-from executor.launch import parse_devices
 from stalesim.errors import StalesimError
+from stalesim.executor.faults import parse_faults
+from stalesim.executor.launch import parse_devices
 from stalesim.schedule import Kind, build_schedule, dry_run, get_spec, schedule_names
 
 
@@ -30,7 +30,7 @@ def test_parse_faults():
 def test_tags_are_unique_per_peer(name):
     """No two messages between the same pair of ranks share a tag (gloo pairs by tag)."""
     torch = pytest.importorskip("torch")  # noqa: F841
-    from executor.transport import ACT, GRAD, LABELS, tag_for
+    from stalesim.executor.transport import ACT, GRAD, LABELS, tag_for
 
     spec = get_spec(name)
     sched = build_schedule(spec.config(stages=1 if spec.data_parallel else 3 * spec.stages_per_device,
@@ -55,7 +55,7 @@ def test_tags_are_unique_per_peer(name):
 @pytest.mark.parametrize("name", schedule_names())
 def test_checkpoint_cuts_are_consistent(name):
     """Every message received before a cut was sent before it (a consistent cut)."""
-    from executor.checkpoint import checkpoint_cuts
+    from stalesim.executor.checkpoint import checkpoint_cuts
     from stalesim.schedule.deps import peer
 
     spec = get_spec(name)
@@ -80,7 +80,7 @@ def test_checkpoint_cuts_are_consistent(name):
 
 
 def test_summarize_steady_state():
-    from executor.measure import summarize
+    from stalesim.executor.measure import summarize
 
     # two devices, 4 batches, each batch's U ends 1 s after the previous one
     rows = {0: [], 1: []}
@@ -97,7 +97,7 @@ def test_summarize_steady_state():
 def test_run_and_validate_count_the_same_compute_kinds():
     """A split backward's I and W are busy time in ``run``'s summary as in validate's measured
     side (one kind set, from the IR): zero-bubble runs no longer under-report utilization."""
-    from executor.measure import summarize
+    from stalesim.executor.measure import summarize
     from stalesim.schedule import ScheduleConfig, build_schedule
     from stalesim.validate.measured import measured_timing
 
@@ -119,7 +119,7 @@ def test_ranks_start_when_stderr_has_no_file_descriptor(monkeypatch):
     """Jupyter's sys.stderr has no fileno(); launching ranks must still work there."""
     import io
 
-    from executor import launch
+    from stalesim.executor import launch
 
     class NoFileno(io.StringIO):
         def fileno(self):

@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from executor import make_job, run_local  # noqa: E402
 from stalesim.emulator.replay import Emulator  # noqa: E402
+from stalesim.executor import make_job, run_local  # noqa: E402
 from stalesim.runtime.config import TrainConfig  # noqa: E402
 from stalesim.schedule import Kind  # noqa: E402
 

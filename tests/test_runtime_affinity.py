@@ -77,7 +77,7 @@ def test_a_pinned_process_and_all_its_threads_run_on_its_share_only() -> None:
                     reason="needs Linux affinity and two cores")
 def test_the_executor_pins_its_cpu_ranks_when_asked() -> None:
     """``STALESIM_PIN=on``: each of two CPU ranks runs on its own share, and says so."""
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
 
     cfg = TrainConfig(model="lenet5", dataset="synthetic", schedule="1f1b", stages=2, iterations=2,

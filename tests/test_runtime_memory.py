@@ -93,8 +93,8 @@ def test_a_forward_record_counts_input_output_and_saved_tensors() -> None:
 
 
 def _rank(schedule: str = "sequential", batches: int = 4):
-    from executor.faults import Beacon
-    from executor.rank import Rank, RankContext
+    from stalesim.executor.faults import Beacon
+    from stalesim.executor.rank import Rank, RankContext
     from stalesim.runtime.build import build_stage_modules, stage_runtimes
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
@@ -223,7 +223,7 @@ def test_stage_runtimes_need_the_cyclic_collector_so_each_job_collects_first() -
     import inspect
     import weakref
 
-    from executor.job import run_job
+    from stalesim.executor.job import run_job
     from stalesim.runtime.build import build_stage_modules, stage_runtimes
     from stalesim.runtime.config import TrainConfig
     from stalesim.schedule import build_schedule

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from _equivalence import micro_for
 
-from executor.rank import RECV_AHEAD  # the look-ahead the executor (and so the memory model) uses
+from stalesim.executor.rank import RECV_AHEAD  # the look-ahead the executor (and so the memory model) uses
 from stalesim.schedule import Kind, ScheduleConfig, build_schedule, get_spec, schedule_names
 from stalesim.schedule.comm import (
     ACT,

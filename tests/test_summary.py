@@ -105,9 +105,9 @@ def test_measured_staleness_comes_from_the_log() -> None:
 
 
 def test_every_kind_has_one_method_in_both_engines() -> None:
-    from executor.rank import Rank
     from stalesim.emulator.batched import BatchedEmulator
     from stalesim.emulator.replay import Emulator
+    from stalesim.executor.rank import Rank
 
     assert set(EXEC_METHODS) == set(Kind) and len(set(EXEC_METHODS.values())) == len(Kind)
     for engine in (Emulator, BatchedEmulator, Rank):

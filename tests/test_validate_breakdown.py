@@ -86,7 +86,7 @@ def test_a_tiny_run_splits_into_its_measured_window_and_busy_time() -> None:
     """On an executor run: per device the terms add up to the steady window, and the compute
     kinds to the busy time behind the measured utilization."""
     pytest.importorskip("torch")
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
     from stalesim.runtime.config import TrainConfig
     from stalesim.schedule import build_schedule
     from stalesim.schedule.actions import COMPUTE_KIND_NAMES

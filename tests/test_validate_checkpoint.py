@@ -77,7 +77,7 @@ def test_a_new_validation_clears_the_earlier_rounds(tmp_path: Path) -> None:
 
 
 def _fake_runs(monkeypatch, calls: list[str], fail_at_round: int | None = None) -> None:
-    import executor.launch
+    import stalesim.executor.launch
 
     def fake_run_local(jobs, devs, **_kw):
         js = [jobs] if isinstance(jobs, dict) else jobs
@@ -88,7 +88,7 @@ def _fake_runs(monkeypatch, calls: list[str], fail_at_round: int | None = None) 
         res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
         return res[0] if isinstance(jobs, dict) else res
 
-    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", fake_run_local)
     monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", PassCounter)
     monkeypatch.setattr("stalesim.validate.steps._time_pass", lambda v, timer: setattr(timer, "passes",
                                                                                         timer.passes + 1))
@@ -153,7 +153,7 @@ def test_validate_that_failed_after_its_rounds_resumes_without_running_them(tmp_
     """The real command: it fails in its comparison, after every round ran; ``--resume``
     then starts no rank, no profile and no calibration, and writes the summary of the same
     runs (each schedule's repeats are the first attempt's run folders)."""
-    import executor.launch
+    import stalesim.executor.launch
     import stalesim.validate.workflow as wf
     from stalesim.cli import main
 
@@ -181,7 +181,7 @@ def test_validate_that_failed_after_its_rounds_resumes_without_running_them(tmp_
         started.append(a)
         raise AssertionError("a resumed validation started a rank")
 
-    monkeypatch.setattr(executor.launch, "run_local", no_rank)
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", no_rank)
     monkeypatch.setattr("stalesim.validate.commcal.measure_comm", no_rank)
     monkeypatch.setattr("stalesim.validate.corunners.paired_profiles", no_rank)
     assert main([*argv, "--resume"]) == 0, capsys.readouterr().err

@@ -158,7 +158,7 @@ def test_repeats_compare_the_prediction_with_the_median(tmp_path: Path, monkeypa
 def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypatch) -> None:
     """K rounds: each runs the 1-rank baseline (round 0's ran in the baseline step), then
     every schedule once in one process group, rotated; each repeat has its own folder."""
-    import executor.launch
+    import stalesim.executor.launch
     from stalesim.validate.steps import run_step
 
     calls: list[list[str]] = []
@@ -170,7 +170,7 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
         res = [{"label": j["label"], "run_dir": j["out"]} for j in js]
         return res[0] if single else res
 
-    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", fake_run_local)
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, out=str(tmp_path),
                          repeats=3, overhead=False)
     v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["stale", "dp"], out=tmp_path,
@@ -187,7 +187,7 @@ def test_run_step_interleaves_rounds_with_the_baseline(tmp_path: Path, monkeypat
 def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_path: Path, monkeypatch) -> None:
     """One timing pass after each round of runs, every layout of the runs and the baseline in
     it (layouts that schedules share once); the pooled times land in the cost model."""
-    import executor.launch
+    import stalesim.executor.launch
     import stalesim.validate.steps as steps_mod
 
     events: list[str] = []
@@ -202,7 +202,7 @@ def test_stage_layouts_are_timed_after_every_round_and_feed_the_cost_model(tmp_p
         timer.passes += 1
         events.append(f"time {len(timer.tcs)} layouts")
 
-    monkeypatch.setattr(executor.launch, "run_local", fake_run_local)
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", fake_run_local)
     monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", PassCounter)
     monkeypatch.setattr(steps_mod, "_time_pass", fake_pass)
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, microbatches=4,

@@ -21,7 +21,7 @@ from stalesim.workloads.profiler import RANK_THREADS, BlockSumWarning
 
 
 def test_every_default_is_the_ranks_one_thread() -> None:
-    from executor import run_local
+    from stalesim.executor import run_local
 
     assert RANK_THREADS == DEFAULT_THREADS == 1
     assert inspect.signature(run_local).parameters["threads"].default == RANK_THREADS

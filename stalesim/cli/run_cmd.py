@@ -73,9 +73,9 @@ def _default_out(cfg: Any) -> str:
 
 
 def build_job(args: argparse.Namespace, cfg: Any, devices: str, sched: Any = None) -> dict[str, Any]:
-    """The job of this run; ``sched``: the schedule :func:`executor.spec.job_schedule` built from ``cfg``
+    """The job of this run; ``sched``: the schedule :func:`stalesim.executor.spec.job_schedule` built from ``cfg``
     (checked), whose fingerprint the job carries (None: :func:`make_job` checks and plans)."""
-    from executor.spec import make_job
+    from stalesim.executor.spec import make_job
 
     out = args.out or _default_out(cfg)
     if args.resume and not args.out:
@@ -98,8 +98,8 @@ def under_torchrun() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from executor.launch import run_local
     from stalesim.devices import parse_devices
+    from stalesim.executor.launch import run_local
 
     if under_torchrun():
         return torchrun_rank(args)
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
               data_copies=devs.count, device=f"cuda:{devs.ids[0]}" if devs.kind == "cuda" else "cpu",
               split=devs.count)
-    from executor.spec import job_schedule
+    from stalesim.executor.spec import job_schedule
 
     sched = job_schedule(cfg)  # built once: the job carries its fingerprint, every rank verifies it
     need = expected_devices(cfg, sched)
@@ -180,7 +180,7 @@ def _print_text(s: dict[str, Any]) -> None:
 
 def torchrun_rank(args: argparse.Namespace) -> int:
     """``torchrun ... -m stalesim run FLAGS``: this process is one rank; no spawning."""
-    from executor.spec import job_schedule
+    from stalesim.executor.spec import job_schedule
 
     cfg = train_config(args).check()
     sched = job_schedule(cfg)  # every rank builds it here; the job's fingerprint is then checked in run_job
@@ -192,7 +192,7 @@ def torchrun_rank(args: argparse.Namespace) -> int:
     if args.out is None:
         args.out = _default_out(cfg)
     job = build_job(args, cfg, kind, sched)
-    from executor.worker import worker_main
+    from stalesim.executor.worker import worker_main
 
     ids = None
     if kind == "cuda" and args.devices and ":" in args.devices:

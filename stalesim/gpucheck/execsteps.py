@@ -22,8 +22,8 @@ def run_jobs(cases: list[Any], devices: str, *, dry: bool,
     """Run every case on ``devices`` in one process group (one torch import and rendezvous);
     if that fails, each case alone, so one broken schedule is named and the others still report.
     A case that fails alone gets ``{"error": message}``."""
-    from executor import make_job, run_local
     from stalesim.errors import StalesimError
+    from stalesim.executor import make_job, run_local
 
     def job(c: Any) -> dict[str, Any]:
         # deterministic kernels on the CPU (bitwise equal); on a GPU they need CUBLAS_WORKSPACE_CONFIG
@@ -136,7 +136,7 @@ def multi_gpu_step(ctx: Context) -> Outcome:
 def predicted_peaks(cfg: Any, device: str = "cpu") -> list[int]:
     """The memory model's peak per device, with stage facts measured on ``device`` as the
     executor counts them (validate's recipe, :func:`stalesim.validate.costmodel.predicted_peaks`)."""
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor.rank import RECV_AHEAD
     from stalesim.validate.costmodel import predicted_peaks as model_peaks
 
     return model_peaks(cfg, device=device, recv_ahead=RECV_AHEAD)

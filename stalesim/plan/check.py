@@ -64,7 +64,7 @@ def _load() -> list[float]:
 def check_rows(rows: Sequence[Row], base: TrainConfig, target: Target, seed: int, *, devices: int,
                timeout_s: float = 600.0) -> list[dict[str, Any]]:
     """Run each row's candidate on ``cpu:devices`` to the target; one record per row."""
-    from executor import make_job, run_local
+    from stalesim.executor import make_job, run_local
 
     if target.kind != "loss":
         raise StalesimError("check: compares time to a loss target (--target-loss); accuracy is evaluated "

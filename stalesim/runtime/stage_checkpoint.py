@@ -8,7 +8,7 @@ recomputation runs BatchNorm in training mode, so the buffers are put back after
 the CPU the recomputation is bitwise identical, so a resumed run's losses equal the
 uninterrupted run's. Only the runtime's public attributes and methods are used here: the file formats
 (and what else each consumer saves) stay in ``stalesim.emulator.checkpoint`` and
-``executor.checkpoint``.
+``stalesim.executor.checkpoint``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ each rank *issues*, in the executor's order, under NCCL's semantics:
 A rank's issue order is its action list with the receives of the
 :class:`~stalesim.schedule.comm.PostingPlan` posted right before the action the
 plan names; a ``SEND_F`` that carries labels issues the activation, then the
-labels. The executor follows exactly this program (``executor.rank``).
+labels. The executor follows exactly this program (``stalesim.executor.rank``).
 """
 
 from __future__ import annotations

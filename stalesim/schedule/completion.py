@@ -18,7 +18,7 @@ which waiting on it returns at once:
   itself. :func:`stalesim.schedule.comm_check.check_comm_order` re-checks these
   waits under NCCL's rendezvous semantics.
 
-The executor waits exactly there (``executor.rank``), and the memory model
+The executor waits exactly there (``stalesim.executor.rank``), and the memory model
 (:func:`stalesim.schedule.liveness.memory_series`) counts a sent message until
 exactly there, so both hold the same bytes at every sample.
 """

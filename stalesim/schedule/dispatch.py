@@ -2,7 +2,7 @@
 and the methods have the same names in every engine.
 
 The emulator (:class:`stalesim.emulator.replay.Emulator`) and the executor
-(:class:`executor.rank.Rank`) both build their table once with :func:`dispatch_table`,
+(:class:`stalesim.executor.rank.Rank`) both build their table once with :func:`dispatch_table`,
 as DeepSpeed's pipeline engine maps each instruction type to one ``_exec_*`` method,
 so a reader who knows one engine finds the same step in the other under the same
 name, and an engine that lacks a kind's method fails when it is built, not when the

@@ -185,7 +185,7 @@ def memory_series(sched: Schedule, *, recv_ahead: int = 1) -> list[list[MemorySa
     order), and a received buffer is consumed by the F/B that needs it (from then on
     it is that action's input, counted with the activation). Sends are held until the
     point :func:`stalesim.schedule.completion.send_release` gives for the same plan.
-    The executor does exactly this (``executor.rank.RECV_AHEAD``).
+    The executor does exactly this (``stalesim.executor.rank.RECV_AHEAD``).
     """
     from stalesim.schedule.comm import posting_plan
     from stalesim.schedule.completion import send_release

@@ -45,7 +45,7 @@ FORMAT = 2
 # configuration fields that do not change what a round measured: where it is written, how the
 # command was spelled, whether it resumes, the ranks' deadline and the emulation run after the rounds
 NOT_MEASURED = ("out", "command", "resume", "timeout_s", "emulate_iterations")
-# the fields of a run's per-action row (executor.results): label, kind, stage, batch, micro,
+# the fields of a run's per-action row (stalesim.executor.results): label, kind, stage, batch, micro,
 # worker, start and end seconds
 ROW_FIELDS = 8
 # a round file's keys and the stage timer state's (:meth:`LayoutTimer.state`)

@@ -6,7 +6,7 @@ The simulator charges every communication action its CPU time
 measures round trips with both ranks idle; a pipeline rank instead posts a send
 and goes on computing, and completes a receive (and posts the next) when it gets
 there. This microbenchmark measures those quantities with
-:class:`executor.transport.Transport` (the executor's code path) between two
+:class:`stalesim.executor.transport.Transport` (the executor's code path) between two
 local processes, for several message sizes, and fits ``alpha + n * beta`` to each:
 
 * ``post``: posting a send of n bytes (``Transport.send``) while the receiver computes;
@@ -152,7 +152,7 @@ class _Probe:  # pragma: no cover - runs in a child process
     def __init__(self, rank: int, dev: torch.device, timeout_s: float) -> None:
         import torch
 
-        from executor.transport import Transport
+        from stalesim.executor.transport import Transport
 
         self.rank, self.dev = rank, dev
         self.tr = Transport(rank, timeout_s)

@@ -329,7 +329,7 @@ def data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: 
                       iterations=repeats + 2, batch_size=batch, dtype=dtype,
                       synthetic_size=max(4 * batch, 256)).check()
     stream = batch_stream(cfg, input_shape=model_of(model, dataset, seed=0).input_shape)
-    read = getattr(stream, "part", None)  # as the executor's stage 0 reads (executor.rank._input)
+    read = getattr(stream, "part", None)  # as the executor's stage 0 reads (stalesim.executor.rank._input)
     times = []
     for t in range(repeats + 2):
         t0 = time.perf_counter()

@@ -266,8 +266,8 @@ def run_dir(out: Path, name: str, k: int) -> Path:
 
 
 def _run_baseline(v: Validation, k: int) -> None:
-    from executor.launch import run_local
-    from executor.spec import make_job
+    from stalesim.executor.launch import run_local
+    from stalesim.executor.spec import make_job
 
     cfg = v.cfg
     base_devs = v.devs.first(1)
@@ -312,7 +312,7 @@ def simulate_step(v: Validation) -> None:
     v.say(f"[validate 5/{STEPS}] simulating {len(v.schedules)} schedule(s) (S={N}, ppv={v.ppv}, "
           f"B={cfg.batch_size}, M={cfg.microbatches}, {cfg.iterations} iterations)")
     ensure_dir(v.out / "traces")  # a file in the way is one line, not a traceback
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor.rank import RECV_AHEAD
 
     tcs = {name: train_config(cfg, name, N, v.ppvs[name], cfg.iterations) for name in v.schedules}
     if cfg.overhead:  # layouts the run step did not time (it normally times them all)
@@ -334,7 +334,7 @@ def _pass_predictions(v: Validation, tc: Any, name: str) -> list[float]:
     """The iteration time predicted from each timing pass's stage times alone (none when
     fewer than two passes kept theirs): how far the prediction moves with the moment its
     stage times were taken, the prediction's counterpart of the runs' noise floor."""
-    from executor.rank import RECV_AHEAD
+    from stalesim.executor.rank import RECV_AHEAD
     from stalesim.validate.costmodel import simulate_with_costs
 
     if v.cm is None or v.cm.timing_passes() < 2:
@@ -454,7 +454,7 @@ def run_step(v: Validation) -> None:
     :func:`baseline_step`), then every schedule once, in one process group, then one pass
     of the stage timing (:func:`_time_pass`): the stage times the predictions use see the
     same moments of the machine as the runs, which they never read."""
-    from executor.spec import make_job
+    from stalesim.executor.spec import make_job
     from stalesim.validate.checkpoint import save_round
 
     cfg = v.cfg
@@ -506,7 +506,7 @@ def _resume_rounds(v: Validation, keys: list[Any], timer: Any) -> tuple[int, Any
 def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
     """All jobs in one process group; if that fails, each alone so one bad schedule
     does not hide the others (its row then carries the error)."""
-    from executor.launch import run_local
+    from stalesim.executor.launch import run_local
 
     try:
         res = run_local(jobs, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)

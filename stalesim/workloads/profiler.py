@@ -66,7 +66,7 @@ from stalesim.workloads.profile import (
 )
 from stalesim.workloads.zoo import LayeredModel, build_model
 
-# Torch CPU threads of each executor rank (executor.run_local's default, and the CLI's
+# Torch CPU threads of each executor rank (stalesim.executor.run_local's default, and the CLI's
 # --threads default for every command that trains): a profile is measured the same way.
 # None (torch's current setting) remains available to callers who want their own.
 RANK_THREADS = 1

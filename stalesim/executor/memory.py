@@ -5,7 +5,7 @@ the memory model's components (:mod:`stalesim.sim.memory`): static (parameters, 
 optimizer state), the weight stash, gradient buffers, activations (the records of the
 in-flight forwards), the gradients a deferred ``W`` keeps, and communication buffers
 (posted receives, sends not yet complete, all-reduce buffers, outputs awaiting a send).
-On CUDA the allocator's own peak is reported instead (``executor.job``), so sampling is
+On CUDA the allocator's own peak is reported instead (``stalesim.executor.job``), so sampling is
 off there. Byte counts are cached when a tensor arrives, so a sample reads sizes only.
 """
 

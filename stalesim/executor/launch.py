@@ -1,7 +1,7 @@
 """Local launch: spawn one process per device, watch them, gather the results.
 
 ``run_local(jobs, devices)`` starts ``world`` child processes
-(``python -m executor --spec FILE``) with the torchrun environment (RANK,
+(``python -m stalesim.executor --spec FILE``) with the torchrun environment (RANK,
 WORLD_SIZE, LOCAL_RANK), so the rank code is the same as under ``torchrun``.
 The launcher:
 
@@ -73,7 +73,7 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
               master_addr: str | None = None) -> Any:
     """Run one job (dict) or several (list) on ``devices``; return the summary (or list).
 
-    A job is the JSON-able spec built by :func:`executor.spec.make_job`. The
+    A job is the JSON-able spec built by :func:`stalesim.executor.spec.make_job`. The
     summaries are what rank 0 computed (the same dict ``--json`` prints).
     """
     devs = parse_devices(devices) if isinstance(devices, str) else devices
@@ -114,7 +114,7 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
         for r in range(world):
             e = dict(base, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "executor", "--spec", str(spec_path)],
+                [sys.executable, "-m", "stalesim.executor", "--spec", str(spec_path)],
                 env=e, stdout=_child_stdout(), stderr=None, start_new_session=True,
             ))
         codes, killed = _watch(procs, grace)
@@ -182,7 +182,7 @@ def _kill_all(procs: list[subprocess.Popen]) -> None:
 
 
 def _failure_message(wd: Path, codes: list[int], killed: set[int]) -> str:
-    from executor.faults import read_beacon
+    from stalesim.executor.faults import read_beacon
 
     parts: list[tuple[int, str]] = []
     for r, c in enumerate(codes):

@@ -2,7 +2,7 @@
 
 Public API (what ``stalesim run`` and ``validate`` call)::
 
-    from executor import run_local, make_job, parse_devices
+    from stalesim.executor import run_local, make_job, parse_devices
     summary = run_local(make_job(train_cfg, out="runs/x"), "cpu:2", timeout_s=60, threads=1)
 
 ``run_local(jobs, devices, *, timeout_s=60, threads=1) -> dict`` (a list of
@@ -19,11 +19,11 @@ __all__ = ["ExecutorError", "make_job", "parse_devices", "run_local"]
 
 def __getattr__(name: str) -> Any:
     if name in ("run_local", "parse_devices", "ExecutorError", "Devices"):
-        from executor import launch
+        from stalesim.executor import launch
 
         return getattr(launch, name)
     if name == "make_job":
-        from executor.spec import make_job
+        from stalesim.executor.spec import make_job
 
         return make_job
     raise AttributeError(name)

@@ -1,6 +1,6 @@
 """One job on one rank: build the stage(s), run the list, gather, summarize (rank 0).
 
-A job is the JSON-able dict :func:`executor.spec.make_job` makes: the checked
+A job is the JSON-able dict :func:`stalesim.executor.spec.make_job` makes: the checked
 :class:`TrainConfig`, its schedule's fingerprint (verified here against the
 schedule this rank builds), the run folder, checkpoint settings. Every rank builds the *full* model from the zoo
 with the run's seed (so every stage starts from the weights the emulator
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from executor.spec import needs_data_count, plan, verify_schedule
 from stalesim.errors import StalesimError
+from stalesim.executor.spec import needs_data_count, plan, verify_schedule
 
 if TYPE_CHECKING:  # pragma: no cover
-    from executor.rank import Rank
+    from stalesim.executor.rank import Rank
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
 #: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
@@ -169,7 +169,7 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
         return None
     gathered: list[Any] = [None] * ctx.world
     dist.gather_object(payload, gathered, dst=0)
-    from executor.results import summarize_job
+    from stalesim.executor.results import summarize_job
 
     return summarize_job(job, cfg, sched, N, gathered, model=model, stages=stages, stream=stream,
                          device=ctx.device)
@@ -227,8 +227,8 @@ def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: di
                stream: Any, shapes: list[tuple[int, ...]], model: Any) -> tuple[Rank, CudaPeak | None]:
     """The rank, restored from a checkpoint when resuming, with the checkpoint hook attached
     (on CUDA wrapped so that its allocations stay out of the peak), and the CUDA peak."""
-    from executor.checkpoint import Checkpointer
-    from executor.rank import Rank
+    from stalesim.executor.checkpoint import Checkpointer
+    from stalesim.executor.rank import Rank
 
     dev = ctx.device
     ck = Checkpointer(job, ctx, sched, runtimes)

@@ -1,4 +1,4 @@
-"""``python -m executor --spec FILE``: one rank of a local run (started by the launcher).
+"""``python -m stalesim.executor --spec FILE``: one rank of a local run (started by the launcher).
 
 Under torchrun the entry point is the CLI itself: ``torchrun ... -m stalesim run
 FLAGS`` (the run command sees torchrun's environment and acts as one rank).
@@ -15,11 +15,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 2 and argv[0] == "--spec":
         with open(argv[1]) as fh:
             spec = json.load(fh)
-        from executor.worker import worker_main
+        from stalesim.executor.worker import worker_main
 
         return worker_main(spec)
-    print("stalesim: error: `python -m executor FLAGS` is now `torchrun ... -m stalesim run FLAGS` "
-          "(python -m executor only takes --spec FILE from the local launcher)", file=sys.stderr)
+    print("stalesim: error: `python -m stalesim.executor FLAGS` is now `torchrun ... -m stalesim run FLAGS` "
+          "(python -m stalesim.executor only takes --spec FILE from the local launcher)", file=sys.stderr)
     return 2
 
 

@@ -35,7 +35,7 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
 
     ``keep_rows``: the summary also carries every rank's per-action timings and the
     versions each runtime used (tests); ``deterministic``: the ranks run deterministic
-    kernels (:func:`executor.job.prepare_determinism`).
+    kernels (:func:`stalesim.executor.job.prepare_determinism`).
     """
     if schedule is None:
         tc = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_dict(dict(cfg))

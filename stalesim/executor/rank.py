@@ -20,7 +20,7 @@ Per action the loop does only what exactness, failure reports and the trace
 need: the beacon write (a memcpy), two timestamps, the handler; labels are
 precomputed, receives are posted where the precomputed plan says
 (:func:`stalesim.schedule.comm.posting_plan`: a dict lookup per action), and the
-memory sample (:class:`executor.memory.MemorySampler`, unique storages as
+memory sample (:class:`stalesim.executor.memory.MemorySampler`, unique storages as
 :mod:`stalesim.runtime.memory` defines them) reads byte counts cached when each
 tensor arrived.
 """
@@ -36,12 +36,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from executor.faults import Beacon, FaultInjector
-from executor.measure import Recorder, label_of
-from executor.memory import MemorySampler
-from executor.strict import STRICT_ENV, StrictComm
-from executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.errors import StalesimError
+from stalesim.executor.faults import Beacon, FaultInjector
+from stalesim.executor.measure import Recorder, label_of
+from stalesim.executor.memory import MemorySampler
+from stalesim.executor.strict import STRICT_ENV, StrictComm
+from stalesim.executor.transport import ACT, GRAD, LABELS, Pending, Transport, tag_for
 from stalesim.runtime.allreduce import pack, unpack_mean
 from stalesim.runtime.data import shard
 from stalesim.runtime.devio import LossSums, to_device

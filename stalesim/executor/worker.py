@@ -1,7 +1,7 @@
 """The body of one rank's process: set up, run the jobs, report, exit.
 
-Started either by :func:`executor.launch.run_local` (``--spec FILE``) or by
-``torchrun ... -m executor <run flags>``; both give the torchrun environment
+Started either by :func:`stalesim.executor.launch.run_local` (``--spec FILE``) or by
+``torchrun ... -m stalesim run <run flags>``; both give the torchrun environment
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Any failure is
 written to ``rank<r>.error.json`` (for the launcher's message) and to stderr
 as one line naming the rank and the action, and the process exits with status
@@ -43,7 +43,7 @@ def _pin(local_rank: int, device_kind: str, world: int) -> None:
 
 def worker_main(spec: dict[str, Any]) -> int:
     """Run every job of ``spec`` on this rank; rank 0 writes ``result<i>.json`` per job."""
-    from executor.faults import Beacon, die_with_parent
+    from stalesim.executor.faults import Beacon, die_with_parent
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -57,12 +57,12 @@ def worker_main(spec: dict[str, Any]) -> int:
     try:
         _pin(local_rank, spec["devices"].get("kind", "cpu"), world)
         _set_threads(threads)
-        from executor.job import CUBLAS_DETERMINISTIC, run_job
+        from stalesim.executor.job import CUBLAS_DETERMINISTIC, run_job
 
         if spec["devices"].get("kind") == "cuda" and any(j.get("deterministic") for j in spec["jobs"]):
             # before the process group binds the GPU: cuBLAS reads it when it first starts
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC)
-        from executor.rank import RankContext
+        from stalesim.executor.rank import RankContext
 
         ctx = RankContext.create(rank=rank, world=world, local_rank=local_rank,
                                  devices=spec["devices"], timeout_s=float(spec.get("timeout_s", 60.0)),

@@ -28,7 +28,7 @@ which only makes the compute stream wait for the NCCL stream (with a timeout,
 ProcessGroupNCCL's ``WorkNCCL::wait`` busy-waits the host in 1 ms sleeps until the
 op is done), so the deadline there is the process group's own (its ``timeout``,
 enforced by its watchdog). Under ``STALESIM_STRICT_COMM=1`` the operations run on
-:class:`executor.strict.StrictComm` (NCCL's rules on gloo). A timed-out or broken
+:class:`stalesim.executor.strict.StrictComm` (NCCL's rules on gloo). A timed-out or broken
 wait raises :class:`TransportError` naming the action and the peer rank.
 """
 
@@ -89,7 +89,7 @@ class Transport:
     rank: int
     timeout_s: float
     nccl: bool = False  # wait without a host-side timeout (see the module doc)
-    strict: Any = None  # an executor.strict.StrictComm: NCCL's ordering enforced on gloo
+    strict: Any = None  # a stalesim.executor.strict.StrictComm: NCCL's ordering enforced on gloo
     ar_group: Any = None
     sends: dict[int, Pending] = field(default_factory=dict)  # id -> send not yet waited on
     bytes_sent: int = 0

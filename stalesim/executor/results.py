@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from executor.measure import COMPUTE, summarize
 from stalesim.atomic import ensure_dir, write_lines_atomic, write_text_atomic
+from stalesim.executor.measure import COMPUTE, summarize
 from stalesim.summary import RunSummary, config_fields, schedule_fields, version_facts
 
 
