@@ -31,7 +31,7 @@ def test_pick_takes_the_best_row_of_each_schedule_on_the_devices() -> None:
 
 
 def test_check_error_and_its_terms(monkeypatch: pytest.MonkeyPatch) -> None:
-    import executor
+    from stalesim import executor
 
     runs = []
 
@@ -56,7 +56,7 @@ def test_check_error_and_its_terms(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_run_that_misses_the_target_has_no_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor's losses never fall below the target in the emulated 40 iterations: the
     record refuses an error (the wall time is not a time to target) and is not within the goal."""
-    import executor
+    from stalesim import executor
 
     def fake_run_local(job, devices, **kw):
         # measured 4.5 s would match the prediction exactly: still no time to report
