@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="micro-batches per mini-batch, used by every micro-batched schedule "
                         "(gpipe, 1f1b, 2bw, the interleaved and zero-bubble ones)")
     add_threads_arg(p, "per CPU rank")
-    p.add_argument("--dataset", default="synthetic", help="synthetic | mnist | fashion-mnist | cifar10")
+    p.add_argument("--dataset", default="synthetic",
+                   help="synthetic | mnist | fashion-mnist | cifar10, or your own as pkg.module:factory")
     p.add_argument("--data-dir", default=None, help="data root (default $STALESIM_DATA)")
     p.add_argument("--ppv", type=int_list, default=None, help="partition (default: min-max over the profile)")
     p.add_argument("--emulate-iterations", type=nonneg_int, default=10,
