@@ -65,3 +65,59 @@ def test_a_torch_scheduler_drives_the_base_lr():
         sched.step()
     assert seen == [0.4, 0.4, 0.2, 0.2, 0.1, 0.1]  # the last stage: factor 1
     assert [g["lr"] for g in opt.param_groups] == [0.05, 0.05]
+
+
+def test_spike_compensation_scales_the_lr_by_a_during_the_step_and_adds_the_b_term():
+    """stale on 2 stages: stage 0's updates are 2 batches late, so lr * mu^2 during the step,
+    and after it the weights move by -lr b (g + wd w), b = (1 - mu^2) / (1 - mu)."""
+    mu, lr, wd = 0.9, 0.1, 0.01
+    net = _net()
+    pipe = StalePipeline(net, "stale", steps=6, split=["0", "2"], spike_compensation=True)
+    opt = pipe.attach(torch.optim.SGD(pipe.param_groups(), lr=lr, momentum=mu, weight_decay=wd))
+    seen = []
+    opt.register_step_pre_hook(lambda o, a, k: seen.append([g["lr"] for g in o.param_groups]))
+    for _ in range(4):
+        net(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    D = pipe.update.mits[0].batch_delay(3)
+    assert D == 2 and pipe.update.mits[1].batch_delay(3) == 0
+    assert seen[-1] == [lr * mu**D, lr]
+    assert [g["lr"] for g in opt.param_groups] == [lr, lr]  # the user's lr, after the step
+    assert pipe.update.mits[0].spike_coefficients(3) == (mu**D, (1 - mu**D) / (1 - mu))
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda ps: torch.optim.Adam(ps, lr=0.1), r"optimizer: spike_compensation corrects heavy-ball SGD momentum; "
+                                              r"got Adam"),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1), r"optimizer: param group 0: spike_compensation needs SGD momentum > 0"),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True), r"needs SGD momentum > 0 without Nesterov"),
+])
+def test_spike_compensation_refuses_what_it_cannot_correct(make, message):
+    pipe = StalePipeline(_net(), "stale", steps=4, split=["0", "2"], spike_compensation=True)
+    with pytest.raises(StalesimError, match=message):
+        pipe.attach(make(pipe.param_groups()))
+    one = StalePipeline(_net(), "stale", steps=4, split=["0", "2"], spike_compensation=True)
+    with pytest.raises(StalesimError, match=r"param group 0 holds parameters of stages \[0, 1\]; spike_compensation"):
+        one.attach(torch.optim.SGD(one.model.parameters(), lr=0.1, momentum=0.9))
+
+
+@pytest.mark.parametrize("beta", [0, -1.0, float("nan"), True, "1"])
+def test_error_feedback_beta_is_checked(beta):
+    with pytest.raises(StalesimError, match=r"error_feedback_beta: expected a finite number > 0"):
+        StalePipeline(_net(), "stale", steps=4, split=["0", "2"], error_feedback=True, error_feedback_beta=beta)
+
+
+def test_error_feedback_corrects_only_delayed_updates():
+    """pipedream on 2 stages: stage 1's updates are never late (no correction, nothing kept),
+    stage 0's are: from its second delayed update on, the step differs from the plain one."""
+    net = _net()
+    pipe = StalePipeline(net, "pipedream", steps=6, split=["0", "2"], error_feedback=True)
+    opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+    for _ in range(4):
+        net(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert pipe.update.terms[1].prev_step is None
+    assert pipe.update.terms[0].prev_step is not None
+    assert pipe.state_dict()["update"][0] is not None

@@ -74,8 +74,10 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
                          microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device,
                          warmup=cfg.warmup, staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
                          pipemare_warmup=cfg.pipemare_warmup, weight_prediction=cfg.weight_prediction,
-                         pipemare_correction=cfg.pipemare_correction, pipemare_gamma=cfg.pipemare_gamma)
-    per_stage = cfg.staleness_lr or cfg.pipemare_lr
+                         pipemare_correction=cfg.pipemare_correction, pipemare_gamma=cfg.pipemare_gamma,
+                         spike_compensation=cfg.spike_compensation, error_feedback=cfg.error_feedback,
+                         error_feedback_beta=cfg.error_feedback_beta)
+    per_stage = cfg.staleness_lr or cfg.pipemare_lr or cfg.spike_compensation
     opt = pipe.attach(_user_optimizer(cfg, pipe.param_groups() if per_stage else net.parameters()))
     lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
     losses = []
@@ -116,6 +118,15 @@ OPTIONS = [
     ("lenet5", "stale", 1, 3, "sgd", {"pipemare_correction": True}),
     (GPT, "stale", 1, 3, "adamw", {"pipemare_correction": True, "pipemare_gamma": 0.5, "pipemare_lr": True}),
     ("lenet5", "hybrid", 1, 3, "sgd", {"pipemare_correction": True}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"spike_compensation": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"spike_compensation": True, "staleness_lr": True, "warmup": 2}),
+    ("lenet5", "2bw", 2, 3, "sgd", {"spike_compensation": True, "clip_grad_norm": 0.05}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"error_feedback": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"error_feedback": True, "error_feedback_beta": 0.5, "warmup": 2}),
+    (GPT, "stale", 1, 3, "adamw", {"error_feedback": True}),
+    (GPT, "2bw", 2, 3, "adam", {"error_feedback": True, "pipemare_lr": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"spike_compensation": True, "error_feedback": True}),
+    ("lenet5", "stale", 1, 3, "sgd", {"error_feedback": True, "pipemare_correction": True}),
 ]
 
 
@@ -264,14 +275,15 @@ def test_forwards_without_grad_read_the_live_weights_and_count_no_micro_batch():
 def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
     """Six steps straight equal three, a save of model + optimizer + pipeline, a fresh
     process's objects loading them, and three more (stale keeps copies across the save;
-    weight prediction the directions of the versions still read, the correction its deltas)."""
+    weight prediction the directions of the versions still read, the correction its deltas,
+    error feedback its last step)."""
     def build():
         torch.manual_seed(0)
         net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
                                   torch.nn.Linear(8, 2)).double()
         # stage 0 ends in a layer whose weight its backward reads, so the correction shows
         pipe = StalePipeline(net, "stale", steps=6, split=[["0", "2"], ["4"]], weight_prediction=prediction,
-                             pipemare_correction=not prediction)
+                             pipemare_correction=not prediction, error_feedback=not prediction)
         opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9))
         return net, pipe, opt
 

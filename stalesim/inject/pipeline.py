@@ -43,7 +43,7 @@ from torch.utils.hooks import RemovableHandle
 
 from stalesim.errors import StalesimError
 from stalesim.inject.correct import Correction
-from stalesim.inject.mitigate import StageLR
+from stalesim.inject.mitigate import StageLR, StageUpdate
 from stalesim.inject.predict import Prediction
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
@@ -87,7 +87,10 @@ class StalePipeline:
     (:mod:`stalesim.inject.mitigate`; the optimizer then needs :meth:`param_groups`).
     ``weight_prediction``: the emulator's weight prediction (:mod:`stalesim.inject.predict`);
     ``pipemare_correction`` (``pipemare_gamma``): PipeMare's discrepancy correction
-    (:mod:`stalesim.inject.correct`); not both at once.
+    (:mod:`stalesim.inject.correct`); not both at once. ``spike_compensation`` and
+    ``error_feedback`` (``error_feedback_beta``): the emulator's update terms
+    (:class:`~stalesim.inject.mitigate.StageUpdate`; spike compensation needs SGD with
+    momentum and :meth:`param_groups`).
     """
 
     def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
@@ -95,7 +98,8 @@ class StalePipeline:
                  warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None,
                  staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0,
                  weight_prediction: bool = False, pipemare_correction: bool = False,
-                 pipemare_gamma: float = 0.9) -> None:
+                 pipemare_gamma: float = 0.9, spike_compensation: bool = False, error_feedback: bool = False,
+                 error_feedback_beta: float = 1.0) -> None:
         if not isinstance(model, nn.Module):
             raise StalesimError(f"model: expected an nn.Module, got {type(model).__name__}")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -143,6 +147,8 @@ class StalePipeline:
             raise StalesimError(f"pipemare_gamma: expected a number in [0, 1), got {pipemare_gamma!r}")
         self.correct = Correction(sched, cut.params, self.store.last_read, pipemare_gamma) \
             if pipemare_correction else None
+        self.update = StageUpdate(sched, cut.params, spike_compensation=spike_compensation,
+                                  error_feedback=error_feedback, error_feedback_beta=error_feedback_beta)
         # this step's predicted forward weights and lr per (stage, micro), and the weights
         # each backward reads (computed once per stage, not per saved tensor)
         self._predicted: dict[tuple[int, int | None], tuple[list[torch.Tensor], float]] = {}
@@ -170,6 +176,7 @@ class StalePipeline:
                     raise StalesimError(f"optimizer: param group {g} holds a tensor of shape {tuple(p.shape)} "
                                         f"that is no trainable parameter of a stage")
         self.lr.bind(optimizer, stage_of)
+        self.update.bind(optimizer, stage_of)
         if self.predict is not None:
             self.predict.bind(optimizer)
         self._handles += [optimizer.register_step_pre_hook(self._before_step),
@@ -189,9 +196,11 @@ class StalePipeline:
         if self.correct is not None:
             self.correct.before_update()
         self.lr.scale(opt, t)
+        self.update.before(opt, t)
 
     def _after_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         t = self.store.version
+        self.update.after(opt, t)  # the step's own terms: part of version t + 1
         self.lr.restore(opt)
         self.store.after_update()
         for s in range(self.S):
@@ -354,7 +363,8 @@ class StalePipeline:
                                 f"save after optimizer.step()")
         dirs = None if self.predict is None else [dict(kept) for kept in self.predict.dirs]
         return {"steps": self.steps, "store": self.store.state_dict(), "directions": dirs,
-                "correction": None if self.correct is None else self.correct.state_dict()}
+                "correction": None if self.correct is None else self.correct.state_dict(),
+                "update": self.update.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict` (on a pipeline built with the same arguments, after
@@ -369,6 +379,8 @@ class StalePipeline:
             self.predict.dirs = [{int(v): list(ds) for v, ds in kept.items()} for kept in dirs]
         if self.correct is not None and state.get("correction") is not None:
             self.correct.load_state_dict(state["correction"])
+        if state.get("update") is not None:
+            self.update.load_state_dict(state["update"])
 
     # ------------------------------------------------------------- reporting
     def versions_match(self) -> bool:

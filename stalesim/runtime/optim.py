@@ -180,6 +180,51 @@ def clip_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     return norm
 
 
+class StepCorrections:
+    """Spike compensation's b-term and error feedback around one optimizer step of a stage.
+
+    Both act on the weights around the wrapped optimizer's step and read nothing of its
+    internals, so the emulator's :class:`StageOptimizer` and a user's own optimizer
+    (:mod:`stalesim.inject`) apply them through this one class. :meth:`before`, with the
+    gradient and the weights the step starts from: the b-term's g + wd w, and under error
+    feedback those weights. :meth:`after`, once the optimizer has stepped:
+    w -= lr b (g + wd w) (Kosson et al.'s b-term; the a-term scales the optimizer's own lr),
+    then for a delayed update w += beta (Delta_t - Delta_{t-1}), Delta being the whole step.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], *, error_feedback: bool, beta: float) -> None:
+        self.params = list(params)
+        self.error_feedback = error_feedback
+        self.beta = beta
+        self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
+        self._extra: list[torch.Tensor] | None = None
+        self._old: list[torch.Tensor] | None = None
+
+    @torch.no_grad()
+    def before(self, grads: Sequence[torch.Tensor], b: float, weight_decay: float) -> None:
+        """Before the step: what :meth:`after` needs of the gradient and the weights."""
+        self._extra = [g + weight_decay * p if weight_decay else g
+                       for g, p in zip(grads, self.params)] if b else None
+        self._old = [p.detach().clone() for p in self.params] if self.error_feedback else None
+
+    @torch.no_grad()
+    def after(self, lr: float, b: float, delayed: bool) -> None:
+        """After the step at learning rate ``lr`` (before the a-term): the b-term and error
+        feedback; ``delayed``: the gradient was at least one update old."""
+        if b and self._extra is not None:
+            for p, e in zip(self.params, self._extra):
+                p.add_(e, alpha=-lr * b)
+        if self._old is not None:
+            delta = [p.detach() - o for p, o in zip(self.params, self._old)]
+            if delayed and self.prev_step is not None:
+                for p, d, dp in zip(self.params, delta, self.prev_step):
+                    p.add_(d - dp, alpha=self.beta)
+            # only a delayed step has an error to correct: an undelayed one (pipeline fill,
+            # --warmup) leaves nothing, so the next delayed step is the first of a run
+            self.prev_step = delta if delayed else None
+        self._extra = self._old = None
+
+
 class StageOptimizer:
     """The update of one stage (see the module doc); ``torch`` is the wrapped optimizer."""
 
@@ -190,7 +235,8 @@ class StageOptimizer:
         # per parameter: Muon's (True) or AdamW's under --optimizer muon (see muon_mask)
         self.muon_mask = list(muon_mask) if muon_mask is not None else [False] * len(params)
         self.lr_scale = 1.0  # the look-ahead's (1 - gamma) for SGD
-        self.prev_step: list[torch.Tensor] | None = None  # error feedback: Delta_{t-1}
+        self.corrections = StepCorrections(params, error_feedback=bool(cfg.error_feedback),
+                                           beta=float(cfg.error_feedback_beta))
         self.torch: torch.optim.Optimizer | MuonAdamW | RotatedAdam | None = None
         # updates applied: torch's per-parameter step count, kept as a Python int so that
         # weight prediction never reads torch's step tensor (a device read when torch keeps
@@ -233,10 +279,7 @@ class StageOptimizer:
         if cfg.clip_grad_norm is not None:
             clip_(grads, cfg.clip_grad_norm)
         a, b = spike
-        if b:
-            wd = cfg.weight_decay
-            extra = [g + wd * p if wd else g for g, p in zip(grads, self.params)]
-        old = [p.detach().clone() for p in self.params] if cfg.error_feedback else None
+        self.corrections.before(grads, b, cfg.weight_decay)
         for p, g in zip(self.params, grads):
             p.grad = g
         if isinstance(self.torch, MuonAdamW):
@@ -245,20 +288,9 @@ class StageOptimizer:
             self.torch.param_groups[0]["lr"] = lr * a * self.lr_scale
         self.torch.step()
         self.steps += 1
-        if b:
-            for p, e in zip(self.params, extra):
-                p.add_(e, alpha=-lr * b)
         for p in self.params:
             p.grad = None
-        if old is not None:
-            delta = [p.detach() - o for p, o in zip(self.params, old)]
-            if delayed and self.prev_step is not None:
-                beta = cfg.error_feedback_beta
-                for p, d, dp in zip(self.params, delta, self.prev_step):
-                    p.add_(d - dp, alpha=beta)
-            # only a delayed step has an error to correct: an undelayed one (pipeline fill,
-            # --warmup) leaves nothing, so the next delayed step is the first of a run
-            self.prev_step = delta if delayed else None
+        self.corrections.after(lr, b, delayed)
 
     def state_nbytes(self) -> int:
         """Bytes of optimizer state once every parameter has been updated (the memory
@@ -302,10 +334,11 @@ class StageOptimizer:
     # -------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
         return {"torch": None if self.torch is None else self.torch.state_dict(),
-                "prev_step": None if self.prev_step is None else [d.clone() for d in self.prev_step]}
+                "prev_step": None if self.corrections.prev_step is None
+                else [d.clone() for d in self.corrections.prev_step]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.torch is not None and state.get("torch") is not None:
             self.torch.load_state_dict(state["torch"])
             self.steps = max((int(st["step"]) for st in self.torch.state.values() if "step" in st), default=0)
-        self.prev_step = state.get("prev_step")
+        self.corrections.prev_step = state.get("prev_step")
