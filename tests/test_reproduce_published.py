@@ -86,7 +86,8 @@ def test_no_run_that_trained_is_predicted_not_to_fit(rows):
 
 
 @pytest.mark.xfail(strict=True, reason="SC21's 530B ZeRO-3 at micro-batch 4 on 560 GPUs (out of memory in the "
-                   "paper) is predicted at 74.2 GiB per GPU, just under the 80 GB (74.5 GiB) device: fits")
+                   "paper) is predicted at 77.3 GiB per GPU + 0.9 GiB outside the allocator, under the 79.25 GiB "
+                   "an A100 80GB reports: fits (the 640-GPU run that trained: 75.6 + 0.9 GiB)")
 def test_no_run_that_ran_out_of_memory_is_predicted_to_fit(rows):
     wrong = [r["id"] for r in rows if r["outcome"] == "oom" and r["fits"] == "yes"]
     assert not wrong, wrong
@@ -95,12 +96,16 @@ def test_no_run_that_ran_out_of_memory_is_predicted_to_fit(rows):
 # the issue's time goal per source (median <= 3 %, max <= 8 %); today's numbers where not met
 TIME_NOW = {
     "sc21-t1": "median 4.2 %, max 8.3 % (76.1B interleaved with V = 3 +8.3 %; the others 0-6 % fast)",
-    "sc21-t2": "median 9.5 %, max 83.5 % (ZeRO-3 175B on 768 GPUs +83.5 %; PTD-P rows 0.2-4.3 %)",
-    "korthikanti-t5": "median 4.2 %, max 11.5 % (22B present work -11.5 %, 1T full recompute +7.1 %)",
-    "torchtitan-2404": "median 8.9 %, max 11.5 % (FSDP on 64 A100: predicted 4-12 % slow)",
+    "sc21-t2": "median 10.2 %, max 67.2 % (ZeRO-3 rows +16 % at 384 GPUs to +67 % at 2,240: the per-call "
+               "cost of DeepSpeed's per-parameter collectives is still undercharged at scale; PTD-P 0.2-4.3 %)",
+    "korthikanti-t5": "median 4.0 %, max 8.7 % (22B present work -8.7 %, 1T full recompute +7.1 %)",
+    "torchtitan-2404": "median 4.5 %, max 6.5 % (FSDP on 64 A100: -4.5 to +6.5 %)",
+    "torchtitan-2408": "median and max 45.6 % (405B FSDP 16 x TP 8: the per-block all-gathers hide under the "
+                       "compute, which is predicted 1.46x the page's throughput; the page's 500 W H100s are not "
+                       "modelled)",
 }
 # sources whose predicted rows meet it today (torchtitan-2412 has none it can express yet)
-TIME_MET = ("korthikanti-t4", "torchtitan-2408")
+TIME_MET = ("korthikanti-t4",)
 
 
 @pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"today: {why}"))

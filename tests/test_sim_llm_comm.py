@@ -15,7 +15,10 @@ from stalesim.sim.llm_comm import (
     ALL_REDUCE,
     FRAMEWORK_COMM,
     REDUCE_SCATTER,
+    allgather_s,
+    backward_refetch,
     dp_sync_s,
+    list_copies_s,
     overlapped_s,
     overlaps,
     p2p_s,
@@ -200,9 +203,8 @@ def test_zero3_throughput_falls_with_the_data_parallel_size(name):
     per-GPU compute at fixed global batch make ZeRO-3's throughput fall as GPUs are added, in
     the published direction and by at least half the published drop, with nothing overlapped
     (the paper does not say how DeepSpeed's overlap was set, and a perfect prefetch would hide
-    the per-layer all-gathers that the published numbers show were not hidden). It holds with
-    either fetch count: one per 5e7-element prefetch bucket (the stage costs' count without a
-    layer count) or at most four per layer."""
+    the per-layer all-gathers that the published numbers show were not hidden), with DeepSpeed's
+    fetch per weight matrix (four per layer)."""
     hw = hardware_from_node("dgx-a100")
     rows = SC21_ZERO3[name]
     pred = [predict_llm(PRESETS[name], ParallelPlan(dp=g, micro_batch=mb, global_batch=B, zero=3,
@@ -213,3 +215,36 @@ def test_zero3_throughput_falls_with_the_data_parallel_size(name):
     pub = [r[-1] for r in rows]
     assert pred[0] > pred[1] > pred[2]
     assert 1 - pred[-1] / pred[0] >= 0.5 * (1 - pub[-1] / pub[0])
+
+
+def test_deepspeed_fetches_each_weight_matrix_not_each_prefetch_bucket():
+    """GPT-3 175B under ZeRO-3 on 384 GPUs: DeepSpeed's coordinator fetches each sub-module's
+    weights (a layer's four matrices; the prefetch bucket only bounds what is fetched ahead), so
+    the forward adds 96 x 4 all-gathers, each NCCL's ring plus, in the 2021 release, one copy per
+    rank (nothing overlapped then), not the 3,492 calls of one per 5e7-element bucket."""
+    spec = PRESETS["gpt3-175b"]
+    plan = ParallelPlan(dp=384, micro_batch=4, global_batch=1536, zero=3, framework="deepspeed-2021",
+                        recompute="full")
+    costs, sim, _lt = llm_costs(spec, plan, hardware_from_node("dgx-a100"))
+    base, _sim, _ = llm_costs(spec, replace(plan, zero=0, framework="megatron"), hardware_from_node("dgx-a100"))
+    pb = costs.param_bytes[0]
+    per_call = ring_s(sim, ALL_GATHER, pb / 384, 384) + 384 * 5e-6
+    assert allgather_s(sim, plan, pb, 384) == pytest.approx(384 * per_call)
+    assert (costs.f_ns[0] - base.f_ns[0]) / NS == pytest.approx(384 * per_call, rel=1e-6)
+    assert list_copies_s(plan, ALL_GATHER) == list_copies_s(plan, REDUCE_SCATTER) == pytest.approx(384 * 5e-6)
+    assert list_copies_s(plan, ALL_REDUCE) == 0.0
+    assert list_copies_s(replace(plan, framework="deepspeed"), ALL_GATHER) == 0.0
+
+
+def test_recomputation_fetches_again_what_deepspeed_released():
+    """With full recomputation each linear's backward follows the later linears' recomputed forward
+    and backward: at h = 12288 (175B) QKV (3h^2), the projection (h^2) and the MLP's first matrix
+    (4h^2) are 2 x 8h^2, 2 x 8h^2 and 2 x 4h^2 = 1.2e9 >= 1e9 parameters from their reuse and are
+    fetched again; the last matrix stays. At h = 1024 everything stays; FSDP2 keeps the block."""
+    h = 12288
+    lin = [3 * h * h, h * h, 4 * h * h, 4 * h * h]
+    plan = ParallelPlan(dp=8, zero=3, framework="deepspeed", recompute="full")
+    assert backward_refetch(plan, lin) == (float(8 * h * h), 3)
+    assert backward_refetch(plan, [x / 144 for x in lin]) == (0.0, 0)
+    assert backward_refetch(replace(plan, recompute="selective"), lin) == (0.0, 0)
+    assert backward_refetch(replace(plan, framework="fsdp2"), lin) == (0.0, 0)

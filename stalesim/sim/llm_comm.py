@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import Hardware
 
 __all__ = ["ALL_GATHER", "ALL_REDUCE", "COLLECTIVES", "FRAMEWORK_COMM", "NCCL_LATENCY", "REDUCE_SCATTER",
-           "FrameworkComm", "NcclLatency", "Overlaps", "allgather_s", "allreduce_s", "dp_allreduce_s",
+           "FrameworkComm", "NcclLatency", "Overlaps", "allgather_s", "allreduce_s", "backward_refetch",
+           "dp_allreduce_s", "list_copies_s",
            "dp_sync_s", "group_layout", "overlapped_s", "overlaps", "p2p_s", "rank_hardware", "reduce_scatter_s",
            "ring_s", "sharding_stage", "tp_backward_hidden_s", "zero_collectives"]
 
@@ -72,6 +73,10 @@ class FrameworkComm:
     ``grad_bucket_per_rank``: added elements per data-parallel rank (Megatron's rule);
     ``gather_bucket``: elements per ZeRO-3 parameter fetch (None: one fetch per layer);
     ``tensors_per_layer``: the largest number of fetches a layer needs (one per weight matrix).
+    ``copies_per_rank``: its ZeRO collectives pass one tensor per rank
+    (``torch.distributed.all_gather`` / ``reduce_scatter`` with tensor lists), which PyTorch's
+    ProcessGroupNCCL turns into a flat buffer plus one ``copy_`` per rank on every call
+    (``flatten_for_scatter_gather`` and the copy-out loop of ``ProcessGroupNCCL::allgather``).
     """
 
     tp_overlap: bool
@@ -82,6 +87,7 @@ class FrameworkComm:
     tensors_per_layer: int
     source: str
     grad_bucket_per_rank: float = 0.0
+    copies_per_rank: bool = False
 
 
 _MEGATRON = (
@@ -104,6 +110,15 @@ FRAMEWORK_COMM: dict[str, FrameworkComm] = {
                "elements, stage3_prefetch_bucket_size = 5e7 (prefetching on), overlap_comm defaults to True "
                "for stage 3 only (validator overlap_comm_valid); parameters are fetched per submodule, so "
                "a layer's four weight matrices are at most four fetches; no tensor parallelism of its own"),
+    "deepspeed-2021": FrameworkComm(
+        tp_overlap=False, dp_overlap=False, zero_prefetch=False, grad_bucket=5e8, gather_bucket=5e7,
+        tensors_per_layer=4, copies_per_rank=True,
+        source="DeepSpeed v0.3.13 to v0.5 (2021): deepspeed/runtime/zero/partition_parameters.py "
+               "_allgather_param gathers each parameter with torch.distributed.all_gather into a list of "
+               "one view per rank and _reduce_scatter_gradient reduce-scatters each from a list; "
+               "stage3.py's PartitionedParameterCoordinator.fetch_sub_module waits for its gathers and "
+               "calls torch.cuda.synchronize(), and with overlap_comm off (its default then) the gathers "
+               "and the prefetch run on the compute stream: nothing overlaps"),
     "fsdp2": FrameworkComm(
         tp_overlap=False, dp_overlap=True, zero_prefetch=True, grad_bucket=None, gather_bucket=None,
         tensors_per_layer=1,
@@ -133,7 +148,7 @@ def overlaps(plan: ParallelPlan) -> Overlaps:
     """``plan.tp_overlap`` / ``dp_overlap`` / ``zero_prefetch``, None meaning the framework's default."""
     fw = framework_comm(plan)
     # DeepSpeed's overlap_comm defaults to on for ZeRO stage 3 only
-    dp_default = fw.dp_overlap or (plan.framework == "deepspeed" and sharding_stage(plan) == 3)
+    dp_default = fw.dp_overlap or (plan.framework == "deepspeed" and sharding_stage(plan) == 3)  # not 2021's
     return Overlaps(tp=fw.tp_overlap if plan.tp_overlap is None else plan.tp_overlap,
                     dp=dp_default if plan.dp_overlap is None else plan.dp_overlap,
                     prefetch=fw.zero_prefetch if plan.zero_prefetch is None else plan.zero_prefetch)
@@ -218,7 +233,40 @@ def _calls(sim: SimHardware, plan: ParallelPlan, op: str, nbytes: float, count: 
     if nbytes <= 0 or plan.dp <= 1:
         return 0.0
     n = max(1, int(count))
-    return n * ring_s(sim, op, nbytes / n, plan.dp)
+    return n * (ring_s(sim, op, nbytes / n, plan.dp) + list_copies_s(plan, op))
+
+
+def list_copies_s(plan: ParallelPlan, op: str) -> float:
+    """Host seconds one call spends on a framework's per-rank tensor list
+    (:attr:`FrameworkComm.copies_per_rank`): one eager ``copy_`` per data-parallel rank, each at
+    the dispatch cost of one op (:data:`~stalesim.workloads.hardware.DEFAULT_OP_OVERHEAD_S`; the
+    copies are ``1 / dp`` of the buffer each, far below a launch's time on the device). All-reduces
+    take one tensor: none."""
+    from stalesim.workloads.hardware import DEFAULT_OP_OVERHEAD_S
+
+    if op == ALL_REDUCE or not framework_comm(plan).copies_per_rank:
+        return 0.0
+    return plan.dp * DEFAULT_OP_OVERHEAD_S
+
+
+def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[float, int]:
+    """ZeRO-3 fetches in a layer's backward beyond one of every linear: ``(parameters, fetches)``
+    per layer (``linears``: a layer's weight matrices per rank, in forward order).
+
+    With full recomputation the backward first re-runs the layer's forward, and DeepSpeed's
+    sub-module hooks fetch its weights for it; each linear's backward then runs after the
+    later linears' recomputed forwards and backwards, so the coordinator released its weights
+    unless those number fewer than ``stage3_max_reuse_distance``
+    (:data:`~stalesim.sim.llm_memory.DEEPSPEED_MAX_REUSE_DISTANCE`): the last linear always stays,
+    an earlier one is fetched again when ``2 x`` the later linears' parameters reach it. FSDP2
+    gathers the whole block before its recomputation and keeps it through the backward: none."""
+    from stalesim.sim.llm_memory import DEEPSPEED_MAX_REUSE_DISTANCE
+    from stalesim.workloads.memory_llm import DEEPSPEED
+
+    if plan.framework not in DEEPSPEED or plan.recompute != "full":
+        return 0.0, 0
+    again = [p for i, p in enumerate(linears) if 2 * sum(linears[i + 1:]) >= DEEPSPEED_MAX_REUSE_DISTANCE]
+    return float(sum(again)), len(again)
 
 
 def dp_allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
@@ -265,9 +313,12 @@ def _gathers(plan: ParallelPlan, fw: FrameworkComm, nbytes: float, element_bytes
 # ---------------------------------------------------------------- stage costs
 def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ...], f: list[float],
                      bk: list[float], wg: list[float], *, layers: Sequence[int] | None = None,
+                     linears: Sequence[float] = (),
                      ) -> tuple[list[float], list[float], list[float], tuple[int, ...]]:
     """ZeRO-2/3 and FSDP communication per micro-batch, added to each stage's F, B and W seconds
-    (``pbytes``: a stage's weight bytes per rank; ``layers``: its layer count, None when unknown).
+    (``pbytes``: a stage's weight bytes per rank; ``layers``: its layer count, None when unknown;
+    ``linears``: a layer's weight matrices per rank, for what recomputation fetches again:
+    :func:`backward_refetch`).
 
     Per micro-batch, by the stage the framework runs (:func:`sharding_stage`):
 
@@ -295,6 +346,7 @@ def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ..
     f, bk, wg = list(f), list(bk), list(wg)
     end: list[int] = []
     piped = plan.pp > 1
+    again_params, again_calls = backward_refetch(plan, linears)
     # FSDP2 gathers its weights in the forward of every micro-batch (it reshards after each
     # backward); DeepSpeed's stage 2 keeps them replicated and gathers the updated ones at the end
     gather_forward = z >= 3 or (z == 2 and plan.framework == "fsdp2" and not piped)
@@ -304,6 +356,9 @@ def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ..
         rs = 0.0 if piped else reduce_scatter_s(sim, plan, pb, rs_calls)
         ag_f = allgather_s(sim, plan, pb, gathers) if gather_forward else 0.0
         ag_b = allgather_s(sim, plan, pb, gathers) if z >= 3 else 0.0
+        if z >= 3 and again_calls and nl[s]:
+            n_again = nl[s] or 0
+            ag_b += allgather_s(sim, plan, n_again * again_params * element_bytes, n_again * again_calls)
         if ov.prefetch and ag_f:
             ag_f = overlapped_s(ag_f, gathers, f[s])
         if ov.prefetch or ov.dp:  # the backward's fetches and reduce-scatters share the comm stream

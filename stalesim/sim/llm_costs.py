@@ -10,6 +10,7 @@ from stalesim.sim.llm_kernels import (
     DEFAULT_EFFICIENCY,
     KernelEfficiency,
     LayerTimes,
+    layer_gemms,
     layer_times,
     layer_w_input_bytes,
     layer_wgrad_bytes,
@@ -91,7 +92,10 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     msg = spec.layer_output_bytes(b) // (t * cp)
     pbytes = tuple(round(p * sb.weights) for p in params)
     seq = sum(M * plan.dp * (x + y) for x, y in zip(f, bk)) + sum(upd)  # the one-device baseline: no ZeRO
-    f, bk, wg, end_bytes = zero_collectives(sim, plan, pbytes, f, bk, wg)
+    # ZeRO-3 / FSDP fetch per sub-module (DeepSpeed: each weight matrix) or per layer, so the
+    # collectives are counted by the stage's layers and a layer's linears
+    linears = [g.n * g.k for g in layer_gemms(spec, 1, t)]
+    f, bk, wg, end_bytes = zero_collectives(sim, plan, pbytes, f, bk, wg, layers=per, linears=linears)
     b_ns, w_ns = tuple(to_ns(x) for x in bk), tuple(to_ns(w) for w in wg)
     costs = StageCosts(
         f_ns=tuple(to_ns(x) for x in f), b_ns=b_ns, u_ns=tuple(to_ns(x) for x in upd),

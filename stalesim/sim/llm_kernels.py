@@ -255,8 +255,11 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     fw = _Pass(timer.gemms(lin) + att_f, mem, 2, cp_ring_s(spec, plan, hw, att_f, backward=False))
     w_s = timer.gemms([_wgrad(g) for g in lin])
     # backward: input and weight gradients, the element-wise work again with gradients (read saved +
-    # grad, write grad: 2 x), the same collectives
-    bw = _Pass(timer.gemms([_dgrad(g) for g in lin]) + w_s + att_b, 2 * mem, 2,
+    # grad, write grad: 2 x), the same collectives; with sequence parallelism one more all-gather
+    # per column-parallel linear (QKV, MLP in): Megatron saves that linear's input unreplicated and
+    # gathers it again for the weight gradient (LinearWithGradAccumulationAndAsyncCommunication), so
+    # 2 + 2 + 2 half-size collectives (an all-gather or reduce-scatter is half an all-reduce)
+    bw = _Pass(timer.gemms([_dgrad(g) for g in lin]) + w_s + att_b, 2 * mem, 3 if plan.sp else 2,
                cp_ring_s(spec, plan, hw, att_b, backward=True))
     if plan.recompute == "full":
         bw = bw + fw
@@ -264,10 +267,18 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
         bw = bw + _Pass(att_f, mem - _elementwise_bytes(spec, n, t, plan.sp, "flash"), 0,
                         cp_ring_s(spec, plan, hw, att_f, backward=False))
     # Megatron runs the input-gradient collective of each column-parallel linear (QKV, MLP in)
-    # asynchronously while that linear's weight gradient computes: what the W GEMMs cover is hidden
+    # asynchronously while that linear's weight gradient computes: what the W GEMMs cover is hidden;
+    # with sequence parallelism that collective is a reduce-scatter, and the input's second
+    # all-gather runs while the input gradient computes; the row-parallel linears' output-gradient
+    # all-gathers stay exposed
     hidden = 0.0
     if t > 1 and overlaps(plan).tp:
-        hidden = tp_backward_hidden_s(coll, timer.gemms([_wgrad(lin[0]), _wgrad(lin[2])]))
+        colpar_w = timer.gemms([_wgrad(lin[0]), _wgrad(lin[2])])
+        if plan.sp:
+            colpar_d = timer.gemms([_dgrad(lin[0]), _dgrad(lin[2])])
+            hidden = tp_backward_hidden_s(coll / 2, colpar_w) + tp_backward_hidden_s(coll / 2, colpar_d)
+        else:
+            hidden = tp_backward_hidden_s(coll, colpar_w)
     k = _KERNELS_PER_LAYER
     e = spec.element_bytes
     logits = GemmShape(n, math.ceil(spec.vocab / t), spec.hidden)

@@ -22,7 +22,10 @@ Every term is named in the breakdown (docs/llm-memory.md has each formula and it
   ``vocab_parallel_cross_entropy`` works in place on that copy; torchtitan's
   ``cross_entropy(pred.float())`` holds one more fp32 copy (log_softmax's input) while it runs.
 
-``total`` (the point) is their sum; ``low`` leaves out the transient working sets
+``total`` (the point) is their sum, the caching allocator's bytes (what torch's peak-memory
+counters, and so the sources' measured figures, report); ``outside`` names what the GPU holds
+besides, the CUDA context and NCCL's buffers (:mod:`stalesim.sim.llm_capacity`, with the capacity
+both are compared with); ``low`` leaves out the transient working sets
 (``recompute``, ``backward``, ``gathered``, ``loss``), which may not coincide with the activation peak; ``high``
 adds the caching allocator's reserve, :data:`FRAGMENTATION` of the dynamic terms (activations and
 the working sets; the state is allocated once, in flat buffers).
@@ -31,23 +34,28 @@ the working sets; the state is allocated once, in flat buffers).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stalesim.sim.llm_plan import DOUBLE_BUFFER, FILL_DRAIN, INTERLEAVED, ONE_F_ONE_B, STASH, family
-from stalesim.workloads.memory_llm import FrameworkState, framework_state
+from stalesim.workloads.memory_llm import DEEPSPEED, FrameworkState, framework_state
 from stalesim.workloads.transformer import layer_activation_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.llm_plan import ParallelPlan
     from stalesim.sim.model import StageCosts
+    from stalesim.workloads.hardware import DeviceSpec
     from stalesim.workloads.transformer import TransformerSpec
 
-__all__ = ["COMPONENTS", "FRAGMENTATION", "DeviceMemory", "activations", "backward_bytes", "device_memory",
-           "gathered_bytes", "in_flight", "plan_state", "prefetch_units", "weight_versions"]
+__all__ = ["COMPONENTS", "DEEPSPEED_MAX_REUSE_DISTANCE", "FRAGMENTATION", "OUTSIDE", "DeviceMemory", "activations",
+           "backward_bytes", "device_memory", "gathered_bytes", "in_flight", "plan_state", "prefetch_units",
+           "weight_versions"]
 
 COMPONENTS = ("weights", "gradients", "master_weights", "optimizer", "weight_versions", "activations", "recompute",
               "backward", "gathered", "loss")
+# held outside the caching allocator (stalesim.sim.llm_capacity): not in ``total``, which is what
+# torch's peak-memory counters (and the sources' measured figures) see, but in the fits verdict
+OUTSIDE = ("cuda_context", "nccl_buffers")
 TRANSIENT = ("recompute", "backward", "gathered", "loss")
 DYNAMIC = ("activations", *TRANSIENT)
 # The caching allocator's reserve beyond the allocated bytes, at most: the ZeRO paper (Rajbhandari
@@ -63,6 +71,9 @@ FRAGMENTATION = 0.3 / 0.7
 DEEPSPEED_MAX_LIVE_PARAMS = 1_000_000_000
 DEEPSPEED_PREFETCH_PARAMS = 50_000_000
 DEEPSPEED_REDUCE_BUCKET = 500_000_000
+# ``stage3_max_reuse_distance`` (1e9): a module's gathered weights are kept after it ran when the
+# parameters used before its next use number fewer (the coordinator's ``_keep_for_later``)
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,7 @@ class DeviceMemory:
     device: int
     low: int
     high: int
+    outside: dict[str, int] = field(default_factory=dict)
 
 
 def plan_state(plan: ParallelPlan) -> FrameworkState:
@@ -91,11 +103,18 @@ def prefetch_units(plan: ParallelPlan) -> int:
 
 
 def device_memory(costs: StageCosts, plan: ParallelPlan, devices: Sequence[Sequence[int]],
-                  event_acts: Sequence[float] | None = None, *, spec: TransformerSpec) -> DeviceMemory:
+                  event_acts: Sequence[float] | None = None, *, spec: TransformerSpec,
+                  device: DeviceSpec | None = None) -> DeviceMemory:
     """Memory per GPU of the device that needs the most (module doc): the training state of its
     stages, the asynchronous schedules' extra weight versions, the activations it holds at its
-    peak (``event_acts``: measured by the event simulation, else :func:`activations`) and the
-    working sets of ``spec``'s layers."""
+    peak (``event_acts``: measured by the event simulation, else :func:`activations`), the
+    working sets of ``spec``'s layers and, given the ``device``, what is held outside the
+    allocator there (``outside``: :mod:`stalesim.sim.llm_capacity`)."""
+    from stalesim.sim.llm_capacity import cuda_context_bytes, nccl_buffer_bytes
+    from stalesim.sim.llm_comm import overlaps
+
+    resident = dict(zip(OUTSIDE, (cuda_context_bytes(device), nccl_buffer_bytes(plan, device)))) \
+        if device is not None else {}
     S, M, V = costs.stages, plan.microbatches, plan.chunks
     sched, fam = plan.schedule, family(plan.schedule)
     fs = plan_state(plan)
@@ -113,6 +132,8 @@ def device_memory(costs: StageCosts, plan: ParallelPlan, devices: Sequence[Seque
     # Megatron's vocab_parallel_cross_entropy works in place on its one fp32 copy
     loss_ws = (spec.element_bytes + (4 if plan.framework == "fsdp2" else 0)) * b * spec.seq * spec.vocab / t / cp
     pf = prefetch_units(plan)
+    # DeepSpeed's contiguous gradient buckets: two, swapped, when it overlaps their reduction
+    ipg_buffers = 2 if overlaps(plan).dp else 1
     h, k, f = spec.hidden, spec.kv_dim, spec.ffn_dim
     # the largest linear (Megatron's fused QKV and first MLP projection), per tensor-parallel rank
     linear = max(h * (h + 2 * k), h * f * (2 if spec.ffn_type == "swiglu" else 1)) / t
@@ -139,14 +160,14 @@ def device_memory(costs: StageCosts, plan: ParallelPlan, devices: Sequence[Seque
         comp["activations"] = event_acts[d] if event_acts is not None else activations(costs, sched, S, M, d, V)
         comp["recompute"] = recompute_ws if has_layers else 0.0
         comp["backward"] = backward_ws if has_layers else 0.0
-        comp["gathered"] = gathered_bytes(plan.framework, fs, unit, linear, pf)
+        comp["gathered"] = gathered_bytes(plan.framework, fs, unit, linear, pf, reduce_buffers=ipg_buffers)
         total = sum(comp.values())
         if total > best_total:
             best_total, best_dev, best = total, d, {k: round(v) for k, v in comp.items()}
     total_i = sum(best.values())
     low = total_i - sum(best[k] for k in TRANSIENT)
     high = total_i + round(FRAGMENTATION * sum(best[k] for k in DYNAMIC))
-    return DeviceMemory(total=total_i, breakdown=best, device=best_dev, low=low, high=high)
+    return DeviceMemory(total=total_i, breakdown=best, device=best_dev, low=low, high=high, outside=resident)
 
 
 def backward_bytes(spec: TransformerSpec, batch: int, tp: int = 1) -> float:
@@ -162,17 +183,23 @@ def backward_bytes(spec: TransformerSpec, batch: int, tp: int = 1) -> float:
     return max(mlp, attn - mlp) / tp
 
 
-def gathered_bytes(framework: str, fs: FrameworkState, unit: float, linear: float, prefetch: int) -> float:
+def gathered_bytes(framework: str, fs: FrameworkState, unit: float, linear: float, prefetch: int, *,
+                   reduce_buffers: int = 1) -> float:
     """Bytes of gathered weights and not yet reduced gradients while the device's largest unit
     (``unit`` parameters per GPU; ``linear``: its largest linear) runs its backward: FSDP and
     Megatron gather the whole unit and ``prefetch`` more and hold its full gradient; DeepSpeed
-    gathers module by module within its live, prefetch and bucket bounds."""
+    gathers module by module within its live, prefetch and bucket bounds, copies each gradient
+    into one of its ``reduce_buffers`` contiguous buckets of ``reduce_bucket_size`` and keeps a
+    parameter larger than the bucket in its own full gradient until that is reduced (stage3.py's
+    ``extra_large_param_to_reduce``)."""
     if not (fs.gathered or fs.unit_gradients):
         return 0.0
-    if framework == "deepspeed":
+    if framework in DEEPSPEED:
         live = min(unit, max(linear, DEEPSPEED_MAX_LIVE_PARAMS))
         ahead = prefetch * min(unit, DEEPSPEED_PREFETCH_PARAMS)
-        return (live + ahead) * fs.gathered + min(unit, DEEPSPEED_REDUCE_BUCKET) * fs.unit_gradients
+        large = linear if linear > DEEPSPEED_REDUCE_BUCKET else 0.0
+        buckets = reduce_buffers * min(unit, DEEPSPEED_REDUCE_BUCKET)
+        return (live + ahead) * fs.gathered + (buckets + large) * fs.unit_gradients
     return unit * (fs.gathered * (1 + prefetch) + fs.unit_gradients)
 
 

@@ -23,7 +23,9 @@ __all__ = ["FRAMEWORKS", "DOUBLE_BUFFER", "EVENT", "FILL_DRAIN", "INTERLEAVED", 
 # Megatron-LM without / with its distributed optimizer, DeepSpeed (ZeRO stages, bf16 optimizer),
 # PyTorch FSDP2 (``zero`` 3: reshard after forward, 2: keep the gathered weights, 0: torchtitan's
 # default, 3 without a pipeline and 2 with one).
-FRAMEWORKS = ("megatron", "megatron-distopt", "deepspeed", "fsdp2")
+# ``deepspeed-2021``: DeepSpeed ZeRO as released in 2021 (v0.3.13 to v0.5), what SC21 compared with:
+# the same memory rules, its own collectives and overlap defaults (stalesim.sim.llm_comm)
+FRAMEWORKS = ("megatron", "megatron-distopt", "deepspeed", "deepspeed-2021", "fsdp2")
 
 # Closed-form families, read off the schedule's spec (never its name): all forwards then all
 # backwards (GPipe), 1F1B with a flush, Megatron's interleaved 1F1B, and the unflushed 1F1B

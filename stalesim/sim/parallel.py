@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.sim.llm_capacity import visible_bytes
 from stalesim.sim.llm_comm import dp_sync_s, p2p_s
 from stalesim.sim.llm_costs import llm_costs, sim_options
 from stalesim.sim.llm_kernels import DEFAULT_EFFICIENCY, KernelEfficiency
@@ -98,6 +99,11 @@ class LLMPrediction:
     # allocator's reserve at its upper end; 0 when not estimated
     memory_low_bytes: int = 0
     memory_high_bytes: int = 0
+    # ``fits``: memory_bytes + the bytes held outside the allocator (CUDA context, NCCL buffers) within
+    # the capacity the CUDA runtime reports (stalesim.sim.llm_capacity; ``device_memory_bytes`` is the
+    # catalog's datasheet figure); empty / 0 when not estimated
+    memory_outside_allocator: dict[str, int] = field(default_factory=dict)
+    memory_capacity_bytes: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -107,8 +113,11 @@ class LLMPrediction:
     def summary(self) -> str:
         gb = 1e9
         mb = self.memory_breakdown
+        cap = self.memory_capacity_bytes or self.device_memory_bytes
+        outside = self.memory_outside_allocator
         fit = ("DOES NOT FIT" if not self.fits else
-               "may not fit" if self.memory_high_bytes > self.device_memory_bytes else "fits")
+               "may not fit" if self.memory_high_bytes + sum(outside.values()) > cap else "fits")
+        held = ", ".join(f"{k} {v / gb:.1f}" for k, v in outside.items())
         parts = ", ".join(f"{k} {v / gb:.1f}" for k, v in mb.items())
         p = self.plan
         return "\n".join([
@@ -122,7 +131,9 @@ class LLMPrediction:
             f"{self.hardware_tflops_per_gpu:.1f} with recomputation",
             f"memory per GPU (device {self.memory_stage}): {self.memory_bytes / gb:.1f} GB "
             f"({self.memory_low_bytes / gb:.1f} to {self.memory_high_bytes / gb:.1f}) of "
-            f"{self.device_memory_bytes / gb:.0f} GB, {fit} (GB: {parts})",
+            f"{self.device_memory_bytes / gb:.0f} GB, {fit} (GB: {parts})"
+            + (f"; besides, outside the allocator: {held} GB, against the {cap / gb:.1f} GB the CUDA runtime "
+               f"reports" if outside else ""),
         ])
 
 
@@ -177,14 +188,15 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     gpus = plan.gpus
     model_f = spec.model_flops(plan.batch)
     hw_f = spec.model_flops(plan.batch, recompute=plan.recompute)
-    mem = device_memory(costs, plan, devices, event_acts, spec=spec)
-    mem_cap = hw.device.memory_bytes
+    mem = device_memory(costs, plan, devices, event_acts, spec=spec, device=hw.device)
+    mem_cap = visible_bytes(hw.device)
     return LLMPrediction(
         workload=spec.name, plan=plan.to_dict(), hardware=describe(hw), iteration_s=it, pipeline_s=pipe,
         dp_allreduce_s=exposed, bubble_fraction=bubble, tokens_per_s=tokens / it,
         model_tflops_per_gpu=model_f / it / gpus / 1e12, hardware_tflops_per_gpu=hw_f / it / gpus / 1e12,
         memory_bytes=mem.total, memory_breakdown=mem.breakdown, memory_stage=mem.device,
-        device_memory_bytes=mem_cap, fits=mem.total <= mem_cap,
+        device_memory_bytes=hw.device.memory_bytes, fits=mem.total + sum(mem.outside.values()) <= mem_cap,
+        memory_outside_allocator=mem.outside, memory_capacity_bytes=mem_cap,
         stage_forward_s=[x / NS for x in costs.f_ns], stage_backward_s=[x / NS for x in costs.b_ns],
         efficiency=eff.to_dict(), memory_low_bytes=mem.low, memory_high_bytes=mem.high)
 

@@ -44,6 +44,8 @@ the framework's own source or documentation (mixed precision means bf16 here):
   parameter): 2 + 4 + 12 (master and moments / d at stage 1). ``zero`` 2/3 run
   the ZeRO optimizers (``stage_1_and_2.py``, ``stage3.py``): bf16 gradient
   partitions, the ZeRO paper's 2 + 2 + 12 sharded as the stage says.
+* ``deepspeed-2021`` (DeepSpeed's ZeRO as released in 2021, v0.3.13 to v0.5): the same rules; its
+  collectives and overlap defaults differ (:mod:`stalesim.sim.llm_comm`).
 * ``fsdp2`` (``torch.distributed.fsdp.fully_shard`` with torchtitan's
   ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``): the sharded
   parameters are fp32 and are the optimizer's master copy (4/d), the sharded
@@ -70,7 +72,7 @@ from dataclasses import dataclass
 
 from stalesim.errors import StalesimError
 
-__all__ = ["FRAMEWORK_RULES", "OPTIMIZERS", "PRECISIONS", "ZERO_STAGES", "FrameworkState", "StateBytes",
+__all__ = ["DEEPSPEED", "FRAMEWORK_RULES", "OPTIMIZERS", "PRECISIONS", "ZERO_STAGES", "FrameworkState", "StateBytes",
            "framework_state", "state_bytes"]
 
 # moments kept per parameter (fp32 each)
@@ -80,7 +82,10 @@ ZERO_STAGES = (0, 1, 2, 3)
 # the frameworks whose memory conventions :func:`framework_state` knows (module doc), with the ZeRO
 # stages each offers (FSDP2 has no optimizer-only sharding; 0 there is torchtitan's default)
 FRAMEWORK_RULES: dict[str, tuple[int, ...]] = {
-    "megatron": (0, 1, 2, 3), "megatron-distopt": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3), "fsdp2": (0, 2, 3)}
+    "megatron": (0, 1, 2, 3), "megatron-distopt": (0, 1, 2, 3), "deepspeed": (0, 1, 2, 3),
+    "deepspeed-2021": (0, 1, 2, 3), "fsdp2": (0, 2, 3)}
+# DeepSpeed's releases: the same state rules (its 2021 ZeRO-3 differs in communication only)
+DEEPSPEED = ("deepspeed", "deepspeed-2021")
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,7 @@ def framework_state(framework: str = "megatron", optimizer: str = "adam", precis
         return FrameworkState(weights=w, gradients=g, master=m, optimizer=o, gathered=lp if w == 0 else 0.0,
                               unit_gradients=unit_g, version=lp, zero=z)
     z = max(zero, 1) if framework == "megatron-distopt" else zero
-    if framework == "deepspeed" and z >= 2:
+    if framework in DEEPSPEED and z >= 2:
         g = lp  # the ZeRO optimizers' gradient partitions are in the model's dtype
     else:
         g = 4.0  # Megatron's main_grad, DeepSpeed's BF16_Optimizer accumulation buffer: fp32
