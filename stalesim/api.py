@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from stalesim.cli.common import DEFAULT_THREADS
 from stalesim.errors import StalesimError
+from stalesim.threads import DEFAULT_THREADS
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.runtime.config import TrainConfig
@@ -234,18 +234,17 @@ def emulate(cfg: TrainConfig | None = None, *, out: str | os.PathLike[str] | Non
 
 
 def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os.PathLike[str] | None = None,
-        threads: int = 1, timeout_s: float = 60.0, **fields: Any) -> dict[str, Any]:
+        threads: int = DEFAULT_THREADS, timeout_s: float = 60.0, **fields: Any) -> dict[str, Any]:
     """Train for real on ``devices`` (``cpu:N`` gloo ranks or ``cuda:0,1,...``), one process
     per device of the schedule (``stalesim run``); returns the measured summary. A user's
     model and data set must be importable by name from the ranks (a module file)."""
-    from stalesim.cli.run_cmd import expected_devices
     from stalesim.devices import parse_devices
     from stalesim.executor.launch import run_local
-    from stalesim.executor.spec import job_schedule, make_job
+    from stalesim.executor.spec import expected_devices, job_schedule, make_job
     from stalesim.limits import MAX_SECONDS, check_number
 
     cfg = _check_cfg(cfg)
-    n_threads = int(_check_threads(threads, optional=False) or 1)  # never None here
+    n_threads = int(_check_threads(threads, optional=False) or DEFAULT_THREADS)  # never None here
     out = _check_out(out)
     if not isinstance(devices, str):
         raise TypeError(f"devices: expected a text such as 'cpu:2' or 'cuda:0,1', got {type(devices).__name__}")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_FACTOR, MAX_SECONDS, MAX_SEED
+from stalesim.threads import DEFAULT_THREADS
 
 
 def int_type(lo: int, hi: int = MAX_COUNT) -> Callable[[str], int]:
@@ -144,21 +145,13 @@ def add_extrapolate_arg(p: argparse.ArgumentParser) -> None:
              "showed). Results say which costs were extrapolated.")
 
 
-# Torch threads of every process that trains (emulate, study, run, validate). One per process:
-# torch's CPU kernels sum in a thread-count-dependent order, so one thread makes a run's numbers
-# the same on every machine and equal to the executor's ranks (which run one thread each); and
-# it is also the fastest measured here: LeNet-5, 150 stale iterations on the busy 2-core box
-# took 4.4 s with 1 thread, 12.3 s with 2 (torch's default there), because OpenMP threads
-# spin-wait against each other and every other process. More threads pay off only for big
-# models on an idle many-core machine: pass --threads N there.
-DEFAULT_THREADS = 1
 THREADS_HELP = ("torch CPU threads per training process (default 1: fastest measured on a shared "
                 "machine, and results that do not depend on the core count; more only pays off "
                 "for big models on an idle many-core machine; ignored on CUDA)")
 
 
 def add_threads_arg(p: argparse.ArgumentParser, what: str = "per training process") -> None:
-    """The one ``--threads`` of every command that trains (see DEFAULT_THREADS for the rule)."""
+    """The one ``--threads`` of every command that trains (the rule: :mod:`stalesim.threads`)."""
     from stalesim.limits import MAX_THREADS
 
     p.add_argument("--threads", type=int_type(1, MAX_THREADS), default=DEFAULT_THREADS,

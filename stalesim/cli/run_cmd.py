@@ -53,17 +53,6 @@ def train_config(args: argparse.Namespace) -> Any:
     return train_config_from_args(args)
 
 
-def expected_devices(cfg: Any, sched: Any = None) -> int:
-    """Devices the schedule needs: the run's schedule's, or (a run counted in epochs) a
-    short build of the same config's."""
-    if sched is not None:
-        return int(sched.num_devices)
-    if cfg.schedule_file is not None:  # the file's own length
-        return cfg.build_schedule(cfg.iterations).num_devices
-    n = cfg.iterations if cfg.iterations is not None else 2
-    return cfg.build_schedule(max(1, min(n, 4))).num_devices
-
-
 def _default_out(cfg: Any) -> str:
     """A fresh folder under runs/ (created here, exclusively: two runs started in the same second
     never share one)."""
@@ -120,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     preflight(cfg, what=f"run of {cfg.model} at batch size {cfg.batch_size} on {devs.count} ranks",
               data_copies=devs.count, device=f"cuda:{devs.ids[0]}" if devs.kind == "cuda" else "cpu",
               split=devs.count)
-    from stalesim.executor.spec import job_schedule
+    from stalesim.executor.spec import expected_devices, job_schedule
 
     sched = job_schedule(cfg)  # built once: the job carries its fingerprint, every rank verifies it
     need = expected_devices(cfg, sched)
@@ -180,7 +169,7 @@ def _print_text(s: dict[str, Any]) -> None:
 
 def torchrun_rank(args: argparse.Namespace) -> int:
     """``torchrun ... -m stalesim run FLAGS``: this process is one rank; no spawning."""
-    from stalesim.executor.spec import job_schedule
+    from stalesim.executor.spec import expected_devices, job_schedule
 
     cfg = train_config(args).check()
     sched = job_schedule(cfg)  # every rank builds it here; the job's fingerprint is then checked in run_job

@@ -42,6 +42,7 @@ from stalesim.atomic import ensure_dir, write_text_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 from stalesim.rendezvous import LOCAL_ADDR, PrivateStoreDir, check_master_addr, free_port
+from stalesim.threads import DEFAULT_THREADS
 
 
 class ExecutorError(StalesimError):
@@ -68,7 +69,7 @@ def _thread_env(threads: int) -> dict[str, str]:
 
 
 def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | str, *,
-              timeout_s: float = 60.0, threads: int = 1, grace_s: float | None = None,
+              timeout_s: float = 60.0, threads: int = DEFAULT_THREADS, grace_s: float | None = None,
               env: dict[str, str] | None = None, workdir: str | os.PathLike[str] | None = None,
               master_addr: str | None = None) -> Any:
     """Run one job (dict) or several (list) on ``devices``; return the summary (or list).
@@ -91,7 +92,10 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
         workdir = own_tmp.name
     wd = Path(workdir)
     ensure_dir(wd)
-    root = str(Path(__file__).resolve().parent.parent)
+    # the folder that holds the stalesim package (stalesim/executor/launch.py -> parents[2]), first
+    # on the ranks' path: they import the same stalesim as this process, installed or not (never
+    # the package folder itself, whose modules would shadow top-level names such as trace)
+    root = str(Path(__file__).resolve().parents[2])
     base = dict(os.environ)
     base.update(env or {})
     base.update(_thread_env(threads))

@@ -62,6 +62,19 @@ def job_schedule(cfg: Any) -> Schedule | None:
     return None if needs_data_count(cfg) else plan(cfg)[1]
 
 
+def expected_devices(cfg: Any, sched: Schedule | None = None) -> int:
+    """Devices (ranks) the run of ``cfg`` needs: its schedule's (``sched``, built once by
+    :func:`job_schedule`), or, for a run counted in epochs (no schedule before the data set
+    is read), a short build of the same config's (the device count does not depend on the
+    length)."""
+    if sched is not None:
+        return int(sched.num_devices)
+    if cfg.schedule_file is not None:  # the file's own length
+        return int(cfg.build_schedule(cfg.iterations).num_devices)
+    n = cfg.iterations if cfg.iterations is not None else 2
+    return int(cfg.build_schedule(max(1, min(n, 4))).num_devices)
+
+
 def verify_schedule(job: dict[str, Any], sched: Schedule) -> None:
     """Refuse to run a schedule other than the one the job was made for: the rank built
     ``sched`` from the job's config, and its fingerprint must be the job's (a job spec
