@@ -284,8 +284,9 @@ def _calibrate_step(d: _Demo) -> SimHardware:
 def _predict_step(d: _Demo, cm: CostModel, hw: SimHardware) -> list[dict[str, Any]]:
     """Step 4: predict 2/4/8 devices of this kind and of the catalog ``--target``."""
     from stalesim.cli.common import write_json_atomic
+    from stalesim.figures.speedup_fig import prediction_figure
     from stalesim.progress import heartbeat
-    from stalesim.validate.demo import ideal_line_statement, predict_grid, prediction_figure
+    from stalesim.validate.demo import ideal_line_statement, predict_grid
 
     d.step(f"predicting 2/4/8 devices: this {'GPU' if d.cuda else 'CPU'} over the calibrated link, "
            f"and {d.args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
