@@ -1,4 +1,5 @@
-"""``stalesim calibrate``: measure the local link and write a hardware JSON (``--gemm``: the kernel table)."""
+"""``stalesim calibrate``: measure the local link and write a hardware JSON (``--gemm``: the kernel
+table; ``--calibration``: the executor's cost terms, :mod:`stalesim.cost.calibration`)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="rendezvous / collective timeout per rank")
     p.add_argument("-o", "--output", required=True, metavar="HW.json")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="also measure the executor's cost terms on 2 local CPU ranks (per-action runtime "
+                        "overhead, per-message CPU costs, the compute a message takes, the host's cores) and "
+                        "write them here, for `simulate/sweep/plan --calibration` (gloo only)")
     p.add_argument("--gemm", action="store_true",
                    help="instead of the link: time matmuls and causal attention over a grid of shapes on this "
                         "machine's first GPU (a tiny dry grid on a CPU) and write the kernel-efficiency table "
@@ -89,6 +94,10 @@ def run_gemm(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "gemm", False):
+        if getattr(args, "calibration", None):
+            from stalesim.errors import StalesimError
+
+            raise StalesimError("--calibration: measures the link's ranks, not --gemm's kernels (drop one)")
         return run_gemm(args)
     from stalesim.devices import parse_devices
     from stalesim.errors import StalesimError
@@ -97,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     devs = parse_devices(args.devices) if args.devices is not None else None
     backend = args.backend or (devs.backend if devs is not None else "gloo")
     ranks = args.ranks or (devs.count if devs is not None else 2)
+    if args.calibration is not None and backend != "gloo":
+        raise StalesimError("--calibration: measured on CPU ranks over gloo (on GPUs, validate measures the "
+                            "executor's terms)")
     if devs is not None and (backend, ranks) != (devs.backend, devs.count):
         raise StalesimError(f"--devices: {devs} means {devs.count} {devs.backend} rank(s), "
                             f"not --backend {backend} --ranks {ranks}")
@@ -105,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.atomic import check_output_file
 
     check_output_file(args.output)  # before measuring: a bad -o fails in a second, not after
+    if args.calibration is not None:
+        check_output_file(args.calibration)
     print(f"calibrating {backend} with {ranks} local ranks ({', '.join(where)}) ...", file=sys.stderr)
     from stalesim.progress import heartbeat
 
@@ -126,4 +140,24 @@ def run(args: argparse.Namespace) -> int:
     for w in fit_warnings(data):
         print(f"stalesim: warning: {w}", file=sys.stderr)
     print(f"wrote {args.output}")
+    if args.calibration is not None:
+        run_calibration(args)
     return 0
+
+
+def run_calibration(args: argparse.Namespace) -> None:
+    """``calibrate --calibration``: the executor's cost terms on this machine
+    (:func:`stalesim.cost.calibration.measure_calibration`), written for reuse."""
+    from stalesim.cost.calibration import defaults_line, measure_calibration, write_calibration
+    from stalesim.progress import heartbeat
+
+    print("measuring the executor's per-action and per-message costs (2 CPU ranks) ...", file=sys.stderr)
+    with heartbeat("calibrating the executor"):
+        cal = measure_calibration(repeats=args.repeats, timeout_s=args.timeout)
+    write_calibration(args.calibration, cal)
+    over = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in cal.overhead_s.items())
+    comm = cal.comm or {}
+    print(f"per-action runtime overhead: {over}; posting a send {comm['post']['alpha_s'] * 1e6:.0f} us, "
+          f"completing a receive {comm['complete']['alpha_s'] * 1e6:.0f} us; host cores {cal.host_cores}")
+    print(defaults_line(cal, args.calibration))
+    print(f"wrote {args.calibration}")

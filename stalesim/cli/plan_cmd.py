@@ -316,7 +316,7 @@ def _plan_request(args: argparse.Namespace, base: TrainConfig, out: Path, horizo
                   max_h: int) -> PlanRequest:
     """The plan's request: candidates, target, and the target hardware's profile and link."""
     from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
-    from stalesim.cli.simulate_cmd import resolve_cli_hardware
+    from stalesim.cli.simulate_cmd import read_cli_calibration, resolve_cli_hardware
     from stalesim.plan.convergence import Target
     from stalesim.plan.workflow import PlanRequest
     from stalesim.validate.steps import profile_sizes
@@ -326,6 +326,7 @@ def _plan_request(args: argparse.Namespace, base: TrainConfig, out: Path, horizo
     micro = args.microbatches or 2 * args.devices
     cluster_link_defaults(args)
     opts = cluster_options(args)
+    cal = read_cli_calibration(args)  # before the profile is measured: a flag it cannot apply to fails first
     prof = _profile(args, out, profile_sizes(args.batch_size, micro, args.devices))
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
@@ -337,6 +338,7 @@ def _plan_request(args: argparse.Namespace, base: TrainConfig, out: Path, horizo
         name += f" + {args.link}"
     return PlanRequest(base=base, grid=greq, target=target, seeds=list(dict.fromkeys(args.seeds)),
                        horizon=horizon, max_horizon=max_h, profile=prof, hardware=hw, hardware_name=name,
+                       calibration=cal,
                        out=out, time_error=args.time_error, capacity_bytes=cap, jobs=args.jobs,
                        batched=args.batched, progress=False if args.quiet else None,
                        sim_options={**opts, "method": args.method})
@@ -344,6 +346,7 @@ def _plan_request(args: argparse.Namespace, base: TrainConfig, out: Path, horizo
 
 def _print_plan(args: argparse.Namespace, plan: Plan, out: Path) -> None:
     """plan.json (--json), or the ranked table, what was skipped and the files written."""
+    from stalesim.cost.calibration import defaults_line, read_calibration
     from stalesim.plan.report import table
 
     if args.json:
@@ -352,6 +355,7 @@ def _print_plan(args: argparse.Namespace, plan: Plan, out: Path) -> None:
         print_json(json.loads((out / "plan.json").read_text(encoding="utf-8")))
         return
     print(table(plan.rows, plan.header))
+    print(defaults_line(read_calibration(args.calibration) if args.calibration else None))
     if plan.skipped:
         print(f"skipped {len(plan.skipped)}: " + "; ".join(f"{a} ({b})" for a, b in plan.skipped[:6])
               + (" ..." if len(plan.skipped) > 6 else ""))

@@ -21,6 +21,7 @@ from stalesim.cli.schedule_cmd import add_schedule_args
 from stalesim.cli.train_args import add_schedule_file_arg
 
 if TYPE_CHECKING:
+    from stalesim.cost.calibration import MachineCalibration
     from stalesim.schedule import ScheduleConfig
     from stalesim.sim.api import SimOptions
     from stalesim.sim.model import SimHardware, StageCosts
@@ -32,6 +33,9 @@ def add_hardware_args(p: argparse.ArgumentParser) -> None:
     """Hardware flags shared with ``sweep`` (which takes lists of devices/links instead)."""
     p.add_argument("--hardware", default=None, metavar="HW.json",
                    help="hardware JSON (stalesim calibrate writes one); the profile is used as measured")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="this machine's calibrated cost terms (written by `stalesim calibrate --calibration`): "
+                        "predict its ranks with the cost model validate predicts with")
     p.add_argument("--topology", choices=("p2p", "nic", "bus"), default=None,
                    help="link topology: p2p (a full-duplex link per device pair, default), "
                         "nic (one egress queue per device) or bus (one shared channel)")
@@ -78,6 +82,24 @@ def resolve_cli_hardware(args: argparse.Namespace, profile: Profile, device: str
     hw = replace(SimHardware.ideal(profile.device), topology=topo or "p2p",
                  notes=("default: the profile's own device with an ideal link",))
     return profile, hw
+
+
+def read_cli_calibration(args: argparse.Namespace) -> MachineCalibration | None:
+    """``--calibration``'s terms (None without it), refused where they cannot apply: they were
+    measured on this machine's local ranks, so a ``--target`` (another device, by roofline),
+    a cluster or the closed form gets no terms carried over from here."""
+    from stalesim.cost.calibration import read_calibration
+    from stalesim.errors import StalesimError
+
+    path = getattr(args, "calibration", None)
+    if path is None:
+        return None
+    if getattr(args, "target", None) or getattr(args, "node", None):
+        raise StalesimError("--calibration: measured on this machine's ranks; it does not carry over to "
+                            "--target/--node (drop one)")
+    if getattr(args, "method", "event") != "event":
+        raise StalesimError("--calibration: the calibrated terms need the event simulation (--method event)")
+    return read_calibration(path)
 
 
 def _overlap(args: argparse.Namespace) -> bool | None:
@@ -155,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import attach_cluster, cluster_link_defaults, cluster_options
     from stalesim.cli.llm_args import check_llm_flags
     from stalesim.cli.schedule_cmd import config_from_args
+    from stalesim.cost.apply import predict
+    from stalesim.cost.calibration import default_terms, defaults_line
     from stalesim.errors import StalesimError
     from stalesim.schedule import get_spec
     from stalesim.sim import SimOptions, simulate
@@ -188,12 +212,15 @@ def run(args: argparse.Namespace) -> int:
                       method=args.method, loss_s=args.loss_time, replicas=replicas,
                       **cluster_options(args))
     opts.check()
+    cal = read_cli_calibration(args)  # before the profile: a flag it cannot apply to fails first
     prof = load_costs(args, args.batch_size).with_extrapolation(args.extrapolate)
     cluster_link_defaults(args)
     prof, hw = resolve_cli_hardware(args, prof, args.target, args.link)
     hw = attach_cluster(args, hw)
     rotation = _rotation_costs(args, prof, cfg, opts) if args.basis_rotation else None
-    r = simulate(rotation[1] if rotation else prof, cfg, hw, opts)
+    if cal is not None and (rotation or args.schedule_file is not None):
+        raise StalesimError("--calibration: not with --basis-rotation or --schedule-file")
+    r = simulate(rotation[1], cfg, hw, opts) if rotation else predict(prof, cal, cfg, hw, opts)
     written: dict = {}
     if rotation:  # what the mitigation adds per stage, beside the result
         base, priced = rotation
@@ -208,11 +235,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         d = r.to_dict()
         d.update(written)
+        d["cost_terms_at_default"] = default_terms(cal)
         print_json(d)
         for w in r.warnings:  # stdout stays one JSON object; warnings are never silent
             print(f"stalesim: warning: {w}", file=sys.stderr)
     else:
         print(r.summary())
+        print(defaults_line(cal))
         for k, v in written.items():
             if k == "basis_rotation":
                 mib = ", ".join(f"{b / 2**20:.3g}" for b in v["factor_bytes"])

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", type=_names, dest="targets", help=argparse.SUPPRESS)  # before 0.2
     p.add_argument("--links", type=_names, default=None, metavar="KIND,KIND",
                    help="catalog links; default: ideal")
+    p.add_argument("--calibration", default=None, metavar="CAL.json",
+                   help="this machine's calibrated cost terms (as `simulate --calibration`; needs "
+                        "--method event and no --targets)")
     p.add_argument("--batch-size", "-B", type=positive_int, default=None)
     p.add_argument("--batches", "-N", type=positive_int, default=None,
                    help="mini-batches per simulation (default: enough for a steady state)")
@@ -74,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import cluster_options
     from stalesim.cli.llm_args import check_llm_flags
+    from stalesim.cli.simulate_cmd import read_cli_calibration
+    from stalesim.cost.calibration import defaults_line
     from stalesim.errors import StalesimError
     from stalesim.sim.cluster import with_cluster
     from stalesim.sim.model import SimHardware
@@ -84,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     check_llm_flags(args)
     if args.workload is not None:
         return _run_workload(args)
+    cal = read_cli_calibration(argparse.Namespace(**{**vars(args), "target": args.targets}))
     prof = load_profile(args.profile)
     if args.intra_link:
         if args.links and args.links != [args.intra_link]:
@@ -112,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                   stages_per_device=args.stages_per_device or [None])
     rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
                  batches=args.batches, extrapolate=args.extrapolate, cluster=cluster,
-                 force_retime=force_retime)
+                 force_retime=force_retime, calibration=cal)
     if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
         from stalesim.errors import StalesimError
 
@@ -137,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         sizes = prof.measured_batch_sizes
         print(f"profile: {'roofline estimate' if not sizes else 'measured at batch ' + ', '.join(map(str, sizes))}"
               f"; outside that: {args.extrapolate} extrapolation")
+        print(defaults_line(cal))
         print(table(rows, args.top))
         if args.csv:
             print(f"csv: {args.csv}")

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.plan.candidates import Candidate
 from stalesim.schedule import ScheduleConfig, get_spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.cost.calibration import MachineCalibration
 
 
 def optimizer_state_factor(cand: Candidate) -> float:
@@ -90,9 +93,12 @@ def _phases(cand: Candidate) -> tuple[ScheduleConfig, ScheduleConfig | None, int
 
 
 def time_candidate(cand: Candidate, profile: Any, hw: Any, *, batch_size: int, method: str = "event",
-                   extra_options: dict[str, Any] | None = None) -> Timing:
-    """Simulate ``cand`` on ``hw`` with ``profile``'s costs (see the module doc)."""
-    from stalesim.sim import SimOptions, simulate
+                   extra_options: dict[str, Any] | None = None,
+                   calibration: MachineCalibration | None = None) -> Timing:
+    """Simulate ``cand`` on ``hw`` with ``profile``'s costs and ``calibration``'s terms (the
+    one predictor, :func:`stalesim.cost.apply.predict`; see the module doc)."""
+    from stalesim.cost.apply import predict
+    from stalesim.sim import SimOptions
 
     opts = SimOptions(**{"ppv": cand.ppv, "batch_size": batch_size, "method": method, "keep_timeline": False,
                          "optimizer_state_factor": optimizer_state_factor(cand),
@@ -101,7 +107,7 @@ def time_candidate(cand: Candidate, profile: Any, hw: Any, *, batch_size: int, m
     if first is not None and first.switch is not None:  # hybrid before its switch: all stale
         n = get_spec(cand.schedule).default_batches(first)
         first = replace(first, batches=n, switch=n)
-    r_last = simulate(profile, last, hw, opts)
+    r_last = predict(profile, calibration, last, hw, opts)
     peaks = list(r_last.peak_memory_bytes)
     warnings = list(r_last.warnings)
     first_s = 0.0
@@ -110,7 +116,7 @@ def time_candidate(cand: Candidate, profile: Any, hw: Any, *, batch_size: int, m
                               "utilization_mean": sum(r_last.utilization) / max(1, len(r_last.utilization)),
                               "sequential_one_device_s": r_last.sequential_time_s}
     if first is not None:
-        r_first = simulate(profile, first, hw, opts)
+        r_first = predict(profile, calibration, first, hw, opts)
         # a hybrid's stale phase runs to the end of its own batches: its rate is its mean
         first_s = (r_first.mean_iteration_time_s or r_first.iteration_time_s) if first.switch \
             else r_first.iteration_time_s

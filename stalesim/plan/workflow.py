@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stalesim.cost.calibration import default_terms
 from stalesim.errors import StalesimError
 from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, grid
 from stalesim.plan.compose import Row, compose
@@ -40,6 +41,7 @@ class PlanRequest:
     progress: bool | None = None
     sim_options: dict[str, Any] = field(default_factory=dict)
     figure: bool = True
+    calibration: Any = None  # the machine's MachineCalibration (None: every term at its default)
 
 
 @dataclass
@@ -110,7 +112,7 @@ def make_plan(req: PlanRequest) -> Plan:
     for c in cands:
         try:
             timings[c] = time_candidate(c, req.profile, req.hardware, batch_size=req.base.batch_size,
-                                        extra_options=req.sim_options)
+                                        extra_options=req.sim_options, calibration=req.calibration)
         except StalesimError as exc:
             timings[c], errors[c] = None, f"simulation: {exc}"
     t_sim = time.perf_counter() - t1
@@ -121,6 +123,7 @@ def make_plan(req: PlanRequest) -> Plan:
         "model": req.base.model, "dataset": req.base.dataset, "batch_size": req.base.batch_size,
         "lr": req.base.lr, "target": req.target.describe(), "target_kind": req.target.kind,
         "target_value": req.target.value, "devices": req.grid.devices, "hardware": req.hardware_name,
+        "cost_terms_at_default": default_terms(req.calibration),
         "capacity_bytes": cap, "capacity": "unknown" if cap is None else f"{cap / 2**30:.3g} GiB",
         "time_error": req.time_error, "seeds": list(req.seeds), "horizon": req.horizon,
         "max_horizon": req.max_horizon, "horizon_unit": req.target.unit,

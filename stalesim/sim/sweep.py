@@ -108,9 +108,10 @@ class _Worker:
 
     def __init__(self, profile_dict: dict[str, Any], method: str, batch_size: int | None,
                  batches: int | None, rule: str, cluster: dict[str, Any] | None,
-                 force_retime: bool = True) -> None:
+                 force_retime: bool = True, calibration: Any = None) -> None:
         self.profile_dict, self.method, self.batch_size, self.batches = profile_dict, method, batch_size, batches
         self.force_retime = force_retime
+        self.calibration = calibration  # a MachineCalibration (stalesim.cost.calibration) or None
         self.rule, self.cluster = rule, dict(cluster or {})
         self._profile: Any = None
         self._hw: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
@@ -155,8 +156,9 @@ class _Worker:
 
     def __call__(self, pt: SweepPoint) -> dict[str, Any]:
         """Simulate one point; an invalid point becomes a row with an ``error``."""
+        from stalesim.cost.apply import predict
         from stalesim.schedule import ScheduleConfig, get_spec
-        from stalesim.sim.api import SimOptions, simulate
+        from stalesim.sim.api import SimOptions
 
         row: dict[str, Any] = {k: None for k in COLUMNS}
         row.update(asdict(pt))
@@ -171,7 +173,7 @@ class _Worker:
             opts = SimOptions(ppv=pt.ppv, batch_size=self.batch_size, method=self.method,
                               keep_timeline=False, replicas=1 if dp else pt.workers,
                               **{k: c[k] for k in OPTION_KEYS if k in c})
-            r = simulate(prof, cfg, hw, opts)
+            r = predict(prof, self.calibration, cfg, hw, opts)
         except StalesimError as exc:
             row["error"] = str(exc)
             return row
@@ -198,7 +200,7 @@ class _Worker:
 def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
           batch_size: int | None = None, batches: int | None = None,
           extrapolate: str | None = None, cluster: dict[str, Any] | None = None,
-          force_retime: bool = True) -> list[dict[str, Any]]:
+          force_retime: bool = True, calibration: Any = None) -> list[dict[str, Any]]:
     """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
 
     ``extrapolate``: the profile's rule outside its measured batch sizes
@@ -207,7 +209,8 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
     ``placement``, ``bucket_bytes``, ``symmetry`` (options) for every point.
     ``force_retime``: the points' devices were asked for (``--targets``: the roofline
     estimate), not implied by a node (then a profile for that device is used as it is;
-    :mod:`stalesim.workloads.retime`).
+    :mod:`stalesim.workloads.retime`). ``calibration``: the machine's calibrated cost terms
+    (:func:`stalesim.cost.apply.predict`, the one predictor; None: their defaults).
     """
     from stalesim.workloads.scaling import check_rule
 
@@ -219,7 +222,7 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
     if unknown:
         raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
-    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime)
+    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime, calibration)
     if jobs == 1 or len(points) < 2:
         rows = [worker(p) for p in points]
     else:
