@@ -147,7 +147,7 @@ def test_incompatible_runs_are_refused_in_one_line(cfgs, needle):
 
 
 def test_a_batch_that_does_not_fit_is_refused_before_building(monkeypatch):
-    import stalesim.runtime.batched as rb
+    import stalesim.runtime.batched.memory as rb
 
     cfgs = _variants(_base("gpt", "2bw"))
     est = BatchedEmulator.preflight(cfgs)

@@ -89,7 +89,7 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, tmp_path, argv, needle):
 
 
 def test_cli_batch_that_does_not_fit_is_exit_2(capsys, tmp_path, monkeypatch):
-    import stalesim.runtime.batched as rb
+    import stalesim.runtime.batched.memory as rb
 
     monkeypatch.setattr(rb, "available_bytes", lambda device: 1024)
     rc, _, err = run_cli(capsys, SYN + ["--schedules", "stale", "--placements", "S2", "--batched",
