@@ -91,7 +91,7 @@ def test_profile_bfloat16_halves_bytes(lenet_profile) -> None:
 
 def test_profile_measures_the_split_backward(lenet_profile) -> None:
     """I (input gradient) and W (weight gradient) per block, as the stage runtime runs them
-    (the first block's I still computes the gradients at its modules' outputs)."""
+    (the first block's input needs no gradient: its I is empty, its W the whole backward)."""
     for lp in lenet_profile.layers:
         assert lp.measured_split
         assert lp.backward_weight_s > 0 and lp.backward_input_s > 0

@@ -1,76 +1,57 @@
-"""The split backward's bookkeeping (``I`` then a deferrable ``W``, the zero-bubble schedules)
-on one stage: which modules own which parameters, the forward hooks that keep those modules'
-outputs, and ``W``'s weight-gradient walk. See :mod:`stalesim.runtime.stage` for the method.
+"""The split backward (``I`` then a deferrable ``W``, the zero-bubble schedules) of one stage
+record: ``I`` finds the I/W cut on the record's autograd graph
+(:class:`~stalesim.runtime.graph_split.GraphSplit`, whose doc gives the method) and keeps
+the gradients ``W`` starts from; ``W`` computes the weight gradients from them. See
+:mod:`stalesim.runtime.stage` for where they run.
 
 Kept apart from the runtime because only the (worker, stage)s whose schedule splits a
-backward need it; the others never build one.
+backward use it. Any ``nn.Module`` works: modules returning tuples, called twice or out of
+registration order, parameters used outside their own module's ``forward``, and parameters
+the graph does not use (their gradient is None, a zero in the batch buffer, as in an
+unsplit backward with ``allow_unused``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
-from torch import nn
 
+from stalesim.runtime.graph_split import GraphSplit
 from stalesim.runtime.stage_record import Inflight
 
-Segments = list[tuple[int, torch.Tensor]]  # (owning module index, its output) of one forward
+Segments = list[tuple[int, torch.Tensor]]  # the record field's type (module index, output)
+
+_KEY = "graph_split"  # where a record keeps its split between I and W
 
 
-class SplitBackward:
-    """Forward hooks on every module of ``module`` that owns some of ``params`` (the stage's
-    trainable parameters, in order), and the W walk over them.
+def _split(rec: Inflight, outputs: torch.Tensor, grad_out: torch.Tensor | None) -> GraphSplit:
+    return GraphSplit([outputs], [grad_out], [rec.x], rec.leaves)
 
-    ``sink()``: the list the forward running now keeps its modules' outputs in (None outside a
-    split forward: nothing is kept). The runtime's sink refers back to the runtime, so a
-    split stage's runtime and its module form a cycle: freed by the cyclic collector."""
 
-    def __init__(self, module: nn.Module, params: list[nn.Parameter], sink: Callable[[], Segments | None]) -> None:
-        self._sink = sink
-        index = {id(p): i for i, p in enumerate(params)}
-        self.owner_params: list[list[int]] = []  # per owning module: indices into params
-        covered: set[int] = set()
-        for mod in module.modules():
-            own = [index[id(p)] for p in mod.parameters(recurse=False) if id(p) in index]
-            if not own:
-                continue
-            k = len(self.owner_params)
-            self.owner_params.append(own)
-            covered.update(own)
-            mod.register_forward_hook(self._capture_hook(k))
-        # parameters no module's own forward uses (W takes them from the stage output)
-        self.rest_params = [i for i in range(len(params)) if i not in covered]
+def input_grad(rec: Inflight, outputs: torch.Tensor, grad_out: torch.Tensor | None) -> torch.Tensor | None:
+    """``I`` of ``rec`` from ``outputs`` (its loss or stage output) and their gradient: the
+    stage input's gradient (None when the input needs none); the gradients ``W`` starts from
+    are kept in ``rec.seg_grads`` (what a checkpoint stores and the memory model counts)."""
+    split = _split(rec, outputs, grad_out)
+    gx = split.input_grads()[0]
+    rec.extra[_KEY] = split
+    rec.seg_grads = split.saved()
+    return gx
 
-    def _capture_hook(self, k: int) -> Callable[..., None]:
-        def hook(_mod: nn.Module, _inp: Any, out: Any) -> None:
-            captured = self._sink()
-            if captured is not None:
-                if not isinstance(out, torch.Tensor):
-                    raise RuntimeError("stalesim: a split backward needs modules with tensor outputs")
-                captured.append((k, out))
-        return hook
 
-    def weight_grads(self, rec: Inflight) -> list[torch.Tensor | None]:
-        """W's weight gradients of a record whose I ran (the caller installs the weights its
-        tokens unpack to): each owning module's from its own output and I's gradient there."""
-        assert rec.segments is not None and rec.seg_grads is not None
-        wgrads: list[torch.Tensor | None] = [None] * len(rec.leaves)
-        if self.rest_params:  # first, while the whole graph is still there
-            outputs = rec.loss if rec.extra.get("grad_out") is None else rec.y
-            assert outputs is not None
-            got = torch.autograd.grad(outputs, [rec.leaves[i] for i in self.rest_params],
-                                      rec.extra.get("grad_out"), retain_graph=True, allow_unused=True)
-            for i, gw in zip(self.rest_params, got):
-                wgrads[i] = gw
-        for (k, out), g in zip(rec.segments, rec.seg_grads):
-            if g is None:
-                continue
-            idx = self.owner_params[k]
-            got = torch.autograd.grad(out, [rec.leaves[i] for i in idx], g, allow_unused=True)
-            for i, gw in zip(idx, got):
-                if gw is not None:
-                    prev = wgrads[i]
-                    wgrads[i] = gw if prev is None else prev + gw
-        return wgrads
+def restore_input_grad(rec: Inflight, outputs: torch.Tensor, grad_out: torch.Tensor | None,
+                       seg_grads: list[torch.Tensor | None]) -> None:
+    """On resume: ``rec``'s forward was rebuilt and its ``I`` had run before the checkpoint;
+    install the kept gradients on the rebuilt graph (the same forward: the same cut)."""
+    split = _split(rec, outputs, grad_out)
+    split.restore(seg_grads)
+    rec.extra[_KEY] = split
+    rec.seg_grads = list(seg_grads)
+
+
+def weight_grads(rec: Inflight) -> list[torch.Tensor | None]:
+    """``W``'s weight gradients of a record whose ``I`` ran, one per ``rec.leaves`` (the caller
+    installs the weights its tokens unpack to); None where the graph does not use one."""
+    split = rec.extra.pop(_KEY, None)
+    if not isinstance(split, GraphSplit):
+        raise RuntimeError("stalesim: W of a record whose I did not run")
+    return split.weight_grads()

@@ -24,19 +24,16 @@ Weight versions, without model copies or parameter swapping:
   interleave the backwards of two batches between updates.
 
 Split backward (``I`` then a deferrable ``W``, the zero-bubble schedules), on
-the (worker, stage)s whose schedule splits any backward: during the forward a
-hook on every module that owns parameters (conv, linear, norm, ...) keeps that
-module's output. ``I`` asks autograd for the gradient w.r.t. the stage input
-*and* those outputs only (``torch.autograd.grad(y, [x, out_1, ...], g,
-retain_graph=True)``): the backward runs down to the input, no weight gradient
-is computed, and each parameter-owning module's output gradient g_j is kept.
-``W`` then asks each such module for its weight gradients from its own output
-(``torch.autograd.grad(out_j, params_j, g_j)``), which runs just that module's
-weight-gradient kernel: nothing is computed twice. W unpacks the weight
-version its I read (the IR's v_W = v_B). Parameters used outside their own
-module's forward (none in the zoo) get theirs from the stage output in W, a
-second walk. A full ``B`` on such a stage is the ordinary backward. The
-arithmetic is the unsplit backward's kernel by kernel.
+the (worker, stage)s whose schedule splits any backward: ``I`` walks the record's
+autograd graph, finds for each parameter the nodes where its gradient leaves the
+input-gradient part of the graph, asks autograd for the stage input's gradient
+only (``retain_graph=True``) and keeps the gradient arriving at those nodes;
+``W`` restarts autograd there and asks for the parameters only, which runs just
+the weight-gradient kernels: nothing is computed twice
+(:mod:`stalesim.runtime.graph_split` gives the method; any module structure
+works). W unpacks the weight version its I read (the IR's v_W = v_B). A full
+``B`` on such a stage is the ordinary backward. The arithmetic is the unsplit
+backward's kernel by kernel.
 
 The runtime keeps the version state (``version``, ``stash``, ``need``), the records and the
 gradient buffers; its collaborators each own one mechanism: the saved-tensor hooks
@@ -56,12 +53,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from stalesim.runtime import split_backward
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.mitigations import Mitigations
 from stalesim.runtime.muon import muon_mask
 from stalesim.runtime.optim import StageOptimizer
 from stalesim.runtime.saved_bytes import SavedBytes, record_storages
-from stalesim.runtime.split_backward import Segments, SplitBackward
+from stalesim.runtime.split_backward import Segments
 from stalesim.runtime.stage_record import Inflight, accumulate
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.runtime.weight_tokens import WeightTokens, hooks_needed
@@ -127,7 +125,6 @@ class StageRuntime:
         if self.split and head is not None:
             raise RuntimeError("stalesim: a split backward needs a stage without an auxiliary head")
         self._captured: Segments | None = None  # set while a forward of a split stage runs
-        self._splitter = SplitBackward(module, self.params, lambda: self._captured) if self.split else None
         # the hooks a hooked forward installs: attributes, so that one runtime's can be wrapped
         self._pack: Callable[[torch.Tensor], Any] = self.tokens.pack
         self._unpack: Callable[[Any], torch.Tensor] = self.tokens.unpack
@@ -208,7 +205,8 @@ class StageRuntime:
                 leaves = [w.requires_grad_(True) for w in pw]
                 predicted = True
         hooked = leaves is not None or self.hooks_needed or self.head is not None
-        # split backward: the forward hooks keep the parameter-owning modules' outputs
+        # split backward: a non-None list marks a split stage's record (I finds the cut on
+        # the record's graph; nothing is appended here)
         segments: Segments | None = [] if self.split else None
         self._captured = segments
         try:
@@ -300,7 +298,7 @@ class StageRuntime:
     # ---------------------------------------------- split backward (I / W)
     def backward_input(self, action: Action, grad_y: torch.Tensor | None) -> torch.Tensor | None:
         """I(s, t, m): the input gradient only, reading v_B = ``action.version``; the
-        gradients at the parameter-owning modules' outputs are kept for
+        gradients where the parameters' part of the graph branches off are kept for
         :meth:`backward_weight`."""
         key = _key(action)
         rec = self.inflight.pop(key)
@@ -311,12 +309,8 @@ class StageRuntime:
         if self.mit.changes_backward:
             rec.w_base = base
         outputs, grad_out = rec.backward_start(grad_y, action, "I")
-        want_x = rec.x.requires_grad
-        inputs = ([rec.x] if want_x else []) + [o for _, o in rec.segments]
-        with self.tokens.reading(base):
-            grads = torch.autograd.grad(outputs, inputs, grad_out, retain_graph=True, allow_unused=True)
-        gx = grads[0] if want_x else None
-        rec.seg_grads = list(grads[1:] if want_x else grads)
+        with self.tokens.reading(base):  # the cut is found on this record's own graph
+            gx = split_backward.input_grad(rec, outputs, grad_out)
         rec.v_b = v_b
         rec.extra["grad_out"] = grad_out
         self.deferred[key] = rec
@@ -327,10 +321,10 @@ class StageRuntime:
         """W(s, t, m): the weight gradients of the backward whose I ran, added to the batch
         buffer; reads the version that I read."""
         rec = self.deferred.pop(_key(action))
-        assert self._splitter is not None and rec.v_b is not None
+        assert rec.v_b is not None
         base = rec.w_base if rec.w_base is not None else self.weights_of(rec.v_b)
         with self.tokens.reading(base):
-            wgrads = self._splitter.weight_grads(rec)
+            wgrads = split_backward.weight_grads(rec)
         grad_out = rec.extra.pop("grad_out", None)
         accumulate(self.buffers, action.batch, wgrads, [grad_out, *(rec.seg_grads or ())])
         self.versions_used.append((str(action.with_version(None)), rec.v_b))
@@ -342,8 +336,8 @@ class StageRuntime:
         and its loss); its I had run before the checkpoint: keep it waiting for W."""
         key = _key(action)
         rec = self.inflight.pop(key)
-        assert rec.segments is not None and len(rec.segments) == len(seg_grads)
-        rec.seg_grads = list(seg_grads)
+        outputs, go = rec.backward_start(grad_out, action, "I")
+        split_backward.restore_input_grad(rec, outputs, go, list(seg_grads))
         rec.v_b = v_b
         rec.extra["grad_out"] = grad_out
         self.deferred[key] = rec

@@ -11,12 +11,15 @@ profile stores the median of the other ``repeats`` plus min/max/IQR.
 
 The split backward of the zero-bubble schedules is measured in the same round,
 on a second (untimed) forward of each block, exactly as a stage runtime runs
-``I`` and ``W`` (:mod:`stalesim.runtime.stage`): the input-gradient half asks
-autograd for the gradient w.r.t. the block's input and the outputs of its
-parameter-owning modules (the graph kept), the weight-gradient half asks each
-such module for its parameters' gradients from its own output. The first
-block's input needs no gradient; its ``I`` still yields the module output
-gradients its ``W`` needs.
+``I`` and ``W`` (:mod:`stalesim.runtime.stage`), on the block's own autograd graph
+(:mod:`stalesim.runtime.graph_split`, found before the timing starts): the
+input-gradient half asks autograd for the block input's gradient and keeps the
+gradients where the parameters' part of the graph branches off; the
+weight-gradient half restarts there and asks for the parameters only. Any
+``nn.Module`` block works (tuple outputs, modules called twice or out of order,
+parameters used outside their own module, unused parameters). The first block's
+input needs no gradient: its ``I`` is empty and its ``W`` the whole backward,
+as on a first pipeline stage.
 
 Timing uses ``time.perf_counter`` with ``torch.set_num_threads(threads)`` on
 CPU (by default :data:`RANK_THREADS`, the one thread each executor rank runs, so the
@@ -56,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from stalesim.errors import StalesimError
+from stalesim.runtime.graph_split import GraphSplit
 from stalesim.workloads.blocksum import block_sum_warning
 from stalesim.workloads.profile import (
     SCHEMA_VERSION,
@@ -436,7 +440,7 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
     """One round of split-backward timings: per block, the input-gradient half and the
     weight-gradient half, each fed the output gradient of the block-by-block step
     (``grads[i]``: d loss / d output of block i; None for the last block, whose output
-    is the loss)."""
+    is the loss). The cut is found on the block's graph before ``I`` is timed."""
     blocks = model.blocks
     n = len(blocks)
     i_s = _per_block(n)
@@ -447,53 +451,33 @@ def _split_backward_round(model: LayeredModel, x0: torch.Tensor, target: torch.T
             inputs.append(block(inputs[-1]))
     for i, block in enumerate(blocks):
         x = inputs[i].detach().requires_grad_(i > 0)
-        owners = [(m, [p for p in m.parameters(recurse=False) if p.requires_grad])
-                  for m in block.modules()]
-        owners = [(m, ps) for m, ps in owners if ps]
-        outs: list[torch.Tensor] = []
-        handles = [m.register_forward_hook(partial(_keep_output, outs)) for m, _ in owners]
-        try:
-            y = block(x)
-        finally:
-            for h in handles:
-                h.remove()
-        g = None
+        params = [p for p in block.parameters() if p.requires_grad]
+        y = block(x)
+        out_grads: list[torch.Tensor | None] = [None]
         if i == n - 1:
-            y = _loss(y, target)
+            outs = [_loss(y, target)]
         else:
+            outs = _tensor_outputs(y)
             g = grads[i]
-            if g is None:
-                g = torch.ones_like(y)
-        wanted = ([x] if x.requires_grad else []) + outs
-        got: list[torch.Tensor | None] = []
-        timer.time(i_s[i], partial(_input_grads, got, y, wanted, g))
+            out_grads = [g if len(outs) == 1 and g is not None and g.shape == o.shape else None for o in outs]
+        split = GraphSplit(outs, out_grads, [x], params)
+        timer.time(i_s[i], split.input_grads)
         timer.flush()
-        out_grads = got[1:] if x.requires_grad else got
-        pairs = [(o, ps, og) for o, (_m, ps), og in zip(outs, owners, out_grads) if og is not None]
-        if pairs:
-            timer.time(w_s[i], partial(_weight_grads, pairs))
+        if split.groups:
+            timer.time(w_s[i], split.weight_grads)
         else:
             w_s[i].append(0.0)
         timer.flush()
     return i_s, w_s
 
 
-def _keep_output(outs: list[torch.Tensor], _module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
-    """Forward hook: collect a parameter-owning module's output (its W needs it)."""
-    outs.append(output)
-
-
-def _input_grads(got: list[torch.Tensor | None], y: torch.Tensor, wanted: list[torch.Tensor],
-                 g: torch.Tensor | None) -> None:
-    """The input-gradient half (``I``): gradients w.r.t. the block's input and its
-    parameter-owning modules' outputs, the graph kept for the weight half."""
-    got.extend(torch.autograd.grad(y, wanted, g, retain_graph=True, allow_unused=True))
-
-
-def _weight_grads(pairs: list[tuple[torch.Tensor, list[torch.nn.Parameter], torch.Tensor]]) -> None:
-    """The weight-gradient half (``W``): each module's parameter gradients from its own output."""
-    for o, ps, og in pairs:
-        torch.autograd.grad(o, ps, og, retain_graph=True)
+def _tensor_outputs(y: Any) -> list[torch.Tensor]:
+    """A block's output tensors that carry a gradient (a block may return a tuple or list)."""
+    if isinstance(y, torch.Tensor):
+        return [y]
+    if isinstance(y, (tuple, list)):
+        return [t for t in y if isinstance(t, torch.Tensor) and t.requires_grad]
+    return []
 
 
 def _loadavg() -> float | None:
