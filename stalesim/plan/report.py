@@ -132,9 +132,10 @@ def write_outputs(out: Path, rows: Sequence[Row], header: dict[str, Any], *, fig
 
 def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path:
     """Time to target (interval as error bar) against peak memory per device; synchronous
-    candidates as circles, stale ones as triangles (labelled with their iso-loss overhead),
+    candidates as circles, stale ones as triangles, in their schedule's colour
+    (:mod:`stalesim.schedule.style`), the top five labelled with their iso-loss overhead;
     infeasible ones as grey crosses, the Pareto front as a line, the device's capacity as a
-    vertical line."""
+    vertical line. The legend (right of the axes) says what every shape and colour means."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,40 +145,74 @@ def plot_pareto(rows: Sequence[Row], path: Path, header: dict[str, Any]) -> Path
     fig, ax = plt.subplots(figsize=(7, 4.5))
     peaks = [r.timing.peak_bytes for r in rows if r.timing is not None]
     unit, scale = ("GiB", 2**30) if max(peaks, default=0) >= 2**30 else ("MiB", 2**20)
-    for r in rows:
-        if r.time_s is None or r.timing is None:
-            continue
-        x = r.timing.peak_bytes / scale
-        y = r.time_s.mean
-        if not r.feasible:
-            ax.plot([x], [y], "x", color="0.6")
-            continue
-        ax.errorbar([x], [y], yerr=[[y - r.time_s.lo], [r.time_s.hi - y]], fmt="o" if r.candidate.synchronous
-                    else "^", capsize=3, ms=5, alpha=0.8)
-        if r.rank is not None and r.rank <= 5:
-            iso = isos.get(r.candidate.label)
-            more = "" if iso is None else f" (iso-loss {iso.overhead:.2f}x)"
-            ax.annotate(f"{r.rank}. {r.candidate.label}{more}", (x, y), fontsize=6, xytext=(4, 2),
-                        textcoords="offset points")
+    drawn = [r for r in rows if r.time_s is not None and r.timing is not None]
+    xs = [r.timing.peak_bytes / scale for r in drawn if r.timing is not None]
+    mid = (min(xs, default=0.0) + max(xs, default=0.0)) / 2
+    for r in drawn:
+        _pareto_point(ax, r, scale, mid, isos.get(r.candidate.label))
     front = pareto(rows)
     if front:
         ax.plot([r.timing.peak_bytes / scale for r in front if r.timing],
-                [r.time_s.mean for r in front if r.time_s], "-", color="k", lw=0.8, label="Pareto front")
+                [r.time_s.mean for r in front if r.time_s], "-", color="k", lw=0.8)
     cap = header.get("capacity_bytes")
     if cap and cap > 2 * max(peaks, default=0):
         cap = None  # far right of every candidate: the line would only squeeze them together
     if cap:
-        ax.axvline(cap / scale, color="r", ls="--", lw=0.8, label="device memory")
+        ax.axvline(cap / scale, color="r", ls="--", lw=0.8)
     ax.set_xlabel(f"peak memory per device ({unit})")
     ax.set_ylabel("predicted time to target (s)")
     note = iso_note(isos)
     ax.set_title(f"{header['model']} on {header['devices']} x {header['hardware']}\nto {header['target']}"
                  + (f"\n{note}" if note else ""), fontsize=7 if note else 8)
     ax.grid(alpha=0.3)
-    if front or cap:
-        ax.legend(fontsize=7)
+    # right of the axes: inside, it covered candidates (bbox_inches="tight" keeps it in the file)
+    fig.legend(handles=pareto_legend(drawn, front=bool(front), capacity=bool(cap)), loc="center left",
+               bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
     fig.tight_layout()
     try:
-        return savefig_atomic(fig, path, dpi=120)
+        return savefig_atomic(fig, path, dpi=120, bbox_inches="tight")
     finally:
         plt.close(fig)
+
+
+def _pareto_point(ax: Any, r: Row, scale: float, mid: float, iso: IsoLoss | None) -> None:
+    """One candidate; its label (top five) grows leftwards right of the middle, so the
+    right-most one stays inside the axes (it was cut off at the figure's edge)."""
+    from stalesim.schedule.style import schedule_style
+
+    if r.timing is None or r.time_s is None:
+        return
+    x, y = r.timing.peak_bytes / scale, r.time_s.mean
+    if not r.feasible:
+        ax.plot([x], [y], "x", color="0.6")
+        return
+    ax.errorbar([x], [y], yerr=[[y - r.time_s.lo], [r.time_s.hi - y]],
+                fmt="o" if r.candidate.synchronous else "^", color=schedule_style(r.candidate.schedule).color,
+                capsize=3, ms=5, alpha=0.8)
+    if r.rank is not None and r.rank <= 5:
+        more = "" if iso is None else f" (iso-loss {iso.overhead:.2f}x)"
+        left = x > mid
+        ax.annotate(f"{r.rank}. {r.candidate.label}{more}", (x, y), fontsize=6, xytext=(-4 if left else 4, 2),
+                    textcoords="offset points", ha="right" if left else "left")
+
+
+def pareto_legend(rows: Sequence[Row], *, front: bool, capacity: bool) -> list[Any]:
+    """Legend handles: each drawn schedule's colour, then the shapes and lines."""
+    from matplotlib.lines import Line2D
+
+    from stalesim.schedule.style import schedule_style
+
+    handles: list[Any] = [Line2D([], [], marker="s", ls="none", color=schedule_style(name).color, label=name)
+                          for name in dict.fromkeys(r.candidate.schedule for r in rows if r.feasible)]
+    shapes = [("o", "synchronous (circle)", any(r.candidate.synchronous and r.feasible for r in rows)),
+              ("^", "stale weights (triangle)", any(not r.candidate.synchronous and r.feasible for r in rows))]
+    handles += [Line2D([], [], marker=m, ls="none", color="0.3", label=label) for m, label, used in shapes if used]
+    if any(not r.feasible for r in rows):
+        handles.append(Line2D([], [], marker="x", ls="none", color="0.6", label="infeasible (out of memory)"))
+    handles.append(Line2D([], [], marker="|", ms=9, ls="none", color="0.3",
+                           label="bar: time-to-target interval"))
+    if front:
+        handles.append(Line2D([], [], color="k", lw=0.8, label="Pareto front"))
+    if capacity:
+        handles.append(Line2D([], [], color="r", ls="--", lw=0.8, label="device memory"))
+    return handles
