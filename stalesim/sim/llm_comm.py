@@ -74,8 +74,9 @@ class FrameworkComm:
     ``gather_bucket``: elements per ZeRO-3 parameter fetch (None: one fetch per layer);
     ``tensors_per_layer``: the largest number of fetches a layer needs (one per weight matrix).
     ``copies_per_rank``: its ZeRO collectives pass one tensor per rank
-    (``torch.distributed.all_gather`` / ``reduce_scatter`` with tensor lists), which PyTorch's
-    ProcessGroupNCCL turns into a flat buffer plus one ``copy_`` per rank on every call
+    (``torch.distributed.all_gather`` / ``reduce_scatter`` with tensor lists): the framework
+    cuts one ``narrow`` view per rank in a Python loop, and PyTorch's ProcessGroupNCCL turns the
+    list into a flat buffer plus one ``copy_`` per rank on every call
     (``flatten_for_scatter_gather`` and the copy-out loop of ``ProcessGroupNCCL::allgather``).
     """
 
@@ -238,15 +239,16 @@ def _calls(sim: SimHardware, plan: ParallelPlan, op: str, nbytes: float, count: 
 
 def list_copies_s(plan: ParallelPlan, op: str) -> float:
     """Host seconds one call spends on a framework's per-rank tensor list
-    (:attr:`FrameworkComm.copies_per_rank`): one eager ``copy_`` per data-parallel rank, each at
-    the dispatch cost of one op (:data:`~stalesim.workloads.hardware.DEFAULT_OP_OVERHEAD_S`; the
-    copies are ``1 / dp`` of the buffer each, far below a launch's time on the device). All-reduces
-    take one tensor: none."""
+    (:attr:`FrameworkComm.copies_per_rank`): per data-parallel rank one ``narrow`` view and one
+    eager ``copy_``, each at the dispatch cost of one op
+    (:data:`~stalesim.workloads.hardware.DEFAULT_OP_OVERHEAD_S`, which the project charges to
+    metadata ops too; the copies are ``1 / dp`` of the buffer each, far below a launch's time on
+    the device). All-reduces take one tensor: none."""
     from stalesim.workloads.hardware import DEFAULT_OP_OVERHEAD_S
 
     if op == ALL_REDUCE or not framework_comm(plan).copies_per_rank:
         return 0.0
-    return plan.dp * DEFAULT_OP_OVERHEAD_S
+    return 2 * plan.dp * DEFAULT_OP_OVERHEAD_S
 
 
 def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[float, int]:
