@@ -415,29 +415,39 @@ def write_table(rows: list[dict], out: Path) -> None:
 
 
 def plot(rows: list[dict], out: Path) -> Path:
-    """Test accuracy (classifiers) or validation loss (language models) against staleness depth."""
+    """Test accuracy (classifiers) or validation loss (language models) against staleness depth,
+    one line per (schedule, mitigation) in the schedule's colour; a point with a diverged seed
+    (NaN or inf loss, the study's own ``diverged`` count) gets a red cross and its count, one
+    whose every seed diverged a cross at the bottom of the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from stalesim.schedule.style import DEPTH_AXIS_LABEL, schedule_style
 
     lm = any(r.get("val_loss_mean") is not None for r in rows)
     key, scale = ("val_loss", 1.0) if lm else ("test_acc", 100.0)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        if r.get(f"{key}_mean") is not None:
-            series.setdefault((r["schedule"], r["mitigation"]), []).append(r)
+        series.setdefault((r["schedule"], r["mitigation"]), []).append(r)
     for (sched, mit), rs in sorted(series.items()):
         rs.sort(key=lambda r: r["depth"])
-        label = sched if mit == "none" else f"{sched} + {mit}"
-        ax.errorbar([r["depth"] for r in rs], [scale * r[f"{key}_mean"] for r in rs],
-                    yerr=[scale * r[f"{key}_std"] for r in rs], marker="o", capsize=3, label=label)
-    ax.set_xlabel("staleness depth (max over stages of u - 1 - v_F)")
-    from matplotlib.ticker import MaxNLocator
-
+        ok = [r for r in rs if r.get(f"{key}_mean") is not None]
+        st = schedule_style(sched)
+        if ok:
+            ax.errorbar([r["depth"] for r in ok], [scale * r[f"{key}_mean"] for r in ok],
+                        yerr=[scale * (r.get(f"{key}_std") or 0.0) for r in ok], marker=st.marker,
+                        color=st.color, linestyle="-" if mit == "none" else "--", capsize=3,
+                        label=sched if mit == "none" else f"{sched} + {mit}")
+        _mark_diverged(ax, rs, key, scale)
+    ax.set_xlabel(DEPTH_AXIS_LABEL)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # a depth is a whole number of updates
     ax.set_ylabel("validation loss (nats/char)" if lm else "test accuracy (%)")
+    what = "validation loss" if lm else "test accuracy"
+    ax.set_title(f"{what} against staleness depth (mean ± std over seeds)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -446,3 +456,24 @@ def plot(rows: list[dict], out: Path) -> Path:
                               dpi=120)
     finally:
         plt.close(fig)
+
+
+DIVERGED_LABEL = "diverged seed(s) (NaN/inf loss; count beside)"
+
+
+def _mark_diverged(ax: Any, rs: list[dict], key: str, scale: float) -> None:
+    """A red cross on each point with diverged seeds (at its mean over the others, or at the
+    bottom of the axes when none is left), labelled ``k/n``; one legend entry in all."""
+    from matplotlib.transforms import blended_transform_factory
+
+    bottom = blended_transform_factory(ax.transData, ax.transAxes)
+    for r in rs:
+        if not r.get("diverged"):
+            continue
+        mean = r.get(f"{key}_mean")
+        y, tr = (scale * mean, ax.transData) if mean is not None else (0.03, bottom)
+        labelled = DIVERGED_LABEL in ax.get_legend_handles_labels()[1]
+        ax.plot([r["depth"]], [y], "x", color="red", ms=9, mew=2, transform=tr, zorder=5,
+                label="_" if labelled else DIVERGED_LABEL)
+        ax.annotate(f"{r['diverged']}/{r['seeds']}", (r["depth"], y), xycoords=tr, xytext=(6, -3),
+                    textcoords="offset points", fontsize=7, color="red")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.figures import paper
 from stalesim.figures.common import pyplot, read_csv, save, write_csv
+from stalesim.schedule.style import DEPTH_AXIS_LABEL
 from stalesim.summary import get as summary_get
 
 if TYPE_CHECKING:
@@ -160,6 +161,18 @@ def per_seed(model: str, dataset: str, roots: tuple[Path, ...] = SEARCH_ROOTS) -
     return out
 
 
+def seed_legend() -> list[Any]:
+    """What the seed markers mean (a diverged seed's cross at the bottom most of all: without
+    an entry it read as a data point at 2 %)."""
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], marker="o", ls="none", color="0.3", ms=4.5, label="one seed"),
+            Line2D([], [], marker="o", ls="none", color="0.3", mfc="none", ms=4.5,
+                   label="seed collapsed to chance (<= 15 %)"),
+            Line2D([], [], marker="x", ls="none", color="0.3", ms=7, mew=2, label="diverged seed (NaN loss)"),
+            Line2D([], [], marker="D", ls="none", color="k", mfc="0.6", ms=6, label="mean ± std")]
+
+
 def _dots(ax: Axes, x: float, accs: list[dict[str, Any]], color: str, width: float = 0.25) -> None:
     n = max(len(accs), 1)
     for k, r in enumerate(accs):
@@ -215,9 +228,10 @@ def _depth_panel(ax: Axes, rows: list[dict[str, Any]], seeds: list[dict[str, Any
         names[r["depth"]] += "\n" + _mean_label(r, "seeds")
     ax.set_xticks(depths, [f"{d}\n{names.get(d, '')}" for d in depths], fontsize=7)
     ax.set_xlim(min(depths) - 0.8, max(depths) + 0.8)
-    ax.set(xlabel="staleness depth: max over stages of u-1-v_F (0 = sequential)", ylabel="test accuracy (%)",
+    ax.set(xlabel=DEPTH_AXIS_LABEL, ylabel="test accuracy (%)",
            ylim=(0, 101), title=f"stale weights vs depth ({length or 'stored tables'})")
     ax.grid(alpha=0.3)
+    ax.legend(handles=seed_legend(), fontsize=7, loc="center left")  # seeds sit near 100 % or 0-15 %
 
 
 def _mitigation_panel(ax: Axes, rows: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> None:

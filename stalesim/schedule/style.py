@@ -54,3 +54,8 @@ def schedule_style(name: str) -> ScheduleStyle:
     names = schedule_names()
     index = names.index(name) if name in names else len(names) + zlib.crc32(name.encode()) % 97
     return style_at(index)
+
+
+# The x-axis of every accuracy-vs-staleness figure, in words: the formula (max over stages
+# of u - 1 - v_F) meant nothing to a reader who has not read the IR's docs
+DEPTH_AXIS_LABEL = "staleness depth: updates the weights lag behind, deepest stage (0 = sequential)"
