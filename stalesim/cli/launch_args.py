@@ -48,7 +48,15 @@ def add_launcher_args(p: argparse.ArgumentParser, *, tensorboard: bool = True) -
         add_tensorboard_arg(p)
 
 
-def add_tensorboard_arg(p: argparse.ArgumentParser) -> None:
+def add_tensorboard_arg(p: argparse.ArgumentParser, *, live: bool = False) -> None:
+    """``--tensorboard DIR``: a study's runs each under DIR/<schedule>/S<stages>/<mitigation>/seed<seed>
+    when they finish, or (``live``: one run, ``emulate``) the run's own scalars in DIR as it trains."""
+    if live:
+        p.add_argument("--tensorboard", default=None, metavar="DIR",
+                       help="write the run's scalars (loss, learning rate, step time, epoch metrics, measured "
+                            "staleness) for TensorBoard into DIR while it trains, flushed at each read of the "
+                            "losses (pip install stalesim[tensorboard])")
+        return
     p.add_argument("--tensorboard", default=None, metavar="DIR",
                    help="write each run's scalars (loss, learning rate, step time, epoch metrics, measured "
                         "staleness) for TensorBoard under DIR/<schedule>/S<stages>/<mitigation>/seed<seed> "
@@ -86,6 +94,18 @@ def launch_spec_from_args(args: argparse.Namespace, device: str | None = None) -
                       slurm_mem_gb=_first(args.slurm_mem, conf.mem_gb, None),
                       slurm_array_parallelism=conf.array_parallelism, slurm_sbatch=conf.sbatch,
                       ray_address=args.ray_address).check()
+
+
+def refuse_launcher_flags(args: argparse.Namespace, why: str) -> None:
+    """One line when a launcher flag is given where nothing is launched (``why``)."""
+    from stalesim.errors import StalesimError
+
+    given = [f for f in ("local", "slurm_partition", "slurm_time", "slurm_gpus", "slurm_cpus", "slurm_mem",
+                         "slurm_config", "ray_address", "tensorboard") if getattr(args, f, None) not in (None, False)]
+    if args.launcher != LOCAL:
+        given.insert(0, "launcher")
+    if given:
+        raise StalesimError(f"{given[0]}: --{given[0].replace('_', '-')} does not apply to {why}")
 
 
 def tensorboard_dir(args: argparse.Namespace) -> Path | None:

@@ -21,6 +21,7 @@ from stalesim.cli.common import (
     positive_int,
     print_json,
 )
+from stalesim.cli.launch_args import add_launcher_args, launch_spec_from_args, refuse_launcher_flags, tensorboard_dir
 from stalesim.cli.llm_args import LLM_ONLY, add_llm_args
 from stalesim.cli.simulate_cmd import add_hardware_args
 from stalesim.cli.train_args import DATASET_HELP, MODEL_HELP
@@ -153,6 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_llm_args(p)
     p.add_argument("--json", action="store_true", help="print plan.json")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_launcher_args(p)  # where the candidates' emulations run
     p.set_defaults(func=run)
 
 
@@ -224,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.plan.workflow import make_plan
 
     if args.workload is not None:
+        refuse_launcher_flags(args, "--workload (nothing is emulated)")
         return _run_workload(args)
     _check_emulation_flags(args)
     accuracy = args.target_accuracy is not None
@@ -233,10 +236,12 @@ def run(args: argparse.Namespace) -> int:
         raise StalesimError(f"max_horizon: {max_h} is shorter than the first horizon {horizon}")
     _resolve_mitigations(args)
     _check_emulate_device(args.emulate_device)
+    launch, tb = launch_spec_from_args(args, device=args.emulate_device), tensorboard_dir(args)
     _check_check_flags(args, accuracy)  # flags only: checked before any profile or hardware is read
     out = check_writable_dir(Path(args.out))
     base = _base_config(args, horizon, accuracy)
     req = _plan_request(args, base, out, horizon, max_h)
+    req.launcher, req.tensorboard = launch, tb
     plan = make_plan(req)
     if args.check:
         _check(args, plan, req)

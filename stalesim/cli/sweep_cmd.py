@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from stalesim.cli.cluster_args import add_cluster_args
 from stalesim.cli.common import add_extrapolate_arg, int_list, int_type, positive_int, print_json
+from stalesim.cli.launch_args import add_launcher_args, launch_spec_from_args, refuse_launcher_flags
 from stalesim.cli.llm_args import add_llm_args
+from stalesim.launch.jobs import LOCAL, LaunchSpec
 from stalesim.limits import MAX_JOBS
 
 
@@ -69,6 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "measured, interpolated, extrapolated or roofline, red rings the warnings")
     add_extrapolate_arg(p)
     add_llm_args(p, lists=True)
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="sweep folder: the points run as --launcher jobs (logs/), their rows kept in rows.jsonl, "
+                        "and the same sweep run again simulates only the points without a row (needed by "
+                        "--launcher slurm|ray)")
+    add_launcher_args(p, tensorboard=False)
     p.add_argument("--dp", type=_positive_list, dest="workers", default=argparse.SUPPRESS, metavar="1,2,4",
                    help="alias of -P: data-parallel degrees")
     p.set_defaults(func=run)
@@ -88,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_llm_flags(args)
     if args.workload is not None:
+        refuse_launcher_flags(args, "--workload (closed forms in this process)")
         return _run_workload(args)
     cal = read_cli_calibration(argparse.Namespace(**{**vars(args), "target": args.targets}))
     prof = load_profile(args.profile)
@@ -116,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
                   workers=args.workers, ppv_candidates=args.ppv_candidates,
                   devices=devices, links=links,
                   stages_per_device=args.stages_per_device or [None])
-    rows = sweep(prof, points, jobs=args.jobs, method=args.method, batch_size=args.batch_size,
+    launch, out_dir = _placement(args)
+    rows = sweep(prof, points, jobs=args.jobs, launcher=launch, out=out_dir, method=args.method,
+                 batch_size=args.batch_size,
                  batches=args.batches, extrapolate=args.extrapolate, cluster=cluster,
                  force_retime=force_retime, calibration=cal)
     if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
@@ -150,6 +161,20 @@ def run(args: argparse.Namespace) -> int:
         if args.plot:
             print(f"plot: {args.plot}")
     return 0
+
+
+def _placement(args: argparse.Namespace) -> tuple[LaunchSpec | None, Path | None]:
+    """Where the points are simulated: this process or ``--jobs`` processes (no ``--out``, today's
+    default), or as launcher jobs with their rows kept in ``--out`` (stalesim.sim.sweep_jobs)."""
+    from stalesim.errors import StalesimError
+
+    spec = launch_spec_from_args(args, device="cpu")
+    if args.out is None:
+        if args.launcher != LOCAL:
+            raise StalesimError(f"out: --launcher {args.launcher} needs --out DIR (its jobs' logs and the rows "
+                                "kept for a sweep run again)")
+        return None, None
+    return spec, Path(args.out)
 
 
 def _run_workload(args: argparse.Namespace) -> int:

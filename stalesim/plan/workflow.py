@@ -7,11 +7,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from stalesim.cost.calibration import default_terms
 from stalesim.errors import StalesimError
+from stalesim.launch import LaunchSpec
 from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, grid
 from stalesim.plan.compose import Row, compose
 from stalesim.plan.convergence import Convergence, EmulationStore, Target, converge
@@ -41,6 +43,10 @@ class PlanRequest:
     progress: bool | None = None
     sim_options: dict[str, Any] = field(default_factory=dict)
     figure: bool = True
+    # where the emulations run (stalesim.launch: this machine's processes by default) and
+    # their TensorBoard scalars; the emulations and what resume keeps are the same wherever
+    launcher: LaunchSpec | None = None
+    tensorboard: Path | None = None
     calibration: Any = None  # the machine's MachineCalibration (None: every term at its default)
 
 
@@ -57,9 +63,23 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _emulate(req: PlanRequest, todo: list[tuple[str, TrainConfig]], folder: Path) -> list[dict]:
+    """The emulations of ``todo`` as one study in ``folder`` (batched when asked and possible),
+    placed by the plan's launcher."""
+    from stalesim.emulator.study import run_study  # looked up at call time: tests stand in for it
+
+    place = partial(run_study, jobs=req.jobs, progress=req.progress, launcher=req.launcher,
+                    tensorboard=req.tensorboard)
+    if req.batched:
+        try:
+            return place(todo, folder, batched=True)
+        except StalesimError as exc:  # e.g. BatchNorm: running statistics cannot be stacked
+            _log(f"plan: batched emulation refused ({exc}); running the runs one by one")
+    return place(todo, folder)
+
+
 def make_plan(req: PlanRequest) -> Plan:
     """Run the plan (see the module doc); writes plan.json, plan.csv, pareto.png in ``out``."""
-    from stalesim.emulator.study import run_study  # looked up at call time: tests stand in for it
     from stalesim.plan.report import write_outputs
     from stalesim.runtime.build import model_of
     from stalesim.workloads.partition import default_ppv
@@ -89,15 +109,7 @@ def make_plan(req: PlanRequest) -> Plan:
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
         folder = req.out / "emulations" / "study"
         with _heartbeat(folder / "results.jsonl", {rid for rid, _ in todo}, enabled=req.progress is not False):
-            return _run(todo, folder)
-
-    def _run(todo: list[tuple[str, TrainConfig]], folder: Path) -> list[dict]:
-        if req.batched:
-            try:
-                return run_study(todo, folder, jobs=req.jobs, progress=req.progress, batched=True)
-            except StalesimError as exc:  # e.g. BatchNorm: running statistics cannot be stacked
-                _log(f"plan: batched emulation refused ({exc}); running the runs one by one")
-        return run_study(todo, folder, jobs=req.jobs, progress=req.progress)
+            return _emulate(req, todo, folder)
 
     bpe = _batches_per_epoch(req.base) if unit_epochs else 1
     t0 = time.perf_counter()

@@ -33,6 +33,7 @@ from stalesim.errors import StalesimError
 from stalesim.units import fmt_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.launch import LaunchSpec
     from stalesim.workloads.profile import Profile
 
 COLUMNS = ("rank", "schedule", "stages", "stages_per_device", "microbatches", "workers", "devices",
@@ -200,6 +201,7 @@ class _Worker:
 def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, method: str = "fast",
           batch_size: int | None = None, batches: int | None = None,
           extrapolate: str | None = None, cluster: dict[str, Any] | None = None,
+          launcher: LaunchSpec | None = None, out: Path | None = None,
           force_retime: bool = True, calibration: Any = None) -> list[dict[str, Any]]:
     """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
 
@@ -223,7 +225,13 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
         raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
     worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime, calibration)
-    if jobs == 1 or len(points) < 2:
+    if launcher is not None and out is not None:
+        # --launcher with a sweep folder: the points as jobs a launcher places (this machine's
+        # processes, Slurm, Ray), the rows kept in ``out`` for a sweep run again (sweep_jobs)
+        from stalesim.sim.sweep_jobs import run_sweep_jobs
+
+        rows = run_sweep_jobs(worker, points, jobs=jobs, launcher=launcher, out=out)
+    elif jobs == 1 or len(points) < 2:
         rows = [worker(p) for p in points]
     else:
         chunk = max(1, len(points) // (jobs * 8))
