@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from stalesim.cli.common import add_threads_arg, apply_threads, nonneg_int, print_json
+from stalesim.cli.launch_args import add_tensorboard_arg, tensorboard_dir
 from stalesim.cli.train_args import add_schedule_file_arg, add_train_args, train_config_from_args
 
 
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tensorboard_arg(p, live=True)
     p.set_defaults(func=run)
 
 
@@ -35,11 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.runtime.preflight import preflight
 
     cfg = train_config_from_args(args)
+    tb = tensorboard_dir(args)  # TensorBoard installed, checked before the run
     preflight(cfg, what=f"emulating {cfg.model} at batch size {cfg.batch_size}")  # before any allocation
     apply_threads(args.threads)
     with folder_lock(args.out) if args.out else contextlib.nullcontext():  # one writer per folder
         summary = emulate(cfg, out=args.out, checkpoint_every=args.checkpoint_every,
-                          progress=False if args.quiet else None, resume=args.resume)
+                          progress=False if args.quiet else None, resume=args.resume,
+                          tensorboard=tb)
     if args.json:
         print_json(summary)
         return 0

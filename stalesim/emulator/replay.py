@@ -59,15 +59,17 @@ class Emulator(ReplayEngine):
     def __init__(self, cfg: TrainConfig, *, out: str | os.PathLike[str] | None = None,
                  checkpoint_every: int = 0, progress: bool | None = None,
                  stream: BatchStream | None = None, model: LayeredModel | None = None,
-                 read_every: int | None = None) -> None:
+                 read_every: int | None = None, tensorboard: str | os.PathLike[str] | None = None) -> None:
         """``model``: a LayeredModel to use instead of ``build_model(cfg.model)`` (tests,
         bring-your-own models); ``stream``: a prepared batch stream (saves reloading data);
         ``read_every``: batches between host reads of the losses (see
-        :meth:`stalesim.emulator.tally.TallyBase.read_out`; default :func:`read_every_default`)."""
+        :meth:`stalesim.emulator.tally.TallyBase.read_out`; default :func:`read_every_default`);
+        ``tensorboard``: a folder the run's scalars are written to while it trains."""
         from stalesim.runtime.build import run_model
 
         self.cfg = cfg.check()
         self.out = Path(out) if out is not None else None
+        self.tensorboard = Path(tensorboard) if tensorboard is not None else None
         self.checkpoint_every = int(checkpoint_every)
         self.progress = progress
         self.device = torch.device(cfg.device)
@@ -131,11 +133,25 @@ class Emulator(ReplayEngine):
                                          (json.dumps(rec) for rec in self.state.metrics))]
         elif resume:
             raise StalesimError("resume: needs --out RUN_DIR (the run folder holding the checkpoint)")
+        if self.tensorboard is not None:
+            from stalesim.launch.tb_scalars import RunScalars
+
+            kept = [r["step"] for r in self.state.metrics if "step" in r]  # a resumed run's logged steps
+            self.tally.live = RunScalars(self.tensorboard, batches_per_epoch=self.bpe, last_step=self.total - 1,
+                                         purge_step=max(kept) + 1 if kept else None)
         try:
             self.replay_s = round(self.replay(bar=True), 4)
+        except BaseException:
+            if self.tally.live is not None:  # a failed run's curve so far stays readable
+                self.tally.live.close()
+            raise
         finally:
             self.tally.close_logs()
-        return self.finish()
+        summary = self.finish()
+        if self.tally.live is not None:
+            self.tally.live.summary(summary)
+            self.tally.live.close()
+        return summary
 
     def finish(self) -> dict[str, Any]:
         """The summary of the run so far (written to the run folder, with ``versions.jsonl``)."""

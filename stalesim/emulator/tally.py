@@ -43,6 +43,9 @@ class TallyBase(ABC):
         self.clock = clock
         #: the open ``metrics.jsonl`` logs (one per run) while a run folder is written
         self.logs: list[AppendLog] | None = None
+        #: a live TensorBoard writer of the (one) run's records, flushed at each read
+        #: (:class:`stalesim.launch.tb_scalars.RunScalars`; ``emulate --tensorboard``)
+        self.live: Any = None
         # device values queued for the next read: LOSS values by batch, correct counts by
         # epoch, completed batches with the time they completed
         self._queued_losses: list[tuple[int, torch.Tensor]] = []
@@ -89,6 +92,8 @@ class TallyBase(ABC):
             if self.state.diverged_at is not None:
                 break
             self._complete_batch(t, now)
+        if self.live is not None:  # the read is the logging interval: TensorBoard sees it now
+            self.live.flush()
 
     def close_logs(self) -> None:
         """Close the ``metrics.jsonl`` logs (at the end of a run, or when it fails)."""
@@ -99,6 +104,8 @@ class TallyBase(ABC):
     def _write(self, run: int, rec: dict[str, Any]) -> None:
         if self.logs is not None:
             self.logs[run].write_line(json.dumps(rec))
+        if self.live is not None:
+            self.live.record(rec)
 
     # the numbers, one run or K runs
     @abstractmethod

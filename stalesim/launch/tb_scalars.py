@@ -14,10 +14,11 @@ numbers the run folder keeps, so a run placed by any launcher gives the same cur
   ``run/staleness_measured/stage<k>`` (the versions the run measured) and
   ``run/wall_time_s``, at its last step.
 
-Scalars are written when a run finishes (the study's process reads the folder a job
-wrote, so this works the same whichever machine ran it), not while it trains. A run's
-folder is rewritten each time (a resumed study rewrites the runs it keeps): never two
-copies of a curve.
+A study's scalars are written when a run finishes (the study's process reads the folder
+a job wrote, so this works the same whichever machine ran it); a study's run folder is
+rewritten each time (a resumed study rewrites the runs it keeps): never two copies of a
+curve. ``emulate --tensorboard DIR`` writes the same scalars live, while the run trains
+(:class:`RunScalars`, flushed at each read of the losses), into ``DIR`` itself.
 """
 
 from __future__ import annotations
@@ -69,39 +70,73 @@ def _records(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+class RunScalars:
+    """One run's TensorBoard scalars in ``folder``, written record by record: live as a run
+    trains (``emulate --tensorboard``: the tally hands each ``metrics.jsonl`` record over
+    and :meth:`flush` writes them out at each read of the losses), or afterwards from the
+    run's ``metrics.jsonl`` (:func:`write_run`). The same mapping either way, so live and
+    after-the-fact curves are equal.
+
+    ``last_step``: the run's last step (an epoch record is drawn at its epoch's last step,
+    at most this). ``purge_step``: a resumed run's first new step: TensorBoard hides the
+    events an earlier attempt wrote from that step on (SummaryWriter's ``purge_step``),
+    so a resumed curve is not drawn twice."""
+
+    def __init__(self, folder: Path, *, batches_per_epoch: int, last_step: int,
+                 purge_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder = folder
+        self.bpe, self.last = max(int(batches_per_epoch), 1), max(int(last_step), 0)
+        self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
+        self._prev: float | None = None
+
+    def record(self, rec: dict[str, Any]) -> None:
+        """One ``metrics.jsonl`` record: a step's loss, lr and step time, or an epoch's numbers."""
+        w = self.writer
+        if "step" in rec:
+            step = int(rec["step"])
+            for key in ("loss", "lr"):
+                if (v := _number(rec.get(key))) is not None:
+                    w.add_scalar(f"train/{key}", v, step)
+            now = _number(rec.get("wall_time_s"))
+            if now is not None and self._prev is not None:
+                w.add_scalar("train/step_time_s", now - self._prev, step)
+            self._prev = now if now is not None else self._prev
+        elif "epoch" in rec:
+            step = min((int(rec["epoch"]) + 1) * self.bpe - 1, self.last)
+            for key, val in rec.items():
+                if key not in ("epoch", "wall_time_s") and (v := _number(val)) is not None:
+                    w.add_scalar(f"epoch/{key}", v, step)
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        """The run's own numbers (:data:`RUN_KEYS`, measured staleness per stage) at its last step."""
+        last = max(int(summary.get("steps_done") or 0) - 1, 0)
+        for key in RUN_KEYS:
+            if (v := _number(summary.get(key))) is not None:
+                self.writer.add_scalar(f"run/{key}", v, last)
+        for k, s in enumerate(summary.get("staleness_measured") or []):
+            if (v := _number(s)) is not None:
+                self.writer.add_scalar(f"run/staleness_measured/stage{k}", v, last)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 def write_run(root: Path, summary: dict[str, Any], mitigation: str = "none") -> Path:
     """Write one finished run's scalars under ``root``; the run's TensorBoard folder."""
-    from torch.utils.tensorboard import SummaryWriter
-
     folder = root / run_name(summary, mitigation)
     if folder.exists():
         shutil.rmtree(folder)
-    bpe = int(summary.get("batches_per_epoch") or 1)
     last = max(int(summary.get("steps_done") or 0) - 1, 0)
-    writer = SummaryWriter(log_dir=str(folder))
+    run = RunScalars(folder, batches_per_epoch=int(summary.get("batches_per_epoch") or 1), last_step=last)
     try:
-        prev: float | None = None
         for rec in _records(Path(summary["run_dir"])):
-            if "step" in rec:
-                step = int(rec["step"])
-                for key in ("loss", "lr"):
-                    if (v := _number(rec.get(key))) is not None:
-                        writer.add_scalar(f"train/{key}", v, step)
-                now = _number(rec.get("wall_time_s"))
-                if now is not None and prev is not None:
-                    writer.add_scalar("train/step_time_s", now - prev, step)
-                prev = now if now is not None else prev
-            elif "epoch" in rec:
-                step = min((int(rec["epoch"]) + 1) * bpe - 1, last)
-                for key, val in rec.items():
-                    if key not in ("epoch", "wall_time_s") and (v := _number(val)) is not None:
-                        writer.add_scalar(f"epoch/{key}", v, step)
-        for key in RUN_KEYS:
-            if (v := _number(summary.get(key))) is not None:
-                writer.add_scalar(f"run/{key}", v, last)
-        for k, s in enumerate(summary.get("staleness_measured") or []):
-            if (v := _number(s)) is not None:
-                writer.add_scalar(f"run/staleness_measured/stage{k}", v, last)
+            run.record(rec)
+        run.summary(summary)
     finally:
-        writer.close()
+        run.close()
     return folder
