@@ -1,6 +1,6 @@
 """The split backward (``I`` then a deferrable ``W``, the zero-bubble schedules) of one stage
 record: ``I`` finds the I/W cut on the record's autograd graph
-(:class:`~stalesim.runtime.graph_split.GraphSplit`, whose doc gives the method) and keeps
+(:class:`~stalesim.workloads.graph_split.GraphSplit`, whose doc gives the method) and keeps
 the gradients ``W`` starts from; ``W`` computes the weight gradients from them. See
 :mod:`stalesim.runtime.stage` for where they run.
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from stalesim.runtime.graph_split import GraphSplit
 from stalesim.runtime.stage_record import Inflight
+from stalesim.workloads.graph_split import GraphSplit
 
 Segments = list[tuple[int, torch.Tensor]]  # the record field's type (module index, output)
 

@@ -30,7 +30,7 @@ input-gradient part of the graph, asks autograd for the stage input's gradient
 only (``retain_graph=True``) and keeps the gradient arriving at those nodes;
 ``W`` restarts autograd there and asks for the parameters only, which runs just
 the weight-gradient kernels: nothing is computed twice
-(:mod:`stalesim.runtime.graph_split` gives the method; any module structure
+(:mod:`stalesim.workloads.graph_split` gives the method; any module structure
 works). W unpacks the weight version its I read (the IR's v_W = v_B). A full
 ``B`` on such a stage is the ordinary backward. The arithmetic is the unsplit
 backward's kernel by kernel.

@@ -44,7 +44,7 @@ Split backward (optional, both or neither): ``backward_input_s`` is the block's
 input-gradient half (``torch.autograd.grad`` of the output w.r.t. the block's
 input only) and ``backward_weight_s`` its weight-gradient half (w.r.t. the
 parameters only), what the ``I`` and ``W`` actions of the zero-bubble schedules
-cost (:mod:`stalesim.runtime.graph_split` finds the cut). They add up to about
+cost (:mod:`stalesim.workloads.graph_split` finds the cut). They add up to about
 ``backward_s``: each kernel runs once, in one half or the other, plus one more
 autograd call per half (a parameter used at two depths re-runs the input-gradient
 nodes between them in ``W``). A profile without them (older files, estimates)

@@ -12,7 +12,7 @@ profile stores the median of the other ``repeats`` plus min/max/IQR.
 The split backward of the zero-bubble schedules is measured in the same round,
 on a second (untimed) forward of each block, exactly as a stage runtime runs
 ``I`` and ``W`` (:mod:`stalesim.runtime.stage`), on the block's own autograd graph
-(:mod:`stalesim.runtime.graph_split`, found before the timing starts): the
+(:mod:`stalesim.workloads.graph_split`, found before the timing starts): the
 input-gradient half asks autograd for the block input's gradient and keeps the
 gradients where the parameters' part of the graph branches off; the
 weight-gradient half restarts there and asks for the parameters only. Any
@@ -59,8 +59,8 @@ import torch
 import torch.nn.functional as F
 
 from stalesim.errors import StalesimError
-from stalesim.runtime.graph_split import GraphSplit
 from stalesim.workloads.blocksum import block_sum_warning
+from stalesim.workloads.graph_split import GraphSplit
 from stalesim.workloads.profile import (
     SCHEMA_VERSION,
     BatchPoint,

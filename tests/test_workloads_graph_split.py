@@ -1,4 +1,4 @@
-"""GraphSplit (stalesim.runtime.graph_split): I then W on autograd's own graph give the
+"""GraphSplit (stalesim.workloads.graph_split): I then W on autograd's own graph give the
 unsplit backward's gradients for any module structure, I computes no weight gradient and W
 no input gradient, and a checkpoint's flat list restores a deferred W."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from stalesim.runtime.graph_split import GraphSplit
+from stalesim.workloads.graph_split import GraphSplit
 
 
 class Patch(nn.Module):
