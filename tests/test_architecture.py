@@ -42,6 +42,7 @@ LAYER = {
     "stalesim.launch": 2,  # where a study's jobs run: below the emulator that hands it the jobs
     "stalesim.sim": 3, "stalesim.emulator": 3, "stalesim.inject": 3, "stalesim.executor": 3,
     "stalesim.validate": 4, "stalesim.figures": 4, "stalesim.plan": 4,
+    "stalesim.cost": 4,  # the cost model simulate, sweep, plan and validate predict with
     "stalesim.api": 4,  # the Python API: beside the CLI, not on it (the facts both need live lower)
     "stalesim.cli": 5, "stalesim.__main__": 5, "stalesim": 5,
 }

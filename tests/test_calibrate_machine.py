@@ -24,7 +24,7 @@ def _link(backend: str, ranks: int, **_kw: Any) -> dict[str, Any]:
             "allreduce": {"algorithm": "ring", "measured": []}}
 
 
-def _measured(**_kw: Any) -> MachineCalibration:
+def _measured(*_a: Any, **_kw: Any) -> MachineCalibration:
     comm = {k: _fit(a) for k, a in (("post", 2e-5), ("complete", 1e-5), ("ar_post", 3e-5), ("ar_complete", 3e-5))}
     return MachineCalibration(overhead_s={"F": 4e-5, "B": 6e-5, "U": 1e-5, "LOSS": 2e-5}, comm=comm,
                               host_cores=2, threads=1, source="calibrate")

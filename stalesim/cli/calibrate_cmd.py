@@ -150,10 +150,11 @@ def run_calibration(args: argparse.Namespace) -> None:
     (:func:`stalesim.cost.calibration.measure_calibration`), written for reuse."""
     from stalesim.cost.calibration import defaults_line, measure_calibration, write_calibration
     from stalesim.progress import heartbeat
+    from stalesim.validate.steps import COMM_SIZES  # validate's sizes: the same fits
 
     print("measuring the executor's per-action and per-message costs (2 CPU ranks) ...", file=sys.stderr)
     with heartbeat("calibrating the executor"):
-        cal = measure_calibration(repeats=args.repeats, timeout_s=args.timeout)
+        cal = measure_calibration(COMM_SIZES, repeats=args.repeats, timeout_s=args.timeout)
     write_calibration(args.calibration, cal)
     over = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in cal.overhead_s.items())
     comm = cal.comm or {}

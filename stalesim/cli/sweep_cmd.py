@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from stalesim.cli.cluster_args import cluster_options
     from stalesim.cli.llm_args import check_llm_flags
     from stalesim.cli.simulate_cmd import read_cli_calibration
+    from stalesim.cost.apply import Predictor
     from stalesim.cost.calibration import defaults_line
     from stalesim.errors import StalesimError
     from stalesim.sim.cluster import with_cluster
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     rows = sweep(prof, points, jobs=args.jobs, launcher=launch, out=out_dir, method=args.method,
                  batch_size=args.batch_size,
                  batches=args.batches, extrapolate=args.extrapolate, cluster=cluster,
-                 force_retime=force_retime, calibration=cal)
+                 force_retime=force_retime, predictor=None if cal is None else Predictor(cal))
     if rows and all(r["error"] for r in rows):  # nothing to rank is a failure, not an empty table
         from stalesim.errors import StalesimError
 

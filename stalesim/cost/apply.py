@@ -9,7 +9,7 @@ with (adding the terms it measures per model: contention, stage times, their spr
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.cost.memory import with_memory_facts
@@ -38,6 +38,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.model import SimHardware
     from stalesim.sim.result import SimResult
     from stalesim.workloads.profile import Profile
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """:func:`predict` with one calibration bound, called as ``simulate`` is: what a consumer
+    below the cost model (the sweep's worker processes) is handed; picklable."""
+
+    calibration: MachineCalibration | None = None
+
+    def __call__(self, profile: Profile, cfg: ScheduleConfig, hw: SimHardware,
+                 options: SimOptions | None = None) -> SimResult:
+        return predict(profile, self.calibration, cfg, hw, options)
 
 
 def predict(profile: Profile, calibration: MachineCalibration | None, cfg: ScheduleConfig,

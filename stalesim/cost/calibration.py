@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,8 +188,8 @@ def calibration_from_dict(data: Any) -> MachineCalibration:
         device=str(data.get("device", "cpu")), source=str(data.get("source", "")))
 
 
-def measure_calibration(*, threads: int = 1, repeats: int = 5, timeout_s: float = 120.0,
-                        comm_sizes: tuple[int, ...] | None = None) -> MachineCalibration:
+def measure_calibration(comm_sizes: Sequence[int], *, threads: int = 1, repeats: int = 5,
+                        timeout_s: float = 120.0) -> MachineCalibration:
     """The terms ``stalesim calibrate`` measures on 2 local CPU ranks, with validate's own
     functions: the per-action overhead (:func:`stalesim.validate.corunners.measure_overhead`),
     the per-message costs (:func:`stalesim.validate.commcal.measure_comm`) and the cores the
@@ -198,10 +198,9 @@ def measure_calibration(*, threads: int = 1, repeats: int = 5, timeout_s: float 
     from stalesim.validate.commcal import measure_comm
     from stalesim.validate.cores import host_cores
     from stalesim.validate.corunners import measure_overhead
-    from stalesim.validate.steps import COMM_SIZES
 
     overhead = measure_overhead(threads=threads, device="cpu")
-    comm = measure_comm(list(comm_sizes or COMM_SIZES), repeats=repeats * 5, devices="cpu:2",
+    comm = measure_comm(list(comm_sizes), repeats=repeats * 5, devices="cpu:2",
                         timeout_s=timeout_s)
     return MachineCalibration(overhead_s=dict(overhead), comm=comm, host_cores=host_cores(),
                               threads=threads, device="cpu", source="calibrate")

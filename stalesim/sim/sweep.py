@@ -109,10 +109,12 @@ class _Worker:
 
     def __init__(self, profile_dict: dict[str, Any], method: str, batch_size: int | None,
                  batches: int | None, rule: str, cluster: dict[str, Any] | None,
-                 force_retime: bool = True, calibration: Any = None) -> None:
+                 force_retime: bool = True, predictor: Any = None) -> None:
         self.profile_dict, self.method, self.batch_size, self.batches = profile_dict, method, batch_size, batches
         self.force_retime = force_retime
-        self.calibration = calibration  # a MachineCalibration (stalesim.cost.calibration) or None
+        # what times a point (simulate's signature): the cost model's predictor with the machine's
+        # calibration bound (stalesim.cost.apply.Predictor, handed down by the CLI), or simulate
+        self.predictor = predictor
         self.rule, self.cluster = rule, dict(cluster or {})
         self._profile: Any = None
         self._hw: dict[tuple[str | None, str | None], tuple[Any, Any]] = {}
@@ -157,9 +159,8 @@ class _Worker:
 
     def __call__(self, pt: SweepPoint) -> dict[str, Any]:
         """Simulate one point; an invalid point becomes a row with an ``error``."""
-        from stalesim.cost.apply import predict
         from stalesim.schedule import ScheduleConfig, get_spec
-        from stalesim.sim.api import SimOptions
+        from stalesim.sim.api import SimOptions, simulate
 
         row: dict[str, Any] = {k: None for k in COLUMNS}
         row.update(asdict(pt))
@@ -174,7 +175,7 @@ class _Worker:
             opts = SimOptions(ppv=pt.ppv, batch_size=self.batch_size, method=self.method,
                               keep_timeline=False, replicas=1 if dp else pt.workers,
                               **{k: c[k] for k in OPTION_KEYS if k in c})
-            r = predict(prof, self.calibration, cfg, hw, opts)
+            r = (self.predictor or simulate)(prof, cfg, hw, opts)
         except StalesimError as exc:
             row["error"] = str(exc)
             return row
@@ -202,7 +203,7 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
           batch_size: int | None = None, batches: int | None = None,
           extrapolate: str | None = None, cluster: dict[str, Any] | None = None,
           launcher: LaunchSpec | None = None, out: Path | None = None,
-          force_retime: bool = True, calibration: Any = None) -> list[dict[str, Any]]:
+          force_retime: bool = True, predictor: Any = None) -> list[dict[str, Any]]:
     """Simulate every point (in ``jobs`` processes) and return rows ranked by throughput.
 
     ``extrapolate``: the profile's rule outside its measured batch sizes
@@ -211,8 +212,8 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
     ``placement``, ``bucket_bytes``, ``symmetry`` (options) for every point.
     ``force_retime``: the points' devices were asked for (``--targets``: the roofline
     estimate), not implied by a node (then a profile for that device is used as it is;
-    :mod:`stalesim.workloads.retime`). ``calibration``: the machine's calibrated cost terms
-    (:func:`stalesim.cost.apply.predict`, the one predictor; None: their defaults).
+    :mod:`stalesim.workloads.retime`). ``predictor``: what times each point, as ``simulate``
+    does (None: ``simulate``; the CLI hands down the cost model's, with a calibration bound).
     """
     from stalesim.workloads.scaling import check_rule
 
@@ -224,7 +225,7 @@ def sweep(profile: Profile, points: Sequence[SweepPoint], *, jobs: int = 1, meth
     if unknown:
         raise StalesimError(f"cluster.{unknown[0]}: unknown (known: {', '.join(CLUSTER_KEYS + OPTION_KEYS)})")
     rule = check_rule(extrapolate or getattr(profile, "extrapolation", "conservative"))
-    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime, calibration)
+    worker = _Worker(profile.to_dict(), method, batch_size, batches, rule, cluster, force_retime, predictor)
     if launcher is not None and out is not None:
         # --launcher with a sweep folder: the points as jobs a launcher places (this machine's
         # processes, Slurm, Ray), the rows kept in ``out`` for a sweep run again (sweep_jobs)
