@@ -14,6 +14,7 @@ import argparse
 from typing import Any
 
 from stalesim.cli.common import float_type, positive_int
+from stalesim.cli.flagcheck import catalog_type
 
 # a bucket of at most 1 TiB (DDP's default is 25 MiB)
 _bucket_mb = float_type(0.0, 2.0**20, lo_open=True)
@@ -25,13 +26,13 @@ def add_cluster_args(p: argparse.ArgumentParser, *, replicas_alias: bool = True)
                        help="alias of -P/--workers: the data-parallel degree (replicas of a pipeline "
                             "schedule, workers of dp/pipe-sgd)")
     g = p.add_argument_group("cluster (data x pipeline parallelism on nodes)")
-    g.add_argument("--node", default=None, metavar="KIND",
+    g.add_argument("--node", type=catalog_type("node"), default=None, metavar="KIND",
                    help="catalog node (dgx-h100, dgx-h200, dgx-a100): its device, node size, "
                         "intra-node and network links")
     g.add_argument("--node-size", type=positive_int, default=None, metavar="G", help="devices per node")
-    g.add_argument("--intra-link", default=None, metavar="KIND",
+    g.add_argument("--intra-link", type=catalog_type("link"), default=None, metavar="KIND",
                    help="catalog link between devices of a node (same as --link)")
-    g.add_argument("--inter-link", default=None, metavar="KIND",
+    g.add_argument("--inter-link", type=catalog_type("link"), default=None, metavar="KIND",
                    help="catalog link between nodes, per device (e.g. ib-ndr)")
     g.add_argument("--inter-algorithm", choices=("ring", "tree"), default=None,
                    help="all-reduce across nodes (default: ring)")

@@ -38,6 +38,8 @@ LLM_ONLY = (("tp", None), ("pp", None), ("micro_batch", None), ("sp", False), ("
             ("framework", None), *((f, None) for f in SHAPE_FLAGS + OVERLAP_FLAGS))
 # --stage-layers' keyword for one layer fewer on the first and last stage
 FIRST_LAST = "first-last"
+# the title of the flags' argument group: stalesim.cli.flagcheck reads which flags need --workload off it
+LLM_GROUP = "LLM workloads (analytic transformer: no profile, no model built)"
 
 
 class _ShapeSource(argparse.Action):
@@ -73,20 +75,15 @@ def _yes_no(text: str) -> bool:
 
 def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     """The workload flags; ``lists``: sweep's comma-separated grids for --tp/--pp/--recompute/--zero."""
-    from stalesim.cli.common import int_list
-
-    def grid(conv: Any) -> Any:
-        def parse(text: str) -> list[Any]:
-            vals = [conv(x.strip()) for x in text.split(",")]
-            if not vals:
-                raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-            return vals
-        return parse
-
+    from stalesim.cli.flagcheck import choice_type, int_choice_type, list_of
     from stalesim.sim.llm_plan import FRAMEWORKS
-    from stalesim.workloads.transformer import FFN_TYPES, preset_names
+    from stalesim.workloads.memory_llm import OPTIMIZERS, PRECISIONS, ZERO_STAGES
+    from stalesim.workloads.transformer import FFN_TYPES, RECOMPUTE, preset_names
 
-    g = p.add_argument_group("LLM workloads (analytic transformer: no profile, no model built)")
+    def grid(conv: Any) -> Any:  # sweep's comma lists, each item checked by the item's type
+        return list_of(conv) if lists else conv
+
+    g = p.add_argument_group(LLM_GROUP)
     g.add_argument("--workload", default=None, metavar="NAME", action=_ShapeSource,
                    help=f"transformer preset (instead of --profile): {', '.join(preset_names())}")
     g.add_argument("--model-spec", default=None, metavar="SPEC.json|.toml", action=_ShapeSource,
@@ -100,27 +97,31 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
                        help=f"{text} (overrides the preset's or the spec file's)")
     g.add_argument("--ffn-type", default=None, metavar="|".join(FFN_TYPES),
                    help="FFN kind (overrides the preset's or the spec file's)")
-    ints = grid(int) if lists else positive_int
-    g.add_argument("--tp", type=int_list if lists else positive_int, default=None,
+    g.add_argument("--tp", type=grid(positive_int), default=None,
                    help="tensor-parallel size (divides the node size)" + (" list" if lists else ""))
-    g.add_argument("--pp", type=int_list if lists else positive_int, default=None,
+    g.add_argument("--pp", type=grid(positive_int), default=None,
                    help="pipeline-parallel devices (stages = pp x stages-per-device)" + (" list" if lists else ""))
     g.add_argument("--micro-batch", type=positive_int, default=None, metavar="b",
                    help="sequences per micro-batch (default 1)")
     g.add_argument("--sp", action="store_true", help="sequence parallelism (needs tp > 1)")
-    g.add_argument("--recompute", type=grid(str) if lists else str, default=None, metavar="none|selective|full",
+    g.add_argument("--recompute", type=grid(choice_type(RECOMPUTE, "recomputation")), default=None,
+                   metavar="|".join(RECOMPUTE),
                    help="activation recomputation (default none)")
-    g.add_argument("--zero", type=ints, default=None, metavar="0..3",
+    g.add_argument("--zero", type=grid(int_choice_type(ZERO_STAGES, "ZeRO stage")), default=None,
+                   metavar=f"{ZERO_STAGES[0]}..{ZERO_STAGES[-1]}",
                    help="ZeRO stage: 1 shards optimizer state over dp, 2 also gradients, 3 also weights")
-    g.add_argument("--optimizer", default=None, metavar="adam|adamw|muon|sgd", help="default adam")
-    g.add_argument("--precision", default=None, metavar="mixed|fp32",
+    g.add_argument("--optimizer", type=choice_type(tuple(OPTIMIZERS), "optimizer"), default=None,
+                   metavar="|".join(OPTIMIZERS), help="default adam")
+    g.add_argument("--precision", type=choice_type(PRECISIONS, "precision"), default=None,
+                   metavar="|".join(PRECISIONS),
                    help="mixed: bf16 weights and gradients + fp32 master and moments (default)")
     g.add_argument("--cp", type=positive_int, default=None,
                    help="context-parallel size: each sequence split over cp GPUs (GPUs = tp x cp x pp x dp)")
     g.add_argument("--stage-layers", type=_stage_layers_arg, default=None, metavar=f"7,8,..,7|{FIRST_LAST}",
                    help="layers per pipeline stage (pp x stages-per-device entries), or first-last: one layer "
                         "fewer on the first and last stage (default: an even split)")
-    g.add_argument("--framework", default=None, metavar="|".join(FRAMEWORKS),
+    g.add_argument("--framework", type=choice_type(FRAMEWORKS, "framework"), default=None,
+                   metavar="|".join(FRAMEWORKS),
                    help="training framework whose memory and overlap conventions apply (default megatron)")
     for name, text in (("tp_overlap", "tensor-parallel collectives of the backward hidden under its GEMMs"),
                        ("dp_overlap", "data-parallel gradient reduction bucketed into the backward"),
@@ -133,10 +134,14 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
 
 
 def check_llm_flags(args: argparse.Namespace) -> None:
-    """LLM flags without ``--workload`` (and a profile with one) are one-line errors."""
+    """LLM flags without ``--workload`` (and a profile with one) are one-line errors; so are the
+    flags the closed form does not read, with it (:func:`stalesim.cli.flagcheck.check_modes`)."""
+    from stalesim.cli.flagcheck import check_modes
+
     if len(getattr(args, "shape_sources", None) or []) > 1:
         raise StalesimError(f"{args.shape_sources[-1]}: give one of --workload NAME and --model-spec FILE")
     if getattr(args, "workload", None) is None:
+        check_modes(getattr(args, "command", ""), args)  # the LLM group's flags, read off the parser
         for name, default in LLM_ONLY:
             if getattr(args, name, default) not in (default, None):
                 raise StalesimError(f"--{name.replace('_', '-')}: needs --workload NAME or --model-spec FILE "
@@ -149,15 +154,7 @@ def check_llm_flags(args: argparse.Namespace) -> None:
         return
     if getattr(args, "profile", None) is not None:
         raise StalesimError("--workload: give either --profile or --workload (or --model-spec), not both")
-    # simulator and profile flags the closed form has no use for (given = not their default)
-    for flag in ("ppv", "ppv_candidates", "trace", "plot", "fold", "switch", "batches", "topology", "comm_overlap",
-                 "cpu_comm_occupancy", "bucket_mb", "no_symmetry", "loss_time"):
-        v = getattr(args, flag, None)
-        if v not in (None, [], False, 0.0):
-            raise StalesimError(f"--{flag.replace('_', '-')}: does not apply to --workload "
-                                f"(the closed-form LLM estimate)")
-    if getattr(args, "warmup", 0):
-        raise StalesimError("--warmup: does not apply to --workload (the closed-form LLM estimate)")
+    check_modes(getattr(args, "command", ""), args)  # every flag the closed form does not read
 
 
 def workload_spec(args: argparse.Namespace) -> TransformerSpec:

@@ -83,6 +83,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "reused), simulate its iteration time and memory per device on the target, and rank "
                     "by time to target = iterations to target x iteration time. Writes plan.json, "
                     "plan.csv and pareto.png in --out.")
+    from stalesim.cli.flagcheck import catalog_type, choice_type, list_of
+    from stalesim.runtime.config import OPTIMIZERS
+    from stalesim.schedule import schedule_names
+
     t = p.add_mutually_exclusive_group()
     t.add_argument("--target-loss", type=_loss, default=None, metavar="L",
                    help="training loss to reach (mean of the last --smooth iterations)")
@@ -104,7 +108,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--lr", type=positive_float, default=0.01)
     w.add_argument("--momentum", type=nonneg_float, default=0.9)
     w.add_argument("--weight-decay", type=nonneg_float, default=0.0)
-    w.add_argument("--optimizers", type=_csv, default=None, help="comma-separated: sgd, adam, adamw (default sgd)")
+    w.add_argument("--optimizers", type=list_of(choice_type(OPTIMIZERS, "optimizer")), default=None,
+                   help="comma-separated: sgd, adam, adamw (default sgd)")
     w.add_argument("--synthetic-size", type=positive_int, default=1024, help="synthetic dataset samples")
     w.add_argument("--emulate-device", default="cpu", help="where the emulations run: cpu | cuda[:N]")
     w.add_argument("--seeds", type=_ints(0, MAX_SEED), default=[0, 1, 2], help="seeds (default 0,1,2)")
@@ -118,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--batched", action="store_true",
                    help="train the seeds and mitigations of a shape together (study --batched)")
     g = p.add_argument_group("candidates")
-    g.add_argument("--schedules", type=_csv, default=None,
+    g.add_argument("--schedules", type=list_of(choice_type(schedule_names, "schedule")), default=None,
                    help="comma-separated schedules (default: every registered one that fits)")
     g.add_argument("--mitigations", type=_csv, default=["none"],
                    help="for schedules with staleness: comma-separated names (see `study`), or 'all' "
@@ -134,8 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     h = p.add_argument_group("target hardware (as `simulate` takes it)")
     h.add_argument("--profile", default=None, metavar="PROFILE.json",
                    help="per-layer costs (default: measured here on the CPU, stored in --out)")
-    h.add_argument("--target", default=None, metavar="KIND", help="catalog device (roofline from the profile)")
-    h.add_argument("--link", default=None, metavar="KIND", help="catalog link")
+    h.add_argument("--target", type=catalog_type("device"), default=None, metavar="KIND",
+                   help="catalog device (roofline from the profile)")
+    h.add_argument("--link", type=catalog_type("link"), default=None, metavar="KIND", help="catalog link")
     add_hardware_args(h)
     add_cluster_args(p, replicas_alias=False)
     h.add_argument("--device-memory", type=_gib, default=None, metavar="GIB",
@@ -156,6 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_launcher_args(p)  # where the candidates' emulations run
     p.set_defaults(func=run)
+    from stalesim.cli.flagcheck import declare
+
+    declare("plan", p)  # its defaults tell the flag checks which flags were given
 
 
 def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool) -> TrainConfig:
@@ -251,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_emulation_flags(args: argparse.Namespace) -> None:
     """The flags of an emulated plan (no --workload), with the defaults of the left-out ones filled in."""
+    from stalesim.cli.flagcheck import check_modes
+
+    check_modes("plan", args)  # the LLM flags, read off the parser
     for name, default in LLM_ONLY:
         if getattr(args, name, default) not in (default, None):
             raise StalesimError(f"--{name.replace('_', '-')}: needs --workload (an analytic transformer)")
@@ -372,16 +384,13 @@ def _run_workload(args: argparse.Namespace) -> int:
     iteration time among those that fit (stalesim.plan.llm); nothing is emulated."""
     import sys
 
+    from stalesim.cli.flagcheck import check_modes, check_whole_nodes, refuse_dead_values
     from stalesim.cli.llm_args import FIRST_LAST, llm_hardware, open_choices, workload_spec
     from stalesim.plan.llm import LLM_MITIGATIONS, llm_rows, llm_table
     from stalesim.sim.parallel import ParallelPlan, describe, supported_schedules
 
     # the emulation's flags: a 70B model's convergence is not emulated here (docs/plan.md)
-    for flag in ("target_loss", "target_accuracy", "check", "profile", "model", "dataset", "optimizers",
-                 "device_memory", "warmups", "switches", "epochs", "max_horizon"):
-        if getattr(args, flag, None) is not None:
-            raise StalesimError(f"--{flag.replace('_', '-')}: does not apply to --workload (nothing is emulated; "
-                                f"it ranks by predicted iteration time and memory per GPU)")
+    check_modes("plan", args)
     spec = workload_spec(args)
     hw = llm_hardware(args)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
@@ -396,13 +405,13 @@ def _run_workload(args: argparse.Namespace) -> int:
                         framework=args.framework or "megatron", tp_overlap=args.tp_overlap,
                         dp_overlap=args.dp_overlap, zero_prefetch=args.zero_prefetch,
                         stage_layers=args.stage_layers if isinstance(args.stage_layers, tuple) else None)
+    check_whole_nodes(args.devices, hw)  # the candidates' own checks run first in llm_rows, before any work
     schedules = args.schedules or supported_schedules()
     mits = list(LLM_MITIGATIONS) if "all" in args.mitigations else args.mitigations
     rows = llm_rows(spec, hw, base, schedules, mits, iterations=args.iterations, open_choices=open_choices(args),
                     first_last=args.stage_layers == FIRST_LAST)
-    reasons = {r["error"] for r in rows}
-    if len(reasons) == 1 and None not in reasons:  # a flag every candidate refuses: the user's input
-        raise StalesimError(reasons.pop())
+    # a plan no candidate can apply is the user's input (the most common reason names the flag)
+    refuse_dead_values("plan", {}, [({}, None if r["error"] is None else StalesimError(r["error"])) for r in rows])
     header = (f"plan: {spec.name} on {args.devices} GPUs ({describe(hw)}); tp {tp} x cp {cp} x pp {pp} x dp {dp}, "
               f"{batch} sequences of {spec.seq} per iteration, micro-batch {b}, recompute {base.recompute}, "
               f"zero {base.zero}, {base.optimizer} ({base.precision}); ranked by predicted iteration time "

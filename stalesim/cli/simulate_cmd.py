@@ -126,6 +126,7 @@ def _timed_for(args: argparse.Namespace, profile: Profile, hwc: Hardware, force:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from stalesim.cli.flagcheck import catalog_type
     from stalesim.schedule import schedule_names
 
     p = sub.add_parser(
@@ -145,11 +146,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pipeline placement vector (weight layers before each register), e.g. 2,5")
     p.add_argument("--batch-size", "-B", type=positive_int, default=None,
                    help="mini-batch size (default: the profile's)")
-    p.add_argument("--target", default=None, metavar="KIND",
+    p.add_argument("--target", type=catalog_type("device"), default=None, metavar="KIND",
                    help="catalog device to predict for: compute times estimated by roofline "
                         "from the profile (default: the profile's own device)")
-    p.add_argument("--device", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
-    p.add_argument("--link", default=None, metavar="KIND", help="catalog link (ideal = free)")
+    # the spelling before 0.2
+    p.add_argument("--device", type=catalog_type("device"), dest="target", help=argparse.SUPPRESS)
+    p.add_argument("--link", type=catalog_type("link"), default=None, metavar="KIND",
+                   help="catalog link (ideal = free)")
     add_hardware_args(p)
     add_cluster_args(p)
     p.add_argument("--method", choices=("event", "fast"), default="event",
@@ -171,6 +174,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, metavar="T.json", help="write a Chrome trace (Perfetto)")
     p.add_argument("--plot", default=None, metavar="G.png", help="write a Gantt chart (.png/.svg/.pdf)")
     p.set_defaults(func=run)
+    from stalesim.cli.flagcheck import declare
+
+    declare("simulate", p)  # its defaults tell the flag checks which flags were given
 
 
 def run(args: argparse.Namespace) -> int:
@@ -299,13 +305,19 @@ def _rotation_costs(args: argparse.Namespace, prof: Profile, cfg: ScheduleConfig
 def _run_workload(args: argparse.Namespace) -> int:
     """``--workload`` / ``--model-spec``: the LLM estimate (stalesim.sim.parallel.predict_llm) and
     the range over the choices the flags leave open (stalesim.sim.llm_range)."""
+    from stalesim.cli.flagcheck import check_plan, flag_error
     from stalesim.cli.llm_args import FIRST_LAST, llm_hardware, open_choices, plan_from_args, workload_spec
+    from stalesim.errors import StalesimError
     from stalesim.sim.llm_range import choice_range
     from stalesim.sim.parallel import predict_llm
 
     spec = workload_spec(args)
     hw = llm_hardware(args)
-    plan = plan_from_args(args, spec)
+    try:
+        plan = plan_from_args(args, spec)
+        check_plan(plan, spec, hw)  # every combination, before anything is predicted
+    except StalesimError as exc:
+        raise flag_error("simulate", exc) from None
     p = predict_llm(spec, plan, hw)
     rng = choice_range(spec, plan, hw, open_choices(args), first_last=args.stage_layers == FIRST_LAST)
     if args.json:

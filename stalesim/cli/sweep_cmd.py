@@ -37,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "staleness beside it; optionally write CSV/JSON.")
     p.add_argument("--profile", default=None, metavar="PROFILE.json",
                    help="per-layer profile (or --workload NAME: an analytic transformer)")
-    p.add_argument("--schedules", required=True, type=_names, metavar="A,B",
+    from stalesim.cli.flagcheck import catalog_type, choice_type, list_of
+    from stalesim.schedule import schedule_names
+
+    p.add_argument("--schedules", required=True, type=list_of(choice_type(schedule_names, "schedule")),
+                   metavar="A,B",
                    help="comma-separated schedule names")
     p.add_argument("--stages", "-S", type=_positive_list, default=[], metavar="2,4,8")
     p.add_argument("--ppv-candidates", type=int_list, nargs="+", default=[], metavar="PPV",
@@ -48,11 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stages-per-device", "-V", type=_positive_list, default=None, metavar="1,2,4",
                    help="virtual stages per device for the interleaved schedules (S/V devices); "
                         "default: each schedule's own (2 for interleaving, ZB-V, DualPipeV)")
-    p.add_argument("--targets", type=_names, default=None, metavar="KIND,KIND",
+    p.add_argument("--targets", type=list_of(catalog_type("device")), default=None, metavar="KIND,KIND",
                    help="catalog devices to predict for (roofline from the profile); "
                         "default: the profile's own")
-    p.add_argument("--devices", type=_names, dest="targets", help=argparse.SUPPRESS)  # before 0.2
-    p.add_argument("--links", type=_names, default=None, metavar="KIND,KIND",
+    # the spelling before 0.2
+    p.add_argument("--devices", type=list_of(catalog_type("device")), dest="targets", help=argparse.SUPPRESS)
+    p.add_argument("--links", type=list_of(catalog_type("link")), default=None, metavar="KIND,KIND",
                    help="catalog links; default: ideal")
     p.add_argument("--calibration", default=None, metavar="CAL.json",
                    help="this machine's calibrated cost terms (as `simulate --calibration`; needs "
@@ -79,6 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_launcher_args(p, tensorboard=False)
     p.add_argument("--dp", type=_positive_list, dest="workers", default=argparse.SUPPRESS, metavar="1,2,4",
                    help="alias of -P: data-parallel degrees")
+    from stalesim.cli.flagcheck import declare
+
+    declare("sweep", p)  # its defaults tell the flag checks which flags were given
     p.set_defaults(func=run)
 
 
@@ -191,26 +199,35 @@ def _run_workload(args: argparse.Namespace) -> int:
     hw = llm_hardware(args)
     tps, pps = args.tp or [1], args.pp or args.stages or [1]
     recs, zeros = args.recompute or ["none"], args.zero or [0]
+    from stalesim.cli.flagcheck import check_plan, note_left_out, refuse_dead_values
+    from stalesim.errors import StalesimError
+
     plans: list[ParallelPlan] = []
-    for sched, tp, pp, P, M, rec, z in itertools.product(args.schedules, tps, pps, args.workers,
-                                                         args.microbatches, recs, zeros):
+    # every grid point checked before any is predicted: a value no point can use is the user's error
+    checked: list[tuple[dict[str, object], StalesimError | None]] = []
+    swept = {"--schedules": args.schedules, "--tp": tps, "--pp": pps, "--workers": args.workers,
+             "--microbatches": args.microbatches, "--recompute": recs, "--zero": zeros}
+    for sched, tp, pp, P, M, rec, z in itertools.product(*swept.values()):
         if args.gpus is not None:
             cp = args.cp or 1
             if args.gpus % (tp * cp * pp):
                 continue
             P = args.gpus // (tp * cp * pp)
+        values = dict(zip(swept, (sched, tp, pp, P, M, rec, z)))
         try:
-            plans.append(plan_from_args(args, spec, tp=tp, pp=pp, dp=P, schedule=sched, microbatches=M,
-                                        recompute=rec, zero=z, chunks=(args.stages_per_device or [None])[0]))
-        except Exception as exc:  # noqa: BLE001 - a bad grid point is a row with its error, as for profiles
-            from stalesim.errors import StalesimError
-
-            if not isinstance(exc, StalesimError):
-                raise
-    if not plans:
-        from stalesim.errors import StalesimError
-
+            plan = plan_from_args(args, spec, tp=tp, pp=pp, dp=P, schedule=sched, microbatches=M,
+                                  recompute=rec, zero=z, chunks=(args.stages_per_device or [None])[0])
+            check_plan(plan, spec, hw)
+        except StalesimError as exc:
+            checked.append((values, exc))
+            continue
+        checked.append((values, None))
+        plans.append(plan)
+    if not checked:
         raise StalesimError("--gpus: no grid point has tp x cp x pp dividing it")
+    if args.gpus is not None:
+        swept.pop("--workers")  # dp follows from --gpus
+    note_left_out("sweep", refuse_dead_values("sweep", swept, checked))
     rows = sweep_llm(spec, plans, hw)
     if args.csv:
         from stalesim.atomic import write_csv_atomic
