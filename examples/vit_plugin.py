@@ -13,8 +13,8 @@ Dropout is 0 so every process computes the same numbers (the executor's losses e
 emulator's). Run it from this folder, e.g.::
 
     stalesim profile --model vit_plugin:vit --batch-size 16 --repeats 1 --warmup 0
-    stalesim validate --model vit_plugin:vit --devices cpu:2 --schedules zb-h1 --iterations 4
-    stalesim plan --model vit_plugin:vit --devices 2 --target-loss 2.0 --iterations 8
+    stalesim validate --model vit_plugin:vit --devices cpu:2 --schedules zb-h1 --iterations 4 --out val
+    stalesim plan --model vit_plugin:vit --devices 2 --target-loss 2.0 --iterations 8 --out plan
 
 The input is a 3 x 32 x 32 image (the ``input_shape`` attribute; ``--dataset synthetic`` by
 default), the output 10 logits.
