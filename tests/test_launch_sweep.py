@@ -16,7 +16,7 @@ from _cli import run_cli
 from stalesim.errors import StalesimError
 from stalesim.launch import LaunchSpec
 from stalesim.sim.sweep import SweepPoint
-from stalesim.sim.sweep_jobs import ROWS_FILE, chunk_jobs, run_sweep_jobs
+from stalesim.sim.sweep_jobs import ROWS_FILE, chunk_jobs, run_sweep_jobs, settings_digest
 from stalesim.workloads.profile import uniform_profile
 
 
@@ -116,3 +116,17 @@ def test_a_dead_job_is_reported_and_only_its_points_run_again(tmp_path):
     assert [r["stages"] for r in rows] == list(range(1, 9))
     assert not (out / "logs" / "points00000-00001.log").read_text()  # ran once, printed nothing
     assert len((out / ROWS_FILE).read_text().splitlines()) == 8  # 6 kept + the 2 of the job run again
+
+
+class Opaque:
+    """An object whose repr holds its memory address."""
+
+
+def test_settings_digest_is_the_same_in_every_process():
+    """The digest reads the worker's state, objects by their fields or their repr less any
+    memory address: a copy (another process's unpickled worker) has the same digest."""
+    import pickle
+
+    a, b = _Worker("x"), _Worker("x")
+    a.die, b.die = Opaque(), pickle.loads(pickle.dumps(Opaque()))
+    assert settings_digest(a) == settings_digest(b) != settings_digest(_Worker("y"))

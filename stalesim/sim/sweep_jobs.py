@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,19 @@ def point_key(point: Any) -> str:
     return json.dumps(asdict(point), sort_keys=True)
 
 
+def _plain(obj: Any) -> Any:
+    """An object of the worker's state as JSON can hold it: a dataclass (the cost model's
+    predictor and calibration) by its fields, anything else by its repr less a memory
+    address (which differs in every process and would make every kept row look stale)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
 def settings_digest(worker: Any) -> str:
     """A digest of everything but the points that decides a row (the worker's pickled state):
     rows kept from a sweep with other settings are not reused."""
-    state = worker.__getstate__() if hasattr(worker, "__getstate__") else vars(worker)
-    text = json.dumps(state, sort_keys=True, default=repr)
+    text = json.dumps(worker.__getstate__(), sort_keys=True, default=_plain)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
