@@ -7,8 +7,10 @@ baseline, ``iterations`` each, and the emulation's few) at the profiled time of 
 training step (step 2, with the other rank busy where that was measured), plus one
 process-group start per round at the wall time of the link calibration (step 3 starts
 the same two ranks and sends a few messages: an upper bound of a start). It leaves out
-the stage-timing passes between rounds, so after the first round the estimate is
-replaced by that round's measured time times the rounds still to run.
+the executor's message calibration and the stage-timing passes between rounds (on a
+loaded 2-core machine they took as long as the runs), so it is printed as a lower
+bound; after the first round it is replaced by that round's measured time (from the
+line that starts the rounds) times the rounds still to run.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-def fmt_eta(seconds: float) -> str:
+def fmt_eta(seconds: float, lead: str = "about") -> str:
     """``about 40 s`` under two minutes, else ``about 4 min`` (rounded up)."""
     if seconds < 120:
-        return f"about {max(1, round(seconds))} s"
-    return f"about {-(-int(seconds) // 60)} min"
+        return f"{lead} {max(1, round(seconds))} s"
+    return f"{lead} {-(-int(seconds) // 60)} min"
 
 
 def validate_estimate_s(*, step_s: float, start_s: float, schedules: int, iterations: int, repeats: int,
@@ -35,17 +37,21 @@ def validate_estimate_s(*, step_s: float, start_s: float, schedules: int, iterat
 
 
 ROUND_DONE = re.compile(r"round (\d+)/(\d+) done")
+ROUNDS_START = re.compile(r"running \d+ schedule")
 
 
 @dataclass
 class RoundClock:
-    """Turns validate's ``round k/K done`` progress lines into ``about N more`` notes."""
+    """Turns validate's ``round k/K done`` progress lines into ``about N more`` notes, timed
+    from its ``running N schedule(s)`` line (before it: the baseline and calibrations)."""
 
     say: Callable[[str], None]
     t0: float = field(default_factory=lambda: time.perf_counter())
 
     def __call__(self, msg: str) -> None:
         self.say(msg)
+        if ROUNDS_START.search(msg):
+            self.t0 = time.perf_counter()
         m = ROUND_DONE.search(msg)
         if m is None:
             return

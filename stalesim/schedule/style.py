@@ -17,19 +17,22 @@ emulator's study plot included, can import it.
 from __future__ import annotations
 
 import zlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # typing only: drawing is the caller's, this module needs no matplotlib
+    from matplotlib.typing import LineStyleType
 
 # matplotlib's tab10 (spelled out so this module needs no matplotlib import), then ten
 # darker or stronger colours unlike any of tab10's (tab20's second half is tab10 lightened:
 # too close to tell apart in a legend), for the eleventh schedule on
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-           "#000000", "#800000", "#000075", "#469990", "#f032e6",
-           "#e6ab02", "#6a3d9a", "#b2df8a", "#fb9a99", "#808000")
+           "#800000", "#469990", "#000075", "#6a3d9a", "#f032e6",
+           "#000000", "#e6ab02", "#b2df8a", "#fb9a99", "#808000")
 # filled shapes that stay readable at 5-6 pt; the count is coprime with the palette's
 # so colour and marker do not repeat together before 20 x 11 styles
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h")
-LINESTYLES = ("-", "--", "-.", ":")
+LINESTYLES: tuple[LineStyleType, ...] = ("-", "--", "-.", ":")
 
 
 class ScheduleStyle(NamedTuple):
@@ -37,7 +40,7 @@ class ScheduleStyle(NamedTuple):
 
     color: str
     marker: str
-    linestyle: str
+    linestyle: LineStyleType
 
 
 def style_at(index: int) -> ScheduleStyle:
