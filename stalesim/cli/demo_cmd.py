@@ -20,11 +20,12 @@ import argparse
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import add_extrapolate_arg, fmt_or_na, int_type, positive_int
+from stalesim.cli.demo_report import Section
 from stalesim.limits import MAX_REPEATS
 from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
 
@@ -139,13 +140,18 @@ class _Steps:
         self.total = total
         self.t0 = time.perf_counter()
         self.k = 0
+        self.log: list[str] = []  # every line printed, for the report
 
     def __call__(self, msg: str) -> None:
         self.k += 1
-        print(f"\n[{self.k}/{self.total}] ({time.perf_counter() - self.t0:5.1f} s) {msg}", flush=True)
+        self._print(f"[{self.k}/{self.total}] ({time.perf_counter() - self.t0:5.1f} s) {msg}", "\n")
 
     def note(self, msg: str) -> None:
-        print(f"      ({time.perf_counter() - self.t0:5.1f} s) {msg}", flush=True)
+        self._print(f"      ({time.perf_counter() - self.t0:5.1f} s) {msg}")
+
+    def _print(self, line: str, before: str = "") -> None:
+        self.log.append(line)
+        print(before + line, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,6 +173,8 @@ class _Demo:
     devs: Devices
     out: Path
     step: _Steps
+    sections: list[Section] = field(default_factory=list)  # the report's, one per step's table
+    seconds: dict[str, float] = field(default_factory=dict)  # measured step times the estimates use
 
     @property
     def cuda(self) -> bool:
@@ -182,7 +190,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     """The seven steps (minutes of measuring); every flag was checked by :func:`check_args`."""
     step = _Steps(7)
     step(f"schedule IR: every schedule at S={args.stages}, staleness derived from the action order")
-    print(schedule_table(args.stages))
+    ir_table = schedule_table(args.stages)
+    print(ir_table)
 
     # In-process work (profiling, emulation) uses one thread, as each rank does: with
     # more, OpenMP threads spin against each other and everything else on a small shared box.
@@ -196,6 +205,7 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     data_dir = args.data_dir or pin_data_env()
     load0 = os.getloadavg()
     d = _Demo(args, devices, parse_devices(devices), out, step)
+    d.sections.append(Section(f"schedules at S={args.stages}: staleness derived from the action order", ir_table))
     cm = _profile_step(d)
     hw = _calibrate_step(d)
     grid = _predict_step(d, cm, hw)
@@ -271,9 +281,11 @@ def _calibrate_step(d: _Demo) -> SimHardware:
     quick = d.args.quick
     backend = "nccl" if d.cuda else "gloo"
     d.step(f"calibrating the {backend} link between 2 local ranks")
+    t0 = time.perf_counter()
     with heartbeat("step 3: calibrating"):
         hw_dict = calibrate(backend, 2, sizes=[4 * 4**k for k in range(8 if quick else 11)],
                             repeats=2 if quick else 3, devices=d.devs.first(2) if d.devs.count >= 2 else None)
+    d.seconds["calibrate"] = time.perf_counter() - t0
     write_json_atomic(d.out / "hardware.json", hw_dict)
     hw = SimHardware.from_hardware(hardware_from_dict(hw_dict))
     d.step.note(f"latency {hw.latency_ns / 1e3:.1f} us, bandwidth "
@@ -295,13 +307,15 @@ def _predict_step(d: _Demo, cm: CostModel, hw: SimHardware) -> list[dict[str, An
                             cpu_label="this GPU" if d.cuda else "this CPU")
     prediction_figure(grid, d.out / "predict_speedup.png")
     write_json_atomic(d.out / "predictions.json", grid)
-    _print_grid(grid)
-    print(ideal_line_statement(grid))
+    text = _grid_text(grid) + "\n" + ideal_line_statement(grid)
+    print(text)
+    d.sections.append(Section("prediction: speed-up over one device", text, (d.out / "predict_speedup.png",)))
     return grid
 
 
 def _validate_step(d: _Demo, cm: CostModel) -> dict[str, Any]:
     """Step 5: validate on the local ranks, reusing the profiles and link measured above."""
+    from stalesim.cli.demo_eta import RoundClock
     from stalesim.cli.validate_cmd import summary_table
     from stalesim.validate.workflow import validate
 
@@ -311,9 +325,27 @@ def _validate_step(d: _Demo, cm: CostModel) -> dict[str, Any]:
     vcfg = _validate_config(args, str(out), d.devices, args.batch_size, args.iterations, args.schedules,
                             hardware=str(out / "hardware.json"), profile=str(out / "profile.json"),
                             contended_profile=str(out / "profile_contended.json") if cm.contended else None)
-    vsum = validate(vcfg, progress=lambda m: d.step.note(m.split("] ", 1)[-1]))
-    print(summary_table(vsum))
+    d.step.note(f"{_validate_eta(d, cm)} on this machine (the runs' steps at "
+                "step 2's step time, a rank start per round at step 3's time; the stage timing between rounds "
+                "comes on top: refined after the first round)")
+    vsum = validate(vcfg, progress=RoundClock(lambda m: d.step.note(m.split("] ", 1)[-1])))
+    text = summary_table(vsum)
+    print(text)
+    d.sections.append(Section(f"validation on {d.devices}: predicted vs measured", text,
+                              tuple(sorted((out / "validate" / "figures").glob("*.png")))))
     return vsum
+
+
+def _validate_eta(d: _Demo, cm: CostModel) -> str:
+    """The validation step's estimated time, a lower bound (:mod:`stalesim.cli.demo_eta`)."""
+    from stalesim.cli.demo_eta import fmt_eta, validate_estimate_s
+
+    step_s = (cm.profile.whole_model_s or 0.0) * (cm.contention_ratio() or 1.0)
+    cfg = _validate_config(d.args, str(d.out), d.devices, d.args.batch_size, d.args.iterations, d.args.schedules)
+    n = len(cfg.schedules[0].split(","))  # "all" counts as one: still a lower bound
+    return fmt_eta(validate_estimate_s(step_s=step_s, start_s=d.seconds.get("calibrate", 0.0), schedules=n,
+                                       iterations=cfg.iterations, repeats=cfg.repeats or 1,
+                                       emulate_iterations=cfg.emulate_iterations), lead="at least")
 
 
 def _study_step(d: _Demo, data_dir: str | None) -> list[dict[str, Any]] | None:
@@ -330,6 +362,11 @@ def _study_step(d: _Demo, data_dir: str | None) -> list[dict[str, Any]] | None:
     with heartbeat("step 6: staleness study"):
         study = staleness_study(data_dir, iterations=n, progress=d.step.note)
     staleness_figure(study, d.out / "staleness.png")
+    rows = [(str(r["schedule"]), str(r["staleness_ir"]), str(r["iterations"]),
+             fmt_or_na(r.get("final_test_accuracy"), ".4f")) for r in study]
+    d.sections.append(Section("staleness study (LeNet-5 / MNIST, emulated)",
+                              _table([("schedule", "staleness", "iterations", "final test accuracy"), *rows]),
+                              (d.out / "staleness.png",)))
     write_json_atomic(d.out / "staleness.json", [{k: v for k, v in r.items()} for r in study])
     return study
 
@@ -348,7 +385,8 @@ def _summary_step(d: _Demo, load0: tuple[float, float, float], grid: list[dict[s
     out = d.out
     elapsed = time.perf_counter() - d.step.t0
     d.step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
-    print(_summary(grid, vsum, study, d.args.target))
+    text = _summary(grid, vsum, study, d.args.target)
+    print(text)
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
                "load_average_after": list(os.getloadavg()), "devices": d.devices, "model": d.args.model,
                "validate": {k: vsum.get(k) for k in _VALIDATE_KEYS},
@@ -356,12 +394,17 @@ def _summary_step(d: _Demo, load0: tuple[float, float, float], grid: list[dict[s
                "staleness": None if study is None else [{k: v for k, v in r.items() if k != "losses"}
                                                         for r in study]}
     write_json_atomic(out / "summary.json", summary)
-    print(f"\nfigures: {out}/predict_speedup.png, {out}/validate/figures/, "
-          + (f"{out}/staleness.png; " if study else "")
-          + f"report: {out}/validate/report.md; summary: {out}/summary.json")
+    from stalesim.cli.demo_report import write_report
+
+    md, page = write_report(out, f"stalesim demo: {d.args.model} on {d.devices}",
+                            [Section("summary", text), *d.sections, Section("progress", "\n".join(d.step.log))])
+    print(f"\nreport: {page} (figures embedded, opens offline) and {md}; figures: {out}/predict_speedup.png, "
+          f"{out}/validate/figures/, " + (f"{out}/staleness.png; " if study else "")
+          + f"validation report: {out}/validate/report.md; summary: {out}/summary.json")
 
 
-def _print_grid(grid: list[dict[str, Any]]) -> None:
+def _grid_text(grid: list[dict[str, Any]]) -> str:
+    """The prediction table with its cost sources, marks and warnings, as printed."""
     from stalesim.units import fmt_bytes
 
     groups: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
@@ -379,22 +422,20 @@ def _print_grid(grid: list[dict[str, Any]]) -> None:
                          f"{cell['speedup']:.2f}x{_mark(cell)} u{cell['utilization_mean']:.2f}")
         mem = max((r["peak_memory_bytes_max"] or 0) for r in by.values())
         rows.append((f"{hwl} / {link}", str(n), *cells, fmt_bytes(mem)))
-    print("predicted speed-up over one device (and mean utilization):")
-    print(_table(rows))
+    lines = ["predicted speed-up over one device (and mean utilization):", _table(rows)]
     sources: dict[tuple[str, str], dict[str, str]] = {}
     for r in grid:
         sources.setdefault((r["hardware"], r["link"]), {}).update(r.get("cost_batches", {}))
     for (hwl, link), by_b in sources.items():
-        print(f"  costs for {hwl} / {link}: "
-              + ", ".join(f"batch {b} {src}" for b, src in by_b.items()))
-    print("  marks: * extrapolated outside the profiled batch sizes, ! above the ideal line "
-          "(cause below)")
+        lines.append(f"  costs for {hwl} / {link}: " + ", ".join(f"batch {b} {src}" for b, src in by_b.items()))
+    lines.append("  marks: * extrapolated outside the profiled batch sizes, ! above the ideal line (cause below)")
     seen: set[str] = set()
     for r in grid:
         for w in r.get("warnings", []):
             if w not in seen:
                 seen.add(w)
-                print(f"  WARNING {r['schedule']} on {r['devices']} x {r['hardware']} / {r['link']}: {w}")
+                lines.append(f"  WARNING {r['schedule']} on {r['devices']} x {r['hardware']} / {r['link']}: {w}")
+    return "\n".join(lines)
 
 
 def _mark(r: dict[str, Any]) -> str:
