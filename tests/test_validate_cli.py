@@ -52,6 +52,11 @@ def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
     assert summary["load_average"]["before"] is not None
     assert summary["command"].startswith("stalesim")
     assert summary["cost_model"]["overhead_s"]["F"] >= 0
+    # the same terms as a machine calibration simulate/sweep/plan read back (--calibration)
+    from stalesim.cost.calibration import read_calibration
+
+    cal = read_calibration(out / "calibration.json")
+    assert cal.source == "validate" and cal.overhead_s == summary["cost_model"]["overhead_s"]
     # every layout timed between the rounds, alone and with the co-runner busy (2 CPU ranks)
     layouts = summary["cost_model"]["stage_times"]
     assert len(layouts) >= 2  # the 2-stage runs' and the 1-rank baseline's

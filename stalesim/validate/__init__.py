@@ -1,7 +1,7 @@
 """``stalesim validate``: predicted (simulator) vs measured (executor) vs emulated.
 
-Modules: ``config`` (what is compared, checked up front), ``costmodel`` (profile +
-per-action overhead + contention -> simulator costs), ``measured`` (executor rows ->
+Modules: ``config`` (what is compared, checked up front), ``replay`` (a measured run
+replayed; the cost terms are :mod:`stalesim.cost`, shared with simulate/sweep/plan), ``measured`` (executor rows ->
 the simulator's steady-state window), ``compare`` (rows and aggregates),
 ``corunners`` (the measurements behind it), ``figures``, ``report``, ``steps`` (one
 function per step) and ``workflow`` (running them in order). See docs/validate.md.

@@ -258,6 +258,12 @@ def baseline_step(v: Validation) -> None:
         w = tuple(v.base_timing["window_s"])
         v.cm.dispatch_s = dispatch_gap(v.base_measured["rows"], w)
         v.cm.gaps_s = gaps_after(v.base_measured["rows"], w)
+    if v.resumed is None:
+        # the machine's terms as `simulate/sweep/plan --calibration` read them: what this run
+        # measured predicts other configurations on the same ranks
+        from stalesim.cost.calibration import write_calibration
+
+        write_calibration(v.out / "calibration.json", v.cm.calibration(source="validate"))
 
 
 def run_dir(out: Path, name: str, k: int) -> Path:
