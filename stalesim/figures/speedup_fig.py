@@ -24,12 +24,13 @@ from stalesim.schedule.style import schedule_style
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.lines import Line2D
+    from matplotlib.typing import FillStyleType
 
 # fill per cost source; roofline and given costs are not measured but are not a guess
 # from a neighbouring batch either, so they are drawn full (the panel title says which)
-FILLS = {"measured": "full", "roofline": "full", "given": "full", "interpolated": "left",
+FILLS: dict[str, FillStyleType] = {"measured": "full", "roofline": "full", "given": "full", "interpolated": "left",
          "extrapolated": "none"}
-FILL_LABELS = {"full": "costs measured (or roofline)", "left": "costs interpolated",
+FILL_LABELS: dict[FillStyleType, str] = {"full": "costs measured (or roofline)", "left": "costs interpolated",
                "none": "costs extrapolated"}
 # horizontal gap (in devices) between coincident schedules: visible at 2..8 devices,
 # far smaller than the gap between device counts
@@ -96,7 +97,8 @@ def _legend(fig: Any, rows: Sequence[dict[str, Any]]) -> Any:
         labels.append(name)
     handles.append(Line2D([], [], ls=":", color="grey"))
     labels.append("ideal (= devices)")
-    for fill in dict.fromkeys(FILLS.get(r.get("cost_source", "given"), "full") for r in rows):
+    fills: list[FillStyleType] = list(dict.fromkeys(FILLS.get(r.get("cost_source", "given"), "full") for r in rows))
+    for fill in fills:
         handles.append(Line2D([], [], marker="o", fillstyle=fill, color="black", ls="none",
                               markerfacecoloralt="white"))
         labels.append(FILL_LABELS[fill])
