@@ -190,7 +190,7 @@ NAMES: dict[str, tuple[list[str], list[str]]] = {
 }
 NAME_LISTS = {"schedules": "schedule", "targets": "target", "links": "link"}
 IN_FILES = {"profile": "profile", "contended_profile": "profile", "from_profile": "profile",
-            "hardware": "hardware", "from_torch_csv": "csv"}
+            "hardware": "hardware", "from_torch_csv": "csv", "schedule_file": "csv"}
 OUT_PATHS = ("out", "output", "csv", "trace", "plot", "to_torch_csv")
 
 
@@ -204,6 +204,10 @@ def _value(action: argparse.Action, files: dict[str, str],
         return st.sampled_from(good), st.one_of(st.sampled_from(bad), WORDS)
     if action.choices is not None:
         return st.sampled_from(sorted(map(str, action.choices))), WORDS
+    declared = getattr(action.type, "choices", None)  # stalesim.cli.flagcheck's choice and catalog types
+    if declared is not None:
+        names = [str(c) for c in (declared() if callable(declared) else declared)]
+        return st.sampled_from(names), st.one_of(st.sampled_from(["nosuch", names[0] + ",nosuch"]), WORDS)
     if bounds is not None:
         return _ints(*bounds[1:]) if bounds[0] == "int" else _floats(*bounds[1:])
     if dest in NAME_LISTS:
@@ -242,12 +246,15 @@ def _bases(command: str, files: dict[str, str], fresh: str) -> list[list[str]]:
     flags vary working configurations (a command not listed here is fuzzed from scratch)."""
     prof = files["profile"]
     train = ["--dataset", "synthetic", "--iterations", "2", "--synthetic-size", "64", "--batch-size", "8"]
+    llm = ["--workload", "llama2-7b", "--node", "dgx-h100"]  # the closed-form LLM estimate
     return {
         "schedule": [["stale", "-S", "3", "-N", "6"], ["--from-torch", "Interleaved1F1B", "--ranks", "2", "-M", "4"],
                      ["--from-torch-csv", files["csv"]], ["interleaved-1f1b", "-S", "4", "-V", "2", "-M", "2"]],
-        "simulate": [["--profile", prof, "--schedule", "stale", "-S", "2"]],
+        "simulate": [["--profile", prof, "--schedule", "stale", "-S", "2"],
+                     ["--profile", prof, "--schedule-file", files["csv"]], [*llm, "--schedule", "1f1b"]],
         "partition": [["--profile", prof, "--stages", "2"]],
-        "sweep": [["--profile", prof, "--schedules", "stale,dp", "--stages", "2"]],
+        "sweep": [["--profile", prof, "--schedules", "stale,dp", "--stages", "2"],
+                  [*llm, "--schedules", "1f1b,gpipe", "--tp", "1,2"]],
         "emulate": [train],
         "run": [train + ["--devices", "cpu:1"], train + ["--devices", "cpu:2", "--schedule", "stale", "-S", "2"]],
         "study": [train + ["--out", fresh, "--seeds", "0"]],
@@ -257,7 +264,7 @@ def _bases(command: str, files: dict[str, str], fresh: str) -> list[list[str]]:
         "figures": [["--out", fresh, "--only", "staleness_table"]],
         "plan": [["--devices", "2", "--target-loss", "1.0", "--out", fresh, "--dataset", "synthetic",
                   "--iterations", "20", "--max-horizon", "20", "--schedules", "stale", "--seeds", "0",
-                  "--profile", prof]],
+                  "--profile", prof], [*llm, "--devices", "8"]],
         "demo": [["--out", fresh, "--quick"]],
     }.get(command, [])
 
