@@ -259,11 +259,10 @@ def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[floa
     sub-module hooks fetch its weights for it; each linear's backward then runs after the
     later linears' recomputed forwards and backwards, so the coordinator released its weights
     unless those number fewer than ``stage3_max_reuse_distance``
-    (:data:`~stalesim.sim.llm_memory.DEEPSPEED_MAX_REUSE_DISTANCE`): the last linear always stays,
+    (:data:`~stalesim.workloads.memory_llm.DEEPSPEED_MAX_REUSE_DISTANCE`): the last linear always stays,
     an earlier one is fetched again when ``2 x`` the later linears' parameters reach it. FSDP2
     gathers the whole block before its recomputation and keeps it through the backward: none."""
-    from stalesim.sim.llm_memory import DEEPSPEED_MAX_REUSE_DISTANCE
-    from stalesim.workloads.memory_llm import DEEPSPEED
+    from stalesim.workloads.memory_llm import DEEPSPEED, DEEPSPEED_MAX_REUSE_DISTANCE
 
     if plan.framework not in DEEPSPEED or plan.recompute != "full":
         return 0.0, 0

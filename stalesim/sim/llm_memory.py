@@ -38,7 +38,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from stalesim.sim.llm_plan import DOUBLE_BUFFER, FILL_DRAIN, INTERLEAVED, ONE_F_ONE_B, STASH, family
-from stalesim.workloads.memory_llm import DEEPSPEED, FrameworkState, framework_state
+from stalesim.workloads.memory_llm import (
+    DEEPSPEED,
+    DEEPSPEED_MAX_LIVE_PARAMS,
+    DEEPSPEED_PREFETCH_PARAMS,
+    DEEPSPEED_REDUCE_BUCKET,
+    FrameworkState,
+    framework_state,
+)
 from stalesim.workloads.transformer import layer_activation_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import DeviceSpec
     from stalesim.workloads.transformer import TransformerSpec
 
-__all__ = ["COMPONENTS", "DEEPSPEED_MAX_REUSE_DISTANCE", "FRAGMENTATION", "OUTSIDE", "DeviceMemory", "activations",
+__all__ = ["COMPONENTS", "FRAGMENTATION", "OUTSIDE", "DeviceMemory", "activations",
            "backward_bytes", "device_memory", "gathered_bytes", "in_flight", "plan_state", "prefetch_units",
            "weight_versions"]
 
@@ -63,17 +70,6 @@ DYNAMIC = ("activations", *TRANSIENT)
 # memory still free, i.e. up to 0.3 / 0.7 of the allocated short-lived bytes held as free
 # fragments. An upper end, not a measurement of any run here.
 FRAGMENTATION = 0.3 / 0.7
-# DeepSpeed ZeRO-3 gathers per module (each linear), not per layer, and bounds what it holds by
-# its configuration defaults (DeepSpeed's ZeRO configuration docs): it keeps up to
-# ``stage3_max_live_parameters`` (1e9) gathered, prefetches ``stage3_prefetch_bucket_size``
-# (5e7) ahead, and reduces gradients through ``reduce_bucket_size`` (5e8) element buckets (ZeRO-2
-# too); counts per rank.
-DEEPSPEED_MAX_LIVE_PARAMS = 1_000_000_000
-DEEPSPEED_PREFETCH_PARAMS = 50_000_000
-DEEPSPEED_REDUCE_BUCKET = 500_000_000
-# ``stage3_max_reuse_distance`` (1e9): a module's gathered weights are kept after it ran when the
-# parameters used before its next use number fewer (the coordinator's ``_keep_for_later``)
-DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,18 @@ FRAMEWORK_RULES: dict[str, tuple[int, ...]] = {
 # DeepSpeed's releases: the same state rules (its 2021 ZeRO-3 differs in communication only)
 DEEPSPEED = ("deepspeed", "deepspeed-2021")
 
+# DeepSpeed ZeRO-3 gathers per module (each linear), not per layer, and bounds what it holds by
+# its configuration defaults (DeepSpeed's ZeRO configuration docs): it keeps up to
+# ``stage3_max_live_parameters`` (1e9) gathered, prefetches ``stage3_prefetch_bucket_size``
+# (5e7) ahead, and reduces gradients through ``reduce_bucket_size`` (5e8) element buckets (ZeRO-2
+# too); counts per rank.
+DEEPSPEED_MAX_LIVE_PARAMS = 1_000_000_000
+DEEPSPEED_PREFETCH_PARAMS = 50_000_000
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
+# ``stage3_max_reuse_distance`` (1e9): a module's gathered weights are kept after it ran when the
+# parameters used before its next use number fewer (the coordinator's ``_keep_for_later``)
+DEEPSPEED_MAX_REUSE_DISTANCE = 1_000_000_000
+
 
 @dataclass(frozen=True)
 class StateBytes:
