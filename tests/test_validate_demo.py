@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from stalesim.figures.speedup_fig import prediction_figure
 from stalesim.sim.model import SimHardware
 from stalesim.validate.costmodel import CostModel
-from stalesim.validate.demo import ideal_line_statement, predict_grid, prediction_figure
+from stalesim.validate.demo import ideal_line_statement, predict_grid
 from stalesim.workloads.profile import profile_from_dict
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from matplotlib.typing import FillStyleType
+    pass
 
 PREDICT_SCHEDULES = ("gpipe", "1f1b", "pipedream", "stale", "dp", "pipe-sgd", "interleaved-1f1b", "zb-h1",
                      "zb-h2", "zb-v", "dualpipev")
@@ -121,73 +121,6 @@ def ideal_line_statement(rows: Sequence[dict[str, Any]]) -> str:
     return f"ideal line: {len(above)} prediction(s) above it: {', '.join(parts)}{tail}"
 
 
-# marker per cost source: filled = measured at every batch size used, light = interpolated
-# between measured sizes, hollow = extrapolated outside them, square = roofline estimate
-_MARKERS: dict[str, tuple[str, FillStyleType]] = {
-    "measured": ("o", "full"), "interpolated": ("o", "left"), "roofline": ("s", "full"),
-    "extrapolated": ("o", "none"), "given": ("D", "full")}
-
-
-def prediction_figure(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
-    """Speed-up vs devices, one panel per (hardware, link), one line per schedule.
-
-    Marker fill says where each point's costs came from (filled: measured,
-    half: interpolated, hollow: extrapolated outside the profiled batch sizes,
-    square: roofline estimate); a red ring marks a point above the ideal line
-    (its cause is in the row's warnings and printed by the demo).
-    """
-    from matplotlib.lines import Line2D
-
-    from stalesim.validate.figures import _plt, _save
-
-    plt = _plt()
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["hardware"], r["link"]), []).append(r)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.9), squeeze=False)
-    used: set[str] = set()
-    for ax, ((hwl, link), rs) in zip(axes[0], groups.items()):
-        for name in dict.fromkeys(r["schedule"] for r in rs):
-            pts = sorted((r["devices"], r["speedup"], r.get("cost_source", "given"), r.get("above_ideal"))
-                         for r in rs if r["schedule"] == name and r["speedup"])
-            (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1.2, label=name)
-            for x, y, src, above in pts:
-                mk, fill = _MARKERS.get(src, ("o", "full"))
-                used.add(src)
-                ax.plot([x], [y], marker=mk, fillstyle=fill, color=line.get_color(), ms=6,
-                        markerfacecoloralt="white", ls="none")
-                if above:
-                    ax.plot([x], [y], marker="o", ms=12, fillstyle="none", color="red", ls="none")
-        ns = sorted({r["devices"] for r in rs})
-        ax.plot(ns, ns, ls=":", color="grey", lw=0.8, label="ideal (= devices)")
-        srcs = sorted({r.get("cost_source", "given") for r in rs})
-        ax.set_title(f"{hwl} / {link}\ncosts: {', '.join(srcs)}", fontsize=8)
-        ax.set_xlabel("devices")
-        ax.set_xticks(ns)
-    axes[0][0].set_ylabel("predicted speed-up over 1 device")
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    for src in ("measured", "interpolated", "extrapolated", "roofline"):
-        if src in used:
-            mk, fill = _MARKERS[src]
-            handles.append(Line2D([], [], marker=mk, fillstyle=fill, color="black", ls="none",
-                                  markerfacecoloralt="white"))
-            labels.append(f"costs {src}")
-    if any(r.get("above_ideal") for r in rows):
-        handles.append(Line2D([], [], marker="o", ms=10, fillstyle="none", color="red", ls="none"))
-        labels.append("above ideal (see warnings)")
-    axes[0][-1].legend(handles, labels, fontsize=6.5)
-    above = [r for r in rows if r.get("above_ideal")]
-    if not above:
-        caption = "no prediction above the ideal line (speed-up <= devices)"
-    elif all(r.get("cost_source") in ("measured", "interpolated") for r in above):
-        caption = (f"{len(above)} prediction(s) above the ideal line (red rings): implied by the measured "
-                   "profile inside its range (smaller batches measured cheaper per sample)")
-    else:
-        caption = f"{len(above)} prediction(s) above the ideal line (red rings): see the warnings"
-    fig.text(0.5, -0.01, caption, ha="center", va="top", fontsize=8)
-    return _save(fig, path)
-
-
 #: What the demo keeps of each emulation's run summary (same keys, same meaning).
 STUDY_KEYS = ("schedule", "staleness_ir", "iterations", "final_test_accuracy", "losses", "versions_match_ir",
               "data_note", "wall_time_s")
@@ -217,6 +150,7 @@ def staleness_study(data_dir: str, *, iterations: int = 300, batch_size: int = 6
 
 
 def staleness_figure(study: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> Path:
+    from stalesim.schedule.style import schedule_style
     from stalesim.validate.figures import _plt, _save
 
     plt = _plt()
@@ -226,8 +160,10 @@ def staleness_figure(study: Sequence[dict[str, Any]], path: str | os.PathLike[st
         k = 10
         smooth = [sum(ys[max(0, i - k + 1):i + 1]) / len(ys[max(0, i - k + 1):i + 1]) for i in range(len(ys))]
         acc = r.get("final_test_accuracy")
-        ax.plot(smooth, label=f"{r['schedule']} (staleness {r['staleness_ir']}, "
-                              f"test acc {acc:.3f})" if acc is not None else r["schedule"])
+        style = schedule_style(r["schedule"])
+        ax.plot(smooth, color=style.color, ls=style.linestyle,
+                label=f"{r['schedule']} (staleness {r['staleness_ir']}, "
+                      f"test acc {acc:.3f})" if acc is not None else r["schedule"])
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss (10-step mean)")
     ax.set_title("LeNet-5 on MNIST, emulated: sequential vs stale weights (S=2, PPV (2))", fontsize=9)
