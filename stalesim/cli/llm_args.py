@@ -32,10 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "ffn_type", "vocab", "seq")
 # the overlap switches: each sets the ParallelPlan field of its name (left out: the framework's)
 OVERLAP_FLAGS = ("tp_overlap", "dp_overlap", "zero_prefetch")
-# flags that only mean something with --workload or --model-spec (name, default)
-LLM_ONLY = (("tp", None), ("pp", None), ("micro_batch", None), ("sp", False), ("recompute", None),
-            ("zero", None), ("optimizer", None), ("precision", None), ("cp", None), ("stage_layers", None),
-            ("framework", None), *((f, None) for f in SHAPE_FLAGS + OVERLAP_FLAGS))
 # --stage-layers' keyword for one layer fewer on the first and last stage
 FIRST_LAST = "first-last"
 # the title of the flags' argument group: stalesim.cli.flagcheck reads which flags need --workload off it
@@ -142,12 +138,6 @@ def check_llm_flags(args: argparse.Namespace) -> None:
         raise StalesimError(f"{args.shape_sources[-1]}: give one of --workload NAME and --model-spec FILE")
     if getattr(args, "workload", None) is None:
         check_modes(getattr(args, "command", ""), args)  # the LLM group's flags, read off the parser
-        for name, default in LLM_ONLY:
-            if getattr(args, name, default) not in (default, None):
-                raise StalesimError(f"--{name.replace('_', '-')}: needs --workload NAME or --model-spec FILE "
-                                    f"(an analytic transformer)")
-        if getattr(args, "gpus", None) is not None:
-            raise StalesimError("--gpus: needs --workload NAME or --model-spec FILE (an analytic transformer)")
         if getattr(args, "profile", None) is None and getattr(args, "model", None) is None:
             other = "--model NAME, or " if hasattr(args, "model") else ""  # simulate profiles one here
             raise StalesimError(f"--profile: give a profile (or {other}--workload NAME)")

@@ -22,7 +22,7 @@ from stalesim.cli.common import (
     print_json,
 )
 from stalesim.cli.launch_args import add_launcher_args, launch_spec_from_args, refuse_launcher_flags, tensorboard_dir
-from stalesim.cli.llm_args import LLM_ONLY, add_llm_args
+from stalesim.cli.llm_args import add_llm_args
 from stalesim.cli.simulate_cmd import add_hardware_args
 from stalesim.cli.train_args import DATASET_HELP, MODEL_HELP
 from stalesim.errors import StalesimError
@@ -263,9 +263,6 @@ def _check_emulation_flags(args: argparse.Namespace) -> None:
     from stalesim.cli.flagcheck import check_modes
 
     check_modes("plan", args)  # the LLM flags, read off the parser
-    for name, default in LLM_ONLY:
-        if getattr(args, name, default) not in (default, None):
-            raise StalesimError(f"--{name.replace('_', '-')}: needs --workload (an analytic transformer)")
     if args.out is None:
         raise StalesimError("out: give --out FOLDER (emulations are stored and reused there)")
     args.model = args.model or "lenet5"

@@ -14,13 +14,6 @@ from stalesim.launch.jobs import LOCAL, LaunchSpec
 from stalesim.limits import MAX_JOBS
 
 
-def _names(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r} (an empty item)")
-    return names
-
-
 def _positive_list(text: str) -> list[int]:
     vals = int_list(text)
     if not vals or any(v < 1 for v in vals):
