@@ -10,7 +10,7 @@ Three kinds of check, each declared once:
   declares its lookup instead, which :func:`check_values` runs when the command starts. The
   declarations stay on the type (``bounds``, ``choices``, ``item``, ``check``), so the tests and
   the fuzzer derive their bad values from the same place.
-* **Which mode a flag applies to.** A flag of the LLM group (:data:`stalesim.cli.llm_args.LLM_GROUP`)
+* **Which mode a flag applies to.** A flag of the LLM group (:data:`LLM_GROUP`)
   needs ``--workload``; any other flag given with ``--workload`` must be one the closed-form path
   reads (:data:`WORKLOAD_READS`), else it is refused rather than ignored. "Given" means "differs
   from the parser's default", read off the parser, so a flag added tomorrow is covered tomorrow:
@@ -88,6 +88,9 @@ def choice_type(kinds: Sequence[str] | Callable[[], Sequence[str]], what: str = 
     parse.choices = known  # type: ignore[attr-defined]  # read by the flag tests and the fuzzer
     return parse
 
+
+#: the title of the parser group holding the LLM-workload flags (``stalesim.cli.llm_args``)
+LLM_GROUP = "LLM workloads (analytic transformer: no profile, no model built)"
 
 def looked_up(lookup: Callable[[str], object], names: Callable[[], Sequence[str]],
                what: str = "a catalog name") -> Callable[[str], str]:
@@ -196,8 +199,6 @@ def check_values(command: str, args: argparse.Namespace) -> None:
 
 def llm_dests(command: str) -> frozenset[str]:
     """The dests of the LLM group of ``command``'s parser."""
-    from stalesim.cli.llm_args import LLM_GROUP
-
     parser = _PARSERS.get(command)
     groups = [g for g in (parser._action_groups if parser else []) if g.title == LLM_GROUP]
     return frozenset(a.dest for g in groups for a in g._group_actions)

@@ -34,8 +34,6 @@ SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "ffn_type", "voca
 OVERLAP_FLAGS = ("tp_overlap", "dp_overlap", "zero_prefetch")
 # --stage-layers' keyword for one layer fewer on the first and last stage
 FIRST_LAST = "first-last"
-# the title of the flags' argument group: stalesim.cli.flagcheck reads which flags need --workload off it
-LLM_GROUP = "LLM workloads (analytic transformer: no profile, no model built)"
 
 
 class _ShapeSource(argparse.Action):
@@ -71,7 +69,7 @@ def _yes_no(text: str) -> bool:
 
 def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     """The workload flags; ``lists``: sweep's comma-separated grids for --tp/--pp/--recompute/--zero."""
-    from stalesim.cli.flagcheck import choice_type, int_choice_type, list_of
+    from stalesim.cli.flagcheck import LLM_GROUP, choice_type, int_choice_type, list_of
     from stalesim.sim.llm_plan import FRAMEWORKS
     from stalesim.workloads.memory_llm import OPTIMIZERS, PRECISIONS, ZERO_STAGES
     from stalesim.workloads.transformer import FFN_TYPES, RECOMPUTE, preset_names

@@ -83,9 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "reused), simulate its iteration time and memory per device on the target, and rank "
                     "by time to target = iterations to target x iteration time. Writes plan.json, "
                     "plan.csv and pareto.png in --out.")
-    from stalesim.cli.flagcheck import catalog_type, choice_type, list_of
-    from stalesim.runtime.config import OPTIMIZERS
-    from stalesim.schedule import schedule_names
+    from stalesim.cli.flagcheck import catalog_type
 
     t = p.add_mutually_exclusive_group()
     t.add_argument("--target-loss", type=_loss, default=None, metavar="L",
@@ -98,44 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="devices on the target: a count, or cpu:D (pipelines of D stages, D data-parallel "
                         "workers; --check runs them as D CPU ranks); with --workload the GPUs in all "
                         "(dp = D / (tp x pp))")
-    w = p.add_argument_group("training (the emulations)")
-    w.add_argument("--model", default=None, help=MODEL_HELP + " (default lenet5)")
-    w.add_argument("--dataset", default=None, help=DATASET_HELP)
-    w.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
-    w.add_argument("--batch-size", type=positive_int, default=None,
-                   help="global mini-batch size (default 128; with --workload, sequences: default "
-                        "dp x micro-batch x M)")
-    w.add_argument("--lr", type=positive_float, default=0.01)
-    w.add_argument("--momentum", type=nonneg_float, default=0.9)
-    w.add_argument("--weight-decay", type=nonneg_float, default=0.0)
-    w.add_argument("--optimizers", type=list_of(choice_type(OPTIMIZERS, "optimizer")), default=None,
-                   help="comma-separated: sgd, adam, adamw (default sgd)")
-    w.add_argument("--synthetic-size", type=positive_int, default=1024, help="synthetic dataset samples")
-    w.add_argument("--emulate-device", default="cpu", help="where the emulations run: cpu | cuda[:N]")
-    w.add_argument("--seeds", type=_ints(0, MAX_SEED), default=[0, 1, 2], help="seeds (default 0,1,2)")
-    w.add_argument("--iterations", type=int_type(1, MAX_COUNT), default=None,
-                   help="first horizon of a loss target (default 200; doubled while needed)")
-    w.add_argument("--epochs", type=int_type(1, 1000), default=None,
-                   help="first horizon of an accuracy target (default 1; doubled while needed)")
-    w.add_argument("--max-horizon", type=int_type(1, MAX_COUNT), default=None,
-                   help="the longest horizon, in the same unit (default 8 x the first)")
-    w.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=1, help="emulations in parallel")
-    w.add_argument("--batched", action="store_true",
-                   help="train the seeds and mitigations of a shape together (study --batched)")
-    g = p.add_argument_group("candidates")
-    g.add_argument("--schedules", type=list_of(choice_type(schedule_names, "schedule")), default=None,
-                   help="comma-separated schedules (default: every registered one that fits)")
-    g.add_argument("--mitigations", type=_csv, default=["none"],
-                   help="for schedules with staleness: comma-separated names (see `study`), or 'all' "
-                        "(every one that applies to the optimizer; the others are listed as skipped); "
-                        "default none, to keep the default grid small")
-    g.add_argument("--microbatches", "-M", type=positive_int, default=0,
-                   help="micro-batches of the micro-batch schedules (default 2 x devices; with --workload "
-                        "per replica, default 2 x pp)")
-    g.add_argument("--warmups", type=_ints(0, MAX_COUNT), default=None,
-                   help="synchronous warm-up lengths searched (default 0 and a tenth of the first horizon)")
-    g.add_argument("--switches", type=_ints(1, MAX_COUNT), default=None,
-                   help="hybrid switch points searched (default a quarter and a half of the first horizon)")
+    _training_args(p)
+    _candidate_args(p)
     h = p.add_argument_group("target hardware (as `simulate` takes it)")
     h.add_argument("--profile", default=None, metavar="PROFILE.json",
                    help="per-layer costs (default: measured here on the CPU, stored in --out)")
@@ -165,6 +127,58 @@ def register(sub: argparse._SubParsersAction) -> None:
     from stalesim.cli.flagcheck import declare
 
     declare("plan", p)  # its defaults tell the flag checks which flags were given
+
+
+def _training_args(p: argparse.ArgumentParser) -> None:
+    """How each candidate's emulations train (the same for every candidate)."""
+    from stalesim.cli.flagcheck import choice_type, list_of
+    from stalesim.runtime.config import OPTIMIZERS
+
+    w = p.add_argument_group("training (the emulations)")
+    w.add_argument("--model", default=None, help=MODEL_HELP + " (default lenet5)")
+    w.add_argument("--dataset", default=None, help=DATASET_HELP)
+    w.add_argument("--data-dir", default=None, help="dataset root (default $STALESIM_DATA)")
+    w.add_argument("--batch-size", type=positive_int, default=None,
+                   help="global mini-batch size (default 128; with --workload, sequences: default "
+                        "dp x micro-batch x M)")
+    w.add_argument("--lr", type=positive_float, default=0.01)
+    w.add_argument("--momentum", type=nonneg_float, default=0.9)
+    w.add_argument("--weight-decay", type=nonneg_float, default=0.0)
+    w.add_argument("--optimizers", type=list_of(choice_type(OPTIMIZERS, "optimizer")), default=None,
+                   help="comma-separated: sgd, adam, adamw (default sgd)")
+    w.add_argument("--synthetic-size", type=positive_int, default=1024, help="synthetic dataset samples")
+    w.add_argument("--emulate-device", default="cpu", help="where the emulations run: cpu | cuda[:N]")
+    w.add_argument("--seeds", type=_ints(0, MAX_SEED), default=[0, 1, 2], help="seeds (default 0,1,2)")
+    w.add_argument("--iterations", type=int_type(1, MAX_COUNT), default=None,
+                   help="first horizon of a loss target (default 200; doubled while needed)")
+    w.add_argument("--epochs", type=int_type(1, 1000), default=None,
+                   help="first horizon of an accuracy target (default 1; doubled while needed)")
+    w.add_argument("--max-horizon", type=int_type(1, MAX_COUNT), default=None,
+                   help="the longest horizon, in the same unit (default 8 x the first)")
+    w.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=1, help="emulations in parallel")
+    w.add_argument("--batched", action="store_true",
+                   help="train the seeds and mitigations of a shape together (study --batched)")
+
+
+def _candidate_args(p: argparse.ArgumentParser) -> None:
+    """Which schedules, mitigations, warm-ups and switches are candidates."""
+    from stalesim.cli.flagcheck import choice_type, list_of
+    from stalesim.schedule import schedule_names
+
+    g = p.add_argument_group("candidates")
+    g.add_argument("--schedules", type=list_of(choice_type(schedule_names, "schedule")), default=None,
+                   help="comma-separated schedules (default: every registered one that fits)")
+    g.add_argument("--mitigations", type=_csv, default=["none"],
+                   help="for schedules with staleness: comma-separated names (see `study`), or 'all' "
+                        "(every one that applies to the optimizer; the others are listed as skipped); "
+                        "default none, to keep the default grid small")
+    g.add_argument("--microbatches", "-M", type=positive_int, default=0,
+                   help="micro-batches of the micro-batch schedules (default 2 x devices; with --workload "
+                        "per replica, default 2 x pp)")
+    g.add_argument("--warmups", type=_ints(0, MAX_COUNT), default=None,
+                   help="synchronous warm-up lengths searched (default 0 and a tenth of the first horizon)")
+    g.add_argument("--switches", type=_ints(1, MAX_COUNT), default=None,
+                   help="hybrid switch points searched (default a quarter and a half of the first horizon)")
 
 
 def _base_config(args: argparse.Namespace, horizon: int, accuracy: bool) -> TrainConfig:
