@@ -32,6 +32,9 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-eval", action="store_true", help="skip the final test accuracy")
     p.add_argument("--master-addr", default=None, help="rendezvous address (default 127.0.0.1)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="the loss-stage rank writes the per-step loss and step time for TensorBoard into DIR "
+                        "while the run trains (pip install stalesim[tensorboard])")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,9 +79,23 @@ def build_job(args: argparse.Namespace, cfg: Any, devices: str, sched: Any = Non
     if args.resume and not (os.path.isdir(ck) and any(n[:1] == "k" for n in os.listdir(ck))):
         raise StalesimError(f"--resume: no checkpoint in {ck}")
     job = make_job(cfg, out=out, checkpoint_every=args.checkpoint_every,
-                   resume=out if args.resume else None, evaluate=not args.no_eval, schedule=sched)
+                   resume=out if args.resume else None, evaluate=not args.no_eval, schedule=sched,
+                   **_tensorboard(args, devices))
     job.update({"devices": devices, "timeout_s": args.timeout, "threads": args.threads})
     return job
+
+
+def _tensorboard(args: argparse.Namespace, devices: str) -> dict[str, Any]:
+    """``--tensorboard DIR`` for the job (TensorBoard checked installed first): the losses are
+    read from a GPU as often as the emulator reads them there (a read waits for the device)."""
+    from stalesim.cli.launch_args import tensorboard_dir
+
+    folder = tensorboard_dir(args)
+    if folder is None:
+        return {}
+    from stalesim.emulator.engine import READ_EVERY_CUDA
+
+    return {"tensorboard": str(folder), "tensorboard_every": READ_EVERY_CUDA if devices.startswith("cuda") else 1}
 
 
 def under_torchrun() -> bool:

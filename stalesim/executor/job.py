@@ -239,6 +239,9 @@ def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: di
     if restored is not None:
         ck.apply(rank, restored)
     ck.attach(rank)
+    from stalesim.executor.tb_live import live_loss
+
+    rank.live_loss = live_loss(job, sched, ctx.rank, rank.actions, rank.losses, start_index)
     cuda_peak = CudaPeak(dev) if dev.type == "cuda" else None
     if cuda_peak is not None and rank.on_action_done is not None:
         rank.on_action_done = cuda_peak.around(rank.on_action_done)

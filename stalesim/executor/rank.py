@@ -204,6 +204,7 @@ class Rank:
         self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
         self._handlers = dispatch_table(self)  # the emulator's method names (stalesim.schedule.dispatch)
         self.on_action_done = None  # hook (checkpointing): called with the index just finished
+        self.live_loss: Any = None  # run --tensorboard: stalesim.executor.tb_live.LiveLoss on the loss rank
         self.loss_labels: dict[tuple, torch.Tensor] = {}  # labels of losses whose B is pending
         self.retain_sends: dict[int, list[int]] = {}  # send index -> checkpoints that re-send it
         self.retained: dict[int, list] = {}
@@ -257,6 +258,8 @@ class Rank:
                 self.on_action_done(i)
         beacon.set("finishing (waiting for the last sends)")
         self.tr.flush()
+        if self.live_loss is not None:
+            self.live_loss.close()
 
     def _resume_comm(self) -> None:
         """After a resume: repeat the sends the peers had not received, restart all-reduces."""
@@ -367,6 +370,8 @@ class Rank:
             labels = shard(labels, self.M, a.micro or 0)
         value = self.rts[(a.worker, a.stage)].loss(a, labels)
         self.losses.add((a.worker, a.stage, a.batch), value)
+        if self.live_loss is not None:
+            self.live_loss.loss_done(a.worker, a.stage, a.batch)
         self.loss_labels[(a.worker, a.stage, a.batch, a.micro)] = labels
         self._used_labels(key)
 

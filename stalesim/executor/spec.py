@@ -23,7 +23,8 @@ from stalesim.schedule import Schedule
 def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
              resume: str | None = None, evaluate: bool = True, label: str | None = None,
              keep_rows: bool = False, deterministic: bool = False,
-             schedule: Schedule | None = None) -> dict[str, Any]:
+             schedule: Schedule | None = None, tensorboard: str | None = None,
+             tensorboard_every: int = 1) -> dict[str, Any]:
     """The JSON-able description of one run (``cfg``: TrainConfig or its dict).
 
     The config is checked here, once, where the run starts (a caller that passes the
@@ -35,7 +36,9 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
 
     ``keep_rows``: the summary also carries every rank's per-action timings and the
     versions each runtime used (tests); ``deterministic``: the ranks run deterministic
-    kernels (:func:`stalesim.executor.job.prepare_determinism`).
+    kernels (:func:`stalesim.executor.job.prepare_determinism`). ``tensorboard``: a folder
+    the loss-stage rank writes the per-step loss to as it trains, read from the device every
+    ``tensorboard_every`` batches (:mod:`stalesim.executor.tb_live`).
     """
     if schedule is None:
         tc = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_dict(dict(cfg))
@@ -47,7 +50,8 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
     return {"train": d, "schedule_fingerprint": None if schedule is None else schedule.fingerprint(),
             "out": out, "checkpoint_every": int(checkpoint_every or 0),
             "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
-            "deterministic": bool(deterministic), "import_roots": roots}
+            "deterministic": bool(deterministic), "import_roots": roots,
+            "tensorboard": tensorboard, "tensorboard_every": max(int(tensorboard_every), 1)}
 
 
 def needs_data_count(cfg: Any) -> bool:
