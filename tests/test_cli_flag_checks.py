@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from stalesim.cli import build_parser, main
-from stalesim.cli.flagcheck import WORKLOAD_READS
-from stalesim.cli.llm_args import LLM_GROUP
+from stalesim.cli.flagcheck import LLM_GROUP, WORKLOAD_READS
 from stalesim.workloads.profile import uniform_profile
 
 COMMANDS = ("plan", "sweep", "simulate")
