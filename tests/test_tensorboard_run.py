@@ -50,3 +50,80 @@ def test_no_tensorboard_no_writer():
     _, sched = plan(cfg)
     job = make_job(cfg)
     assert all(live_loss(job, sched, r, sched.device_actions[r], {}) is None for r in range(2))
+
+
+# ---------------------------------------------------------------- validate
+def _validate_rounds(tmp_path, monkeypatch, tb, fail_at_round=None, resume=False):
+    """validate's run step on faked runs (round k's schedule ``name`` measures
+    ``TIMES[name] + k`` ms an iteration) and the fake stage timer of its step tests."""
+    from pathlib import Path
+
+    from _validate_fakes import PassCounter
+
+    import stalesim.executor.launch
+    from stalesim.devices import parse_devices
+    from stalesim.validate.checkpoint import load
+    from stalesim.validate.config import ValidateConfig
+    from stalesim.validate.costmodel import CostModel
+    from stalesim.validate.steps import Validation, run_step
+    from stalesim.workloads.profile import uniform_profile
+
+    def fake_run_local(jobs, devs, **_kw):
+        js = [jobs] if isinstance(jobs, dict) else jobs
+        res = []
+        for j in js:
+            name = Path(j["out"]).name
+            if fail_at_round is not None and name.endswith(f".r{fail_at_round}"):
+                raise KeyboardInterrupt  # the validation killed in this round
+            k = int(name.rsplit(".r", 1)[1]) if ".r" in name else 0
+            res.append({"label": j["label"], "run_dir": j["out"],
+                        "iteration_time_s": (TIMES.get(j["label"], 1.0) + k) / 1e3})
+        return res[0] if isinstance(jobs, dict) else res
+
+    monkeypatch.setattr(stalesim.executor.launch, "run_local", fake_run_local)
+    monkeypatch.setattr("stalesim.validate.stagetime.LayoutTimer", PassCounter)
+    monkeypatch.setattr("stalesim.validate.steps._time_pass",
+                        lambda v, timer: setattr(timer, "passes", timer.passes + 1))
+    cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=8, batch_size=16, microbatches=4,
+                         out=str(tmp_path), repeats=3)
+    prof = uniform_profile(6, 1e-3, 2e-3, 16, param_bytes=1000, output_bytes=100, saved_bytes=100)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["gpipe", "stale"], out=tmp_path,
+                   say=lambda _m: None, prof=prof, cm=CostModel(prof, overhead_s={"F": 3e-6}), tensorboard=tb)
+    v.base_runs = [{"base": 0}]
+    if resume:
+        v.resumed = load(tmp_path, cfg)
+    run_step(v)
+    return v
+
+
+TIMES = {"gpipe": 10.0, "stale": 20.0}
+
+
+def test_validate_writes_each_rounds_measured_time_and_a_resume_draws_no_round_twice(tmp_path, monkeypatch):
+    tb = tmp_path / "tb"
+    with pytest.raises(KeyboardInterrupt):
+        _validate_rounds(tmp_path, monkeypatch, tb, fail_at_round=2)
+    # rounds 0 and 1 were written as they finished, before the kill
+    assert _scalars(tb / "gpipe")["round/measured_iteration_time_s"] == [
+        (0, pytest.approx(0.010)), (1, pytest.approx(0.011))]
+    _validate_rounds(tmp_path, monkeypatch, tb, resume=True)
+    for name, ms in TIMES.items():
+        got = _scalars(tb / name)["round/measured_iteration_time_s"]
+        assert got == [(k, pytest.approx((ms + k) / 1e3)) for k in range(3)]
+
+
+def test_validate_final_scalars_equal_the_summary_rows(tmp_path):
+    from stalesim.validate.tbscalars import write_final, write_round
+
+    tb = tmp_path / "tb"
+    write_round(tb, 0, {"gpipe": {"iteration_time_s": 0.012}, "stale": {"error": "rank 1 died"}})
+    rows = [{"schedule": "gpipe", "predicted_iteration_time_s": 0.010, "measured_iteration_time_s": 0.0125,
+             "time_error": -0.2, "replay_time_error": None, "memory_error": float("nan")}]
+    write_final(tb, rows, rounds=2)
+    got = _scalars(tb / "gpipe")
+    assert got["round/measured_iteration_time_s"] == [(0, pytest.approx(0.012))]
+    assert got["round/predicted_iteration_time_s"] == [(0, pytest.approx(0.010)), (1, pytest.approx(0.010))]
+    assert got["final/time_error"] == [(1, pytest.approx(-0.2))]
+    assert got["final/measured_iteration_time_s"] == [(1, pytest.approx(0.0125))]
+    assert "final/replay_time_error" not in got and "final/memory_error" not in got  # no number: no scalar
+    assert not (tb / "stale").exists() or "round/measured_iteration_time_s" not in _scalars(tb / "stale")

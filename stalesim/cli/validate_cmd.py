@@ -72,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the validation in --out from its finished rounds (same options): "
                         "runs only the rounds still missing, then predicts and compares")
     p.add_argument("--json", action="store_true", help="print summary.json's content")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="write each schedule's measured iteration time per round (as each round finishes), "
+                        "then its prediction and errors, for TensorBoard under DIR/<schedule>/ "
+                        "(pip install stalesim[tensorboard])")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -99,12 +103,14 @@ def config_from_args(args: argparse.Namespace) -> ValidateConfig:
 
 def run(args: argparse.Namespace) -> int:
     from stalesim.atomic import check_writable_dir
+    from stalesim.cli.launch_args import tensorboard_dir
     from stalesim.outlock import folder_lock
     from stalesim.validate.config import check_config
     from stalesim.validate.workflow import validate
 
     cfg = config_from_args(args)
     check_config(cfg)  # one-line errors before anything is measured
+    tensorboard = tensorboard_dir(args)
     from stalesim.runtime.preflight import check_memory, estimate_model
 
     # the emulation it compares with trains the whole model (SGD with momentum) in this process
@@ -113,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     # the sub-folders it writes must be folders (or absent) before 20 s of measuring
     check_writable_dir(cfg.out, subdirs=("traces", "figures", "runs", "checkpoint"))
     with folder_lock(cfg.out):  # one writer per output folder
-        summary = validate(cfg, progress=(lambda m: None) if args.quiet else None)
+        summary = validate(cfg, progress=(lambda m: None) if args.quiet else None, tensorboard=tensorboard)
     if args.json:
         print_json(summary)
         return 0

@@ -66,6 +66,7 @@ class Validation:
     emulated: dict[str, list | None] = field(default_factory=dict)
     emulated_iterations: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
+    tensorboard: Path | None = None  # --tensorboard DIR: each round's times (stalesim.validate.tbscalars)
     # per schedule, device, stage and term: predicted / measured / replayed ms per iteration
     # (:mod:`stalesim.validate.breakdown`), for the median run of each schedule
     attribution: list[dict[str, Any]] = field(default_factory=list)
@@ -486,6 +487,10 @@ def run_step(v: Validation) -> None:
             _time_pass(v, timer)
         save_round(v.out, cfg, k, overhead_s=v.cm.overhead_s if v.cm is not None else {},
                    base_run=v.base_runs[k], runs=got, timer=timer)
+        if v.tensorboard is not None:
+            from stalesim.validate.tbscalars import write_round
+
+            write_round(v.tensorboard, k, got)
         if K > 1:
             v.say(f"[validate 4/{STEPS}] round {k + 1}/{K} done")
     if timer is not None:

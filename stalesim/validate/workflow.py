@@ -45,15 +45,18 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str, Any]:
-    """Run the whole validation; returns the summary (also written to ``cfg.out``)."""
+def validate(cfg: ValidateConfig, progress: Progress | None = None,
+             tensorboard: Path | None = None) -> dict[str, Any]:
+    """Run the whole validation; returns the summary (also written to ``cfg.out``).
+    ``tensorboard``: a folder each schedule's round times and errors are written under
+    (:mod:`stalesim.validate.tbscalars`)."""
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     devs, scheds = check_config(cfg)
     if cfg.dataset != "synthetic":  # fail now (one line), not inside a rank later
         from stalesim.runtime.data import load_dataset
 
         load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
-    v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say)
+    v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say, tensorboard=tensorboard)
     from stalesim.validate.checkpoint import clear, load
 
     if cfg.resume:
@@ -72,6 +75,10 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None) -> dict[str,
         timings[f"{name}_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = _summary(v, timings, load_before, cpu_before)
+    if tensorboard is not None:
+        from stalesim.validate.tbscalars import write_final
+
+        write_final(tensorboard, v.rows, cfg.repeats)
     from stalesim.atomic import write_json_atomic
     from stalesim.validate.report import write_outputs, write_report
 
