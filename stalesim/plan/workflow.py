@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -16,6 +17,7 @@ from stalesim.errors import StalesimError
 from stalesim.launch import LaunchSpec
 from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, grid
 from stalesim.plan.compose import Row, compose
+from stalesim.plan.confirm import changed, confirm
 from stalesim.plan.convergence import Convergence, EmulationStore, Target, converge
 from stalesim.plan.timing import Timing, time_candidate
 from stalesim.progress import heartbeat
@@ -116,6 +118,8 @@ def make_plan(req: PlanRequest) -> Plan:
     convs: dict[Candidate, Convergence] = converge(
         cands, configs, store, run, req.target, req.horizon, req.max_horizon,
         max_iterations=lambda h: h * bpe, log=_log)
+    if req.batched:
+        convs = _confirm_single(req, convs, configs)
     t_emu = time.perf_counter() - t0
     _log(f"plan: emulations done ({store.ran} run, {store.reused} reused, {t_emu:.1f} s); simulating")
     timings: dict[Candidate, Timing | None] = {}
@@ -149,6 +153,27 @@ def make_plan(req: PlanRequest) -> Plan:
     }
     paths = write_outputs(req.out, rows, header, figure=req.figure)
     return Plan(rows, header, skipped, store, paths)
+
+
+def _confirm_single(req: PlanRequest, convs: dict[Candidate, Convergence],
+                    configs: Callable[[Candidate, int], list[TrainConfig]]) -> dict[Candidate, Convergence]:
+    """The reached candidates' crossings from single emulations (:mod:`stalesim.plan.confirm`:
+    batched float32 runs drift from the single runs the executor reproduces). They are stored
+    apart from the batched runs, which share their configs and keys."""
+    from stalesim.emulator.study import run_study
+
+    store = EmulationStore(req.out / "single")
+
+    def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
+        return run_study(todo, req.out / "single" / "study", jobs=req.jobs, progress=req.progress,
+                         launcher=req.launcher, tensorboard=req.tensorboard)
+
+    n = sum(len(v.per_seed) for v in convs.values() if v.reached)
+    _log(f"plan: confirming {n} batched crossing(s) with single emulations")
+    out = confirm(convs, configs, store, run, req.target)
+    moved = sum(changed(convs[c].per_seed, out[c].per_seed) for c in convs)
+    _log(f"plan: single emulations moved {moved} of {n} crossing(s)")
+    return out
 
 
 def _heartbeat(log: Path, ids: set[str], *, enabled: bool, every_s: float = 15.0) -> Any:
