@@ -39,30 +39,40 @@ def profile(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-def _plan(profile: str, out: Path, *extra: str) -> dict[str, list[int | None]]:
+def _plan(profile: str, out: Path, *extra: str) -> dict:
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         rc = main(["plan", *FLAGS, "--profile", profile, "--out", str(out), *extra])
     assert rc == 0, stderr.getvalue()
-    doc = json.loads(stdout.getvalue())
+    return json.loads(stdout.getvalue())
+
+
+def _per_seed(doc: dict) -> dict[str, list[int | None]]:
     return {label: conv["per_seed"] for label, conv in doc["convergence"].items()}
 
 
 @pytest.fixture(scope="module")
-def batched(profile: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int | None]]:
+def batched_doc(profile: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
     return _plan(profile, tmp_path_factory.mktemp("batched"), "--batched")
 
 
+@pytest.fixture(scope="module")
+def batched(batched_doc: dict) -> dict[str, list[int | None]]:
+    return _per_seed(batched_doc)
+
+
 def test_same_plan_twice_gives_the_same_iterations_per_seed(profile, batched, tmp_path):
-    again = _plan(profile, tmp_path / "again", "--batched")
+    again = _per_seed(_plan(profile, tmp_path / "again", "--batched"))
     assert again == batched
     assert set(batched) == {"sequential S=1 (1 device) sgd", "stale S=2 sgd", "pipedream S=2 sgd"}
     assert all(n is not None for seeds in batched.values() for n in seeds)  # the target is crossed
 
 
-def test_batched_crossings_equal_single_emulations(profile, batched, tmp_path):
-    single = _plan(profile, tmp_path / "single")
-    assert single == batched
+def test_batched_crossings_equal_single_emulations(profile, batched, batched_doc, tmp_path):
+    single_doc = _plan(profile, tmp_path / "single")
+    assert _per_seed(single_doc) == batched
+    # every seed of the 3 reached candidates was confirmed by a single run; unbatched, none is
+    assert batched_doc["single_confirmations_run"] == 6 and single_doc["single_confirmations_run"] == 0
     # and equal a single emulation run here directly (the run the executor equals bit for bit)
     base = TrainConfig(model="lenet5", dataset="synthetic", synthetic_size=128, batch_size=16, lr=0.05,
                        schedule="stale", stages=2, iterations=40).check()

@@ -118,8 +118,9 @@ def make_plan(req: PlanRequest) -> Plan:
     convs: dict[Candidate, Convergence] = converge(
         cands, configs, store, run, req.target, req.horizon, req.max_horizon,
         max_iterations=lambda h: h * bpe, log=_log)
+    confirmed = EmulationStore(req.out / "single")  # single runs confirming batched crossings
     if req.batched:
-        convs = _confirm_single(req, convs, configs)
+        convs = _confirm_single(req, convs, configs, confirmed)
     t_emu = time.perf_counter() - t0
     _log(f"plan: emulations done ({store.ran} run, {store.reused} reused, {t_emu:.1f} s); simulating")
     timings: dict[Candidate, Timing | None] = {}
@@ -145,6 +146,7 @@ def make_plan(req: PlanRequest) -> Plan:
         "max_horizon": req.max_horizon, "horizon_unit": req.target.unit,
         "profile_device": getattr(req.profile, "device", None),
         "emulations_run": store.ran, "emulations_reused": store.reused,
+        "single_confirmations_run": confirmed.ran, "single_confirmations_reused": confirmed.reused,
         "emulation_s": round(t_emu, 2), "simulation_s": round(t_sim, 2),
         "searched": {"mitigations": list(req.grid.mitigations), "optimizers": list(req.grid.optimizers),
                      "warmups": list(req.grid.warmups), "switches": list(req.grid.switches)},
@@ -156,13 +158,12 @@ def make_plan(req: PlanRequest) -> Plan:
 
 
 def _confirm_single(req: PlanRequest, convs: dict[Candidate, Convergence],
-                    configs: Callable[[Candidate, int], list[TrainConfig]]) -> dict[Candidate, Convergence]:
+                    configs: Callable[[Candidate, int], list[TrainConfig]],
+                    store: EmulationStore) -> dict[Candidate, Convergence]:
     """The reached candidates' crossings from single emulations (:mod:`stalesim.plan.confirm`:
     batched float32 runs drift from the single runs the executor reproduces). They are stored
     apart from the batched runs, which share their configs and keys."""
     from stalesim.emulator.study import run_study
-
-    store = EmulationStore(req.out / "single")
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
         return run_study(todo, req.out / "single" / "study", jobs=req.jobs, progress=req.progress,
