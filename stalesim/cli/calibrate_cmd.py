@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 
-from stalesim.cli.common import int_list, int_type, positive_seconds, write_json_atomic
+from stalesim.cli.common import int_list, int_type, rendezvous_seconds, write_json_atomic
 from stalesim.limits import MAX_RANKS, MAX_REPEATS
 from stalesim.units import fmt_bytes
 
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", type=int_list, default=None, metavar="BYTES[,BYTES...]",
                    help="message sizes in bytes (default 4,16,...,16777216)")
     p.add_argument("--repeats", type=int_type(1, MAX_REPEATS), default=5)
-    p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=rendezvous_seconds, default=120.0, metavar="SECONDS",
                    help="rendezvous / collective timeout per rank")
     p.add_argument("-o", "--output", required=True, metavar="HW.json")
     p.add_argument("--calibration", default=None, metavar="CAL.json",

@@ -65,6 +65,9 @@ positive_float = float_type(0.0, lo_open=True)
 nonneg_float = float_type(0.0)
 seconds = float_type(0.0, MAX_SECONDS)
 positive_seconds = float_type(0.0, MAX_SECONDS, lo_open=True)
+# a rank group's rendezvous and first collective: below a second the timeout itself is the failure
+# (torch reports it as a traceback from inside the store), so it is refused as the bad value it is
+rendezvous_seconds = float_type(1.0, MAX_SECONDS)
 fraction = float_type(0.0, 1.0)
 
 
