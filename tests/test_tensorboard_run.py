@@ -39,6 +39,28 @@ def test_run_loss_scalars_equal_the_runs_losses(capsys, tmp_path):
     assert len(list(tb.glob("events.out.tfevents.*"))) == 1  # one writer: the loss rank
 
 
+def test_a_resumed_run_draws_each_step_once(tmp_path):
+    """The loss rank killed after the checkpoint at step 4 has written steps 0-4; the
+    resumed run writes 4 and 5 again, the earlier attempt's step 4 is purged, and the curve
+    equals the resumed run's losses, one point per step."""
+    from stalesim.executor import make_job, run_local
+    from stalesim.executor.launch import ExecutorError
+    from stalesim.runtime.config import TrainConfig
+
+    cfg = TrainConfig(model=TINY, dataset="synthetic", synthetic_size=32, batch_size=8, eval_windows=8,
+                      schedule="stale", stages=2, iterations=6).check()
+    out, tb = str(tmp_path / "run"), tmp_path / "tb"
+    with pytest.raises(ExecutorError, match="rank 1 was killed"):
+        run_local(make_job(cfg, out=out, checkpoint_every=4, evaluate=False, tensorboard=str(tb)), "cpu:2",
+                  timeout_s=30, env={"STALESIM_EXECUTOR_FAULT": "1:1F5:crash"})
+    assert [s for s, _ in _scalars(tb)["train/loss"]] == [0, 1, 2, 3, 4]  # flushed before the kill
+    res = run_local(make_job(cfg, out=out, checkpoint_every=4, resume=out, evaluate=False, tensorboard=str(tb)),
+                    "cpu:2", timeout_s=30)
+    got = _scalars(tb)["train/loss"]
+    assert [s for s, _ in got] == list(range(6))
+    assert [v for _, v in got] == pytest.approx(res["losses"], rel=1e-6)
+
+
 def test_no_tensorboard_no_writer():
     """A job without the folder gets no writer on any rank; the loss rank is worker 0's last stage."""
     from stalesim.executor.spec import make_job, plan
