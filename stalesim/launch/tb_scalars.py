@@ -18,7 +18,9 @@ A study's scalars are written when a run finishes (the study's process reads the
 a job wrote, so this works the same whichever machine ran it); a study's run folder is
 rewritten each time (a resumed study rewrites the runs it keeps): never two copies of a
 curve. ``emulate --tensorboard DIR`` writes the same scalars live, while the run trains
-(:class:`RunScalars`, flushed at each read of the losses), into ``DIR`` itself.
+(:class:`RunScalars`, flushed at each read of the losses), into ``DIR`` itself; ``run
+--tensorboard DIR`` writes the per-step loss and step time through it from the loss-stage
+rank (:mod:`stalesim.executor.tb_live`).
 """
 
 from __future__ import annotations
