@@ -52,13 +52,14 @@ def _per_seed(doc: dict) -> dict[str, list[int | None]]:
 
 
 @pytest.fixture(scope="module")
-def batched_doc(profile: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _plan(profile, tmp_path_factory.mktemp("batched"), "--batched")
+def batched_out(profile: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("batched")
+    return _plan(profile, out, "--batched"), out
 
 
 @pytest.fixture(scope="module")
-def batched(batched_doc: dict) -> dict[str, list[int | None]]:
-    return _per_seed(batched_doc)
+def batched(batched_out: tuple[dict, Path]) -> dict[str, list[int | None]]:
+    return _per_seed(batched_out[0])
 
 
 def test_same_plan_twice_gives_the_same_iterations_per_seed(profile, batched, tmp_path):
@@ -68,9 +69,14 @@ def test_same_plan_twice_gives_the_same_iterations_per_seed(profile, batched, tm
     assert all(n is not None for seeds in batched.values() for n in seeds)  # the target is crossed
 
 
-def test_batched_crossings_equal_single_emulations(profile, batched, batched_doc, tmp_path):
-    single_doc = _plan(profile, tmp_path / "single")
+def test_batched_crossings_equal_single_emulations(profile, batched, batched_out):
+    batched_doc, out = batched_out
+    # the same plan without --batched in the same folder: it never reads the batched runs
+    # (stored apart; 40 iterations, as it asks), only the shorter single confirmations
+    # (which do not answer for 40), so it runs all 6 and agrees with the confirmed crossings
+    single_doc = _plan(profile, out)
     assert _per_seed(single_doc) == batched
+    assert single_doc["emulations_run"] == 6 and single_doc["emulations_reused"] == 0
     # every seed of the 3 reached candidates was confirmed by a single run; unbatched, none is
     assert batched_doc["single_confirmations_run"] == 6 and single_doc["single_confirmations_run"] == 0
     # and equal a single emulation run here directly (the run the executor equals bit for bit)
@@ -79,6 +85,9 @@ def test_batched_crossings_equal_single_emulations(profile, batched, batched_doc
     direct = [iterations_to_loss(Emulator(replace(base, seed=s).check(), progress=False).run()["losses"],
                                  2.26, 4) for s in (0, 1)]
     assert direct == batched["stale S=2 sgd"]
+    # the same plan with --batched again: every batched run and confirmation is reused
+    again = _plan(profile, out, "--batched")
+    assert again["emulations_run"] == again["single_confirmations_run"] == 0 and _per_seed(again) == batched
 
 
 def _cfg(seed: int, iterations: int) -> TrainConfig:

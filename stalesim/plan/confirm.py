@@ -16,7 +16,9 @@ only as far as needed: to the batched crossing plus ``margin`` iterations; a see
 single run has not crossed by then runs to the candidate's full horizon. The confirmed
 crossing replaces the batched one. A learning rate that depends on the run length (not
 ``constant``) makes a shorter run a different run, so those seeds run at the full horizon.
-Accuracy targets (measured in epochs) are confirmed at the full horizon too.
+Accuracy targets (measured in epochs) are confirmed at the full horizon too. The batched
+runs are kept apart from the single ones (``<out>/batched/``): they share their configs and
+so their store keys.
 """
 
 from __future__ import annotations

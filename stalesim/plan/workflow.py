@@ -101,7 +101,11 @@ def make_plan(req: PlanRequest) -> Plan:
     if not cands:
         raise StalesimError("schedules: no candidate fits " + "; ".join(f"{a}: {b}" for a, b in skipped[:3]))
     _log(f"plan: {len(cands)} candidate(s) x {len(req.seeds)} seed(s); {len(skipped)} skipped")
-    store = EmulationStore(req.out)
+    # batched float32 runs are not the single runs (stalesim.plan.confirm) but share their
+    # configs and keys: they are kept in a store of their own, so a plan without --batched
+    # never reads them, and the single runs that confirm them are the plain store's
+    home = req.out / "batched" if req.batched else req.out
+    store = EmulationStore(home)
     unit_epochs = req.target.kind == "accuracy"
 
     def configs(c: Candidate, h: int) -> list[TrainConfig]:
@@ -109,7 +113,7 @@ def make_plan(req: PlanRequest) -> Plan:
         return [emulation_config(req.base, c, seed=s, **length) for s in req.seeds]
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
-        folder = req.out / "emulations" / "study"
+        folder = home / "emulations" / "study"
         with _heartbeat(folder / "results.jsonl", {rid for rid, _ in todo}, enabled=req.progress is not False):
             return _emulate(req, todo, folder)
 
@@ -118,7 +122,7 @@ def make_plan(req: PlanRequest) -> Plan:
     convs: dict[Candidate, Convergence] = converge(
         cands, configs, store, run, req.target, req.horizon, req.max_horizon,
         max_iterations=lambda h: h * bpe, log=_log)
-    confirmed = EmulationStore(req.out / "single")  # single runs confirming batched crossings
+    confirmed = EmulationStore(req.out)  # single runs confirming batched crossings
     if req.batched:
         convs = _confirm_single(req, convs, configs, confirmed)
     t_emu = time.perf_counter() - t0
@@ -161,12 +165,12 @@ def _confirm_single(req: PlanRequest, convs: dict[Candidate, Convergence],
                     configs: Callable[[Candidate, int], list[TrainConfig]],
                     store: EmulationStore) -> dict[Candidate, Convergence]:
     """The reached candidates' crossings from single emulations (:mod:`stalesim.plan.confirm`:
-    batched float32 runs drift from the single runs the executor reproduces). They are stored
-    apart from the batched runs, which share their configs and keys."""
+    batched float32 runs drift from the single runs the executor reproduces), run and kept
+    as a plan without --batched runs and keeps them, so either plan reuses the other's."""
     from stalesim.emulator.study import run_study
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
-        return run_study(todo, req.out / "single" / "study", jobs=req.jobs, progress=req.progress,
+        return run_study(todo, req.out / "emulations" / "study", jobs=req.jobs, progress=req.progress,
                          launcher=req.launcher, tensorboard=req.tensorboard)
 
     n = sum(len(v.per_seed) for v in convs.values() if v.reached)
