@@ -157,7 +157,8 @@ def _training_args(p: argparse.ArgumentParser) -> None:
                    help="the longest horizon, in the same unit (default 8 x the first)")
     w.add_argument("--jobs", type=int_type(1, MAX_JOBS), default=1, help="emulations in parallel")
     w.add_argument("--batched", action="store_true",
-                   help="train the seeds and mitigations of a shape together (study --batched)")
+                   help="train the seeds and mitigations of a shape together (study --batched); each "
+                        "reached candidate's crossing is then confirmed by single emulations")
 
 
 def _candidate_args(p: argparse.ArgumentParser) -> None:

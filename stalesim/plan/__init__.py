@@ -10,6 +10,8 @@ candidate, and ranks the products:
   candidate, the emulation config that determines its convergence;
 * :mod:`~stalesim.plan.convergence`: emulations (cached in the output folder, reused
   across plans for other hardware), iterations to target per seed and their interval;
+* :mod:`~stalesim.plan.confirm`: a ``--batched`` plan's crossings confirmed by single
+  emulations (the runs the executor reproduces);
 * :mod:`~stalesim.plan.timing`: the simulation of each candidate on the target, each
   phase (warm-up, hybrid switch) at its own speed, and its peak memory per device;
 * :mod:`~stalesim.plan.compose`: time to target with its interval, feasibility,

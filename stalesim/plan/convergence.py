@@ -26,6 +26,8 @@ that determines it (the training config but its length and data folder), so a pl
 other hardware, or a longer horizon, reuses it: a run of H' >= H iterations with a
 length-independent learning rate (``constant``) answers for H (its first H losses are the
 same bits: the IR's version table of a batch depends only on the batches before it).
+Batched emulations are stored apart, and their crossings confirmed by single ones
+(:mod:`stalesim.plan.confirm`: float32 batched kernels sum in another order).
 """
 
 from __future__ import annotations
