@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from stalesim.errors import StalesimError
+from stalesim.threads import DEFAULT_THREADS
 from stalesim.workloads.blocksum import block_sum_warning
 from stalesim.workloads.graph_split import GraphSplit
 from stalesim.workloads.profile import (
@@ -70,10 +71,10 @@ from stalesim.workloads.profile import (
 )
 from stalesim.workloads.zoo import LayeredModel, build_model
 
-# Torch CPU threads of each executor rank (stalesim.executor.run_local's default, and the CLI's
-# --threads default for every command that trains): a profile is measured the same way.
-# None (torch's current setting) remains available to callers who want their own.
-RANK_THREADS = 1
+# Torch CPU threads of each executor rank (stalesim.threads, the one default of the executor, the
+# API and the CLI): a profile is measured the same way. None (torch's current setting) remains
+# available to callers who want their own.
+RANK_THREADS = DEFAULT_THREADS
 
 __all__ = ["parse_device", "parse_dtype", "precision_flags", "precision_in_force", "profile_model"]
 
