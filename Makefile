@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test test-fast lint bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
+.PHONY: install demo test test-fast test-integration test-e2e lint bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
 
 install: $(STAMP)
 
@@ -25,9 +25,16 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
-# the edit loop: everything but the tests marked slow (a few minutes on 2 cores)
+# the edit loop: the unit tier (no process started, nothing trained beyond a few steps; a few
+# minutes on 2 cores). make test-integration / test-e2e run the other tiers alone.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q tests/unit
+
+test-integration: install
+	$(PY) -m pytest -q tests/integration
+
+test-e2e: install
+	$(PY) -m pytest -q tests/e2e
 
 # ruff (rules in pyproject.toml) on all code; mypy on the package (the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)

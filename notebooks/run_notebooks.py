@@ -6,7 +6,7 @@
 The notebooks are committed executed so that a reader sees every table and figure on the
 repository page without installing anything. Executing needs only the test extras of
 `make install` (nbclient comes with nbmake, plus ipykernel); jupyter and nbconvert are not
-dependencies. `tests/test_notebooks.py` checks that the committed outputs belong to the current
+dependencies. `tests/e2e/test_notebooks.py` checks that the committed outputs belong to the current
 cell sources and runs each notebook again in short mode (in memory) with the same `execute`.
 """
 

@@ -11,7 +11,7 @@ a FIFO, ...) are built in a temporary folder, with a private data cache; with
 ``$STALESIM_DATA`` holding MNIST the cache is first filled from it, so the corrupt-folder
 cases also check that a warm cache does not mask a broken ``--data-dir``. Exit status 0
 only if every case passes. The same items are regression tests in ``tests/`` and
-``tests/test_cli_fuzz.py`` fuzzes every flag.
+``tests/integration/test_cli_fuzz.py`` fuzzes every flag.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def plan_step(ctx: Context) -> Outcome:
 def gpu_test_files() -> list[Path]:
     """The suite's files with ``@pytest.mark.gpu`` tests (collecting only these keeps a lent
     machine from importing the whole suite and its CPU-only dependencies)."""
-    return sorted(p for p in TESTS.glob("test_*.py") if "pytest.mark.gpu" in p.read_text(encoding="utf-8"))
+    return sorted(p for p in TESTS.rglob("test_*.py") if "pytest.mark.gpu" in p.read_text(encoding="utf-8"))
 
 
 def _junit_counts(path: Path) -> dict[str, int]:

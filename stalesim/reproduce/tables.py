@@ -8,7 +8,7 @@ A table in RESULTS.md sits between two markers::
 
 and :data:`RENDERERS` maps NAME to a function that rebuilds it from the files under
 ``docs/results/`` and ``figures/`` (study configs, per-seed JSONL, figure CSVs). ``check``
-(what ``tests/test_results_tables.py`` runs) says which tables differ from their artifacts;
+(what ``tests/unit/test_results_tables.py`` runs) says which tables differ from their artifacts;
 ``write`` regenerates them in place. So a number in a table is the artifact's number, rounded
 one way (``f"{x:.2f}"``), and cannot drift from it.
 
@@ -656,7 +656,7 @@ def lm_summary_row(root: Path) -> list[str]:
 
 def stored_markdown(folder: str) -> Callable[[Path], str]:
     """A table kept as ``docs/results/<folder>/table.md`` by the code that built it (its own test
-    rebuilds that file from the folder's CSVs, see ``tests/test_results_schedules.py``)."""
+    rebuilds that file from the folder's CSVs, see ``tests/integration/test_results_schedules.py``)."""
     def render(root: Path) -> str:
         return (root / RES / folder / "table.md").read_text(encoding="utf-8")
 

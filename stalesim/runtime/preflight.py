@@ -46,7 +46,7 @@ __all__ = ["MEMORY_ENV", "MemoryEstimate", "available_memory", "check_memory", "
 MEMORY_ENV = "STALESIM_MEMORY_BYTES"
 
 # (parameters, activation values of one sample's forward) of the fixed zoo models, 10
-# classes; tests/test_runtime_preflight.py checks them against the built models
+# classes; tests/integration/test_runtime_preflight.py checks them against the built models
 _FIXED = {"lenet5": (61_706, 15_002), "alexnet": (23_272_266, 111_626), "vgg16": (15_249_354, 863_242)}
 # CIFAR ResNet with n blocks per stage (depth 6n + 2): both exactly linear in n
 _RESNET_PARAMS = (97_216, -21_926)

@@ -37,7 +37,7 @@ with compute (Megatron-LM's behaviour in the papers checked here).
 schedule family, memory per GPU broken into weights, gradients, optimizer state,
 activations and extra weight versions, and whether it fits. The closed forms are
 checked against the event simulation on small configurations
-(``tests/test_sim_parallel.py``).
+(``tests/unit/test_sim_parallel.py``).
 """
 
 from __future__ import annotations

@@ -300,7 +300,7 @@ def min_max_partition(
     Large problems (S * L^2 beyond :data:`DP_BUDGET`) without communication costs
     take :func:`_bisect_partition` instead: bisection on the bottleneck with a
     greedy feasibility test, O(S * log L) per test, the same answer (value and
-    cuts, ties included; ``tests/test_workloads_partition.py`` compares them).
+    cuts, ties included; ``tests/unit/test_workloads_partition.py`` compares them).
     Large problems *with* communication costs are refused (a cut's cost breaks the
     greedy test's exchange argument, and the DP would not finish).
     """

@@ -3,7 +3,7 @@
 Flags are checked before anything expensive starts (docs/failure.md): "16 stages of
 LeNet-5" or ``resnet1000000`` must be refused in milliseconds, not after torch has
 been imported and a model with half a million blocks built. :func:`model_facts`
-answers from the zoo's structure alone; ``tests/test_workloads_zoo_facts.py``
+answers from the zoo's structure alone; ``tests/unit/test_workloads_zoo_facts.py``
 checks every answer against the built model, so the two cannot drift apart.
 """
 

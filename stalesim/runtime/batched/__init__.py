@@ -47,7 +47,7 @@ with the run axis added: in float64 the losses equal separate runs to round-off
 (tested to 1e-10 relative); in float32 batched kernels (``bmm``, grouped
 convolution) sum in another order than the single-run kernels, and the
 differences (about 1e-7 relative per step) grow with training like any float32
-reassociation (the tolerance is stated in ``tests/test_emulator_batched.py``).
+reassociation (the tolerance is stated in ``tests/unit/test_emulator_batched.py``).
 
 One module per concept: :mod:`.batchable` (what runs may share a batch), :mod:`.wide`
 (the stacked module), :mod:`.optimizer`, :mod:`.mitigations`, :mod:`.runtime` (the stage
