@@ -21,6 +21,8 @@ from stalesim.errors import StalesimError
 from stalesim.inject import StalePipeline
 from stalesim.runtime.build import run_model
 from stalesim.runtime.config import TrainConfig
+from stalesim.runtime.optim import LookaheadAdam, lookahead_decay
+from stalesim.runtime.rotation import RotatedAdam
 from stalesim.runtime.tasks import loss_fn, task_of
 from stalesim.schedule import Schedule
 
@@ -52,11 +54,26 @@ def _cfg(model: str, schedule: str, micro: int, stages: int, optimizer: str, **k
 
 
 def _user_optimizer(cfg: TrainConfig, params: object) -> torch.optim.Optimizer:
-    """What the user would write for the emulator's flags."""
+    """What the user would write for the emulator's flags. The look-ahead and basis rotation
+    are optimizers, not corrections around one: the user takes torch's Nesterov SGD (at lr
+    (1 - mu) eta, :func:`_lr_scale`) or stalesim's Adam variants as their optimizer."""
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)  # type: ignore[arg-type]
+        kw = {"nesterov": True} if cfg.nesterov_lookahead else {}
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **kw)  # type: ignore[arg-type]
+    adam = {"lr": cfg.lr, "betas": tuple(cfg.betas), "eps": cfg.eps, "weight_decay": cfg.weight_decay,
+            "decoupled": cfg.optimizer == "adamw"}
+    if cfg.basis_rotation:
+        return RotatedAdam(params, freq=cfg.basis_rotation_freq, beta=cfg.basis_rotation_beta,  # type: ignore[arg-type]
+                           max_dim=cfg.basis_rotation_max_dim, **adam)
+    if cfg.nesterov_lookahead:
+        return LookaheadAdam(params, momentum_decay=lookahead_decay(cfg), **adam)  # type: ignore[arg-type]
     kind = torch.optim.Adam if cfg.optimizer == "adam" else torch.optim.AdamW
     return kind(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)  # type: ignore[arg-type]
+
+
+def _lr_scale(cfg: TrainConfig) -> float:
+    """The SGD look-ahead is Nesterov SGD at (1 - mu) times the learning rate."""
+    return 1.0 - cfg.momentum if cfg.nesterov_lookahead and cfg.optimizer == "sgd" else 1.0
 
 
 def _emulate(cfg: TrainConfig) -> Emulator:
@@ -89,7 +106,7 @@ def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -
             loss.backward()
             total += loss.item()
         for group in opt.param_groups:  # the user's own lr schedule: the emulator's formula
-            group["lr"] = cfg.lr_at(t, STEPS)
+            group["lr"] = cfg.lr_at(t, STEPS) * _lr_scale(cfg)
         if cfg.clip_grad_norm is not None:
             pipe.clip_grad_norm_(cfg.clip_grad_norm)  # per stage, as the emulator clips
         opt.step()
@@ -127,6 +144,10 @@ OPTIONS = [
     (GPT, "2bw", 2, 3, "adam", {"error_feedback": True, "pipemare_lr": True}),
     ("lenet5", "stale", 1, 3, "sgd", {"spike_compensation": True, "error_feedback": True}),
     ("lenet5", "stale", 1, 3, "sgd", {"error_feedback": True, "pipemare_correction": True}),
+    ("lenet5", "pipedream", 1, 3, "sgd", {"nesterov_lookahead": True}),
+    (GPT, "stale", 1, 3, "adamw", {"nesterov_lookahead": True}),
+    (GPT, "pipedream", 1, 3, "adam", {"nesterov_lookahead": True, "lookahead_momentum": "constant"}),
+    (GPT, "stale", 1, 3, "adamw", {"basis_rotation": True, "basis_rotation_freq": 2}),
 ]
 
 
