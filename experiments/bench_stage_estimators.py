@@ -8,9 +8,6 @@ LayoutTimer`). Estimators:
 
 * ``pooled``: the mean over every round of every pass (what the cost model predicts from;
   :meth:`~stalesim.validate.stagetime.StageTimes.pooled`);
-* ``own-contention``: the same, with each layout's own contended times instead of the
-  ratio pooled over the layouts at its action batch (the model before 2026-11-29 noon;
-  ``CostModel.pooled_contention``): what the folders written before then predicted;
 * ``pass-median``: per (stage, kind) the median over the passes of each pass's mean
   (:meth:`~stalesim.validate.stagetime.StageTimes.with_pass_medians`), as the measured side
   reports the median repeat. Needs a folder whose stage times kept their pass means.
@@ -39,7 +36,7 @@ from experiments.attribute_validate import load_run, predict_row
 from experiments.block_ratios import save_json
 
 #: the estimator names, in the order printed
-ESTIMATORS = ("pooled", "own-contention", "pass-median")
+ESTIMATORS = ("pooled", "pass-median")
 
 
 def pass_index(name: str) -> int | None:
@@ -51,10 +48,6 @@ def estimate(cm: Any, name: str) -> Any:
     """``cm`` (a CostModel) with its stage times as estimator ``name`` gives them."""
     if name == "pooled":
         return cm  # what the cost model predicts from (simulate_with_costs pools the passes)
-    if name == "own-contention":
-        from dataclasses import replace
-
-        return replace(cm, pooled_contention=False)
     if name == "pass-median":
         return cm.with_pass_medians()
     if (k := pass_index(name)) is not None:
