@@ -158,7 +158,8 @@ def run_calibration(args: argparse.Namespace) -> None:
     write_calibration(args.calibration, cal)
     over = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in cal.overhead_s.items())
     comm = cal.comm or {}
-    print(f"per-action runtime overhead: {over}; posting a send {comm['post']['alpha_s'] * 1e6:.0f} us, "
-          f"completing a receive {comm['complete']['alpha_s'] * 1e6:.0f} us; host cores {cal.host_cores}")
+    msgs = (f"posting a send {comm['post']['alpha_s'] * 1e6:.0f} us, completing a receive "
+            f"{comm['complete']['alpha_s'] * 1e6:.0f} us" if comm else "per-message costs not measured")
+    print(f"per-action runtime overhead: {over}; {msgs}; host cores {cal.host_cores}")
     print(defaults_line(cal, args.calibration))
     print(f"wrote {args.calibration}")

@@ -364,7 +364,16 @@ def _fake_calibrate(backend: str, ranks: int, **kw: Any) -> dict[str, Any]:
             "cpu_comm_occupancy": 1.0}
 
 
-def _fake_validate(cfg: Any, progress: Any = None) -> dict[str, Any]:
+def _fake_measure_calibration(comm_sizes: Any, **kw: Any) -> Any:
+    from stalesim.cost.calibration import MachineCalibration
+
+    fit = {"alpha_s": 1e-5, "beta_s_per_byte": 1e-10}
+    return MachineCalibration(overhead_s={"F": 1e-5}, comm={k: dict(fit) for k in ("post", "complete", "ar_post",
+                                                                          "ar_complete")},
+                              host_cores=2, source="calibrate")
+
+
+def _fake_validate(cfg: Any, progress: Any = None, tensorboard: Any = None) -> dict[str, Any]:
     return {"rows": [], "median_abs_time_error": None, "max_abs_time_error": None,
             "load_average": {"before": 0.0}}
 
@@ -396,6 +405,7 @@ class _SerialPool:
 def stubbed(tmp_path_factory) -> Iterator[Path]:
     """The stand-ins above, and a scratch working folder (default output paths land there)."""
     import stalesim.cli.demo_cmd
+    import stalesim.cost.calibration
     import stalesim.emulator.replay
     import stalesim.emulator.study
     import stalesim.executor.launch
@@ -412,6 +422,7 @@ def stubbed(tmp_path_factory) -> Iterator[Path]:
         mp.setattr(stalesim.executor.launch, "run_local", _fake_run_local)
         mp.setattr(stalesim.workloads.profiler, "profile_model", _fake_profile_model)
         mp.setattr(stalesim.workloads.calibrate, "calibrate", _fake_calibrate)
+        mp.setattr(stalesim.cost.calibration, "measure_calibration", _fake_measure_calibration)
         mp.setattr(stalesim.validate.workflow, "validate", _fake_validate)
         mp.setattr(stalesim.cli.demo_cmd, "run_demo", lambda args, devices: 0)
         mp.setattr(stalesim.sim.sweep, "ProcessPoolExecutor", _SerialPool)
