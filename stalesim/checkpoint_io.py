@@ -118,12 +118,26 @@ def _pickle_part(path: Path, what: str, cap: int) -> bytes:
     return data
 
 
+# Opcodes that build an object from a class the old way (protocol 0/1) or through the extension
+# registry: torch.save never writes them and the weights-only unpickler refuses them, but only
+# after torch formats its refusal with regular expressions that take seconds on a long message
+# (a pickle repeating one of them thousands of times); refused here, in one pass.
+REFUSED_OPCODES = frozenset({"OBJ", "INST", "EXT1", "EXT2", "EXT4"})
+# The same for a GLOBAL naming a class: torch's own names are tens of characters
+MAX_GLOBAL_NAME = 256
+
+
 def _scan(data: bytes, path: Path, what: str) -> None:
-    """Walk the opcodes (building nothing) and refuse an unpickling stack beyond MAX_PICKLE_STACK."""
+    """Walk the opcodes (building nothing); refuse an unpickling stack beyond MAX_PICKLE_STACK,
+    the opcodes of :data:`REFUSED_OPCODES` and class names beyond :data:`MAX_GLOBAL_NAME`."""
     depth = 0
     marks: list[int] = []
     try:
-        for op, _arg, _pos in pickletools.genops(data):
+        for op, arg, _pos in pickletools.genops(data):
+            if op.name in REFUSED_OPCODES or op.name == "GLOBAL" and len(str(arg)) > MAX_GLOBAL_NAME:
+                raise StalesimError(
+                    f"{what}: {path} is not a stalesim checkpoint: it holds objects other than tensors "
+                    f"and plain data, which are refused ({op.name})")
             before, after = op.stack_before, op.stack_after
             if op.name == "MARK":
                 marks.append(depth)
