@@ -125,16 +125,27 @@ def test_repeats_compare_the_prediction_with_the_median(tmp_path: Path, monkeypa
     the replay of each repeat is itself exact (action times at their means: drawn ones are
     the zero-error test's), and the speed-up uses the median baseline."""
     import stalesim.validate.costmodel as cm_mod
+    from stalesim.validate.stagetime import StageTimes, layout_key
 
     monkeypatch.setattr(cm_mod, "MIN_JITTER_SAMPLES", 10**9)  # no kind has that many: the means
     cfg = ValidateConfig(model="lenet5", devices="cpu:2", iterations=16, batch_size=32, microbatches=4,
                          out=str(tmp_path), repeats=3)
     prof = uniform_profile(6, 1e-3, 2e-3, 32, param_bytes=1000, output_bytes=100, saved_bytes=100)
-    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["1f1b"], out=tmp_path,
-                   say=lambda _m: None, prof=prof, cm=CostModel(prof), hw=SimHardware.ideal())
+    cm = CostModel(prof)
+    # both layouts' stage times given, as the run step leaves them (it times every layout
+    # between its rounds): the simulate step then times none, and the measurement below is
+    # the simulated timeline scaled, so what the stage times are does not enter the asserts
     base_tc = train_config(cfg, "sequential", 1, [], cfg.iterations)
+    for tc, ppv, stages in ((train_config(cfg, "1f1b", 2, [3], cfg.iterations), [3],
+                             [{"F": 3e-3, "B": 6e-3}, {"F": 3e-3, "B": 6e-3, "LOSS": 1e-4}]),
+                            (base_tc, None, [{"F": 6e-3, "B": 1.2e-2, "LOSS": 1e-4}])):
+        cm.stage_times[layout_key(build_schedule(tc.schedule_config(cfg.iterations)), ppv,
+                                  cfg.batch_size)] = StageTimes(stages)
+    v = Validation(cfg=cfg, devs=parse_devices("cpu:2"), schedules=["1f1b"], out=tmp_path,
+                   say=lambda _m: None, prof=prof, cm=cm, hw=SimHardware.ideal())
     v.base_sched = build_schedule(base_tc.schedule_config(cfg.iterations))
     simulate_step(v)
+    assert v.ppv == [3] and len(v.cm.stage_times) == 2  # no layout left to time
     r = v.sims["1f1b"]
     rows = _rows_from(r)
     v.runs["1f1b"] = [{"rows": _scaled(rows, f), "iterations": cfg.iterations, "schedule": "1f1b",
