@@ -65,9 +65,12 @@ positive_float = float_type(0.0, lo_open=True)
 nonneg_float = float_type(0.0)
 seconds = float_type(0.0, MAX_SECONDS)
 positive_seconds = float_type(0.0, MAX_SECONDS, lo_open=True)
-# a rank group's rendezvous and first collective: below a second the timeout itself is the failure
-# (torch reports it as a traceback from inside the store), so it is refused as the bad value it is
-rendezvous_seconds = float_type(1.0, MAX_SECONDS)
+# the least timeout of a rank group (``run``, ``validate``, ``calibrate --timeout``): its rendezvous
+# and first collective take about a second on an idle machine, so below that the timeout itself is
+# the failure (torch reports it as a traceback from inside the store, or the ranks time out at their
+# first barrier after seconds of starting), and it is refused up front as the bad value it is
+MIN_RANK_TIMEOUT_S = 1.0
+rendezvous_seconds = float_type(MIN_RANK_TIMEOUT_S, MAX_SECONDS)
 fraction = float_type(0.0, 1.0)
 
 

@@ -14,7 +14,7 @@ import argparse
 import os
 from typing import Any
 
-from stalesim.cli.common import add_threads_arg, nonneg_int, positive_seconds, print_json
+from stalesim.cli.common import add_threads_arg, nonneg_int, print_json, rendezvous_seconds
 from stalesim.cli.train_args import add_schedule_file_arg, add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
 
@@ -24,8 +24,8 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
                    help="the ranks: cpu:N (N gloo ranks) or cuda:0,1,... (one NCCL rank per GPU); "
                         "must equal the schedule's device count (S, or --fold D, or P workers)")
     add_threads_arg(p, "per CPU rank")
-    p.add_argument("--timeout", type=positive_seconds, default=60.0,
-                   help="seconds a rank may wait on a peer before the run is aborted")
+    p.add_argument("--timeout", type=rendezvous_seconds, default=60.0, metavar="SECONDS",
+                   help="seconds a rank may wait on a peer before the run is aborted (at least 1)")
     p.add_argument("--out", default=None, help="run folder (default runs/run-<model>-<schedule>-<time>)")
     p.add_argument("--checkpoint-every", type=nonneg_int, default=0, help="checkpoint every K iterations")
     p.add_argument("--resume", action="store_true", help="resume from the latest checkpoint in --out")
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="train for real on N ranks (torch.distributed: gloo/NCCL)",
                        description="Run a schedule's per-device action lists on real processes "
                                    "(one per device), measure time, utilization, memory and loss.")
-    add_train_args(p, devices_alias=False)
+    add_train_args(p)
     add_schedule_file_arg(p)
     add_executor_args(p)
     p.set_defaults(func=run)
