@@ -91,9 +91,12 @@ def peer_answer(metric: str, spec: TransformerSpec, plan: ParallelPlan, hw: Hard
 
     from stalesim.workloads.transformer import narayanan_flops
 
+    peer_modes = {"none": ActivationRecomputation.NONE, "selective": ActivationRecomputation.SELECTIVE,
+                  "full": ActivationRecomputation.FULL}
+    if plan.recompute not in peer_modes or plan.recompute_every > 1:
+        return PeerAnswer(None, None, None)  # torchtitan's op-level or every-N-th-layer recomputation: no peer mode
     a = _peer_analysis(spec, plan, hw)
-    rec = {"none": ActivationRecomputation.NONE, "selective": ActivationRecomputation.SELECTIVE,
-           "full": ActivationRecomputation.FULL}[plan.recompute]
+    rec = peer_modes[plan.recompute]
     if metric == "layer_ms":
         b, s = plan.micro_batch, spec.seq
         f = a.get_num_flops_fwd_per_layer(b, s)
@@ -160,10 +163,12 @@ def compare(root: Path) -> list[dict[str, Any]]:
 
 
 def summary_md(rows: list[dict[str, Any]]) -> str:
-    """Median and max absolute time error per source and over all rows, both tools."""
+    """Median and max absolute time error per source and over all rows, both tools, on the rows
+    both answer (a row the peer cannot express is counted apart)."""
     lines = ["| rows | n | stalesim median / max | llm-analysis median / max |", "| --- | ---: | ---: | ---: |"]
-    groups = {s: [r for r in rows if r["source"] == s] for s in dict.fromkeys(r["source"] for r in rows)}
-    groups["**all**"] = rows
+    both = [r for r in rows if r["stalesim_error_pct"] not in ("", None) and r["peer_error_pct"] not in ("", None)]
+    groups = {s: [r for r in both if r["source"] == s] for s in dict.fromkeys(r["source"] for r in both)}
+    groups["**all**"] = both
     for name, rs in groups.items():
         s, p = _abs_errors(rs, "stalesim_error_pct"), _abs_errors(rs, "peer_error_pct")
         lines.append(f"| {name} | {len(s)} | {statistics.median(s):.1f} % / {max(s):.1f} % | "
@@ -173,6 +178,8 @@ def summary_md(rows: list[dict[str, Any]]) -> str:
                     and (r[f"{k}_fits"] == "yes") != (r["outcome"] == "trained")) for k in ("stalesim", "peer")}
     lines += ["", f"fits verdicts wrong: stalesim {wrong['stalesim']}, llm-analysis {wrong['peer']} "
                   f"(of {sum(1 for r in rows if r['outcome'])} rows with an outcome, {len(oom)} out of memory)",
+              f"rows the peer cannot express (no recomputation mode for them): "
+              f"{sum(1 for r in rows if r['stalesim_error_pct'] not in ('', None) and r not in both)}",
               f"llm-analysis at flops_efficiency {PEER_EFFICIENCY}; "
               "command: `python -m benchmarks.bench_llm_peer --write`"]
     return "\n".join(lines) + "\n"

@@ -100,7 +100,9 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     g.add_argument("--sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--recompute", type=grid(choice_type(RECOMPUTE, "recomputation")), default=None,
                    metavar="|".join(RECOMPUTE),
-                   help="activation recomputation (default none)")
+                   help="activation recomputation (default none; op: torchtitan's per-op selective policy)")
+    g.add_argument("--recompute-every", type=positive_int, default=None, metavar="N",
+                   help="recompute only every N-th layer, the others keep their activations (default 1)")
     g.add_argument("--zero", type=grid(int_choice_type(ZERO_STAGES, "ZeRO stage")), default=None,
                    metavar=f"{ZERO_STAGES[0]}..{ZERO_STAGES[-1]}",
                    help="ZeRO stage: 1 shards optimizer state over dp, 2 also gradients, 3 also weights")
@@ -259,6 +261,7 @@ def plan_from_args(args: argparse.Namespace, spec: TransformerSpec, *, tp: int |
     return ParallelPlan(tp=tp if tp is not None else (args.tp or 1), pp=pp, dp=dp, micro_batch=b, global_batch=B,
                         schedule=sched, chunks=V, sp=args.sp,
                         recompute=recompute or args.recompute or "none",
+                        recompute_every=getattr(args, "recompute_every", None) or 1,
                         zero=zero if zero is not None else (args.zero or 0),
                         optimizer=args.optimizer or "adam", precision=args.precision or "mixed",
                         cp=getattr(args, "cp", None) or 1, stage_layers=stage_layers,

@@ -412,7 +412,8 @@ def _run_workload(args: argparse.Namespace) -> int:
     b = args.micro_batch or 1
     batch = args.batch_size or dp * b * (args.microbatches or 2 * pp)
     base = ParallelPlan(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=b, global_batch=batch, sp=args.sp,
-                        recompute=args.recompute or "none", zero=args.zero or 0,
+                        recompute=args.recompute or "none", recompute_every=args.recompute_every or 1,
+                        zero=args.zero or 0,
                         optimizer=args.optimizer or "adam", precision=args.precision or "mixed",
                         framework=args.framework or "megatron", tp_overlap=args.tp_overlap,
                         dp_overlap=args.dp_overlap, zero_prefetch=args.zero_prefetch,

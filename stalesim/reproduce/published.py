@@ -229,7 +229,11 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
         mem = p.memory_bytes / GIB
         row["memory_predicted_gib"] = round(mem, 2)
         if run.published.get("memory_gib") is not None:
-            row["memory_error_pct"] = _err(mem, float(run.published["memory_gib"]))
+            pub_mem = float(run.published["memory_gib"])
+            row["memory_error_pct"] = _err(mem, pub_mem)
+            lo, hi = p.memory_low_bytes / GIB, p.memory_high_bytes / GIB
+            detail += (f", memory range {lo:.1f} to {hi:.1f} GiB "
+                       f"({'holds' if lo <= pub_mem <= hi else 'misses'} the published {pub_mem:g})")
         row["fits"] = "yes" if p.fits else "no"
         if run.outcome:
             row["verdict"] = "right" if p.fits == (run.outcome == "trained") else "wrong"

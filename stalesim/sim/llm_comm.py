@@ -255,8 +255,9 @@ def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[floa
     """ZeRO-3 fetches in a layer's backward beyond one of every linear: ``(parameters, fetches)``
     per layer (``linears``: a layer's weight matrices per rank, in forward order).
 
-    With full recomputation the backward first re-runs the layer's forward, and DeepSpeed's
-    sub-module hooks fetch its weights for it; each linear's backward then runs after the
+    With full recomputation (or op-level: it re-runs every sub-module's forward, its saved
+    outputs short-circuiting only the products) the backward first re-runs the layer's forward,
+    and DeepSpeed's sub-module hooks fetch its weights for it; each linear's backward then runs after the
     later linears' recomputed forwards and backwards, so the coordinator released its weights
     unless those number fewer than ``stage3_max_reuse_distance``
     (:data:`~stalesim.workloads.memory_llm.DEEPSPEED_MAX_REUSE_DISTANCE`): the last linear always stays,
@@ -264,7 +265,7 @@ def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[floa
     gathers the whole block before its recomputation and keeps it through the backward: none."""
     from stalesim.workloads.memory_llm import DEEPSPEED, DEEPSPEED_MAX_REUSE_DISTANCE
 
-    if plan.framework not in DEEPSPEED or plan.recompute != "full":
+    if plan.framework not in DEEPSPEED or plan.recompute not in ("full", "op"):
         return 0.0, 0
     again = [p for i, p in enumerate(linears) if 2 * sum(linears[i + 1:]) >= DEEPSPEED_MAX_REUSE_DISTANCE]
     return float(sum(again)), len(again)
@@ -358,7 +359,7 @@ def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ..
         ag_f = allgather_s(sim, plan, pb, gathers) if gather_forward else 0.0
         ag_b = allgather_s(sim, plan, pb, gathers) if z >= 3 else 0.0
         if z >= 3 and again_calls and nl[s]:
-            n_again = nl[s] or 0
+            n_again = (nl[s] or 0) // plan.recompute_every  # the layers recomputed
             ag_b += allgather_s(sim, plan, n_again * again_params * element_bytes, n_again * again_calls)
         if ov.prefetch and ag_f:
             ag_f = overlapped_s(ag_f, gathers, f[s])

@@ -81,7 +81,9 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     head_dw = spec.element_bytes * b * spec.seq * spec.vocab / t / cp  # the logits' gradient the head's W reads
     head = spec.head_params() + (spec.vocab * spec.hidden if spec.tied_embeddings and S > 1 else 0)
     params[-1] += head / t
-    act = layer_activation_bytes(spec, b, tp=t, sp=plan.sp, recompute=plan.recompute, cp=cp)
+    act = plan.recomputed_share * layer_activation_bytes(spec, b, tp=t, sp=plan.sp, recompute=plan.recompute, cp=cp)
+    if plan.recompute_every > 1:  # the layers between the recomputed ones keep everything
+        act += (1 - plan.recomputed_share) * layer_activation_bytes(spec, b, tp=t, sp=plan.sp, cp=cp)
     saved = [n * act for n in per]
     n_tok = b * spec.seq / cp
     saved[-1] += spec.element_bytes * n_tok * spec.hidden + 4 * n_tok * spec.vocab / t  # norm input, fp32 logits

@@ -48,7 +48,7 @@ from stalesim.workloads.kernel_efficiency import (
     gemm_efficiency,
     table_for,
 )
-from stalesim.workloads.transformer import TransformerSpec
+from stalesim.workloads.transformer import TransformerSpec, op_checkpoint_linears
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.llm_plan import ParallelPlan
@@ -178,12 +178,40 @@ class _Timer:
 class _Pass:
     compute_s: float = 0.0  # GEMMs and attention at their efficiencies
     mem: float = 0.0  # bytes of element-wise work
-    collectives: int = 0  # tensor-parallel collectives of one activation each (all-reduce pairs)
+    collectives: float = 0  # tensor-parallel collectives of one activation each (all-reduce pairs)
     ring_s: float = 0.0  # context-parallel K/V transfers not hidden behind attention
 
     def __add__(self, o: _Pass) -> _Pass:
         return _Pass(self.compute_s + o.compute_s, self.mem + o.mem, self.collectives + o.collectives,
                      self.ring_s + o.ring_s)
+
+    def scaled(self, x: float) -> _Pass:
+        """The pass on a share ``x`` of the layers (recomputation on every N-th layer)."""
+        return _Pass(x * self.compute_s, x * self.mem, x * self.collectives, x * self.ring_s)
+
+
+def _recomputed(spec: TransformerSpec, plan: ParallelPlan, hw: SimHardware, timer: _Timer, fw: _Pass,
+                att_f: float, mem: float) -> _Pass:
+    """What a recomputed layer's backward runs again of its forward ``fw``: ``full`` all of it;
+    ``selective`` the attention core (its products and softmax bytes); ``op`` the linears
+    :func:`~stalesim.workloads.transformer.op_checkpoint_linears` does not save, every element-wise
+    op (none is on torchtitan's save list), an unfused attention core, and with tensor parallelism
+    the collectives not saved: under sequence parallelism the two all-gathers (the reduce-scatters
+    are saved), half the forward's all-reduce pairs; without it the all-reduces."""
+    n = plan.micro_batch * spec.seq // plan.cp
+    t = plan.tp
+    if plan.recompute == "full":
+        return fw
+    if plan.recompute == "selective":
+        return _Pass(att_f, mem - _elementwise_bytes(spec, n, t, plan.sp, "flash"), 0,
+                     cp_ring_s(spec, plan, hw, att_f, backward=False))
+    if plan.recompute == "op":
+        lin = [GemmShape(n, math.ceil(o / (1 if row else t)), math.ceil(i / (t if row else 1)))
+               for o, i, row, saved in op_checkpoint_linears(spec) if not saved]
+        core = att_f if spec.attention == "unfused" else 0.0
+        return _Pass(timer.gemms(lin) + core, mem, (1 if plan.sp else 2) if t > 1 else 0,
+                     cp_ring_s(spec, plan, hw, att_f, backward=False) if core else 0.0)
+    return _Pass()
 
 
 def _elementwise_bytes(spec: TransformerSpec, tokens: int, t: int, sp: bool, attention: str) -> float:
@@ -245,7 +273,7 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     timer = _Timer(dev, spec.dtype, eff)
     bw_Bps = dev.mem_bandwidth_Bps * eff.memory
 
-    def secs(p: _Pass, coll_s: float, kernels: int) -> float:
+    def secs(p: _Pass, coll_s: float, kernels: float) -> float:
         return p.compute_s + p.mem / bw_Bps + p.collectives * coll_s + p.ring_s + kernels * eff.overhead_s
 
     lin = layer_gemms(spec, n, t)
@@ -261,11 +289,8 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     # 2 + 2 + 2 half-size collectives (an all-gather or reduce-scatter is half an all-reduce)
     bw = _Pass(timer.gemms([_dgrad(g) for g in lin]) + w_s + att_b, 2 * mem, 3 if plan.sp else 2,
                cp_ring_s(spec, plan, hw, att_b, backward=True))
-    if plan.recompute == "full":
-        bw = bw + fw
-    elif plan.recompute == "selective":  # the core attention again: its products and softmax bytes
-        bw = bw + _Pass(att_f, mem - _elementwise_bytes(spec, n, t, plan.sp, "flash"), 0,
-                        cp_ring_s(spec, plan, hw, att_f, backward=False))
+    rec = _recomputed(spec, plan, hw, timer, fw, att_f, mem)
+    bw = bw + rec.scaled(plan.recomputed_share)
     # Megatron runs the input-gradient collective of each column-parallel linear (QKV, MLP in)
     # asynchronously while that linear's weight gradient computes: what the W GEMMs cover is hidden;
     # with sequence parallelism that collective is a reduce-scatter, and the input's second
@@ -290,7 +315,8 @@ def layer_times(spec: TransformerSpec, plan: ParallelPlan, dev: DeviceSpec, hw: 
     ef = _Pass(0.0, 2 * e * n * spec.hidden, 1 if t > 1 else 0)
     return LayerTimes(
         layer_f=secs(fw, coll, k),
-        layer_b=secs(bw, coll, 2 * k + (k if plan.recompute == "full" else 0)) - hidden,
+        layer_b=secs(bw, coll, 2 * k + (k * plan.recomputed_share if plan.recompute in ("full", "op") else 0))
+        - hidden,
         embed_f=secs(ef, coll, 1), embed_b=secs(ef, 0.0, 1),
         head_f=secs(hf, coll, 3), head_b=secs(hb, coll, 4),
         collective=coll,

@@ -86,6 +86,9 @@ class ParallelPlan:
     chunks: int = 1
     sp: bool = False
     recompute: str = "none"
+    # the recomputation applies to every N-th layer, the others keep everything (torchtitan's
+    # ``selective_ac_option = "N"`` with ``full``: every N-th block checkpointed whole)
+    recompute_every: int = 1
     zero: int = 0
     optimizer: str = "adam"
     precision: str = "mixed"
@@ -110,6 +113,12 @@ class ParallelPlan:
     def full_state(self) -> StateBytes:
         """The same, unsharded (one data-parallel rank's view before ZeRO)."""
         return state_bytes(self.optimizer, self.precision, error_feedback=self.error_feedback)
+
+    @property
+    def recomputed_share(self) -> float:
+        """The share of layers the recomputation applies to (``1 / recompute_every``): per-layer
+        costs average over it, exact when each stage's layer count is a multiple of N."""
+        return 1.0 / self.recompute_every
 
     @property
     def gpus(self) -> int:
@@ -139,6 +148,9 @@ class ParallelPlan:
         fam, spec_s = family(self.schedule), get_spec(self.schedule)
         if self.recompute not in RECOMPUTE:
             raise StalesimError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        check_int("recompute_every", self.recompute_every, lo=1)
+        if self.recompute_every > 1 and self.recompute == "none":
+            raise StalesimError(f"recompute_every: {self.recompute_every} needs a recomputation other than none")
         state_bytes(self.optimizer, self.precision, self.zero, self.dp)  # validates those three
         if self.framework not in FRAMEWORKS:
             raise StalesimError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
@@ -215,8 +227,9 @@ class ParallelPlan:
     def to_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "gpus": self.gpus, "micro_batch": self.micro_batch,
                 "global_batch": self.batch, "microbatches": self.microbatches, "schedule": self.schedule,
-                "chunks": self.chunks, "sp": self.sp, "recompute": self.recompute, "zero": self.zero,
-                "optimizer": self.optimizer, "precision": self.precision, "error_feedback": self.error_feedback,
+                "chunks": self.chunks, "sp": self.sp, "recompute": self.recompute,
+                "recompute_every": self.recompute_every, "zero": self.zero, "optimizer": self.optimizer,
+                "precision": self.precision, "error_feedback": self.error_feedback,
                 "framework": self.framework, "cp": self.cp,
                 "stage_layers": list(self.stage_layers) if self.stage_layers is not None else None,
                 "tp_overlap": self.tp_overlap, "dp_overlap": self.dp_overlap, "zero_prefetch": self.zero_prefetch}

@@ -12,7 +12,7 @@ do not split into) are counted, not shown.
 
 Candidates: ``chunks`` (interleaved 1F1B only) 2, 3, 4, 6, 8; ``micro_batch``
 1, 2, 4, 8, 16 (the global batch fixed, so the micro-batch count follows);
-``recompute`` none, selective, full; ``overlap`` the three overlap switches
+``recompute`` none, selective, op, full; ``overlap`` the three overlap switches
 together: the framework's defaults, all on, all off (each switch can only
 hide communication, so the extremes of time are at all on and all off).
 
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
 from stalesim.sim.llm_plan import EVENT, INTERLEAVED, ParallelPlan, family
+from stalesim.workloads.transformer import RECOMPUTE
 
 if TYPE_CHECKING:  # pragma: no cover
     from stalesim.sim.llm_kernels import KernelEfficiency
@@ -44,7 +45,7 @@ OPEN_CHOICES = ("chunks", "micro_batch", "recompute", "overlap")
 CANDIDATES: dict[str, tuple[Any, ...]] = {
     "chunks": (2, 3, 4, 6, 8),
     "micro_batch": (1, 2, 4, 8, 16),
-    "recompute": ("none", "selective", "full"),
+    "recompute": RECOMPUTE,
     "overlap": ("framework", "on", "off"),
 }
 # forward + backward actions (stages x micro-batches x 2, summed over the candidates) above which an

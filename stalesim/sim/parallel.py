@@ -123,7 +123,9 @@ class LLMPrediction:
         return "\n".join([
             f"workload {self.workload}: tp {p['tp']} x pp {p['pp']} x dp {p['dp']} = {p['gpus']} GPUs on "
             f"{self.hardware}; {p['schedule']}, M {p['microbatches']} x micro-batch {p['micro_batch']}, "
-            f"recompute {p['recompute']}, sp {'on' if p['sp'] else 'off'}, zero {p['zero']}, "
+            f"recompute {p['recompute']}"
+            f"{' every ' + str(p['recompute_every']) + ' layers' if p['recompute_every'] > 1 else ''}, "
+            f"sp {'on' if p['sp'] else 'off'}, zero {p['zero']}, "
             f"{p['optimizer']} ({p['precision']})",
             f"iteration time {self.iteration_s:.4g} s (pipeline {self.pipeline_s:.4g} s, exposed data-parallel "
             f"all-reduce {self.dp_allreduce_s:.4g} s, bubble {self.bubble_fraction:.1%})",
@@ -187,7 +189,7 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     tokens = plan.batch * spec.seq
     gpus = plan.gpus
     model_f = spec.model_flops(plan.batch)
-    hw_f = spec.model_flops(plan.batch, recompute=plan.recompute)
+    hw_f = spec.model_flops(plan.batch, recompute=plan.recompute, every=plan.recompute_every)
     mem = device_memory(costs, plan, devices, event_acts, spec=spec, device=hw.device)
     mem_cap = visible_bytes(hw.device)
     return LLMPrediction(

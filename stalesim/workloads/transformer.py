@@ -37,6 +37,10 @@ Formulas (per transformer layer, micro-batch ``b``, sequence ``s``, hidden ``h``
   sequence parallelism also the norms and dropout masks (``34/t + 5as/(ht)``),
   selective recomputation drops the ``5as/h`` score term, full recomputation
   keeps only the layer input (``2 s b h``).
+* **Op-level selective recomputation** (``op``, torchtitan's ``selective_ac_option = "op"``):
+  per layer, keep the outputs of every other matrix multiply in the order the layer runs them
+  (Q, K, V, output projection, then the MLP's) and of the fused attention, recompute the rest
+  from the layer input: :func:`op_checkpoint_linears`.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ __all__ = [
     "get_preset",
     "layer_activation_bytes",
     "narayanan_flops",
+    "op_checkpoint_linears",
     "preset_names",
     "transformer_profile",
 ]
@@ -65,7 +70,8 @@ __all__ = [
 FFN_TYPES = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 ATTENTION = ("unfused", "flash")
-RECOMPUTE = ("none", "selective", "full")
+# none; selective: Korthikanti et al.'s attention core; op: torchtitan's per-op policy; full: every layer
+RECOMPUTE = ("none", "selective", "op", "full")
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -189,18 +195,24 @@ class TransformerSpec:
     def logits_flops(self, batch: int) -> int:
         return 2 * batch * self.seq * self.hidden * self.vocab
 
-    def model_flops(self, batch: int, *, recompute: str = "none") -> int:
+    def model_flops(self, batch: int, *, recompute: str = "none", every: int = 1) -> int:
         """FLOPs of one training step on ``batch`` sequences: forward + backward (2x) of every
         layer and the logits, plus the recomputed forward work (``full``: every layer again;
-        ``selective``: the attention scores again). With ``full`` on a GPT this is
-        :func:`narayanan_flops`."""
+        ``selective``: the attention scores again; ``op``: the linears
+        :func:`op_checkpoint_linears` does not save) on every ``every``-th layer. With ``full``
+        on a GPT this is :func:`narayanan_flops`."""
         _check_recompute(recompute)
-        per_layer = 3 * self.layer_flops(batch)
+        extra = 0
         if recompute == "full":
-            per_layer += self.layer_flops(batch)
+            extra = self.layer_flops(batch)
         elif recompute == "selective":
-            per_layer += self.layer_attention_flops(batch)
-        return self.layers * per_layer + 3 * self.logits_flops(batch)
+            extra = self.layer_attention_flops(batch)
+        elif recompute == "op":
+            extra = 2 * batch * self.seq * sum(o * i for o, i, _row, saved in op_checkpoint_linears(self)
+                                               if not saved)
+            if self.attention == "unfused":  # only the fused kernel's output is on the save list
+                extra += self.layer_attention_flops(batch)
+        return self.layers * 3 * self.layer_flops(batch) + self.layers // every * extra + 3 * self.logits_flops(batch)
 
     # ------------------------------------------------------------ bytes
     def layer_output_bytes(self, batch: int) -> int:
@@ -210,6 +222,24 @@ class TransformerSpec:
 def _check_recompute(recompute: str) -> None:
     if recompute not in RECOMPUTE:
         raise StalesimError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+
+
+def op_checkpoint_linears(spec: TransformerSpec) -> tuple[tuple[int, int, bool, bool], ...]:
+    """One layer's linears as torchtitan's op-level selective checkpointing sees them:
+    ``(out_features, in_features, row_parallel, saved)`` in the order the layer runs them.
+
+    torchtitan (``parallelize_llama.py``, ``_apply_ac_to_transformer_block`` with
+    ``selective_ac_option = "op"``) wraps each block in ``torch.utils.checkpoint`` with a policy
+    that must-saves the outputs of ``aten.mm``, the fused attention kernels and the tensor-parallel
+    reduce-scatter, *except every second* ``mm`` (its counter starts afresh per block call), and
+    recomputes everything else in the backward. Its Llama block runs ``wq, wk, wv`` (separate
+    projections), ``wo``, then ``w1, w3, w2`` (SwiGLU) or up and down (GELU), so ``wq, wv, w1`` and
+    ``w2`` keep their outputs and ``wk, wo, w3`` are recomputed. The spec's shape, not its
+    framework, sets the widths; a fused QKV would change the count (not modelled)."""
+    h, k, f = spec.hidden, spec.kv_dim, spec.ffn_dim
+    mlp = [(f, h, False), (f, h, False), (h, f, True)] if spec.ffn_type == "swiglu" else [(f, h, False), (h, f, True)]
+    order = [(h, h, False), (k, h, False), (k, h, False), (h, h, True)] + mlp
+    return tuple((o, i, row, n % 2 == 0) for n, (o, i, row) in enumerate(order))
 
 
 def narayanan_flops(spec: TransformerSpec, batch: int) -> float:
@@ -263,6 +293,8 @@ def _layer_activation_bytes(spec: TransformerSpec, batch: int, tp: int, sp: bool
     outer_div = tp if sp else 1
     if recompute == "full":
         return e * n * h / outer_div
+    if recompute == "op":
+        return _op_checkpoint_bytes(spec, n, tp, sp)
     outer = 4 * e * n * h + (2 * n * h if spec.dropout else 0)
     inner = e * n * h + 2 * e * n * k + e * n * h
     inner += (3 if spec.ffn_type == "swiglu" else 2) * e * n * f
@@ -273,6 +305,26 @@ def _layer_activation_bytes(spec: TransformerSpec, batch: int, tp: int, sp: bool
     else:
         scores = (2 * e + 1) * a * s * n if spec.dropout else e * a * s * n
     return outer / outer_div + (inner + scores) / tp
+
+
+def _op_checkpoint_bytes(spec: TransformerSpec, n: int, tp: int, sp: bool) -> float:
+    """What op-level selective checkpointing keeps per layer and rank for ``n`` tokens: the
+    block's input (split over ``t`` with sequence parallelism), each saved linear's output
+    (column-parallel: ``1 / t`` of its width; row-parallel: the full-width partial sum before its
+    reduction), the fused attention's output and log-sum-exp, and with sequence parallelism the
+    two reduce-scatters' outputs (on the save list too). An unfused attention (batched products,
+    not on the list) keeps nothing of its own."""
+    e, h, a = spec.element_bytes, spec.hidden, spec.heads
+    outer_div = tp if sp else 1
+    kept = e * n * h / outer_div
+    for out, _in, row, saved in op_checkpoint_linears(spec):
+        if saved:
+            kept += e * n * out / (1 if row else tp)
+    if spec.attention == "flash":
+        kept += e * n * h / tp + 4.0 * a * n / tp
+    if tp > 1 and sp:
+        kept += 2 * e * n * h / tp
+    return kept
 
 
 # ---------------------------------------------------------------- presets

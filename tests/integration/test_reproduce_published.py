@@ -99,12 +99,16 @@ TIME_NOW = {
     "sc21-t2": "median 8.0 %, max 36.4 % (ZeRO-3 rows +12 % to +36 %, most at 2,240 GPUs: the communication "
                "the published rows imply is still undercharged at scale; PTD-P 0.2-4.3 %)",
     "korthikanti-t5": "median 4.0 %, max 8.7 % (22B present work -8.7 %, 1T full recompute +7.1 %)",
-    "torchtitan-2404": "median 4.5 %, max 6.5 % (FSDP on 64 A100: -4.5 to +6.5 %)",
+    "torchtitan-2404": "median 3.9 %, max 17.2 % (FSDP on 64 A100: Llama 2 70B with op-level selective "
+                       "checkpointing at local batch 1 +17.2 %, 13B +8.5 %; the other six -4.5 to +6.5 %)",
+    "torchtitan-2412": "median 62.0 %, max 64.6 % (Llama 3.1 8B FSDP with op-level selective checkpointing: "
+                       "+59 % and +65 %; the page's own MFU, 33 to 39 %, against about 55 % for the same code "
+                       "on A100s in torchtitan-2404, shows its 500 W H100s, which are not modelled)",
     "torchtitan-2408": "median and max 45.6 % (405B FSDP 16 x TP 8: the per-block all-gathers hide under the "
                        "compute, which is predicted 1.46x the page's throughput; the page's 500 W H100s are not "
                        "modelled)",
 }
-# sources whose predicted rows meet it today (torchtitan-2412 has none it can express yet)
+# sources whose predicted rows meet it today
 TIME_MET = ("korthikanti-t4",)
 
 
@@ -127,12 +131,20 @@ def test_zero3_throughput_falls_with_the_data_parallel_size_as_published(rows):
         assert pred_drop >= 0.5 * pub_drop, (first, pub_drop, pred_drop)
 
 
-@pytest.mark.xfail(strict=True, reason="no run with a measured memory is expressible yet: torchtitan's measured "
-                   "rows use Float8, torch.compile or its op-level selective checkpointing")
+@pytest.mark.xfail(strict=True, reason="the two measured rows (torchtitan-2412, Llama 3.1 8B FSDP) are predicted "
+                   "-11.3 % and -11.9 %: torchtitan logs the caching allocator's reserved peak, the point "
+                   "estimate is the allocated peak (the range below holds both)")
 def test_memory_within_ten_percent_where_measured(rows):
     e = error_summary(rows)
     assert e.memory_max is not None, "no predicted row has a published memory"
     assert e.memory_max <= 10.0, e
+
+
+def test_the_memory_range_holds_every_published_memory(rows):
+    measured = [r for r in rows if r["memory_published_gib"] and r["status"] == "predicted"]
+    assert len(measured) >= 2
+    for r in measured:
+        assert f"holds the published {float(r['memory_published_gib']):g}" in r["detail"], r
 
 
 def test_zero_model_state_memory_is_the_papers_count(rows):

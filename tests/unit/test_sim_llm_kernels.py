@@ -133,3 +133,34 @@ def test_bad_settings_are_one_line_errors():
     with pytest.raises(StalesimError, match="^cp:"):
         _times(spec=GPT.with_(seq=2049), cp=2)
     assert "gemm" not in SHAPE_EFFICIENCY.to_dict() and CONSTANT_EFFICIENCY.to_dict()["gemm"] == 0.70
+
+
+def test_op_and_every_nth_layer_recomputation_order_the_backward_times():
+    """op recomputes a part of the forward (less than full, more than none); recomputing every
+    second layer costs the average of the mode's and no recomputation's backward."""
+    from stalesim.sim.llm_comm import rank_hardware
+    from stalesim.sim.llm_kernels import layer_times
+    from stalesim.sim.llm_plan import ParallelPlan
+    from stalesim.workloads.hardware import hardware_from_node
+    from stalesim.workloads.transformer import PRESETS
+
+    spec, hw = PRESETS["llama3-8b"], hardware_from_node("dgx-h100")
+    sim = rank_hardware(hw, 1)
+
+    def b(**kw):
+        return layer_times(spec, ParallelPlan(dp=8, **kw), hw.device, sim).layer_b
+
+    none, op, full = b(), b(recompute="op"), b(recompute="full")
+    assert none < op < full
+    assert b(recompute="full", recompute_every=2) == pytest.approx((none + full) / 2, rel=1e-12)
+
+
+def test_every_nth_layer_needs_a_recomputation():
+    from stalesim.errors import StalesimError
+    from stalesim.sim.llm_plan import ParallelPlan
+    from stalesim.workloads.transformer import PRESETS
+
+    with pytest.raises(StalesimError, match="recompute_every: 2 needs a recomputation other than none"):
+        ParallelPlan(dp=8, recompute_every=2).check(PRESETS["llama3-8b"])
+    with pytest.raises(StalesimError, match="recompute_every"):
+        ParallelPlan(dp=8, recompute="full", recompute_every=0).check(PRESETS["llama3-8b"])

@@ -46,7 +46,7 @@ def test_no_open_choice_and_non_interleaved_chunks():
     plan = ParallelPlan(tp=8, pp=4, dp=8, global_batch=256)
     assert choice_range(spec, plan, HW, ()).summary().startswith("range over open choices: none left open")
     rng = choice_range(spec, plan, HW, ("chunks", "recompute"))
-    assert rng.open == ("recompute",) and rng.evaluated == 3  # 1f1b has no depth to choose
+    assert rng.open == ("recompute",) and rng.evaluated == 4  # 1f1b has no depth to choose
     with pytest.raises(StalesimError, match="open_choices: 'v' is not one of"):
         choice_range(spec, plan, HW, ("v",))
 
@@ -71,5 +71,5 @@ def test_small_event_ranges_are_computed():
     spec = TransformerSpec("tiny", layers=8, hidden=1024, heads=16, seq=512, vocab=8000)
     plan = ParallelPlan(pp=2, dp=1, global_batch=8, schedule="zb-h1")
     rng = choice_range(spec, plan, HW, ("micro_batch", "recompute"))
-    assert rng.skipped_reason is None and rng.evaluated == 4 * 3 and rng.not_applicable == 3  # b = 16 > 8
+    assert rng.skipped_reason is None and rng.evaluated == 4 * 4 and rng.not_applicable == 4  # b = 16 > 8
     assert rng.fastest.iteration_s <= predict_llm(spec, plan, HW).iteration_s <= rng.slowest.iteration_s

@@ -143,3 +143,35 @@ def test_profile_retimes_and_presets_are_validated():
         spec.with_(layers=1 << 30)
     with pytest.raises(StalesimError, match="bias: expected true or false"):
         spec.with_(bias="no")
+
+
+def test_op_level_checkpointing_keeps_every_other_matmul_of_a_llama_block():
+    """torchtitan's per-op policy on its Llama block: wq, wv, w1, w2 keep their outputs, wk, wo, w3
+    are recomputed; the block input and the fused attention's output and log-sum-exp stay."""
+    from stalesim.workloads.transformer import op_checkpoint_linears
+
+    s = get_preset("llama3-8b")
+    h, k, f, a, n, e = 4096, 1024, 14336, 32, 8192, 2
+    assert [saved for *_x, saved in op_checkpoint_linears(s)] == [True, False, True, False, True, False, True]
+    assert layer_activation_bytes(s, 1, recompute="op") == e * n * (h + h + k + f + h + h) + 4 * a * n
+    # tensor x sequence parallel 8: column-parallel outputs split, the row-parallel w2 keeps its
+    # full-width partial sum, the two reduce-scatters' outputs are saved
+    t = 8
+    want = e * n * (h / t + h / t + k / t + f / t + h + h / t) + 4 * a * n / t + 2 * e * n * h / t
+    assert layer_activation_bytes(s, 1, tp=t, sp=True, recompute="op") == pytest.approx(want)
+    # between selective (Korthikanti's: nothing to drop under flash) and full
+    assert layer_activation_bytes(s, 1, recompute="full") < layer_activation_bytes(s, 1, recompute="op") \
+        < layer_activation_bytes(s, 1, recompute="selective")
+
+
+def test_op_level_and_every_nth_layer_recompute_flops():
+    s = get_preset("llama3-8b")
+    h, k, f, n = 4096, 1024, 14336, 8192
+    base = s.model_flops(1)
+    assert s.model_flops(1, recompute="op") - base == s.layers * 2 * n * (h * k + h * h + h * f)
+    assert s.model_flops(1, recompute="full", every=2) - base == s.layers // 2 * s.layer_flops(1)
+    assert s.model_flops(1, recompute="full", every=1) == s.model_flops(1, recompute="full")
+    gpt = get_preset("gpt3-175b")  # GELU: q, v and the up projection kept; k, o and down recomputed
+    hh = gpt.hidden
+    assert gpt.model_flops(1, recompute="op") - gpt.model_flops(1) == \
+        gpt.layers * (2 * gpt.seq * (hh * hh + hh * hh + 4 * hh * hh) + gpt.layer_attention_flops(1))
