@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
 
-.PHONY: install demo test test-fast test-integration test-e2e lint bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
+.PHONY: install demo test test-fast test-integration test-e2e lint docs bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
 
 install: $(STAMP)
 
@@ -41,6 +41,12 @@ test-e2e: install
 lint: install
 	$(VENV)/bin/ruff check stalesim tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
 	$(VENV)/bin/mypy
+
+# the API reference from the docstrings (docs/api/, Sphinx autodoc) into build/docs/api/index.html;
+# warnings are errors, as in CI. -E re-reads every page: autodoc does not track the package's
+# sources, so a cached page would hide a docstring changed since the last build.
+docs: install
+	$(VENV)/bin/sphinx-build -E -W --keep-going -q -b html docs/api build/docs/api
 
 # the maintained benchmarks (the list in benchmarks/__main__.py) at their smallest sizes: every one
 # still runs, a few minutes on 2 cores; BENCH_ARGS= for their full sizes (far longer: run it on a quiet

@@ -117,7 +117,13 @@ def profile(model: ModelArg, batch_sizes: int | Sequence[int], *, dataset: DataA
             dtype: str = "float32", seed: int = 0) -> Profile:
     """Measure ``model``'s per-block forward/backward/update times at ``batch_sizes`` (what
     ``stalesim profile`` writes; ``Profile.to_json(path)`` stores it). ``dataset`` gives a
-    user's model its input shape when the model does not state one."""
+    user's model its input shape when the model does not state one.
+
+    ``threads`` defaults to one torch thread, what each rank of :func:`run` uses, so the two
+    time alike (None: leave torch's setting). When the blocks' summed time and the whole-model
+    step differ by more than a factor of 2 (``sum_over_whole_ratio`` outside 0.5-2,
+    :mod:`stalesim.workloads.blocksum`) it warns once, with the fix, as a
+    :class:`~stalesim.workloads.profiler.BlockSumWarning`."""
     from stalesim.plugins import is_plugin
     from stalesim.workloads.profiler import profile_model
 
@@ -140,7 +146,10 @@ def profile(model: ModelArg, batch_sizes: int | Sequence[int], *, dataset: DataA
 
 
 def load_schedule(path: str | os.PathLike[str], batches: int | None = None) -> Schedule:
-    """A schedule file (our action-list JSON or torch's CSV), checked by the IR."""
+    """A schedule file (our action-list JSON or torch's CSV), checked by the IR.
+
+    ``batches``: the run's length; a torch CSV repeats its one step that many times (default
+    1), a JSON file must hold exactly that many batches (None: as many as it holds)."""
     from stalesim.schedule.userfile import load_schedule_file
 
     return load_schedule_file(path, batches)

@@ -54,6 +54,9 @@ class PlanRequest:
 
 @dataclass
 class Plan:
+    """A finished plan: its ranked rows, the header of its outputs, the candidates skipped
+    with the reason, the store of its emulations and the files it wrote."""
+
     rows: list[Row]
     header: dict[str, Any]
     skipped: list[tuple[str, str]]

@@ -134,10 +134,13 @@ SCHEDULES: dict[str, ScheduleSpec] = _specs()
 
 
 def schedule_names() -> list[str]:
+    """Every registered schedule's name, in registration order."""
     return list(SCHEDULES)
 
 
 def get_spec(name: str) -> ScheduleSpec:
+    """The registered :class:`ScheduleSpec` of ``name`` (a one-line ScheduleError listing the
+    known names otherwise)."""
     try:
         return SCHEDULES[name]
     except (KeyError, TypeError):

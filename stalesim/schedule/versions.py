@@ -40,18 +40,25 @@ Key = tuple[int, int, int, "int | None"]  # (worker, stage, batch, micro)
 
 @dataclass
 class VersionTable:
+    """The weight version every forward and backward reads and the update every batch feeds,
+    per (worker, stage, batch, micro-batch); built by :func:`derive_versions` from a schedule
+    or by :meth:`from_log` from the versions a runtime used."""
+
     stages: int
     vf: dict[Key, int] = field(default_factory=dict)
     vb: dict[Key, int] = field(default_factory=dict)
     upd: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (worker, stage, batch)
 
     def v_f(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        """v_F: the version the forward reads (the updates of ``stage`` before it ran)."""
         return self.vf[(worker, stage, batch, micro)]
 
     def v_b(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
+        """v_B: the version the backward (or a split backward's ``I`` and ``W``) reads."""
         return self.vb[(worker, stage, batch, micro)]
 
     def u(self, stage: int, batch: int, worker: int = 0) -> int:
+        """u: the version the update fed by ``batch`` produces."""
         return self.upd[(worker, stage, batch)]
 
     def delay_f(self, stage: int, batch: int, micro: int | None = None, worker: int = 0) -> int:
@@ -74,6 +81,7 @@ class VersionTable:
         return max(self.delay_f(stage, batch, m, worker) for m in micro_indices)
 
     def staleness_of(self, key: Key) -> int:
+        """u - 1 - v_F of one (worker, stage, batch, micro) key: :meth:`delay_f` by key."""
         w, s, t, _ = key
         return self.upd[(w, s, t)] - 1 - self.vf[key]
 

@@ -190,6 +190,7 @@ class SimResult:
         return events, flows
 
     def chrome_trace(self) -> dict[str, Any]:
+        """The timeline as a Chrome trace (chrome://tracing, Perfetto), the executor's format."""
         events, flows = self.trace_events()
         n_dev = self.timeline.program.sched.num_devices if self.timeline is not None else self.devices
         names = {d: f"device {d}" for d in range(n_dev)}
@@ -199,9 +200,11 @@ class SimResult:
         return chrome_trace(events, flows, process_names=names, metadata=meta)
 
     def write_trace(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`chrome_trace` to ``path`` as JSON; returns the path written."""
         return write_chrome_trace(path, self.chrome_trace())
 
     def plot(self, path: str | os.PathLike[str], **kwargs: Any) -> Path:
+        """Draw the Gantt chart of the timeline to ``path`` (:func:`stalesim.sim.plot.gantt`)."""
         from stalesim.sim.plot import gantt
 
         return gantt(self, path, **kwargs)
