@@ -24,11 +24,14 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.atomic import ensure_dir
 from stalesim.errors import StalesimError
 from stalesim.validate.config import ValidateConfig
+
+if TYPE_CHECKING:
+    from stalesim.validate.tbscalars import ValidationScalars
 
 Progress = Callable[[str], None]
 STEPS = 6  # numbered steps shown in the progress lines
@@ -66,7 +69,8 @@ class Validation:
     emulated: dict[str, list | None] = field(default_factory=dict)
     emulated_iterations: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
-    tensorboard: Path | None = None  # --tensorboard DIR: each round's times (stalesim.validate.tbscalars)
+    # --tensorboard DIR: its writers, open for the whole validation (stalesim.validate.tbscalars)
+    tensorboard: ValidationScalars | None = None
     # per schedule, device, stage and term: predicted / measured / replayed ms per iteration
     # (:mod:`stalesim.validate.breakdown`), for the median run of each schedule
     attribution: list[dict[str, Any]] = field(default_factory=list)
@@ -473,6 +477,8 @@ def run_step(v: Validation) -> None:
           + (f", timing {len(keys)} stage layout(s) after each round" if timer is not None else ""))
     v.runs = {name: [] for name in v.schedules}
     done, timer = _resume_rounds(v, keys, timer)
+    if v.tensorboard is not None:  # the rounds a resumed validation read back, drawn again
+        v.tensorboard.start(v.runs)
     for k in range(done, K):
         if k > 0:
             _run_baseline(v, k)
@@ -488,9 +494,7 @@ def run_step(v: Validation) -> None:
         save_round(v.out, cfg, k, overhead_s=v.cm.overhead_s if v.cm is not None else {},
                    base_run=v.base_runs[k], runs=got, timer=timer)
         if v.tensorboard is not None:
-            from stalesim.validate.tbscalars import write_round
-
-            write_round(v.tensorboard, k, got)
+            v.tensorboard.round(k, got)
         if K > 1:
             v.say(f"[validate 4/{STEPS}] round {k + 1}/{K} done")
     if timer is not None:

@@ -30,6 +30,7 @@ from stalesim.validate.steps import (
     simulate_step,
     train_config,
 )
+from stalesim.validate.tbscalars import ValidationScalars
 
 # the runs come before the predictions because the stage times the predictions use are taken
 # between the runs' rounds (steps.run_step); nothing a run measures enters a prediction
@@ -49,14 +50,24 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None,
              tensorboard: Path | None = None) -> dict[str, Any]:
     """Run the whole validation; returns the summary (also written to ``cfg.out``).
     ``tensorboard``: a folder each schedule's round times and errors are written under
-    (:mod:`stalesim.validate.tbscalars`)."""
+    (:mod:`stalesim.validate.tbscalars`), through one writer per schedule that lives as long
+    as the validation and is closed however it ends."""
+    scalars = ValidationScalars(tensorboard) if tensorboard is not None else None
+    try:
+        return _validate(cfg, progress, scalars)
+    finally:
+        if scalars is not None:
+            scalars.close()
+
+
+def _validate(cfg: ValidateConfig, progress: Progress | None, scalars: ValidationScalars | None) -> dict[str, Any]:
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     devs, scheds = check_config(cfg)
     if cfg.dataset != "synthetic":  # fail now (one line), not inside a rank later
         from stalesim.runtime.data import load_dataset
 
         load_dataset(train_config(cfg, "sequential", 1, [], cfg.iterations))
-    v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say, tensorboard=tensorboard)
+    v = Validation(cfg=cfg, devs=devs, schedules=scheds, out=Path(cfg.out), say=say, tensorboard=scalars)
     from stalesim.validate.checkpoint import clear, load
 
     if cfg.resume:
@@ -75,10 +86,8 @@ def validate(cfg: ValidateConfig, progress: Progress | None = None,
         timings[f"{name}_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = _summary(v, timings, load_before, cpu_before)
-    if tensorboard is not None:
-        from stalesim.validate.tbscalars import write_final
-
-        write_final(tensorboard, v.rows, cfg.repeats)
+    if scalars is not None:
+        scalars.final(v.rows, cfg.repeats)
     from stalesim.atomic import write_json_atomic
     from stalesim.validate.report import write_outputs, write_report
 
