@@ -26,11 +26,18 @@ def _copy(tmp_path: Path, name: str, scale: float = 1.0) -> Path:
     return out
 
 
-def test_the_same_run_twice_gives_todays_errors_and_their_signs() -> None:
+@pytest.fixture(scope="module")
+def twice() -> dict:
+    """The stored run side by side with itself (each prediction of its 18 schedules takes
+    seconds): one table, asserted on by the tests that read it unchanged."""
+    return side_by_side([RUN, RUN])
+
+
+def test_the_same_run_twice_gives_todays_errors_and_their_signs(twice: dict) -> None:
     """Each run re-predicted with today's model, as bench_stage_estimators' ``pooled`` does."""
     from experiments.bench_stage_estimators import repredict
 
-    res = side_by_side([RUN, RUN])
+    res = twice
     today = {r["schedule"]: r["error"] for r in repredict(RUN, ("pooled",))["rows"]}
     assert len(res["rows"]) == 18
     for r in res["rows"]:
@@ -73,7 +80,8 @@ def test_the_command_prints_and_writes_the_table(tmp_path, capsys) -> None:
     assert json.loads(out.read_text())["schedules_one_sign"] == 18
 
 
-def test_a_measured_message_cost_slows_the_pipelines_and_bad_files_are_one_line(tmp_path, capsys) -> None:
+def test_a_measured_message_cost_slows_the_pipelines_and_bad_files_are_one_line(tmp_path, capsys,
+                                                                              twice: dict) -> None:
     """``--lost-from``: the stored run re-predicted with a per-message compute loss added; a
     pipeline's messages cost its ranks, data parallelism sends none."""
     hw = tmp_path / "hardware.json"
@@ -81,7 +89,7 @@ def test_a_measured_message_cost_slows_the_pipelines_and_bad_files_are_one_line(
                                                 "lost_receiver": {"alpha_s": 2e-4, "beta_s_per_byte": 0.0}}}))
     from experiments.bench_across_runs import lost_fits
 
-    base = side_by_side([RUN, RUN])
+    base = twice
     more = side_by_side([RUN, RUN], lost_fits(hw))
     moved = {r["schedule"]: m["mean_error"] - r["mean_error"] for r, m in zip(base["rows"], more["rows"])}
     assert moved["dp"] == pytest.approx(0.0, abs=1e-12)
