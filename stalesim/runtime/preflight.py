@@ -16,7 +16,10 @@ set's size:
   (measured once per zoo family: conv nets from their layer outputs, the GPT's
   ~16 x n_embd values per token and layer plus the logits);
 * **data**: the training and test sets in memory (synthetic sets from their size;
-  the Python lists the synthetic text is generated through included).
+  what the synthetic text is drawn through included). The synthetic text is also
+  bounded in length, since it is drawn one character at a time
+  (:func:`stalesim.runtime.text.check_synthetic_text`): a longer one is refused here,
+  before anything is built, rather than drawn for minutes.
 
 The estimate is a **lower bound** (no weight versions of stale schedules, one batch
 of activations, no allocator slack), so a refusal is certain to be right, and what
@@ -53,9 +56,6 @@ _RESNET_PARAMS = (97_216, -21_926)
 _RESNET_ACTS = (114_688, 49_290)
 # per token and transformer block: x, ln1, qkv (3C), attention out, ln2, fc (4C), gelu (4C), ...
 _GPT_ACTS_PER_LAYER = 16
-# the synthetic text is generated through Python lists: 8 B per element of one, 32 B per
-# float of the other, 8 B per float64 of a tensor
-_SYNTHETIC_TEXT_BYTES_PER_CHAR = 48
 # real data sets as uint8 in memory (train + test), decoded once
 _DATA_BYTES = {"mnist": 70_000 * 784, "fashion-mnist": 70_000 * 784, "cifar10": 60_000 * 3072,
                "shakespeare": 5_500_000}
@@ -107,12 +107,15 @@ def model_size(model: str, num_classes: int = 10) -> tuple[int, int]:
 
 
 def data_bytes(cfg: TrainConfig) -> int:
-    """Bytes of ``cfg``'s data set in memory (one process)."""
+    """Bytes of ``cfg``'s data set in memory (one process); a synthetic text longer than its bound
+    is refused (StalesimError naming ``synthetic_size``)."""
     if cfg.dataset == "synthetic":
         if is_gpt_name(cfg.model):
+            from stalesim.runtime.text import SYNTHETIC_TEXT_BYTES_PER_CHAR, check_synthetic_text, synthetic_text_chars
+
             T = parse_gpt_name(cfg.model).block_size
-            n = max(cfg.synthetic_size * T, 4 * (T + 1))
-            return (n + max(n // 9, 2 * (T + 1))) * _SYNTHETIC_TEXT_BYTES_PER_CHAR
+            check_synthetic_text(cfg.synthetic_size, T)
+            return synthetic_text_chars(cfg.synthetic_size, T)[1] * SYNTHETIC_TEXT_BYTES_PER_CHAR
         facts = model_facts(cfg.model)
         shape = facts.input_shape if facts is not None else (1, 28, 28)
         n = cfg.synthetic_size + max(cfg.synthetic_size // 4, 1)

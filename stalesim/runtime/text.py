@@ -25,6 +25,11 @@ bits per character (nats / ln 2).
 ``--dataset synthetic`` with the LM gives a seeded synthetic text (a sparse
 order-2 Markov chain over 28 letters, so it is learnable) of about
 ``synthetic_size * block_size`` training characters: tests need no data files.
+A Markov chain is drawn one character after the other (each depends on the two
+before it), about a microsecond per character in Python, so its length is bounded
+(:data:`MAX_SYNTHETIC_TEXT_CHARS`, a few seconds of drawing): ``synthetic_size``
+windows of a huge ``block_size`` (65,536) are refused in one line naming both,
+by the memory preflight before anything is built and by the generator itself.
 """
 
 from __future__ import annotations
@@ -45,6 +50,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SHAKESPEARE_FILE = "shakespeare_complete.txt"
 TRAIN_FRACTION = 0.9
+# training characters of the synthetic text at most: drawn sequentially at about 0.5-1 us per
+# character on one core (measured on the project's 2-core CI machine), 4M characters take a few
+# seconds; the default 1,024 windows of the default 128 characters are 131,072
+MAX_SYNTHETIC_TEXT_CHARS = 1 << 22
+# characters drawn per Python list (bounds the transient lists to a few tens of MB)
+_CHUNK = 1 << 18
+# bytes per character the generator holds: its float64 uniforms and the uint8 text
+SYNTHETIC_TEXT_BYTES_PER_CHAR = 9
 
 
 @dataclass
@@ -112,30 +125,59 @@ def load_shakespeare(cfg: TrainConfig) -> TextData:
         f"{', '.join(sorted({str(p.parent) for p in looked}))}){hint}")
 
 
+def synthetic_text_chars(synthetic_size: int, block_size: int) -> tuple[int, int]:
+    """(training characters, all characters) of the synthetic text of ``synthetic_size`` windows
+    of ``block_size``: at least four windows to train on, a ninth more (at least two windows) to
+    validate on."""
+    n_train = max(int(synthetic_size) * int(block_size), 4 * (int(block_size) + 1))
+    return n_train, n_train + max(n_train // 9, 2 * (int(block_size) + 1))
+
+
+def check_synthetic_text(synthetic_size: int, block_size: int) -> None:
+    """StalesimError naming ``synthetic_size`` and ``block_size`` when the synthetic text would be
+    longer than :data:`MAX_SYNTHETIC_TEXT_CHARS` (module doc)."""
+    n_train, _ = synthetic_text_chars(synthetic_size, block_size)
+    if n_train > MAX_SYNTHETIC_TEXT_CHARS:
+        most = MAX_SYNTHETIC_TEXT_CHARS // int(block_size)
+        fix = (f"give --synthetic-size {most} or less" if most >= 4
+               else f"use a block_size of at most {MAX_SYNTHETIC_TEXT_CHARS // 4 - 1:,}")
+        raise StalesimError(
+            f"synthetic_size: {synthetic_size:,} windows of block_size {block_size:,} are {n_train:,} characters "
+            f"of synthetic text, more than this tool draws (at most {MAX_SYNTHETIC_TEXT_CHARS:,}); {fix}, "
+            "or train on a real text (--dataset shakespeare)")
+
+
 def synthetic_text(cfg: TrainConfig, block_size: int) -> TextData:
-    """Seeded order-2 Markov text over 'a'..'z', space and newline (learnable, no files)."""
+    """Seeded order-2 Markov text over 'a'..'z', space and newline (learnable, no files).
+
+    The state is the context of the last two symbols (``a * A + b``); each context allows three
+    next symbols, and the next state of choice k is precomputed, so the loop does one table look-up
+    and two comparisons per character. Drawn in chunks into a uint8 tensor, so what it holds is
+    :data:`SYNTHETIC_TEXT_BYTES_PER_CHAR` per character, not Python lists of the whole text."""
     from stalesim.runtime.datapaths import mix_seed
 
+    check_synthetic_text(cfg.synthetic_size, block_size)
     g = torch.Generator().manual_seed(mix_seed(cfg.seed, 31337))
     alphabet = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz \n"), dtype=torch.uint8)
     A = alphabet.numel()
     # each (prev2, prev1) context allows 3 next symbols with random probabilities
-    choices = torch.randint(0, A, (A * A, 3), generator=g).tolist()
+    choices = torch.randint(0, A, (A * A, 3), generator=g)
     w = torch.rand((A * A, 3), generator=g, dtype=torch.float64) + 0.1
     cum = (w.cumsum(1) / w.sum(1, keepdim=True)).tolist()
-    n_train = max(cfg.synthetic_size * block_size, 4 * (block_size + 1))
-    n = n_train + max(n_train // 9, 2 * (block_size + 1))
-    u = torch.rand(n, generator=g, dtype=torch.float64).tolist()
-    seq = [0] * n
-    a, b = 0, 1
-    for i in range(n):
-        ctx = a * A + b
-        c0, c1, _ = cum[ctx]
-        k = 0 if u[i] < c0 else (1 if u[i] < c1 else 2)
-        c = choices[ctx][k]
-        seq[i] = c
-        a, b = b, c
-    tokens = alphabet[torch.tensor(seq, dtype=torch.long)]
+    following = ((torch.arange(A * A)[:, None] % A) * A + choices).tolist()  # the context after choice k
+    table = [(c[0], c[1], *f) for c, f in zip(cum, following)]
+    n_train, n = synthetic_text_chars(cfg.synthetic_size, block_size)
+    u = torch.rand(n, generator=g, dtype=torch.float64)
+    tokens = torch.empty(n, dtype=torch.uint8)
+    ctx = 1  # symbols (0, 1) before the text
+    for lo in range(0, n, _CHUNK):
+        drawn: list[int] = []
+        put = drawn.append
+        for x in u[lo:lo + _CHUNK].tolist():
+            c0, c1, k0, k1, k2 = table[ctx]
+            ctx = k0 if x < c0 else (k1 if x < c1 else k2)
+            put(ctx)
+        tokens[lo:lo + len(drawn)] = alphabet[torch.tensor(drawn, dtype=torch.long) % A]
     return TextData("synthetic", tokens[:n_train], tokens[n_train:], "synthetic text (order-2 Markov chain)")
 
 
