@@ -72,7 +72,7 @@ def test_a_huge_block_is_refused_at_once_by_the_generator_and_the_preflight(size
     if size == 1:
         assert data_bytes(cfg) == synthetic_text_chars(1, 65536)[1] * SYNTHETIC_TEXT_BYTES_PER_CHAR
         return
-    with pytest.raises(StalesimError, match=r"^synthetic_size: 1,024 windows of block_size 65,536 .* size 64 "):
+    with pytest.raises(StalesimError, match=r"^synthetic_size: 1,024 windows of block_size 65,536 .*-size 64 "):
         estimate_run(cfg)
     with pytest.raises(StalesimError, match=r"^synthetic_size: "):
         synthetic_text(cfg, 65536)
