@@ -5,7 +5,7 @@
 
 Rebuilds the prediction from what the folder stored (profile.json,
 profile_contended.json, hardware.json with the executor's per-message calibration,
-summary.json's cost model: overheads, per-kind gaps, hook costs) -- no measurement is
+summary.json's cost model: overheads, per-kind gaps, stage times) -- no measurement is
 repeated -- checks that each schedule's rebuilt prediction equals the stored one, reads
 the measured rows of the median repeat back from its ``trace.json`` and writes the
 attribution (:mod:`stalesim.validate.breakdown`) with the replay of those rows.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,15 +47,9 @@ def cost_model(out: Path, summary: dict[str, Any], hw_dict: dict[str, Any]) -> A
 
     c = summary["cost_model"]
     cont = out / "profile_contended.json"
-    hook = {}
-    for k, v in (c.get("hook_s") or {}).items():
-        m = re.fullmatch(r"ppv=\[(.*)\] batch=(\d+)", k)
-        assert m, k
-        ppv = tuple(int(x) for x in m.group(1).split(",") if x.strip())
-        hook[(ppv, int(m.group(2)))] = v
     return CostModel(load_profile(out / "profile.json"), load_profile(cont) if cont.exists() else None,
                      dict(c["overhead_s"]), [], float(c.get("dispatch_s") or 0.0), dict(c.get("gaps_s") or {}),
-                     hw_dict.get("executor_comm"), hook, stage_times_from_summary(c.get("stage_times")),
+                     hw_dict.get("executor_comm"), stage_times_from_summary(c.get("stage_times")),
                      host_cores=c.get("host_cores"))
 
 

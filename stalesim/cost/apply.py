@@ -25,7 +25,6 @@ from stalesim.cost.terms import (
     link_from_comm,
     runtime_overheads,
     stage_costs_for,
-    with_hook_overhead,
 )
 from stalesim.validate.afterwait import wait_factors
 from stalesim.validate.cores import busy_concurrency, busy_share, core_share
@@ -160,8 +159,6 @@ def simulate_with_costs(cm: CostModel, hw: SimHardware, cfg: Any, *, ppv: list[i
                                 full_share=slices[1] if slices else 1.0)
         costs = runtime_overheads(cm, sched, costs, recv_ahead=recv_ahead,
                                   label_bytes=8 * (batch_size // max(1, sched.workers)))
-        if times is None:  # measured stage times already include the hooks, the LOSS and the data
-            costs = with_hook_overhead(cm, sched, costs, ppv_used, ab)
         costs = with_memory_facts(costs, memory_facts)
         result = simulate(costs, sched, hw, base)
         history.append(result.iteration_time_s)

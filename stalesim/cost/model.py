@@ -65,13 +65,10 @@ class CostModel:
     # CPU costs and delays of :mod:`stalesim.validate.commcal` (None: not calibrated)
     gaps_s: dict[str, float] = field(default_factory=dict)
     comm: dict[str, Any] | None = None
-    # extra F/B seconds per stage when it runs under the version hooks, and the LOSS action's
-    # cost, keyed by (PPV, action batch), as folders written before ``stage_times`` stored them
-    hook_s: dict[tuple, list[dict[str, float]]] = field(default_factory=dict)
     # each stage layout's action times measured on its real stages, as the executor runs them
-    # (:mod:`stalesim.validate.stagetime`); where present they replace the per-layer sums,
-    # the runtime overhead and the hook cost above (``hook_s`` is read from folders written
-    # before stage times were measured)
+    # (:mod:`stalesim.validate.stagetime`); where present they replace the per-layer sums and
+    # the runtime overhead above, and they alone hold the version hooks' cost, the LOSS as the
+    # runtime runs it and stage 0's data reading (a per-layer profile calls blocks directly)
     stage_times: dict[LayoutKey, StageTimes] = field(default_factory=dict)
     # the cores the CPU ranks share (their CPU affinity when the validation ran; None: not
     # known, or GPU ranks): with more ranks x threads than cores the contended times hold the
@@ -127,7 +124,6 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         return {"overhead_s": dict(self.overhead_s), "dispatch_s": self.dispatch_s,
                 "gaps_s": dict(self.gaps_s),
-                "hook_s": {f"ppv={list(k[0])} batch={k[1]}": v for k, v in self.hook_s.items()},
                 "stage_times": [{"layout": k.to_dict(), "label": k.text(),
                                  "contention_ratio": v.contention_ratio(),
                                  "wait_ratios": {k: [list(p) for p in c] for k, c in wait_curves(v).items()},

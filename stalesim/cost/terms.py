@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.cost.model import _SPLIT, KINDS, CostModel
 from stalesim.schedule.actions import TRANSFER_NAMES_ORDERED, Kind
-from stalesim.validate.stagetime import MODULE_KINDS, StageTimes, hooked_stages
+from stalesim.validate.stagetime import MODULE_KINDS, StageTimes
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
@@ -319,31 +319,3 @@ def link_from_comm(hw: SimHardware, comm: dict[str, Any] | None,
         out = replace(out, allreduce_alpha_ns=to_ns(alpha),
                       allreduce_bandwidth_Bps=(1.0 / beta) if beta > 0 else math.inf)
     return out
-
-
-
-def with_hook_overhead(cm: CostModel, sched: Any, costs: StageCosts, ppv: list[int], action_batch: int
-                       ) -> StageCosts:
-    """Add the measured cost of the version hooks to the F and B (I and W) of the stages that need them
-    and of reading the data to stage 0's F, and take the LOSS action's cost as measured
-    through the runtime (when they were measured)."""
-    extra = cm.hook_s.get((tuple(ppv), action_batch))
-    if not extra or len(extra) != costs.stages:
-        return costs
-    from stalesim.sim.model import to_ns
-
-    hooked = hooked_stages(sched)
-    losses = [e["LOSS"] for e in extra if "LOSS" in e]
-    data = to_ns(extra[0].get("DATA", 0.0))  # stage 0's F reads its slice of the data
-    # a split backward unpacks the same saved tensors: B's hook cost, shared by I and W in
-    # proportion to their times
-    bi, bw = costs.split_ns()
-    hb = [to_ns(extra[s]["B"]) if hooked[s] else 0 for s in range(costs.stages)]
-    share = [i / (i + w) if i + w > 0 else 0.5 for i, w in zip(bi, bw)]
-    return replace(costs,
-                   bi_ns=tuple(i + round(h * f) for i, h, f in zip(bi, hb, share)),
-                   bw_ns=tuple(w + h - round(h * f) for w, h, f in zip(bw, hb, share)),
-                   f_ns=tuple(f + (to_ns(extra[s]["F"]) if hooked[s] else 0) + (data if s == 0 else 0)
-                              for s, f in enumerate(costs.f_ns)),
-                   b_ns=tuple(b + (to_ns(extra[s]["B"]) if hooked[s] else 0) for s, b in enumerate(costs.b_ns)),
-                   loss_ns=to_ns(max(losses)) if losses else costs.loss_ns)

@@ -33,7 +33,6 @@ from stalesim.cost.terms import (
     runtime_overheads,
     send_post_fit,
     stage_costs_for,
-    with_hook_overhead,
 )
 from stalesim.validate.replay import (
     allreduce_times,
@@ -49,8 +48,7 @@ __all__ = ["JITTER_DRAWS", "KINDS", "MIN_JITTER_SAMPLES", "CostModel", "_forward
            "allreduce_times", "busy_overlap", "dispatch_counts", "has_contention", "hooked_stages",
            "link_from_comm", "measured_memory_facts", "median_draw", "message_delays", "predicted_peaks",
            "replay", "replay_costs", "replay_jitter", "replay_link", "runtime_overheads", "send_post_fit",
-           "simulate_with_costs", "stage_costs_for", "stage_phi", "wait_curves", "with_hook_overhead",
-           "with_memory_facts"]
+           "simulate_with_costs", "stage_costs_for", "stage_phi", "wait_curves", "with_memory_facts"]
 
 _CONSTANTS = ("JITTER_DRAWS", "MIN_JITTER_SAMPLES")
 

@@ -192,22 +192,14 @@ def test_replay_recovers_the_simulated_costs(name: str) -> None:
         assert ar["blocked"] > 0
 
 
-def test_hooks_cost_only_where_an_update_falls_between_forward_and_backward() -> None:
-    from stalesim.validate.costmodel import hooked_stages, with_hook_overhead
+def test_hooks_only_where_an_update_falls_between_forward_and_backward() -> None:
+    from stalesim.validate.costmodel import hooked_stages
 
     assert hooked_stages(build_schedule(ScheduleConfig("1f1b", stages=2, batches=8, microbatches=2))) \
         == [False, False]
     # the register pipeline: stage 0 updates while younger forwards wait; the last stage never
     stale = build_schedule(ScheduleConfig("stale", stages=2, batches=8))
     assert hooked_stages(stale) == [True, False]
-    cm = _cm()
-    cm.hook_s[((2,), 32)] = [{"F": 1e-4, "B": 2e-4}, {"F": 3e-4, "B": 4e-4}]
-    base = uniform_costs(2, 1000 * US, 2000 * US, batch_size=32, action_batch=32)
-    c = with_hook_overhead(cm, stale, base, [2], 32)
-    assert c.f_ns == (1100 * US, 1000 * US) and c.b_ns == (2200 * US, 2000 * US)
-    cm.hook_s[((2,), 32)][1]["LOSS"] = 7e-5
-    assert with_hook_overhead(cm, stale, base, [2], 32).loss_ns == 70 * US
-    assert with_hook_overhead(cm, stale, base, [3], 32) is base  # not measured for that layout
 
 
 TINY_GPT = "gpt-char:n_layer=1,n_embd=8,n_head=1,block_size=8"
