@@ -59,7 +59,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="iterations of the staleness study (default 300, --quick 60)")
     p.add_argument("--target", default="h100-sxm", metavar="KIND",
                    help="catalog device for the what-if prediction (as simulate --target)")
-    p.add_argument("--gpu", dest="target", help=argparse.SUPPRESS)  # spelling before 0.2
     p.add_argument("--quick", action="store_true",
                    help="tiny everything (smoke test); flags given explicitly are still honoured")
     add_extrapolate_arg(p)

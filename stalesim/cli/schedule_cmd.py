@@ -16,25 +16,20 @@ if TYPE_CHECKING:
 from stalesim.limits import MAX_SHOWN
 
 
-def add_schedule_args(p: argparse.ArgumentParser, *, devices_alias: bool = True,
-                      batches_alias: bool = False) -> None:
+def add_schedule_args(p: argparse.ArgumentParser, *, batches: bool = True) -> None:
     """Schedule-shape flags shared with simulate/emulate/run (-> ScheduleConfig fields).
 
-    ``--fold D`` places the S stages on D devices. ``--devices N`` was its spelling
-    before 0.2 and stays as a hidden alias on the commands where ``--devices`` is
-    not the rank list of a real run (``devices_alias``). ``batches_alias``: a training
-    command, whose run length is ``--iterations``; ``--batches``/``-N`` stay there as a
-    hidden, deprecated alias for one release.
+    ``--fold D`` places the S stages on D devices. ``batches``: take the schedule's N as
+    ``--batches``/``-N``; a training command passes False, its run length being
+    ``--iterations`` (one spelling per concept).
     """
     p.add_argument("--stages", "-S", type=positive_int, default=None, help="pipeline stages S")
-    p.add_argument("--batches", "-N", type=positive_int, default=None,
-                   help=argparse.SUPPRESS if batches_alias else "mini-batches N")
+    if batches:
+        p.add_argument("--batches", "-N", type=positive_int, default=None, help="mini-batches N")
     p.add_argument("--microbatches", "-M", type=positive_int, default=1, help="micro-batches per batch M")
     p.add_argument("--workers", "-P", type=positive_int, default=1, help="data-parallel workers P")
     p.add_argument("--fold", type=positive_int, default=None, metavar="D",
                    help="fold the S stages contiguously onto D devices (pipeline schedules)")
-    if devices_alias:
-        p.add_argument("--devices", type=positive_int, dest="fold", help=argparse.SUPPRESS)
     p.add_argument("--switch", type=nonneg_int, default=None,
                    help="hybrid: batches run stale-pipelined before switching (default N/2)")
     p.add_argument("--warmup", type=nonneg_int, default=0,

@@ -149,8 +149,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", type=catalog_type("device"), default=None, metavar="KIND",
                    help="catalog device to predict for: compute times estimated by roofline "
                         "from the profile (default: the profile's own device)")
-    # the spelling before 0.2
-    p.add_argument("--device", type=catalog_type("device"), dest="target", help=argparse.SUPPRESS)
     p.add_argument("--link", type=catalog_type("link"), default=None, metavar="KIND",
                    help="catalog link (ideal = free)")
     add_hardware_args(p)

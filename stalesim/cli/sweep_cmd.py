@@ -48,8 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--targets", type=list_of(catalog_type("device")), default=None, metavar="KIND,KIND",
                    help="catalog devices to predict for (roofline from the profile); "
                         "default: the profile's own")
-    # the spelling before 0.2
-    p.add_argument("--devices", type=list_of(catalog_type("device")), dest="targets", help=argparse.SUPPRESS)
     p.add_argument("--links", type=list_of(catalog_type("link")), default=None, metavar="KIND,KIND",
                    help="catalog links; default: ideal")
     p.add_argument("--calibration", default=None, metavar="CAL.json",

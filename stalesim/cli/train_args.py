@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from stalesim.cli.common import (
     float_type,
@@ -16,7 +15,6 @@ from stalesim.cli.common import (
     seed_int,
 )
 from stalesim.cli.schedule_cmd import add_schedule_args
-from stalesim.errors import StalesimError
 from stalesim.runtime.config import LOOKAHEAD_MOMENTA, MUON_MAX_NS_STEPS, TrainConfig
 
 MODEL_HELP = ("zoo model (lenet5, alexnet, vgg16, resnet20, ..., gpt-char or "
@@ -36,23 +34,17 @@ def add_schedule_file_arg(p: argparse.ArgumentParser) -> None:
     """``--schedule-file`` of the commands that run one schedule (simulate, emulate, run)."""
     p.add_argument("--schedule-file", default=None, metavar="FILE.json|FILE.csv", help=SCHEDULE_FILE_HELP)
 
-# A training run's length is --iterations (TrainConfig.iterations, the summary's `iterations`);
-# --batches/-N, which the schedule-only commands use for the schedule's N, was accepted too.
-BATCHES_DEPRECATED = ("stalesim: warning: --batches/-N is deprecated on training commands and will be "
-                      "removed in the next release; use --iterations (same meaning)")
-
-
-def add_train_args(p: argparse.ArgumentParser, *, devices_alias: bool = True) -> None:
+def add_train_args(p: argparse.ArgumentParser) -> None:
     """Model, data, schedule, optimizer and mitigation flags (names match TrainConfig).
 
-    ``devices_alias``: accept the old ``--devices N`` for ``--fold`` (not on ``run``,
-    where ``--devices`` is the rank list)."""
+    A training run's length is ``--iterations`` (TrainConfig.iterations, the summary's
+    ``iterations``); the schedule-only commands' ``--batches``/``-N`` is not taken here."""
     p.add_argument("--model", default="lenet5", help=MODEL_HELP)
     p.add_argument("--dataset", default=None, help=DATASET_HELP + " (default: the model's; synthetic "
                    "for your own model)")
     p.add_argument("--schedule", default=None,
                    help=f"schedule name (see `stalesim schedule`; default {DEFAULT_SCHEDULE})")
-    add_schedule_args(p, devices_alias=devices_alias, batches_alias=True)
+    add_schedule_args(p, batches=False)
     p.add_argument("--ppv", type=int_list, default=None,
                    help="pipeline placement vector, e.g. 2 or 1,2,3 (S = entries + 1)")
     length = p.add_mutually_exclusive_group()
@@ -155,12 +147,6 @@ def _optimizer_fields(args: argparse.Namespace) -> dict:
 
 def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
     iterations = args.iterations
-    if args.batches is not None:  # the deprecated spelling of --iterations on training commands
-        if iterations is not None or args.epochs is not None:
-            raise StalesimError("batches: give one of --iterations or --epochs (--batches is the old "
-                                "spelling of --iterations)")
-        print(BATCHES_DEPRECATED, file=sys.stderr)
-        iterations = args.batches
     from stalesim.plugins import is_plugin
 
     dataset = args.dataset

@@ -53,7 +53,7 @@ def test_trace_plot_and_text(capsys, tmp_path):
     t, g = tmp_path / "t.json", tmp_path / "g.png"
     prof_path = _with_flops(tmp_path / "f.json", 10**9)
     assert main(["simulate", "--profile", prof_path, "--schedule", "stale", "-S", "4",
-                 "--device", "h100-sxm", "--link", "nvlink4", "--trace", str(t),
+                 "--target", "h100-sxm", "--link", "nvlink4", "--trace", str(t),
                  "--plot", str(g)]) == 0
     out = capsys.readouterr().out
     assert "iteration time" in out and "roofline" in out and "speed-up" in out
@@ -92,7 +92,7 @@ def test_bad_input_exit_2_one_line(prof_path, tmp_path, capsys):
     cases = [
         (["--hardware", str(zero)], "bandwidth_Bps"),
         (["--schedule", "2bw", "-S", "4", "-M", "2"], "microbatches"),
-        (["--device", "tpu-v9"], "device"),
+        (["--target", "tpu-v9"], "device"),
         (["--ppv", "9"], "ppv[0]"),
         (["-S", "9"], "stages"),
         (["-M", "3", "--schedule", "gpipe", "-S", "2"], "batch_size"),

@@ -36,7 +36,7 @@ def test_sweep_json_ppv_candidates(capsys, prof_path):
 
 def test_sweep_bad_device_exit_2(capsys, prof_path):
     assert main(["sweep", "--profile", prof_path, "--schedules", "gpipe", "-S", "2",
-                 "--devices", "nope"]) == 2
+                 "--targets", "nope"]) == 2
     assert "device" in capsys.readouterr().err
 
 

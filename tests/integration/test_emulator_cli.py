@@ -46,14 +46,13 @@ def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
     assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_batches_is_the_deprecated_spelling_of_iterations(capsys):
+def test_batches_is_not_a_training_flag(capsys):
     """The run length of a training command is --iterations; --batches/-N (the schedule
-    commands' N) still works for one release, with a warning, and is not in --help."""
-    rc, out, err = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--json"])
-    assert rc == 0 and json.loads(out)["iterations"] == 3 and len(json.loads(out)["losses"]) == 3
-    assert "deprecated" in err and "--iterations" in err
-    rc, _, err = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", "-N", "3", "--iterations", "3"])
-    assert rc == 2 and "batches: give one of --iterations or --epochs" in err
+    commands' N) is refused there by argparse, and is not in --help."""
+    for flag in ("-N", "--batches"):
+        rc, out, err = run_cli(capsys, SYN + ["--schedule", "stale", "--stages", "2", flag, "3", "--json"])
+        assert rc == 2 and out == ""
+        assert err.strip() == f"stalesim: error: unrecognized arguments: {flag} 3"
     with pytest.raises(SystemExit):
         main(["emulate", "--help"])
     text = capsys.readouterr().out
