@@ -5,7 +5,7 @@ is tested on constructed inputs with known answers.
 **Interval.** Two independent sources: the seeds (iterations to target, an interval of
 the mean over seeds, :mod:`~stalesim.plan.convergence`) and the prediction of the
 iteration time (a relative error ``time_error``: what the simulator missed by on
-measured runs, docs/validate.md). The time is monotone in the iterations, so
+measured runs, docs/validate.md). The time is monotone in the iterations, so::
 
     lo = time(n_lo) x (1 - time_error),  mean = time(n_mean),  hi = time(n_hi) x (1 + time_error).
 

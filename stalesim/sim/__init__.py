@@ -1,5 +1,5 @@
 """Simulator: SimPy event simulation of the schedule IR, a closed-form fast path,
-memory model, Chrome traces and Gantt figures.
+memory model, Chrome traces and Gantt figures::
 
     from stalesim.schedule import ScheduleConfig
     from stalesim.sim import SimOptions, simulate
