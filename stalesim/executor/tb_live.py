@@ -13,6 +13,11 @@ A batch's loss is complete after its last micro-batch's LOSS action on this rank
 it is a host read (on a GPU, a wait for everything queued), so completed batches are
 queued and read every ``every`` of them (1 on the CPU), then written and flushed.
 ``train/step_time_s`` is the wall time between consecutive batches' last LOSS on this rank.
+
+A resumed run's writer purges the earlier attempt's points from its first new batch on, which
+TensorBoard applies only if the new event file's name sorts after the earlier one's; the
+resumed rank is another process, whose pid may sort first within one second, so the writer
+opens only after :func:`stalesim.tbevents.wait_past` has moved past the folder's newest file.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ class LiveLoss:
     def __init__(self, folder: Path, losses: Mapping[Any, float], *, stage: int, workers: int,
                  remaining: Counter[int], every: int, last_step: int, purge_step: int | None) -> None:
         from stalesim.launch.tb_scalars import RunScalars
+        from stalesim.tbevents import newest_second, wait_past
 
         self.losses, self.stage, self.workers = losses, stage, workers
         self.remaining = remaining  # batch -> LOSS actions of worker 0's loss stage still to run
         self.every = max(int(every), 1)
         self.pending: list[tuple[int, float]] = []  # (batch, wall time its loss was complete)
+        wait_past(newest_second(folder))  # this file sorts after an earlier attempt's
         self.scalars = RunScalars(folder, batches_per_epoch=1, last_step=last_step, purge_step=purge_step)
 
     def loss_done(self, worker: int, stage: int, batch: int) -> None:
