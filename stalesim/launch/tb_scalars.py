@@ -86,11 +86,12 @@ class RunScalars:
 
     def __init__(self, folder: Path, *, batches_per_epoch: int, last_step: int,
                  purge_step: int | None = None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from stalesim.tbevents import open_writer
 
         self.folder = folder
         self.bpe, self.last = max(int(batches_per_epoch), 1), max(int(last_step), 0)
-        self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
+        # a resumed run's file must sort after the earlier attempt's (stalesim.tbevents)
+        self.writer: Any = open_writer(folder, purge_step=purge_step)
         self._prev: float | None = None
 
     def record(self, rec: dict[str, Any]) -> None:

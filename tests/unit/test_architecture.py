@@ -36,7 +36,7 @@ LAYER = {
     "stalesim.errors": 0, "stalesim.atomic": 0, "stalesim.trace": 0, "stalesim.devices": 0,
     "stalesim.checkpoint_io": 0, "stalesim.rendezvous": 0, "stalesim.schedule": 0, "stalesim.limits": 0,
     "stalesim.inputs": 0, "stalesim.outlock": 0, "stalesim.lifetime": 0, "stalesim.progress": 0, "stalesim.units": 0,
-    "stalesim.plugins": 0, "stalesim.threads": 0,
+    "stalesim.plugins": 0, "stalesim.threads": 0, "stalesim.tbevents": 0,
     "stalesim.summary": 0,
     "stalesim.workloads": 1, "stalesim.runtime": 2,
     "stalesim.launch": 2,  # where a study's jobs run: below the emulator that hands it the jobs
