@@ -59,5 +59,14 @@ def _opaque_defaults(app: Sphinx, what: str, name: str, obj: object, options: ob
     return signature, return_annotation
 
 
+def _namedtuple_aliases(app: Sphinx, what: str, name: str, obj: object, skip: bool,
+                        options: object) -> bool | None:
+    """A NamedTuple's fields carry the docstring Python writes (``Alias for field number 0``);
+    the class signature already lists them, so the entries only repeat it."""
+    doc = getattr(obj, "__doc__", None) or ""
+    return True if doc.startswith("Alias for field number") else None
+
+
 def setup(app: Sphinx) -> None:
     app.connect("autodoc-process-signature", _opaque_defaults)
+    app.connect("autodoc-skip-member", _namedtuple_aliases)
