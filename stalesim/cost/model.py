@@ -108,8 +108,9 @@ class CostModel:
         return c / a if a > 0 else None
 
     def timing_passes(self) -> int:
-        """How many timing passes kept their own means (:class:`~stalesim.validate.stagetime.
-        LayoutTimer`; 0 when the stage times were not timed in passes)."""
+        """How many timing passes kept their own means
+        (:class:`~stalesim.validate.stagetime.LayoutTimer`; 0 when the stage times were not
+        timed in passes)."""
         return max((len(t.pass_means_s) for t in self.stage_times.values()), default=0)
 
     def of_pass(self, k: int) -> CostModel:
