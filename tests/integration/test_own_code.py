@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _fixed_hardware import fixed_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,10 +162,11 @@ def test_plan_with_the_users_model(user_dir):
 @pytest.mark.slow
 def test_validate_with_the_users_model(user_dir):
     out = user_dir / "val"
+    # a fixed link and per-message costs: the calibrations do not touch the user's model
     s = ok_json(user_dir, "validate", *MODEL, "--devices", "cpu:2", "--schedules", "gpipe,stale",
                 "--iterations", "8", "--batch-size", "32", "--microbatches", "2", "--repeats", "1",
                 "--profile-repeats", "1", "--emulate-iterations", "4", "--no-contention", "--out", str(out),
-                "--json", "--quiet")
+                "--hardware", str(fixed_hardware(user_dir)), "--json", "--quiet")
     assert s["config"]["model"] == "userzoo:net"
     rows = {r["schedule"]: r for r in s["rows"]}
     assert set(rows) == {"gpipe", "stale"}

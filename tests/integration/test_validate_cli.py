@@ -7,24 +7,19 @@ import math
 from pathlib import Path
 
 import pytest
+from _fixed_hardware import fixed_hardware
 
 from stalesim.cli import main
 
 
-def _hw(tmp_path: Path) -> Path:
-    """A fixed hardware file (the calibration itself is tested in the workloads area)."""
-    p = tmp_path / "hw.json"
-    p.write_text(json.dumps({"schema_version": 1, "device": "cpu-core", "link": "gloo-loopback",
-                             "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
-    return p
-
-
 @pytest.mark.slow
 def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
+    """One round (validate's rounds and their resume: test_validate_checkpoint), on a fixed
+    hardware file with the per-message costs (the calibrations are tested on their own)."""
     out = tmp_path / "v"
     rc = main(["validate", "--model", "lenet5", "--devices", "cpu:2", "--schedules", "1f1b,pipe-sgd",
-               "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "2",
-               "--profile-repeats", "2", "--emulate-iterations", "3", "--hardware", str(_hw(tmp_path)),
+               "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "1",
+               "--profile-repeats", "2", "--emulate-iterations", "3", "--hardware", str(fixed_hardware(tmp_path)),
                "--out", str(out),
                "--quiet"])
     assert rc == 0

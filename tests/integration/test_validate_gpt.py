@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from _fixed_hardware import fixed_hardware
 
 from stalesim.cli import main
 
@@ -18,9 +19,7 @@ SCHEDULES = ["1f1b", "zb-h1", "interleaved-1f1b"]
 
 def test_validate_tiny_gpt_two_cpu_ranks(tmp_path: Path, capfd) -> None:
     out = tmp_path / "v"
-    hw = tmp_path / "hw.json"  # a fixed link: the calibration is tested elsewhere
-    hw.write_text(json.dumps({"schema_version": 1, "device": "cpu-core", "link": "gloo-loopback",
-                              "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
+    hw = fixed_hardware(tmp_path)  # the link and per-message costs: the calibrations are tested elsewhere
     rc = main(["validate", "--model", TINY_GPT, "--dataset", "synthetic", "--devices", "cpu:2",
                "--schedules", ",".join(SCHEDULES), "--batch-size", "8", "--microbatches", "4",
                "--iterations", "8", "--repeats", "1", "--profile-repeats", "2", "--emulate-iterations", "3",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _fixed_hardware import fixed_hardware
 
 from stalesim.workloads.own import as_layered
 from stalesim.workloads.profiler import profile_model
@@ -78,14 +79,6 @@ def vit_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _hw(folder: Path) -> Path:
-    """A fixed hardware file: validate's calibration is not what this test checks."""
-    p = folder / "hw.json"
-    p.write_text(json.dumps({"schema_version": 1, "device": "cpu-core", "link": "gloo-loopback",
-                             "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
-    return p
-
-
 def test_vit_profiles_every_block_with_i_and_w(vit_dir: Path) -> None:
     ok(vit_dir, "profile", *VIT, "--batch-size", "8", "--repeats", "1", "--warmup", "0", "-o", "p.json", "-q")
     prof = json.loads((vit_dir / "p.json").read_text())
@@ -104,7 +97,7 @@ def test_vit_profiles_every_block_with_i_and_w(vit_dir: Path) -> None:
 def test_vit_validates_a_zero_bubble_schedule_on_two_cpu_ranks(vit_dir: Path) -> None:
     p = ok(vit_dir, "validate", *VIT, "--devices", "cpu:2", "--schedules", "zb-h1", "--iterations", "4",
            "--batch-size", "8", "--microbatches", "2", "--repeats", "1", "--profile-repeats", "1",
-           "--emulate-iterations", "2", "--no-contention", "--hardware", str(_hw(vit_dir)),
+           "--emulate-iterations", "2", "--no-contention", "--hardware", str(fixed_hardware(vit_dir)),
            "--out", "val", "--json", "--quiet")
     s = json.loads(p.stdout)
     (row,) = s["rows"]
