@@ -215,14 +215,17 @@ def ring_s(sim: SimHardware, op: str, nbytes: float, size: int) -> float:
     return lat + (0.0 if math.isinf(bw) else steps / P * nbytes / bw)
 
 
-def allgather_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
-    """``count`` all-gathers of ``nbytes / count`` each over the plan's data-parallel group."""
-    return _calls(sim, plan, ALL_GATHER, nbytes, count)
+def allgather_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1,
+                copy_Bps: float = math.inf) -> float:
+    """``count`` all-gathers of ``nbytes / count`` each over the plan's data-parallel group
+    (``copy_Bps``: the device's copy bandwidth, for :func:`list_copies_s`)."""
+    return _calls(sim, plan, ALL_GATHER, nbytes, count, copy_Bps)
 
 
-def reduce_scatter_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
+def reduce_scatter_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1,
+                     copy_Bps: float = math.inf) -> float:
     """``count`` reduce-scatters of ``nbytes / count`` each over the data-parallel group."""
-    return _calls(sim, plan, REDUCE_SCATTER, nbytes, count)
+    return _calls(sim, plan, REDUCE_SCATTER, nbytes, count, copy_Bps)
 
 
 def allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int = 1) -> float:
@@ -230,25 +233,28 @@ def allreduce_s(sim: SimHardware, plan: ParallelPlan, nbytes: float, count: int 
     return _calls(sim, plan, ALL_REDUCE, nbytes, count)
 
 
-def _calls(sim: SimHardware, plan: ParallelPlan, op: str, nbytes: float, count: int) -> float:
+def _calls(sim: SimHardware, plan: ParallelPlan, op: str, nbytes: float, count: int,
+           copy_Bps: float = math.inf) -> float:
     if nbytes <= 0 or plan.dp <= 1:
         return 0.0
     n = max(1, int(count))
-    return n * (ring_s(sim, op, nbytes / n, plan.dp) + list_copies_s(plan, op))
+    return n * (ring_s(sim, op, nbytes / n, plan.dp) + list_copies_s(plan, op, nbytes / n, copy_Bps))
 
 
-def list_copies_s(plan: ParallelPlan, op: str) -> float:
-    """Host seconds one call spends on a framework's per-rank tensor list
-    (:attr:`FrameworkComm.copies_per_rank`): per data-parallel rank one ``narrow`` view and one
-    eager ``copy_``, each at the dispatch cost of one op
+def list_copies_s(plan: ParallelPlan, op: str, call_bytes: float = 0.0, copy_Bps: float = math.inf) -> float:
+    """Seconds one call of ``call_bytes`` (the full buffer) spends on a framework's per-rank
+    tensor list (:attr:`FrameworkComm.copies_per_rank`): per data-parallel rank one ``narrow``
+    view and one eager ``copy_``, each at the dispatch cost of one op
     (:data:`~stalesim.workloads.hardware.DEFAULT_OP_OVERHEAD_S`, which the project charges to
-    metadata ops too; the copies are ``1 / dp`` of the buffer each, far below a launch's time on
-    the device). All-reduces take one tensor: none."""
+    metadata ops too), and on the device the copies themselves: together they read and write
+    the whole buffer once (ProcessGroupNCCL's flat staging buffer: all-gather copies it out to
+    the list, reduce-scatter copies the list into it) at ``copy_Bps``. All-reduces take one
+    tensor: none."""
     from stalesim.workloads.hardware import DEFAULT_OP_OVERHEAD_S
 
     if op == ALL_REDUCE or not framework_comm(plan).copies_per_rank:
         return 0.0
-    return 2 * plan.dp * DEFAULT_OP_OVERHEAD_S
+    return 2 * plan.dp * DEFAULT_OP_OVERHEAD_S + 2 * call_bytes / copy_Bps
 
 
 def backward_refetch(plan: ParallelPlan, linears: Sequence[float]) -> tuple[float, int]:
@@ -315,12 +321,12 @@ def _gathers(plan: ParallelPlan, fw: FrameworkComm, nbytes: float, element_bytes
 # ---------------------------------------------------------------- stage costs
 def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ...], f: list[float],
                      bk: list[float], wg: list[float], *, layers: Sequence[int] | None = None,
-                     linears: Sequence[float] = (),
+                     linears: Sequence[float] = (), copy_Bps: float = math.inf,
                      ) -> tuple[list[float], list[float], list[float], tuple[int, ...]]:
     """ZeRO-2/3 and FSDP communication per micro-batch, added to each stage's F, B and W seconds
     (``pbytes``: a stage's weight bytes per rank; ``layers``: its layer count, None when unknown;
     ``linears``: a layer's weight matrices per rank, for what recomputation fetches again:
-    :func:`backward_refetch`).
+    :func:`backward_refetch`; ``copy_Bps``: the device's copy bandwidth, :func:`list_copies_s`).
 
     Per micro-batch, by the stage the framework runs (:func:`sharding_stage`):
 
@@ -355,12 +361,12 @@ def zero_collectives(sim: SimHardware, plan: ParallelPlan, pbytes: tuple[int, ..
     for s, pb in enumerate(pbytes):
         gathers = _gathers(plan, fw, pb, element_bytes, nl[s])
         rs_calls = gathers if fw.grad_bucket is None else _buckets(pb, element_bytes, fw.grad_bucket)
-        rs = 0.0 if piped else reduce_scatter_s(sim, plan, pb, rs_calls)
-        ag_f = allgather_s(sim, plan, pb, gathers) if gather_forward else 0.0
-        ag_b = allgather_s(sim, plan, pb, gathers) if z >= 3 else 0.0
+        rs = 0.0 if piped else reduce_scatter_s(sim, plan, pb, rs_calls, copy_Bps)
+        ag_f = allgather_s(sim, plan, pb, gathers, copy_Bps) if gather_forward else 0.0
+        ag_b = allgather_s(sim, plan, pb, gathers, copy_Bps) if z >= 3 else 0.0
         if z >= 3 and again_calls and nl[s]:
             n_again = (nl[s] or 0) // plan.recompute_every  # the layers recomputed
-            ag_b += allgather_s(sim, plan, n_again * again_params * element_bytes, n_again * again_calls)
+            ag_b += allgather_s(sim, plan, n_again * again_params * element_bytes, n_again * again_calls, copy_Bps)
         if ov.prefetch and ag_f:
             ag_f = overlapped_s(ag_f, gathers, f[s])
         if ov.prefetch or ov.dp:  # the backward's fetches and reduce-scatters share the comm stream

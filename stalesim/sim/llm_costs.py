@@ -97,7 +97,8 @@ def llm_costs(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     # ZeRO-3 / FSDP fetch per sub-module (DeepSpeed: each weight matrix) or per layer, so the
     # collectives are counted by the stage's layers and a layer's linears
     linears = [g.n * g.k for g in layer_gemms(spec, 1, t)]
-    f, bk, wg, end_bytes = zero_collectives(sim, plan, pbytes, f, bk, wg, layers=per, linears=linears)
+    f, bk, wg, end_bytes = zero_collectives(sim, plan, pbytes, f, bk, wg, layers=per, linears=linears,
+                                            copy_Bps=hw.device.mem_bandwidth_Bps * eff.memory)
     b_ns, w_ns = tuple(to_ns(x) for x in bk), tuple(to_ns(w) for w in wg)
     costs = StageCosts(
         f_ns=tuple(to_ns(x) for x in f), b_ns=b_ns, u_ns=tuple(to_ns(x) for x in upd),
