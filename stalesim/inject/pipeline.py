@@ -24,7 +24,10 @@ How, without copying the model or changing its code:
   counter guarantees its saved weights are unchanged until the backward.
 * **Update** (step hooks on the user's optimizer): before the step, the live version t
   is stashed for the stages a later batch reads it on; the user's own optimizer then
-  steps, which is update u(s, t) = t + 1 of every stage.
+  steps, which is update u(s, t) = t + 1 of every stage. A ``GradScaler`` given to
+  :meth:`StalePipeline.attach` that skips the step (inf or NaN gradients) makes version
+  t + 1 equal to version t: the pipeline's update of that batch lands as a no-op, as in a
+  pipeline whose stages skip together on a shared inf check.
 
 A forward without grad (evaluation inside the loop) reads the live weights and counts
 as no micro-batch. The versions read are logged in a
@@ -35,6 +38,7 @@ as no micro-batch. The versions read are logged in a
 from __future__ import annotations
 
 from contextlib import ExitStack
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -154,18 +158,25 @@ class StalePipeline:
         self._predicted: dict[tuple[int, int | None], tuple[list[torch.Tensor], float]] = {}
         self._reads: dict[tuple[int, int, int | None], list[torch.Tensor]] = {}
         self.forwards = 0  # forwards with grad since the last step: the next micro-batch's index
+        self.skipped: list[int] = []  # the steps a GradScaler skipped (their update a no-op)
         self._open: list[_Forward | None] = []
-        self._handles: list[RemovableHandle] = [
+        self._handles: list[RemovableHandle | _ScalerWatch] = [
             model.register_forward_pre_hook(self._before_forward),
             model.register_forward_hook(self._after_forward, always_call=True),
         ]
 
     # ------------------------------------------------------------- optimizer
-    def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    def attach(self, optimizer: torch.optim.Optimizer,
+               scaler: torch.amp.GradScaler | None = None) -> torch.optim.Optimizer:
         """Make ``optimizer.step()`` the schedule's update (step hooks; the optimizer is
-        returned unchanged, so schedulers, GradScaler and ``state_dict`` see the same object)."""
+        returned unchanged, so schedulers, GradScaler and ``state_dict`` see the same object).
+        ``scaler``: the loop's ``GradScaler``; a ``scaler.step(optimizer)`` that skips the step
+        for inf or NaN gradients then lands the batch's update as a no-op (without it, the
+        next forward is refused: the skipped update could not be told from a forgotten step)."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise StalesimError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise StalesimError(f"scaler: expected a torch.amp.GradScaler, got {type(scaler).__name__}")
         if isinstance(optimizer, CLOSURE_OPTIMIZERS):
             raise StalesimError(f"optimizer: {type(optimizer).__name__} re-runs the model inside step() (a "
                                 f"closure), so its forwards would read as micro-batches; not supported")
@@ -181,7 +192,32 @@ class StalePipeline:
             self.predict.bind(optimizer)
         self._handles += [optimizer.register_step_pre_hook(self._before_step),
                           optimizer.register_step_post_hook(self._after_step)]
+        if scaler is not None:
+            self._handles.append(_ScalerWatch(scaler, optimizer, lambda: self.store.version, self._skipped_step))
         return optimizer
+
+    def _skipped_step(self) -> None:
+        """The step ``scaler.step`` skipped: version t + 1 is version t (the stashes,
+        predictions and corrections see a step that changed nothing; the per-step update terms
+        of the mitigations do not run, as the optimizer did not)."""
+        t = self.store.version
+        if self.forwards != len(self.micros):
+            raise StalesimError(f"scaler.step(): step {t} ran {self.forwards} forward(s) with grad; the "
+                                f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
+        self.store.before_update()
+        if self.correct is not None:
+            self.correct.before_update()
+        self.store.after_update()
+        for s in range(self.S):
+            self.log.upd[(0, s, t)] = t + 1
+        self.skipped.append(t)
+        self.forwards = 0
+        self._predicted.clear()
+        self._reads.clear()
+        if self.predict is not None:
+            self.predict.record(self.store.version)
+        if self.correct is not None:
+            self.correct.after_update(self.store.version)
 
     def _before_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # torch passes the bound call's arguments, the optimizer first
@@ -403,3 +439,26 @@ class StalePipeline:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+
+class _ScalerWatch:
+    """Wraps one ``GradScaler``'s ``step`` on the instance: a call for the attached optimizer
+    that returns without the optimizer having stepped (the scaler found inf or NaN gradients)
+    reports the skip. ``remove()`` restores the scaler's own method, as a hook handle would."""
+
+    def __init__(self, scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer,
+                 version: Callable[[], int], on_skip: Callable[[], None]) -> None:
+        self.scaler = scaler
+        own = scaler.step
+
+        def step(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            before = version()
+            out = own(opt, *args, **kwargs)
+            if opt is optimizer and version() == before:
+                on_skip()
+            return out
+
+        setattr(scaler, "step", step)  # on the instance: the class keeps its own method
+
+    def remove(self) -> None:
+        self.scaler.__dict__.pop("step", None)
