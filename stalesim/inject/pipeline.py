@@ -37,8 +37,8 @@ as no micro-batch. The versions read are logged in a
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -458,7 +458,7 @@ class _ScalerWatch:
                 on_skip()
             return out
 
-        setattr(scaler, "step", step)  # on the instance: the class keeps its own method
+        vars(scaler)["step"] = step  # on the instance: the class keeps its own method
 
     def remove(self) -> None:
         self.scaler.__dict__.pop("step", None)
