@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fixed_hardware import fixed_hardware
 from _validate_fakes import PassCounter
 
 from stalesim.devices import parse_devices
@@ -160,7 +161,9 @@ def test_validate_that_failed_after_its_rounds_resumes_without_running_them(tmp_
     out = tmp_path / "v"
     argv = ["validate", "--model", "lenet5", "--devices", "cpu:2", "--schedules", "1f1b",
             "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "2",
-            "--profile-repeats", "2", "--emulate-iterations", "0", "--hardware", str(_hw(tmp_path)),
+            "--profile-repeats", "1", "--emulate-iterations", "0",
+            # no per-message costs in the file: the first attempt measures them, the resume must read them back
+            "--hardware", str(fixed_hardware(tmp_path, executor_comm=False)),
             "--out", str(out), "--quiet"]
 
     def broken_compare(v: Validation) -> None:
@@ -194,14 +197,7 @@ def test_validate_that_failed_after_its_rounds_resumes_without_running_them(tmp_
     assert summary["config"]["resume"] is True and summary["cost_model"]["stage_times"]
 
 
-def _hw(tmp_path: Path) -> Path:
-    p = tmp_path / "hw.json"
-    p.write_text(json.dumps({"schema_version": 1, "device": "cpu-core", "link": "gloo-loopback",
-                             "comm_overlaps_compute": False, "cpu_comm_occupancy": 0.5}))
-    return p
-
-
 def _resume_cfg(out: Path) -> ValidateConfig:
     return ValidateConfig(model="lenet5", devices="cpu:2", schedules=["1f1b"], iterations=8, batch_size=16,
-                          microbatches=2, repeats=2, profile_repeats=2, emulate_iterations=0,
+                          microbatches=2, repeats=2, profile_repeats=1, emulate_iterations=0,
                           hardware=str(out.parent / "hw.json"), out=str(out))

@@ -19,7 +19,7 @@ def test_validate_two_cpu_ranks_short(tmp_path: Path, capfd) -> None:
     out = tmp_path / "v"
     rc = main(["validate", "--model", "lenet5", "--devices", "cpu:2", "--schedules", "1f1b,pipe-sgd",
                "--iterations", "8", "--batch-size", "16", "--microbatches", "2", "--repeats", "1",
-               "--profile-repeats", "2", "--emulate-iterations", "3", "--hardware", str(fixed_hardware(tmp_path)),
+               "--profile-repeats", "1", "--emulate-iterations", "3", "--hardware", str(fixed_hardware(tmp_path)),
                "--out", str(out),
                "--quiet"])
     assert rc == 0
