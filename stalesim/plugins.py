@@ -86,11 +86,11 @@ def resolve(text: str, flag: str) -> Callable[..., Any]:
                                 f"{os.getcwd()}; put its folder on PYTHONPATH)") from None
         raise StalesimError(f"{flag}: importing {modname!r} failed: {type(exc).__name__}: {exc}") from None
     except SystemExit as exc:  # the module exits at import (a script's sys.exit(main()))
-        _debug(exc)
+        debug_traceback(exc)
         raise StalesimError(f"{flag}: importing {modname!r} called sys.exit({brief_code(exc)}); a module "
                             "that holds a factory must not exit when imported") from None
     except Exception as exc:  # noqa: BLE001 - the user's module raised while importing: one line
-        _debug(exc)
+        debug_traceback(exc)
         raise StalesimError(f"{flag}: importing {modname!r} failed: {type(exc).__name__}: "
                             f"{first_line(exc)}") from None
     obj: Any = module
@@ -113,11 +113,11 @@ def call_factory(text: str, flag: str) -> Any:
     except StalesimError:
         raise
     except SystemExit as exc:
-        _debug(exc)
+        debug_traceback(exc)
         raise StalesimError(f"{flag}: {text.strip()}() called sys.exit({brief_code(exc)}); a factory must "
                             "return its object") from None
     except Exception as exc:  # noqa: BLE001 - the user's factory failed: say where, in one line
-        _debug(exc)
+        debug_traceback(exc)
         raise StalesimError(f"{flag}: {text.strip()}() raised {type(exc).__name__}: {first_line(exc)}") from None
 
 
@@ -133,7 +133,7 @@ def user_exit(exc: SystemExit) -> str | None:
                  None)
     if where is None or os.path.abspath(where.filename).startswith(_own_roots()):
         return None
-    _debug(exc)
+    debug_traceback(exc)
     return (f"user code called sys.exit({brief_code(exc)}) at {os.path.basename(where.filename)}:{where.lineno} "
             f"(in {where.name}); the command did not finish")
 
@@ -154,8 +154,9 @@ def brief_code(exc: SystemExit) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _debug(exc: BaseException) -> None:
-    """The user's traceback on stderr when :data:`DEBUG_ENV` asks for it."""
+def debug_traceback(exc: BaseException) -> None:
+    """The user's traceback on stderr when :data:`DEBUG_ENV` asks for it (before the one-line
+    error a caller raises for a failure in the user's code)."""
     if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
         tb: TracebackType | None = exc.__traceback__
         traceback.print_exception(type(exc), exc, tb, file=sys.stderr)

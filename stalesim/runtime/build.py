@@ -80,6 +80,10 @@ def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
             raise StalesimError(f"batch_size: {cfg.batch_size} is larger than the training set of "
                                 f"{cfg.dataset} ({data.train_size:,} samples)")
         classes = int(data.train_y.max()) + 1
+        if data.test_y is not None:
+            classes = max(classes, int(data.test_y.max()) + 1)
+        if not is_plugin(cfg.model):
+            _check_zoo_model_reads(cfg, data.train_x.shape[1:], classes)
     elif cfg.dataset == "synthetic":
         classes = cfg.num_classes
     if model and is_plugin(cfg.model):
@@ -100,6 +104,23 @@ def check_own_code(cfg: TrainConfig, *, model: bool = True) -> None:
         if classes is not None and logits < classes:
             raise StalesimError(f"--model: {cfg.model} gives {logits} logits, but the labels of data set "
                                 f"{cfg.dataset} go up to class {classes - 1}")
+
+
+def _check_zoo_model_reads(cfg: TrainConfig, shape: Iterable[int], classes: int) -> None:
+    """A zoo model given the user's data set: its input shape is the data's, and its head has a
+    logit for every label (a label beyond the head trained into torch's ``IndexError: Target 999
+    is out of bounds`` mid-run)."""
+    from stalesim.workloads.zoo_facts import model_facts
+
+    facts = model_facts(cfg.model)
+    shape = tuple(int(d) for d in shape)
+    if facts is not None and facts.input_shape and tuple(facts.input_shape) != shape:
+        raise StalesimError(f"--dataset: {cfg.dataset} has inputs of shape {shape}, but model {cfg.model} "
+                            f"reads {tuple(facts.input_shape)}")
+    if classes > cfg.num_classes:
+        raise StalesimError(f"--dataset: {cfg.dataset} has labels up to class {classes - 1}, but model "
+                            f"{cfg.model} has {cfg.num_classes} classes (labels 0..{cfg.num_classes - 1}); "
+                            "relabel, or give a model of more classes (--model pkg.module:factory)")
 
 
 def build_stage_modules(cfg: TrainConfig, sched: Schedule, *, model: Any = None,

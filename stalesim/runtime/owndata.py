@@ -17,12 +17,13 @@ loading the batches later reads the files once.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
 from stalesim.errors import StalesimError
-from stalesim.plugins import call_factory
+from stalesim.plugins import call_factory, first_line
 
 FLAG = "--dataset"
 # items read one by one from a generic (non-tensor) data set: a bound, so a factory that
@@ -84,29 +85,21 @@ def _tensors(ds: Any, spec: str, part: str) -> tuple[torch.Tensor, torch.Tensor]
         raise StalesimError(f"{FLAG}: {spec}() returned {type(ds).__name__}, a model, for the {part} set; "
                             "expected a torch Dataset of (x, y) pairs (e.g. TensorDataset)")
     elif isinstance(ds, TorchDataset) or (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")):
-        try:
-            n = len(ds)
-        except TypeError:
-            raise StalesimError(f"{FLAG}: {spec}: the {part} set has no length (an iterable data set); "
-                                "return a map-style data set such as TensorDataset") from None
+        n = _user_call(lambda: len(ds), spec, f"len() of the {part} set")  # len() refuses a negative one
         if n > MAX_ITEMS:
             raise StalesimError(f"{FLAG}: {spec}: the {part} set has {n:,} items, more than this tool "
                                 f"holds in memory item by item ({MAX_ITEMS:,}); return a TensorDataset")
         xs, ys = [], []
         for i in range(n):
-            item = ds[i]
+            item = _user_call(lambda: ds[i], spec, f"{part} item {i}")  # noqa: B023 - called at once
             if not (isinstance(item, (tuple, list)) and len(item) == 2):
                 raise StalesimError(f"{FLAG}: {spec}: {part} item {i} is {type(item).__name__}, "
                                     "expected an (x, y) pair")
-            xs.append(torch.as_tensor(item[0]))
-            ys.append(torch.as_tensor(item[1]))
+            xs.append(_item_tensor(item[0], spec, f"{part} item {i}'s input"))
+            ys.append(_item_tensor(item[1], spec, f"{part} item {i}'s label"))
         if not xs:
             raise StalesimError(f"{FLAG}: {spec}: the {part} set is empty")
-        try:
-            x, y = torch.stack(xs), torch.stack(ys)
-        except RuntimeError:
-            raise StalesimError(f"{FLAG}: {spec}: {part} inputs differ in shape (first "
-                                f"{tuple(xs[0].shape)}); every sample must have one shape") from None
+        x, y = _stack(xs, spec, f"{part} inputs"), _stack(ys, spec, f"{part} labels")
     else:
         raise StalesimError(f"{FLAG}: {spec}() returned {type(ds).__name__} for the {part} set; expected "
                             "a torch Dataset of (x, y) pairs (e.g. TensorDataset), or a (train, test) pair")
@@ -122,6 +115,53 @@ def _tensors(ds: Any, spec: str, part: str) -> tuple[torch.Tensor, torch.Tensor]
     if y.is_floating_point() or y.is_complex() or y.dim() != 1:
         raise StalesimError(f"{FLAG}: {spec}: {part} labels must be one integer class per sample, got "
                             f"{y.dtype} of shape {tuple(y.shape)}")
+    if y.dtype == torch.bool:
+        raise StalesimError(f"{FLAG}: {spec}: {part} labels must be integer classes, got torch.bool "
+                            "(give y.long() for two classes)")
     if int(y.min()) < 0:
         raise StalesimError(f"{FLAG}: {spec}: {part} labels must be classes >= 0, got {int(y.min())}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        i = int((~torch.isfinite(x)).reshape(x.shape[0], -1).any(1).nonzero()[0, 0])
+        raise StalesimError(f"{FLAG}: {spec}: {part} input {i} holds NaN or infinity (every loss of a "
+                            "batch holding it would be NaN)")
     return x.contiguous(), y.long()
+
+
+def _user_call(read: Callable[[], Any], spec: str, what: str) -> Any:
+    """``read()``, a call into the user's data set (``len``, ``__getitem__``): what it raises, and a
+    ``sys.exit()`` in it, is one line naming the factory and the item, not a traceback from here."""
+    from stalesim.plugins import brief_code, debug_traceback
+
+    try:
+        return read()
+    except StalesimError:
+        raise
+    except SystemExit as exc:
+        debug_traceback(exc)
+        raise StalesimError(f"{FLAG}: {spec}: reading {what} called sys.exit({brief_code(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - the user's data set failed: say where, in one line
+        debug_traceback(exc)
+        raise StalesimError(f"{FLAG}: {spec}: reading {what} raised {type(exc).__name__}: "
+                            f"{first_line(exc)}") from None
+
+
+def _stack(items: list[torch.Tensor], spec: str, what: str) -> torch.Tensor:
+    try:
+        return torch.stack(items)
+    except RuntimeError:
+        raise StalesimError(f"{FLAG}: {spec}: {what} differ in shape or type (first {tuple(items[0].shape)} "
+                            f"{items[0].dtype}); every sample must have one") from None
+
+
+def _item_tensor(value: Any, spec: str, what: str) -> torch.Tensor:
+    """One input or label of an item as a tensor (a tensor, an array, a number or nested lists of
+    numbers); anything else (a string, None, a dict) is one line naming it."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (str, bytes)) or value is None:
+        raise StalesimError(f"{FLAG}: {spec}: {what} is {type(value).__name__}, expected a tensor or numbers")
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise StalesimError(f"{FLAG}: {spec}: {what} is {type(value).__name__}, expected a tensor or numbers "
+                            f"({first_line(exc)})") from None

@@ -120,16 +120,18 @@ def check_out_dir(path: str) -> Path:
     return p
 
 
-def _own_blocks(cfg: ValidateConfig) -> int:
-    """Blocks of the user's model, built and checked now (with its data set, when that is the
-    user's too), before anything is measured."""
+def _own_blocks(cfg: ValidateConfig) -> int | None:
+    """The user's model and data set, built and checked now (:func:`stalesim.runtime.build.check_own_code`:
+    a zoo model given the user's data set too, whose labels or input shape it cannot take), before
+    anything is measured; the blocks of the user's model (None: a zoo model)."""
+    from stalesim.plugins import is_plugin
     from stalesim.runtime.build import check_own_code, run_model
     from stalesim.runtime.config import TrainConfig
 
     tc = TrainConfig(model=cfg.model, dataset=cfg.dataset, iterations=1, batch_size=cfg.batch_size,
                      seed=cfg.seed)
     check_own_code(tc)
-    return len(run_model(tc).block_names)
+    return len(run_model(tc).block_names) if is_plugin(cfg.model) else None
 
 
 def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
@@ -161,7 +163,8 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
     check_int("--seed", cfg.seed, hi=MAX_SEED)
     check_number("--timeout", cfg.timeout_s, hi=MAX_SECONDS, lo_open=True)
     check_number("lr", cfg.lr, hi=MAX_FACTOR, lo_open=True)
-    blocks = facts.blocks if facts is not None else _own_blocks(cfg)
+    own = _own_blocks(cfg) if facts is None or is_plugin(cfg.dataset) else None
+    blocks = facts.blocks if facts is not None else (own or 0)  # the user's model: _own_blocks counted them
     if not blocks >= devs.count:
         raise StalesimError(f"--devices: {devs.count} pipeline stages but model {cfg.model!r} has only "
                             f"{blocks} blocks")
