@@ -1,6 +1,8 @@
 """Soak of the newer surfaces' bad inputs, each a real ``stalesim`` process under a time limit:
-``plan``/``sweep``/``simulate --workload`` flags, schedule files (malformed, oversized, deadlocking)
-and every ``emulate``/``run --schedule-file`` flag combination.
+``plan``/``sweep``/``simulate --workload`` flags, schedule files (malformed, oversized, deadlocking),
+every ``emulate``/``run --schedule-file`` flag combination, rank timeouts too short to start, a
+char-GPT's synthetic text beyond its bound, and a user's data set or model factory whose products
+are wrong (items, labels, input shapes, block outputs) through ``emulate``, ``run`` and ``validate``.
 
 Each case must end within ``LIMIT_S`` (a success that trains: ``LIMIT_TRAIN_S``) in exactly one
 ``stalesim: error:`` line (exit 2) naming the field, or in exit 0 with the answer the flags ask for
@@ -10,6 +12,7 @@ Each case must end within ``LIMIT_S`` (a success that trains: ``LIMIT_TRAIN_S``)
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -65,7 +68,80 @@ def _files(d: Path) -> dict[str, str]:
     put("deadlock", json.dumps(bad))
     os.mkfifo(d / "fifo.json")
     out["fifo"] = str(d / "fifo.json")
+    (d / "rel48plug.py").write_text(PLUGINS)  # the processes start in d: ``rel48plug:factory`` resolves
     return out
+
+
+# a user's factories whose products are wrong (data set items, block outputs)
+PLUGINS = """
+import torch
+from torch import nn
+from torch.utils.data import Dataset, TensorDataset
+
+
+class Items(Dataset):
+    def __init__(self, item, n=64):
+        self.item, self.n = item, n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        return self.item(i)
+
+
+def _xy(shape=(1, 28, 28), top=9):
+    x = torch.rand((64, *shape), generator=torch.Generator().manual_seed(0))
+    y = torch.arange(64) % 10
+    y[3] = top
+    return TensorDataset(x, y)
+
+def good():
+    return _xy()
+def labels_999():
+    return _xy(top=999)
+def cifar_shaped():
+    return _xy(shape=(3, 32, 32))
+def str_inputs():
+    return Items(lambda i: ("abc", 1))
+def raises():
+    return Items(lambda i: {}["boom"] if i == 5 else (torch.zeros(1, 28, 28), 0))
+
+
+class Tuple(nn.Module):
+    def forward(self, x):
+        return x, x
+class Nothing(nn.Module):
+    def forward(self, x):
+        return None
+class Integer(nn.Module):
+    def forward(self, x):
+        return x.long()
+class TupleBeyondTwo(nn.Module):  # right for the check's batch of 2, a tuple for the run's
+    def forward(self, x):
+        return x if x.shape[0] == 2 else (x,)
+class RaisesBeyondTwo(nn.Module):
+    def forward(self, x):
+        if x.shape[0] != 2:
+            raise ValueError("my block takes pairs")
+        return x
+
+
+def _net(mid=None, last=None):
+    seq = nn.Sequential(nn.Sequential(nn.Flatten(), nn.Linear(784, 32)), mid or nn.Identity(), nn.Linear(32, 10),
+                        last or nn.Identity())
+    seq.input_shape = (1, 28, 28)
+    return seq
+
+def net_tuple():
+    return _net(mid=Tuple())
+def net_none():
+    return _net(last=Nothing())
+def net_int():
+    return _net(last=Integer())
+def net_lazy():
+    return _net(mid=TupleBeyondTwo())
+def net_raises():
+    return _net(mid=RaisesBeyondTwo())
+"""
 
 
 def _cases(f: dict[str, str]) -> list[tuple[str, list[str], str | None]]:
@@ -118,8 +194,61 @@ def _cases(f: dict[str, str]) -> list[tuple[str, list[str], str | None]]:
         ("run file ppv 1,2", ["run", "--schedule-file", f["good"], *TRAIN, "--devices", "cpu:2", "--ppv", "1,2"],
          None),
         ("run file fold", ["run", "--schedule-file", f["good"], *TRAIN, "--devices", "cpu:2", "--fold", "1"], None),
+        # a rank group's timeout below what its rendezvous takes: refused before the ranks start
+        ("run timeout 0.001", ["run", *TRAIN, "--devices", "cpu:2", "-S", "2", "--timeout", "0.001"], None),
+        ("run timeout 0", ["run", *TRAIN, "--devices", "cpu:2", "-S", "2", "--timeout", "0"], None),
+        # the char-GPT's synthetic text beyond its bound (it drew 74M characters for minutes)
+        ("emulate gpt block 65536", ["emulate", "--model", "gpt-char:n_layer=1,n_embd=16,n_head=1,block_size=65536",
+                                     "--dataset", "synthetic", "--batch-size", "2", "--iterations", "2"], None),
+        ("run gpt block 65536", ["run", "--model", "gpt-char:n_layer=1,n_embd=16,n_head=1,block_size=65536",
+                                 "--dataset", "synthetic", "--batch-size", "2", "--iterations", "2", "--devices",
+                                 "cpu:2", "-S", "2"], None),
+        *_plugin_cases(),
     ]
     return cases
+
+
+def _plugin_cases() -> list[tuple[str, list[str], str | None]]:
+    """A user's data set or model factory whose products are wrong, through emulate, run and validate."""
+    small = ["--batch-size", "8", "--iterations", "2", "-S", "2", "--schedule", "1f1b"]
+    cmds = {"emulate": ["emulate", *small, "--quiet"], "run": ["run", *small, "--devices", "cpu:2"],
+            "validate": ["validate", "--devices", "cpu:2", "--schedules", "1f1b", "--iterations", "4",
+                         "--batch-size", "8", "--quiet", "--out", "validated"]}
+    cases: list[tuple[str, list[str], str | None]] = []
+    for cmd, argv in cmds.items():
+        for data in DATA_SAYS:
+            cases.append((f"{cmd} data {data}", [*argv, "--model", "lenet5", "--dataset", f"rel48plug:{data}"], None))
+        for net in ("net_tuple", "net_none", "net_int"):
+            cases.append((f"{cmd} model {net}", [*argv, "--model", f"rel48plug:{net}", "--dataset", "rel48plug:good"],
+                          None))
+    # wrong only at the run's batch size: refused at the block, in the emulator and in the ranks
+    for cmd, net in itertools.product(("emulate", "run"), ("net_lazy", "net_raises")):
+        cases.append((f"{cmd} model {net}", [*cmds[cmd], "--model", f"rel48plug:{net}", "--dataset",
+                                              "rel48plug:good"], None))
+    return cases
+
+
+# what the one line of a refused plug-in case says (beyond naming the factory)
+DATA_SAYS = {"labels_999": "labels up to class 999, but model lenet5 has 10 classes",
+             "cifar_shaped": "inputs of shape (3, 32, 32), but model lenet5 reads (1, 28, 28)",
+             "str_inputs": "train item 0's input is str", "raises": "reading train item 5 raised KeyError"}
+MODEL_SAYS = {"net_tuple": "returned a tuple", "net_none": "returned None", "net_int": "returned a torch.int64 tensor",
+              "net_lazy": "block 'block1' returned a tuple",
+              "net_raises": "block 'block1' raised ValueError: my block takes pairs"}
+
+
+def _says(name: str) -> list[str]:
+    """The words a refused case's line must hold (none: any one line)."""
+    kind, what = (name.split()[1:3] + ["", ""])[:2]
+    if kind == "data" and what in DATA_SAYS:
+        return [f"--dataset: rel48plug:{what}", DATA_SAYS[what]]
+    if kind == "model" and what in MODEL_SAYS:
+        return [f"--model: rel48plug:{what}: ", MODEL_SAYS[what]]
+    if "timeout" in name:
+        return ["--timeout"]
+    if "block 65536" in name:
+        return ["synthetic_size: 1,024 windows of block_size 65,536"]
+    return []
 
 
 def _run(argv: list[str], cwd: Path, limit: float) -> tuple[int | None, str, str]:
@@ -150,6 +279,8 @@ def test_bad_inputs_end_in_one_line_or_a_correct_answer(tmp_path: Path) -> None:
             problems.append((name, "traceback", err[-300:]))
         elif expect is None and not (rc == 2 and len(lines) == 1 and lines[0].startswith("stalesim: error: ")):
             problems.append((name, rc, err[-300:]))
+        elif expect is None and not all(w in lines[0] for w in _says(name)):
+            problems.append((name, "refused for another reason", lines[0][:300]))
         elif expect is not None and not (rc == 0 and expect in out):
             problems.append((name, rc, out[-300:], err[-300:]))
     assert problems == [], "\n".join(map(str, problems))
