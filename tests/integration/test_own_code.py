@@ -6,7 +6,9 @@ run); the commands name them ``userzoo:net`` and ``userzoo:data``. Checked: prof
 partition, simulate, emulate, run on 2 CPU ranks (gloo) with the executor's losses equal to
 the emulator's, validate, study and plan; a user schedule file (our JSON, torch's CSV)
 through simulate, emulate and run; every mistake is one line with exit status 2, found
-before any rank starts.
+before any rank starts. The commands whose output is checked on its own (profile, partition,
+simulate, emulate of a schedule file) run in this process, started in the user's folder; the
+others as a user starts them, each a process.
 """
 
 from __future__ import annotations
@@ -74,6 +76,27 @@ def ok_json(cwd: Path, *args: str) -> dict:
     return json.loads(p.stdout)
 
 
+@pytest.fixture
+def here_json(user_dir, monkeypatch, capsys):
+    """``stalesim ARGS --json`` run in this process, started in the user's folder (the folder
+    goes on ``sys.path`` as the command puts it there; the path and the imported ``userzoo``
+    are undone after the test). For the commands whose output is what a test checks: each
+    saves a process start; the ranks' and the console script's imports are the other tests'."""
+    from _cli import run_cli
+
+    monkeypatch.chdir(user_dir)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "userzoo", raising=False)
+
+    def call(*args: str) -> dict:
+        rc, out, err = run_cli(capsys, list(args))
+        assert rc == 0, err[-2000:]
+        return json.loads(out)
+
+    yield call
+    sys.modules.pop("userzoo", None)
+
+
 def one_line_error(p: subprocess.CompletedProcess, prefix: str) -> str:
     assert p.returncode == 2, (p.returncode, p.stderr[-2000:])
     lines = p.stderr.strip().splitlines()
@@ -81,23 +104,26 @@ def one_line_error(p: subprocess.CompletedProcess, prefix: str) -> str:
     return lines[0]
 
 
-def test_profile_partition_simulate(user_dir):
+def test_profile_partition_simulate(user_dir, here_json, capsys):
+    """In this process (the user's module imported as the console script imports it: the
+    run, study, plan and validate tests)."""
+    from _cli import run_cli
+
     prof_path = user_dir / "p.json"
-    p = stalesim(user_dir, "profile", *MODEL, "--batch-size", "16,32", "--repeats", "1", "--warmup", "0",
-                 "-o", str(prof_path), "-q")
-    assert p.returncode == 0, p.stderr
+    rc, _out, err = run_cli(capsys, ["profile", *MODEL, "--batch-size", "16,32", "--repeats", "1", "--warmup", "0",
+                                     "-o", str(prof_path), "-q"])
+    assert rc == 0, err
     prof = json.loads(prof_path.read_text())
     assert prof["model"] == "userzoo:net" and len(prof["layers"]) == 3
     assert [lp["weight_layers"] for lp in prof["layers"]] == [1, 1, 1]
-    part = ok_json(user_dir, "partition", "--profile", str(prof_path), "--stages", "2", "--json")
+    part = here_json("partition", "--profile", str(prof_path), "--stages", "2", "--json")
     assert part["model"] == "userzoo:net" and len(part["ppv"]) == 1
-    sim = ok_json(user_dir, "simulate", "--profile", str(prof_path), "--schedule", "1f1b", "-S", "2", "-M", "2",
-                  "--json")
+    sim = here_json("simulate", "--profile", str(prof_path), "--schedule", "1f1b", "-S", "2", "-M", "2", "--json")
     assert sim["stages"] == 2 and sim["iteration_time_s"] > 0
     # --model profiles here (simulate and partition take a model as well as a stored profile)
-    here = ok_json(user_dir, "simulate", *MODEL, "--schedule", "stale", "-S", "3", "-B", "32", "--json")
+    here = here_json("simulate", *MODEL, "--schedule", "stale", "-S", "3", "-B", "32", "--json")
     assert here["staleness"] == [4, 2, 0] and here["partition"]["ppv"] == [1, 2]
-    part3 = ok_json(user_dir, "partition", *MODEL, "--stages", "3", "--batch-size", "32", "--json")
+    part3 = here_json("partition", *MODEL, "--stages", "3", "--batch-size", "32", "--json")
     assert part3["ppv"] == [1, 2]
 
 
@@ -113,25 +139,29 @@ def test_run_on_two_gloo_ranks_equals_the_emulation(user_dir):
     assert (user_dir / "run" / "summary.json").is_file()
 
 
-def test_schedule_files_through_simulate_emulate_and_run(user_dir):
+def test_schedule_files_through_simulate_emulate_and_run(user_dir, here_json, capsys):
     """Our JSON (exported, as a user would start) and torch's CSV: each runs the order it
-    holds, so it trains exactly as the registered schedule it came from."""
-    p = stalesim(user_dir, "schedule", "1f1b", "-S", "2", "-M", "2", "-N", "6", "--json")
-    assert p.returncode == 0, p.stderr
-    (user_dir / "mine.json").write_text(p.stdout)
-    p = stalesim(user_dir, "schedule", "gpipe", "-S", "2", "-M", "2", "--to-torch-csv", "order.csv")
-    assert p.returncode == 0, p.stderr
+    holds, so it trains exactly as the registered schedule it came from. The files are
+    written, simulated and emulated in this process; the runs are a user's commands."""
+    from _cli import run_cli
+
+    rc, out, err = run_cli(capsys, ["schedule", "1f1b", "-S", "2", "-M", "2", "-N", "6", "--json"])
+    assert rc == 0, err
+    (user_dir / "mine.json").write_text(out)  # its output as a user saves it
+    rc, _out, err = run_cli(capsys, ["schedule", "gpipe", "-S", "2", "-M", "2", "--to-torch-csv", "order.csv"])
+    assert rc == 0 and (user_dir / "order.csv").is_file(), err
     prof = user_dir / "p.json"
-    assert stalesim(user_dir, "profile", *MODEL, "--batch-size", "16", "--repeats", "1", "--warmup", "0",
-                    "-o", str(prof), "-q").returncode == 0
+    rc, _out, err = run_cli(capsys, ["profile", *MODEL, "--batch-size", "16", "--repeats", "1", "--warmup", "0",
+                                     "-o", str(prof), "-q"])
+    assert rc == 0, err
     for name, same_as in (("mine.json", ("--schedule", "1f1b", "-S", "2", "-M", "2")),
                           ("order.csv", ("--schedule", "gpipe", "-S", "2", "-M", "2"))):
-        sim = ok_json(user_dir, "simulate", "--profile", str(prof), "--schedule-file", name, "--json")
-        ref = ok_json(user_dir, "simulate", "--profile", str(prof), *same_as, "-N", str(sim["batches"]), "--json")
+        sim = here_json("simulate", "--profile", str(prof), "--schedule-file", name, "--json")
+        ref = here_json("simulate", "--profile", str(prof), *same_as, "-N", str(sim["batches"]), "--json")
         assert sim["schedule"].endswith(name) and sim["iteration_time_s"] == pytest.approx(ref["iteration_time_s"])
         args = (*TRAIN, "--iterations", "6")
-        emu = ok_json(user_dir, "emulate", *args, "--schedule-file", name, "--json", "--quiet")
-        reg = ok_json(user_dir, "emulate", *args, *same_as, "--json", "--quiet")
+        emu = here_json("emulate", *args, "--schedule-file", name, "--json", "--quiet")
+        reg = here_json("emulate", *args, *same_as, "--json", "--quiet")
         run = ok_json(user_dir, "run", *args, "--schedule-file", name, "--devices", "cpu:2", "--json",
                       "--out", str(user_dir / f"run-{name}"))
         assert emu["schedule"].endswith(name) and emu["stages"] == 2 and emu["microbatches"] == 2

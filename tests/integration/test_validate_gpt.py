@@ -22,7 +22,7 @@ def test_validate_tiny_gpt_two_cpu_ranks(tmp_path: Path, capfd) -> None:
     hw = fixed_hardware(tmp_path)  # the link and per-message costs: the calibrations are tested elsewhere
     rc = main(["validate", "--model", TINY_GPT, "--dataset", "synthetic", "--devices", "cpu:2",
                "--schedules", ",".join(SCHEDULES), "--batch-size", "8", "--microbatches", "4",
-               "--iterations", "8", "--repeats", "1", "--profile-repeats", "2", "--emulate-iterations", "3",
+               "--iterations", "8", "--repeats", "1", "--profile-repeats", "1", "--emulate-iterations", "3",
                "--hardware", str(hw), "--out", str(out), "--quiet"])
     text = capfd.readouterr().out
     assert rc == 0
