@@ -26,7 +26,7 @@ bits per character (nats / ln 2).
 order-2 Markov chain over 28 letters, so it is learnable) of about
 ``synthetic_size * block_size`` training characters: tests need no data files.
 A Markov chain is drawn one character after the other (each depends on the two
-before it), about a microsecond per character in Python, so its length is bounded
+before it), a few hundred nanoseconds per character in Python, so its length is bounded
 (:data:`MAX_SYNTHETIC_TEXT_CHARS`, a few seconds of drawing): ``synthetic_size``
 windows of a huge ``block_size`` (65,536) are refused in one line naming both,
 by the memory preflight before anything is built and by the generator itself.
@@ -34,6 +34,7 @@ by the memory preflight before anything is built and by the generator itself.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +51,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SHAKESPEARE_FILE = "shakespeare_complete.txt"
 TRAIN_FRACTION = 0.9
-# training characters of the synthetic text at most: drawn sequentially at about 0.5-1 us per
-# character on one core (measured on the project's 2-core CI machine), 4M characters take a few
-# seconds; the default 1,024 windows of the default 128 characters are 131,072
-MAX_SYNTHETIC_TEXT_CHARS = 1 << 22
-# characters drawn per Python list (bounds the transient lists to a few tens of MB)
+# training characters of the synthetic text at most: drawn sequentially at about 0.22 us per
+# character on one core (4.7M characters in 1.0 s on a shared 2-core machine; the generator before,
+# with Python lists, 0.29 us), so 8.4M characters (9.3M with the validation split) take about 2 s,
+# twice that on a busy machine; the default 1,024 windows of the default 128 characters are 131,072
+MAX_SYNTHETIC_TEXT_CHARS = 1 << 23
+# characters per Python list of uniforms (bounds the transient lists to a few MB)
 _CHUNK = 1 << 18
-# bytes per character the generator holds: its float64 uniforms and the uint8 text
-SYNTHETIC_TEXT_BYTES_PER_CHAR = 9
+# bytes per character the generator holds: its float64 uniforms, the int16 contexts drawn, the uint8 text
+SYNTHETIC_TEXT_BYTES_PER_CHAR = 11
 
 
 @dataclass
@@ -152,8 +154,9 @@ def synthetic_text(cfg: TrainConfig, block_size: int) -> TextData:
 
     The state is the context of the last two symbols (``a * A + b``); each context allows three
     next symbols, and the next state of choice k is precomputed, so the loop does one table look-up
-    and two comparisons per character. Drawn in chunks into a uint8 tensor, so what it holds is
-    :data:`SYNTHETIC_TEXT_BYTES_PER_CHAR` per character, not Python lists of the whole text."""
+    and two comparisons per character. The uniforms are read in chunks and the contexts kept in an
+    array, so what it holds is :data:`SYNTHETIC_TEXT_BYTES_PER_CHAR` per character, not Python lists
+    of the whole text."""
     from stalesim.runtime.datapaths import mix_seed
 
     check_synthetic_text(cfg.synthetic_size, block_size)
@@ -168,16 +171,19 @@ def synthetic_text(cfg: TrainConfig, block_size: int) -> TextData:
     table = [(c[0], c[1], *f) for c, f in zip(cum, following)]
     n_train, n = synthetic_text_chars(cfg.synthetic_size, block_size)
     u = torch.rand(n, generator=g, dtype=torch.float64)
-    tokens = torch.empty(n, dtype=torch.uint8)
+    # the contexts drawn, 2 bytes each (an array: a list of ints and torch.tensor(list) took twice as long)
+    drawn = array("h")
+    put = drawn.append
     ctx = 1  # symbols (0, 1) before the text
     for lo in range(0, n, _CHUNK):
-        drawn: list[int] = []
-        put = drawn.append
         for x in u[lo:lo + _CHUNK].tolist():
             c0, c1, k0, k1, k2 = table[ctx]
             ctx = k0 if x < c0 else (k1 if x < c1 else k2)
             put(ctx)
-        tokens[lo:lo + len(drawn)] = alphabet[torch.tensor(drawn, dtype=torch.long) % A]
+    contexts = torch.frombuffer(drawn, dtype=torch.int16)
+    tokens = torch.empty(n, dtype=torch.uint8)
+    for lo in range(0, n, _CHUNK):  # a context's last symbol is the character drawn
+        tokens[lo:lo + _CHUNK] = alphabet[contexts[lo:lo + _CHUNK].long() % A]
     return TextData("synthetic", tokens[:n_train], tokens[n_train:], "synthetic text (order-2 Markov chain)")
 
 

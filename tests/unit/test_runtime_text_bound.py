@@ -52,13 +52,16 @@ def test_sizes_follow_the_windows() -> None:
 
 
 def test_the_bound_is_inclusive_and_the_refusal_names_both_options() -> None:
-    check_synthetic_text(MAX_SYNTHETIC_TEXT_CHARS // 128, 128)
+    most = MAX_SYNTHETIC_TEXT_CHARS // 128
+    check_synthetic_text(most, 128)
     with pytest.raises(StalesimError) as exc:
-        check_synthetic_text(MAX_SYNTHETIC_TEXT_CHARS // 128 + 1, 128)
+        check_synthetic_text(most + 1, 128)
     msg = str(exc.value)
-    assert msg.startswith("synthetic_size: 32,769 windows of block_size 128 are 4,194,432 characters")
-    assert "--synthetic-size 32768 or less" in msg and "\n" not in msg
-    with pytest.raises(StalesimError, match=r"use a block_size of at most 1,048,575"):
+    assert msg.startswith(f"synthetic_size: {most + 1:,} windows of block_size 128 are {(most + 1) * 128:,} "
+                          f"characters of synthetic text, more than this tool draws (at most "
+                          f"{MAX_SYNTHETIC_TEXT_CHARS:,})")
+    assert f"--synthetic-size {most} or less" in msg and "\n" not in msg
+    with pytest.raises(StalesimError, match=rf"use a block_size of at most {MAX_SYNTHETIC_TEXT_CHARS // 4 - 1:,}"):
         check_synthetic_text(1, MAX_SYNTHETIC_TEXT_CHARS)
 
 
@@ -72,7 +75,8 @@ def test_a_huge_block_is_refused_at_once_by_the_generator_and_the_preflight(size
     if size == 1:
         assert data_bytes(cfg) == synthetic_text_chars(1, 65536)[1] * SYNTHETIC_TEXT_BYTES_PER_CHAR
         return
-    with pytest.raises(StalesimError, match=r"^synthetic_size: 1,024 windows of block_size 65,536 .*-size 64 "):
+    with pytest.raises(StalesimError, match=rf"^synthetic_size: 1,024 windows of block_size 65,536 .*-size "
+                                            rf"{MAX_SYNTHETIC_TEXT_CHARS // 65536} "):
         estimate_run(cfg)
     with pytest.raises(StalesimError, match=r"^synthetic_size: "):
         synthetic_text(cfg, 65536)
