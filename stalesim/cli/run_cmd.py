@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def train_config(args: argparse.Namespace) -> Any:
     """TrainConfig from the parsed flags, through the helper ``emulate`` uses
     (default length: 50 iterations)."""
-    if (args.iterations is None and args.epochs is None and getattr(args, "batches", None) is None
+    if (args.iterations is None and args.epochs is None
             and not str(getattr(args, "schedule_file", None) or "").lower().endswith(".json")):
         args.iterations = 50  # (a JSON schedule file fixes its own length)
     return train_config_from_args(args)

@@ -17,8 +17,8 @@ from stalesim.cli.common import (
     int_list,
     nonneg_int,
     positive_int,
-    positive_seconds,
     print_json,
+    rendezvous_seconds,
     seed_int,
 )
 
@@ -65,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-contention", action="store_true",
                    help="do not profile with the other ranks busy (CPU)")
     p.add_argument("--no-overhead", action="store_true", help="do not add the per-action runtime overhead")
-    p.add_argument("--timeout", type=positive_seconds, default=120.0, help="per-operation deadline of the ranks")
+    p.add_argument("--timeout", type=rendezvous_seconds, default=120.0,
+                   help="per-operation deadline of the ranks (at least 1 s)")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--out", required=True, help="output folder (report.md, summary.json, figures/)")
     p.add_argument("--resume", action="store_true",

@@ -271,10 +271,7 @@ def _timeout_flags() -> Iterator[Any]:
     for cmd, parser in sorted(sub.choices.items()):
         for a in parser._actions:
             if any("timeout" in s or "deadline" in s for s in a.option_strings):
-                marks = [pytest.mark.xfail(reason="validate's --timeout still takes any positive number; its "
-                                                  "module is to use rendezvous_seconds as run does", strict=False)
-                         ] if cmd == "validate" else []
-                yield pytest.param(cmd, a, id=f"{cmd} {a.option_strings[0]}", marks=marks)
+                yield pytest.param(cmd, a, id=f"{cmd} {a.option_strings[0]}")
 
 
 TIMEOUT_FLAGS = list(_timeout_flags())
