@@ -301,8 +301,13 @@ class TrainConfig:
             # a language model samples batch_size windows of block_size characters (with
             # replacement); an epoch is train_chars // (B T) batches, at least 1. The
             # Shakespeare text's length is known only once it is read: 1 is a lower bound.
+            from stalesim.runtime.text import check_synthetic_text, synthetic_text_chars
+
             T = facts.input_shape[0]
-            chars = max(self.synthetic_size * T, 4 * (T + 1)) if self.dataset == "synthetic" else 0
+            chars = 0
+            if self.dataset == "synthetic":
+                check_synthetic_text(self.synthetic_size, T)
+                chars = synthetic_text_chars(self.synthetic_size, T)[0]
             bpe = max(1, chars // (self.batch_size * T))
         elif is_plugin(self.dataset):  # its size is known once the factory ran: 1 is a lower bound
             bpe = 1

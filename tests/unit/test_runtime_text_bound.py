@@ -81,3 +81,11 @@ def test_a_huge_block_is_refused_at_once_by_the_generator_and_the_preflight(size
     with pytest.raises(StalesimError, match=r"^synthetic_size: "):
         synthetic_text(cfg, 65536)
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_train_config_check_refuses_oversized_synthetic_text():
+    """The config's own check (what the Python API calls) uses the same bound as the generator."""
+    cfg = TrainConfig(model="gpt-char:n_layer=1,n_embd=16,n_head=2,block_size=65536", dataset="synthetic",
+                      batch_size=2, iterations=1)
+    with pytest.raises(StalesimError, match="synthetic_size: .* windows of block_size 65,536"):
+        cfg.check()
