@@ -250,7 +250,7 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     from stalesim.devices import parse_devices
     from stalesim.executor.launch import run_local
     from stalesim.executor.spec import expected_devices, job_schedule, make_job
-    from stalesim.limits import MAX_SECONDS, check_number
+    from stalesim.limits import MAX_SECONDS, MIN_RANK_TIMEOUT_S, check_number
 
     cfg = _check_cfg(cfg)
     n_threads = int(_check_threads(threads, optional=False) or DEFAULT_THREADS)  # never None here
@@ -260,7 +260,7 @@ def run(cfg: TrainConfig | None = None, *, devices: str = "cpu:2", out: str | os
     devs = parse_devices(devices)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
         raise TypeError(f"timeout_s: expected a number of seconds, got {type(timeout_s).__name__}")
-    timeout = check_number("timeout_s", timeout_s, lo=0.0, hi=MAX_SECONDS, lo_open=True)
+    timeout = check_number("timeout_s", timeout_s, lo=MIN_RANK_TIMEOUT_S, hi=MAX_SECONDS)
     _fresh()
     if cfg is not None and fields:
         raise StalesimError(f"{next(iter(fields))}: give a config or its fields, not both")

@@ -75,6 +75,8 @@ __all__ = [
 
 MAX_COUNT = 1 << 20
 MAX_SECONDS = 1e6
+# a rank group's per-operation deadline: below a second its rendezvous and first barrier cannot finish
+MIN_RANK_TIMEOUT_S = 1.0
 MAX_BYTES = 1 << 60
 MAX_FLOPS = 1e24
 MAX_RATE = 1e21

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_FACTOR, MAX_SECONDS, MAX_SEED
+from stalesim.limits import MAX_BYTES, MAX_COUNT, MAX_FACTOR, MAX_SECONDS, MAX_SEED, MIN_RANK_TIMEOUT_S
 from stalesim.threads import DEFAULT_THREADS
 
 
@@ -69,7 +69,6 @@ positive_seconds = float_type(0.0, MAX_SECONDS, lo_open=True)
 # and first collective take about a second on an idle machine, so below that the timeout itself is
 # the failure (torch reports it as a traceback from inside the store, or the ranks time out at their
 # first barrier after seconds of starting), and it is refused up front as the bad value it is
-MIN_RANK_TIMEOUT_S = 1.0
 rendezvous_seconds = float_type(MIN_RANK_TIMEOUT_S, MAX_SECONDS)
 fraction = float_type(0.0, 1.0)
 

@@ -23,6 +23,7 @@ from stalesim.limits import (
     MAX_SECONDS,
     MAX_SEED,
     MAX_THREADS,
+    MIN_RANK_TIMEOUT_S,
     check_int,
     check_number,
 )
@@ -161,7 +162,7 @@ def check_config(cfg: ValidateConfig) -> tuple[Any, list[str]]:
         check_int(f"--{name.replace('_', '-')}", getattr(cfg, name), lo=1, hi=hi)
     check_int("--emulate-iterations", cfg.emulate_iterations, lo=0)
     check_int("--seed", cfg.seed, hi=MAX_SEED)
-    check_number("--timeout", cfg.timeout_s, hi=MAX_SECONDS, lo_open=True)
+    check_number("--timeout", cfg.timeout_s, lo=MIN_RANK_TIMEOUT_S, hi=MAX_SECONDS)
     check_number("lr", cfg.lr, hi=MAX_FACTOR, lo_open=True)
     own = _own_blocks(cfg) if facts is None or is_plugin(cfg.dataset) else None
     blocks = facts.blocks if facts is not None else (own or 0)  # the user's model: _own_blocks counted them

@@ -32,7 +32,8 @@ PROF = uniform_profile(4, 1e-3, 2e-3, 16, param_bytes=1000, output_bytes=100, sa
     (lambda: stalesim.profile("lenet5", [8], threads=-1), ValueError, "^threads: "),
     (lambda: stalesim.profile("lenet5", [8], device=3), TypeError, "^device: "),
     (lambda: stalesim.profile(None, [8]), TypeError, "^model: "),  # type: ignore[arg-type]
-    (lambda: stalesim.run(timeout_s=-1, iterations=1), ValueError, "^timeout_s: expected a number > 0"),
+    (lambda: stalesim.run(timeout_s=-1, iterations=1), ValueError, "^timeout_s: expected a number >= 1"),
+    (lambda: stalesim.run(timeout_s=0.001, iterations=1), ValueError, "^timeout_s: expected a number >= 1"),
     (lambda: stalesim.run(timeout_s=float("nan"), iterations=1), ValueError, "^timeout_s: "),
     (lambda: stalesim.run(timeout_s="60", iterations=1), TypeError, "^timeout_s: "),
     (lambda: stalesim.run(threads=0, iterations=1), ValueError, "^threads: "),

@@ -285,7 +285,7 @@ def test_the_timeout_flags_are_found():
 def test_timeout_flags_refuse_less_than_a_rank_group_needs(cmd, action, capsys):
     """A timeout below :data:`MIN_RANK_TIMEOUT_S` is refused before any work, in one line naming the
     flag (``run --timeout 0.001`` used to start the ranks and fail at their first barrier)."""
-    from stalesim.cli.common import MIN_RANK_TIMEOUT_S
+    from stalesim.limits import MIN_RANK_TIMEOUT_S
 
     bounds = getattr(action.type, "bounds", None)
     assert bounds is not None and bounds[1] >= MIN_RANK_TIMEOUT_S, (cmd, bounds)
