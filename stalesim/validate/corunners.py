@@ -105,7 +105,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
                seed: int, go: Any = None, dataset: str | None = None, gen: Any = None,
-               ack: Any = None, ranks: int = 1) -> None:  # (runs in a child process)
+               ack: Any = None, ranks: int = 1, error: Any = None) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
@@ -113,8 +113,26 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     (``gen``) into ``ack`` (:meth:`CoRunners.pause` waits for it): it reads the generation
     first and acknowledges only if ``go`` is still clear after that, so an acknowledgement
     of a pause always comes from a co-runner that is between steps and will not start one
-    until it is resumed.
+    until it is resumed. A :class:`StalesimError` (a user's model that fails at this batch
+    size) is passed back through ``error`` (:func:`_wait_ready` raises it) instead of a
+    traceback on stderr.
     """
+    try:
+        _train_until_stopped(model, batch_size, threads, device, stop, ready, seed, go, dataset, gen, ack, ranks)
+    except StalesimError as exc:
+        if error is None:
+            raise
+        error.value = str(exc).encode("utf-8", "replace")[:ERROR_BYTES - 1]
+        raise SystemExit(2) from None
+
+
+# the bytes of a co-runner's error passed back to the parent (the first line's start)
+ERROR_BYTES = 300
+
+
+def _train_until_stopped(model: str, batch_size: int, threads: int, device: str, stop: Any,  # pragma: no cover
+                         ready: Any, seed: int, go: Any, dataset: str | None, gen: Any, ack: Any,
+                         ranks: int) -> None:
     import torch
 
     from stalesim.runtime.affinity import pin_rank
@@ -168,18 +186,20 @@ class CoRunners:
         self._gen = ctx.Value("q", 0)
         self._acks = [ctx.Value("q", 0) for _ in range(n)]
         self._readies = [ctx.Event() for _ in range(n)]
+        self._errors = [ctx.Array("c", ERROR_BYTES) for _ in range(n)]
         if running:
             self._go.set()
         self._procs = [ctx.Process(target=_busy_loop,
                                    args=(model, batch_size, threads, device, self._stop, self._readies[i], i + 1,
-                                         self._go, dataset, self._gen, self._acks[i], n + 1), daemon=True)
+                                         self._go, dataset, self._gen, self._acks[i], n + 1, self._errors[i]),
+                                   daemon=True)
                        for i in range(n)]
 
     def __enter__(self) -> CoRunners:
         for p in self._procs:
             p.start()
         try:
-            _wait_ready(self._procs, self._readies, self.timeout_s)
+            _wait_ready(self._procs, self._readies, self.timeout_s, self._errors)
             if not self._go.is_set():
                 self.pause()
         except BaseException:
@@ -341,12 +361,16 @@ def data_cost(model: str, dataset: str, data_dir: str | None, batch: int, part: 
     return statistics.median(times[2:])
 
 
-def _wait_ready(procs: list[Any], readies: list[Any], timeout_s: float) -> None:
-    """Wait until every co-runner has signalled ready; one that died or a timeout is an error."""
+def _wait_ready(procs: list[Any], readies: list[Any], timeout_s: float, errors: list[Any] | None = None) -> None:
+    """Wait until every co-runner has signalled ready; one that died (with the error it passed
+    back, if any) or a timeout is an error."""
     deadline = time.monotonic() + timeout_s
-    for p, ev in zip(procs, readies):
+    for i, (p, ev) in enumerate(zip(procs, readies)):
         while not ev.wait(0.1):
             if not p.is_alive():
+                why = errors[i].value.decode("utf-8", "replace") if errors is not None else ""
+                if why:
+                    raise StalesimError(f"contention: a co-runner failed: {why}")
                 raise StalesimError("contention: a co-runner process died before it started")
             if time.monotonic() > deadline:
                 raise StalesimError("contention: co-runner processes did not start in time")
