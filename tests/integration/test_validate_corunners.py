@@ -46,7 +46,7 @@ def test_co_runner_count_is_checked() -> None:
 def test_a_co_runner_that_fails_reports_why_in_one_line(capfd):
     """A co-runner whose model cannot be built (here an unknown name; in practice a user's model
     that fails at the co-runner's batch size) is one line naming the reason, no child traceback."""
-    with pytest.raises(StalesimError, match="^contention: a co-runner failed: unknown model 'nosuch'"):
-        with CoRunners("nosuch", 8, 1, timeout_s=60):
-            pass
+    with pytest.raises(StalesimError, match="^contention: a co-runner failed: unknown model 'nosuch'"), \
+            CoRunners("nosuch", 8, 1, timeout_s=60):
+        pass
     assert "Traceback" not in capfd.readouterr().err
