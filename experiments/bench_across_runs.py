@@ -83,7 +83,10 @@ def errors_of(out: Path, lost: dict[str, Any] | None = None,
 def side_by_side(runs: list[Path], lost: dict[str, Any] | None = None,
                  host_cores: int | None = None) -> dict[str, Any]:
     """Every run's errors, and per schedule present in all runs the mean error and its sign."""
-    per_run = {str(p): errors_of(p, lost, host_cores) for p in runs}
+    per_run: dict[str, dict[str, dict[str, float]]] = {}
+    for p in runs:  # a folder given twice is predicted once (its prediction depends only on the folder)
+        if str(p) not in per_run:
+            per_run[str(p)] = errors_of(p, lost, host_cores)
     common = [s for s in next(iter(per_run.values())) if all(s in e for e in per_run.values())]
     rows = []
     for s in common:
@@ -93,7 +96,7 @@ def side_by_side(runs: list[Path], lost: dict[str, Any] | None = None,
                      "mean_error": statistics.fmean(es), "sign": sign})
     means = [abs(r["mean_error"]) for r in rows]
     per = {str(p): {"median_abs_error": statistics.median(abs(v["error"]) for v in e.values()),
-                    "max_abs_error": max(abs(v["error"]) for v in e.values())} for p, e in zip(runs, per_run.values())}
+                    "max_abs_error": max(abs(v["error"]) for v in e.values())} for p, e in per_run.items()}
     return {"runs": [str(p) for p in runs], "rows": rows, "per_run": per,
             "median_abs_mean_error": statistics.median(means) if means else None,
             "max_abs_mean_error": max(means) if means else None,
