@@ -200,17 +200,26 @@ class StalePipeline:
         """The step ``scaler.step`` skipped: version t + 1 is version t (the stashes,
         predictions and corrections see a step that changed nothing; the per-step update terms
         of the mitigations do not run, as the optimizer did not)."""
+        t = self._begin_update("scaler.step()")
+        self.skipped.append(t)
+        self._land_update(t)
+
+    def _begin_update(self, caller: str) -> int:
+        """Checks the step's micro-batches and stashes what the update overwrites; returns t."""
         t = self.store.version
         if self.forwards != len(self.micros):
-            raise StalesimError(f"scaler.step(): step {t} ran {self.forwards} forward(s) with grad; the "
+            raise StalesimError(f"{caller}: step {t} ran {self.forwards} forward(s) with grad; the "
                                 f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
         self.store.before_update()
         if self.correct is not None:
             self.correct.before_update()
+        return t
+
+    def _land_update(self, t: int) -> None:
+        """Version t + 1 exists: log it, open step t + 1, let predictions and corrections see it."""
         self.store.after_update()
         for s in range(self.S):
             self.log.upd[(0, s, t)] = t + 1
-        self.skipped.append(t)
         self.forwards = 0
         self._predicted.clear()
         self._reads.clear()
@@ -224,13 +233,7 @@ class StalePipeline:
         if len(args) > 1 and args[1] is not None or kwargs.get("closure") is not None:
             raise StalesimError("optimizer.step(closure): a closure re-runs the model inside the step; "
                                 "not supported")
-        t = self.store.version
-        if self.forwards != len(self.micros):
-            raise StalesimError(f"optimizer.step(): step {t} ran {self.forwards} forward(s) with grad; the "
-                                f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
-        self.store.before_update()
-        if self.correct is not None:
-            self.correct.before_update()
+        t = self._begin_update("optimizer.step()")
         self.lr.scale(opt, t)
         self.update.before(opt, t)
 
@@ -238,16 +241,7 @@ class StalePipeline:
         t = self.store.version
         self.update.after(opt, t)  # the step's own terms: part of version t + 1
         self.lr.restore(opt)
-        self.store.after_update()
-        for s in range(self.S):
-            self.log.upd[(0, s, t)] = t + 1
-        self.forwards = 0
-        self._predicted.clear()
-        self._reads.clear()
-        if self.predict is not None:
-            self.predict.record(self.store.version)
-        if self.correct is not None:
-            self.correct.after_update(self.store.version)
+        self._land_update(t)
 
     # --------------------------------------------------------------- forward
     def _before_forward(self, module: nn.Module, args: Any) -> None:
