@@ -3,14 +3,21 @@
 ``real_data_dir`` gives the directory with the real datasets (``$STALESIM_DATA``).
 Without it the test is skipped, unless ``STALESIM_REQUIRE_DATA=1`` (CI), where a
 missing data set is a failure: CI must never pass by skipping the real-data tests.
+
+Under pytest-xdist (``make test``: 2 workers) the tests named in ``_parallel.ALONE`` run with
+nothing beside them; the controller makes the lock folder, each worker takes its turn per test.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _parallel import LOCK_ENV, is_alone, turn
 
 
 def _require_data() -> bool:
@@ -36,7 +43,38 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:  # noqa: D103
+    config.addinivalue_line("markers", "alone: runs with no other test beside it under xdist (tests/_parallel.py)")
+    # the controller of an xdist run (-n N, N > 0) makes the lock folder before it starts the workers,
+    # which inherit its path; a plain run has no workers and locks nothing
+    workers = getattr(config.option, "numprocesses", None)  # xdist has made "auto" a number by now
+    if not _is_worker(config) and isinstance(workers, int) and workers > 0:
+        os.environ[LOCK_ENV] = tempfile.mkdtemp(prefix="stalesim-pytest-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:  # noqa: D103
+    if not _is_worker(config) and LOCK_ENV in os.environ:
+        shutil.rmtree(os.environ.pop(LOCK_ENV), ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:  # noqa: D103
+    folder = os.environ.get(LOCK_ENV)
+    if not _is_worker(item.config) or not folder:
+        yield
+        return
+    with turn(Path(folder), alone=item.get_closest_marker("alone") is not None):
+        yield
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: D103
+    for item in items:
+        if is_alone(item.nodeid):
+            item.add_marker(pytest.mark.alone)
     if has_cuda():
         return
     skip_gpu = pytest.mark.skip(reason="no CUDA device visible")
