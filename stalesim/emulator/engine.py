@@ -26,6 +26,7 @@ from stalesim.emulator.plan import ReplayPlan
 from stalesim.emulator.results import inflight_bytes, versions_log
 from stalesim.emulator.state import Handoff, RunState
 from stalesim.emulator.tally import TallyBase
+from stalesim.errors import StalesimError
 from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.data import BatchStream
 from stalesim.runtime.stage import StageRuntime
@@ -89,6 +90,12 @@ class ReplayEngine:
     tally: TallyBase
     #: the all-reduce (a batched emulation averages each run's gradients separately)
     _mean: MeanFn
+    #: Pause at the first checkpoint after this many batches are done (None: run to the end).
+    #: A run of length L paused at H is, up to H, the run of length H (the IR's version table
+    #: of a batch depends only on the batches before it) and, resumed from that checkpoint
+    #: with a later pause, the same replay as one run of length L; so a plan continues a
+    #: candidate from H to 2H instead of rerunning it (stalesim.plan.continuation).
+    stop_after: int | None = None
 
     def _init_replay(self, read_every: int | None = None) -> None:
         """The replay order, the events and the hand-off state (after the runtimes exist)."""
@@ -128,6 +135,27 @@ class ReplayEngine:
     def now(self) -> float:
         """Seconds of this run so far (across resumes)."""
         return self.state.elapsed + (time.perf_counter() - self._t0)
+
+    @property
+    def horizon(self) -> int:
+        """Batches this replay reports: the run's length, or its pause (:attr:`stop_after`)."""
+        return self.total if self.stop_after is None else min(self.total, self.stop_after)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the replay stopped at :attr:`stop_after` before the run's end."""
+        return self.horizon < self.total and self.state.index < len(self.steps)
+
+    def check_stop(self) -> None:
+        """The replay pauses at the first checkpoint (every ``checkpoint_every`` batches, epoch
+        ends; a run folder needed) at or after :attr:`stop_after`, and reports its first
+        ``stop_after`` batches: refuse a pause with no checkpoint after it, before anything runs."""
+        n = self.stop_after
+        if n is None or n >= self.total:
+            return
+        if n < 1 or not any(ev["checkpoint"] and ev["done"] >= n for ev in self.plan.events.values()):
+            raise StalesimError(f"stop_after: no checkpoint at or after batch {n} of this run "
+                                f"(checkpoint_every {self.checkpoint_every}; a run folder is needed)")
 
     # ------------------------------------------------------------- actions
     def _step(self, a: Action) -> None:
@@ -216,6 +244,8 @@ class ReplayEngine:
         steps, events = self.steps, self.plan.events
         i = st.index
         n = len(steps)
+        if self.stop_after is not None and i > 0 and events.get(i - 1, {}).get("done", 0) >= self.stop_after:
+            return 0.0  # resumed at (or past) its pause: nothing to replay
         try:
             while i < n:
                 a = steps[i]
@@ -238,6 +268,8 @@ class ReplayEngine:
                         ckpt.save(self, self.out / CKPT_NAME)
                         self.release_reserved(i - 1)
                         self._track_memory()
+                        if self.stop_after is not None and ev["done"] >= self.stop_after:
+                            return time.perf_counter() - self._t0  # paused: resumable from here
                 if a.kind is Kind.F:
                     self._track_memory()
             self._read_out()

@@ -156,11 +156,17 @@ class Emulator(ReplayEngine):
     def finish(self) -> dict[str, Any]:
         """The summary of the run so far (written to the run folder, with ``versions.jsonl``)."""
         st = self.state
-        losses = [st.losses[t] for t in sorted(st.losses)]
-        epochs = final_epochs(self.task, self.cfg, st.epochs, st.diverged_at is not None, self.evaluate_metrics)
+        # a paused run reports its first `horizon` batches: the run of that length (a later
+        # batch's loss may be known already, or its divergence, which that run never meets)
+        h = self.horizon
+        losses = [st.losses[t] for t in sorted(st.losses) if t < h]
+        diverged_at = st.diverged_at if st.diverged_at is None or st.diverged_at < h else None
+        # no final evaluation of a paused run: its weights have some updates of later batches
+        epochs = (list(st.epochs) if self.paused else
+                  final_epochs(self.task, self.cfg, st.epochs, diverged_at is not None, self.evaluate_metrics))
         facts = used_version_facts(self.sched, self.rts)
         summary = run_summary(
-            self, self.cfg, losses=losses, diverged_at=st.diverged_at, epochs=epochs,
+            self, self.cfg, losses=losses, diverged_at=diverged_at, epochs=epochs,
             data_note=self.stream.data.note, facts=facts,
             stash_peak_bytes=sum(r.stash_peak_bytes for r in self.rts.values()),
             inflight_peak_bytes=self.peak_inflight_bytes, wall_time_s=round(self.now(), 4)).to_dict()

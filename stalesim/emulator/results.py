@@ -100,7 +100,7 @@ def run_summary(engine: ReplayEngine, cfg: TrainConfig, *, losses: list[float], 
     return RunSummary(
         producer="emulate", **schedule_fields(engine.sched), **config_fields(cfg), **facts,
         task=engine.task, data_note=data_note, device_kind=engine.device.type, ppv=engine.ppv,
-        iterations=engine.total, batches_per_epoch=engine.bpe, batched=batched,
+        iterations=engine.horizon, batches_per_epoch=engine.bpe, batched=batched,
         run_dir=None if engine.out is None else str(engine.out),
         steps_done=len(losses), losses=[x if math.isfinite(x) else None for x in losses],
         final_loss=losses[-1] if losses and math.isfinite(losses[-1]) else None,

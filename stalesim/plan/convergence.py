@@ -18,8 +18,10 @@ the target only when every seed does.
 is still falling fast enough to get there within ``max_horizon`` run again with twice
 the horizon, the others stop: reached (every seed), diverged, or out of reach (the last
 half's mean loss is no lower than the first half's, or the linear trend between the
-halves needs more than ``max_horizon`` iterations). A rerun starts from scratch (the emulator's checkpoint
-is tied to its run length), so the work is at most twice the final horizon's.
+halves needs more than ``max_horizon`` iterations), or it cannot win (``stop``:
+:mod:`stalesim.plan.early_stop`). A longer horizon continues the shorter run where
+:func:`stalesim.plan.continuation.continuable` allows (the work is the final horizon's),
+and reruns from scratch elsewhere (at most twice the final horizon's).
 
 **Store.** Every emulation is stored in ``<out>/emulations/<key>/`` keyed by everything
 that determines it (the training config but its length and data folder), so a plan for
@@ -49,6 +51,8 @@ from stalesim.runtime.config import TrainConfig
 # two-sided 95 % Student t quantiles t(0.975, df); beyond the table the normal 1.96
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
          10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}
+#: the status of a candidate the early-stop rule stopped (stalesim.plan.early_stop)
+CANNOT_WIN = "cannot win"
 # fields that do not change what an emulation computes (where the data is read from) or
 # that the store handles itself (the run length)
 _NOT_KEYED = ("iterations", "epochs", "data_dir")
@@ -187,6 +191,8 @@ class EmulationStore:
     root: Path
     ran: int = 0
     reused: int = 0
+    #: batches the runs of this store trained (a continued run counts only its new ones)
+    iterations_run: int = 0
 
     def _dir(self, cfg: TrainConfig) -> Path:
         return self.root / "emulations" / emulation_key(cfg)
@@ -245,6 +251,7 @@ class EmulationStore:
                 done_id = summary.get("run_id")
                 if done_id in by_id:
                     self.put(by_id[done_id], summary)
+                    self.iterations_run += int(summary.get("emulated_batches", summary.get("iterations")) or 0)
                     out[done_id] = self.get(by_id[done_id]) or summary
             self.ran += len(todo)
         return out
@@ -275,7 +282,7 @@ class Convergence:
 
     per_seed: list[int | None]
     horizon: int  # iterations of the longest emulation that decided it
-    status: str  # reached | not reached | diverged | out of reach | no result
+    status: str  # reached | not reached | diverged | out of reach | cannot win | no result
     interval: Interval | None = None
     note: str = ""
     emulation_s: float = 0.0
@@ -332,12 +339,15 @@ def judge(summaries: Sequence[dict[str, Any]], target: Target, max_iterations: i
 def converge(cands: Sequence[Any], configs: Callable[[Any, int], list[TrainConfig]], store: EmulationStore,
              run: Callable[[list[tuple[str, TrainConfig]]], list[dict]], target: Target, horizon: int,
              max_horizon: int, max_iterations: Callable[[int], int],
-             log: Callable[[str], None] | None = None) -> dict[Any, Convergence]:
+             log: Callable[[str], None] | None = None,
+             stop: Callable[[dict[Any, Convergence]], dict[Any, str]] | None = None) -> dict[Any, Convergence]:
     """Iterations to target of every candidate, doubling the horizon of the undecided ones.
 
     ``configs(cand, horizon)``: the candidate's emulation configs (one per seed) at that
     horizon (in the target's unit); ``max_iterations(max_horizon)``: the same limit in
-    iterations (for the out-of-reach trend)."""
+    iterations (for the out-of-reach trend); ``stop(results so far)``: candidate -> why it
+    cannot win (:mod:`stalesim.plan.early_stop`), asked after each horizon of the ones that
+    would go on; those stop with status :data:`CANNOT_WIN`."""
     say = log or (lambda msg: print(msg, file=sys.stderr))
     result: dict[Any, Convergence] = {}
     active = list(cands)
@@ -358,5 +368,10 @@ def converge(cands: Sequence[Any], configs: Callable[[Any, int], list[TrainConfi
             result[c] = conv
             if conv.status == "not reached" and 2 * h <= max_horizon:
                 nxt.append(c)
+        why = stop(result) if stop is not None and nxt else {}
+        for c in [c for c in nxt if why.get(c)]:
+            old = result[c]
+            result[c] = Convergence(old.per_seed, old.horizon, CANNOT_WIN, None, why[c], old.emulation_s, old.runs)
+            nxt.remove(c)
         active, h = nxt, 2 * h
     return result

@@ -16,9 +16,11 @@ from stalesim.cost.calibration import default_terms
 from stalesim.errors import StalesimError
 from stalesim.launch import LaunchSpec
 from stalesim.plan.candidates import Candidate, GridRequest, emulation_config, grid
-from stalesim.plan.compose import Row, compose
+from stalesim.plan.compose import Row, compose, feasibility
 from stalesim.plan.confirm import changed, confirm
-from stalesim.plan.convergence import Convergence, EmulationStore, Target, converge
+from stalesim.plan.continuation import continuable, last_horizon
+from stalesim.plan.convergence import CANNOT_WIN, Convergence, EmulationStore, Target, converge
+from stalesim.plan.early_stop import best_upper_s, cannot_win
 from stalesim.plan.timing import Timing, time_candidate
 from stalesim.progress import heartbeat
 from stalesim.runtime.config import TrainConfig
@@ -83,6 +85,15 @@ def _emulate(req: PlanRequest, todo: list[tuple[str, TrainConfig]], folder: Path
     return place(todo, folder)
 
 
+def _continue(req: PlanRequest, todo: list[tuple[str, TrainConfig]], folder: Path) -> list[dict]:
+    """The emulations of ``todo`` continued from their shorter horizon's run
+    (:mod:`stalesim.plan.continuation`), placed by the plan's launcher."""
+    from stalesim.plan.continuation import run_continued  # looked up at call time: tests stand in for it
+
+    return run_continued(todo, folder, first=req.horizon, last=last_horizon(req.horizon, req.max_horizon),
+                         jobs=req.jobs, progress=req.progress, launcher=req.launcher, tensorboard=req.tensorboard)
+
+
 def make_plan(req: PlanRequest) -> Plan:
     """Run the plan (see the module doc); writes plan.json, plan.csv, pareto.png in ``out``."""
     from stalesim.plan.report import write_outputs
@@ -117,19 +128,14 @@ def make_plan(req: PlanRequest) -> Plan:
 
     def run(todo: list[tuple[str, TrainConfig]]) -> list[dict]:
         folder = home / "emulations" / "study"
+        # a longer horizon continues the shorter run where that is exact, else reruns it
+        cont = [(rid, cfg) for rid, cfg in todo if continuable(cfg, batched=req.batched)[0]]
+        ids = {rid for rid, _ in cont}
+        rest = [(rid, cfg) for rid, cfg in todo if rid not in ids]
         with _heartbeat(folder / "results.jsonl", {rid for rid, _ in todo}, enabled=req.progress is not False):
-            return _emulate(req, todo, folder)
+            return (_continue(req, cont, folder) if cont else []) + (_emulate(req, rest, folder) if rest else [])
 
-    bpe = _batches_per_epoch(req.base) if unit_epochs else 1
-    t0 = time.perf_counter()
-    convs: dict[Candidate, Convergence] = converge(
-        cands, configs, store, run, req.target, req.horizon, req.max_horizon,
-        max_iterations=lambda h: h * bpe, log=_log)
-    confirmed = EmulationStore(req.out)  # single runs confirming batched crossings
-    if req.batched:
-        convs = _confirm_single(req, convs, configs, confirmed)
-    t_emu = time.perf_counter() - t0
-    _log(f"plan: emulations done ({store.ran} run, {store.reused} reused, {t_emu:.1f} s); simulating")
+    # simulated first (under a second): the early-stop rule needs each candidate's time
     timings: dict[Candidate, Timing | None] = {}
     errors: dict[Candidate, str] = {}
     t1 = time.perf_counter()
@@ -140,6 +146,24 @@ def make_plan(req: PlanRequest) -> Plan:
         except StalesimError as exc:
             timings[c], errors[c] = None, f"simulation: {exc}"
     t_sim = time.perf_counter() - t1
+    feasible = [c for c in cands if c not in errors and feasibility(timings[c], req.capacity_bytes)[0]]
+
+    def stop(so_far: dict[Candidate, Convergence], batched: bool = req.batched) -> dict[Candidate, str]:
+        best = best_upper_s(so_far, timings, feasible, req.time_error, smooth=req.target.smooth, batched=batched)
+        return {c: cannot_win(v, timings.get(c), best, req.time_error) for c, v in so_far.items()}
+
+    bpe = _batches_per_epoch(req.base) if unit_epochs else 1
+    t0 = time.perf_counter()
+    convs: dict[Candidate, Convergence] = converge(
+        cands, configs, store, run, req.target, req.horizon, req.max_horizon,
+        max_iterations=lambda h: h * bpe, log=_log, stop=stop)
+    confirmed = EmulationStore(req.out)  # single runs confirming batched crossings
+    if req.batched:
+        convs = _confirm_single(req, convs, configs, confirmed)
+        convs = _recheck_stopped(convs, stop(convs, False))
+    t_emu = time.perf_counter() - t0
+    _log(f"plan: emulations done ({store.ran} run, {store.reused} reused, "
+         f"{store.iterations_run + confirmed.iterations_run} iterations emulated, {t_emu:.1f} s)")
     rows = compose(cands, convs, timings, time_error=req.time_error, capacity_bytes=req.capacity_bytes,
                    errors=errors)
     cap = req.capacity_bytes
@@ -154,6 +178,8 @@ def make_plan(req: PlanRequest) -> Plan:
         "profile_device": getattr(req.profile, "device", None),
         "emulations_run": store.ran, "emulations_reused": store.reused,
         "single_confirmations_run": confirmed.ran, "single_confirmations_reused": confirmed.reused,
+        "emulated_iterations": store.iterations_run + confirmed.iterations_run,
+        "cannot_win": sum(1 for c in cands if convs[c].status == CANNOT_WIN),
         "emulation_s": round(t_emu, 2), "simulation_s": round(t_sim, 2),
         "searched": {"mitigations": list(req.grid.mitigations), "optimizers": list(req.grid.optimizers),
                      "warmups": list(req.grid.warmups), "switches": list(req.grid.switches)},
@@ -181,6 +207,20 @@ def _confirm_single(req: PlanRequest, convs: dict[Candidate, Convergence],
     out = confirm(convs, configs, store, run, req.target)
     moved = sum(changed(convs[c].per_seed, out[c].per_seed) for c in convs)
     _log(f"plan: single emulations moved {moved} of {n} crossing(s)")
+    return out
+
+
+def _recheck_stopped(convs: dict[Candidate, Convergence], why: dict[Candidate, str]
+                     ) -> dict[Candidate, Convergence]:
+    """The early stops of a batched search checked again on the confirmed crossings: one the
+    rule no longer makes is not a ``cannot win`` (its iterations stay unknown, as it stopped)."""
+    out = dict(convs)
+    for c, v in convs.items():
+        if v.status == CANNOT_WIN and not why.get(c):
+            out[c] = Convergence(v.per_seed, v.horizon, "not reached", None,
+                                 v.note + "; the single runs moved the crossings it was compared with, and "
+                                 "the rule no longer excludes it (plan without --batched to settle it)",
+                                 v.emulation_s, v.runs)
     return out
 
 

@@ -43,6 +43,7 @@ def profile(tmp_path: Path) -> str:
 def fake_study(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """run_study stand-in: a loss that falls faster for the synchronous runs; counts runs."""
     import stalesim.emulator.study
+    import stalesim.plan.continuation
 
     ran: list[str] = []
 
@@ -58,6 +59,9 @@ def fake_study(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return res
 
     monkeypatch.setattr(stalesim.emulator.study, "run_study", run_study)
+    # a longer horizon of a constant-rate loss target continues the shorter run: the same
+    # losses as a run from scratch, so the same stand-in
+    monkeypatch.setattr(stalesim.plan.continuation, "run_continued", run_study)
     return ran
 
 
