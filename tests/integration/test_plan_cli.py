@@ -193,3 +193,71 @@ def test_accuracy_target_counts_whole_epochs(tmp_path: Path, profile: str, monke
     seq = rows["sequential S=1 (1 device) sgd"]
     assert seq["status"] == "reached" and seq["iterations_per_seed"] == [3 * 2]  # third epoch, 2 batches each
     assert rows["stale S=2 sgd"]["status"] == "not reached" and rows["stale S=2 sgd"]["rank"] is None
+
+
+def _routed(monkeypatch: pytest.MonkeyPatch, slow: float = 1.25) -> dict[str, list[tuple[str, int]]]:
+    """Stand-ins for both runners, recording which one ran which (run id, iterations)."""
+    import stalesim.emulator.study
+    import stalesim.plan.continuation
+
+    got: dict[str, list[tuple[str, int]]] = {"study": [], "continued": []}
+
+    def runner(name: str):
+        def run(points, out, jobs=1, progress=None, **kw):
+            res = []
+            for rid, cfg in points:
+                n = int(cfg.iterations)
+                got[name].append((rid, n))
+                s = 1.0 if cfg.schedule in ("sequential", "gpipe") else slow  # noqa: PLR6201
+                res.append({"run_id": rid, "iterations": n, "batches_per_epoch": 100, "diverged": False,
+                            "losses": [2.5 - 2.0 * min(1.0, (i + 1) / (80 * s)) + 0.001 * cfg.seed for i in range(n)],
+                            "wall_time_s": 0.0})
+            return res
+        return run
+
+    monkeypatch.setattr(stalesim.emulator.study, "run_study", runner("study"))
+    monkeypatch.setattr(stalesim.plan.continuation, "run_continued", runner("continued"))
+    return got
+
+
+def test_runs_continue_unless_batched(tmp_path: Path, profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = _routed(monkeypatch)
+    code, stdout, err = _cli([*BASE, "--profile", profile, "--out", str(tmp_path / "c"), "--json"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert got["study"] == [] and {n for _, n in got["continued"]} == {50, 100}
+    # the emulated iterations count what the runs trained: here every run from scratch
+    # (the stand-in reports no continuation), 50 per run at the first horizon, 100 after
+    assert doc["emulated_iterations"] == sum(n for _, n in got["continued"])
+    # batched search runs are grouped by the study and rerun (stalesim.plan.continuation.continuable)
+    got = _routed(monkeypatch)
+    code, stdout, err = _cli([*BASE, "--profile", profile, "--out", str(tmp_path / "b"), "--json", "--batched"])
+    assert code == 0, err
+    assert got["continued"] == [] and {n for _, n in got["study"]} >= {50, 100}
+    batched = json.loads(stdout)["convergence"]
+    assert {k: v["per_seed"] for k, v in batched.items()} == {k: v["per_seed"] for k, v in doc["convergence"].items()}
+
+
+def test_a_candidate_that_cannot_win_stops_early(tmp_path: Path, profile: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the stale runs fall 4x slower: at 100 iterations they have not crossed, and 101 of their
+    # iterations (12.4 ms each, -10 %) take longer than gpipe's 63 at most (12.85 ms, +10 %)
+    got = _routed(monkeypatch, slow=4.0)
+    code, stdout, err = _cli([*BASE, "--profile", profile, "--out", str(tmp_path / "c"), "--json",
+                              "--max-horizon", "800"])
+    assert code == 0, err
+    doc = json.loads(stdout)
+    rows = {r["label"]: r for r in doc["rows"]}
+    g = rows["gpipe S=2 M=4 sgd"]
+    assert g["status"] == "reached" and g["iterations_per_seed"] == [62, 63] and g["rank"] == 1
+    bound = g["time_hi_s"]
+    for label in ("stale S=2 sgd", "stale S=2 warmup=10 sgd"):
+        r = rows[label]
+        assert r["status"] == "cannot win" and r["rank"] is None and r["iterations_per_seed"] == [None, None]
+        k, first = r["warmup"], r["first_phase_iteration_s"] or 0.0  # the synchronous warm-up's phase
+        low = (r["fill_drain_s"] + min(101, k) * first + (101 - k) * r["iteration_s"]) * 0.9
+        assert low > bound
+        assert r["note"] == (f"stopped at 100 iterations: even at 101 iterations it would take at least {low:.4g} s, "
+                             f"more than the {bound:.4g} s a reached candidate takes at most")
+    assert doc["cannot_win"] == 2
+    assert max(n for _, n in got["continued"]) == 100  # without the rule: 200 and 400 for the stale runs
