@@ -2,11 +2,15 @@
 
 1. the schedule IR: every schedule's derived staleness (table);
 2. profile a model on this machine (the ranks' thread count; alone and with the
-   other rank busy) and measure the per-action runtime overhead;
+   other rank busy);
 3. calibrate this machine's link (gloo, or NCCL on a CUDA box);
-4. predict speed-up, utilization and memory for 2/4/8 devices of this kind and of
-   a catalog GPU over two link kinds;
-5. validate on 2 local ranks (short): predicted vs measured, emulated vs executed;
+4. validate on 2 local ranks (short): predicted vs measured, emulated vs executed;
+   it measures this machine's cost terms (per-action overhead, per-message costs, the
+   runtime's gaps) and stores them as a machine calibration;
+5. predict speed-up, utilization and memory for 2/4/8 devices of this kind, with that
+   calibration (the cost model ``validate``, ``simulate --calibration``, ``sweep`` and
+   ``plan`` predict these ranks with), and of a catalog GPU over two link kinds (the
+   roofline of the same profile: no term measured here carries over to a GPU);
 6. with MNIST (``--data-dir`` or ``$STALESIM_DATA``): a short emulated staleness
    study, sequential vs stale weights;
 7. one summary table; figures in ``--out`` (default ``runs/demo``).
@@ -207,8 +211,10 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
     d.sections.append(Section(f"schedules at S={args.stages}: staleness derived from the action order", ir_table))
     cm = _profile_step(d)
     hw = _calibrate_step(d)
-    grid = _predict_step(d, cm, hw)
+    # validation first: its measured machine terms are what the predictions for these
+    # ranks use, so both steps predict the same ranks with one cost model
     vsum = _validate_step(d, cm)
+    grid = _predict_step(d, cm, hw)
     study = _study_step(d, data_dir)
     _summary_step(d, load0, grid, vsum, study)
     return 0
@@ -216,9 +222,8 @@ def run_demo(args: argparse.Namespace, devices: str) -> int:
 
 def _profile_step(d: _Demo) -> CostModel:
     """Step 2: profile the model (alone, and on CPU with the other rank busy) at the batch
-    sizes validation and prediction use, and measure the per-action runtime overhead."""
-    from stalesim.progress import heartbeat
-    from stalesim.validate.corunners import measure_overhead
+    sizes validation and prediction use. The machine's runtime terms are validation's to
+    measure (step 4), once."""
     from stalesim.validate.costmodel import CostModel
     from stalesim.validate.steps import profile_sizes
 
@@ -234,17 +239,13 @@ def _profile_step(d: _Demo) -> CostModel:
     prof.to_json(d.out / "profile.json")
     prof = prof.with_extrapolation(d.args.extrapolate)
     contended = None if contended is None else contended.with_extrapolation(d.args.extrapolate)
-    with heartbeat("step 2: measuring the per-action overhead"):
-        overhead = measure_overhead(threads=1, device=d.devs.device_for(0))
-    cm = CostModel(prof, contended, overhead)
+    cm = CostModel(prof, contended)
     ratio = cm.contention_ratio()
     whole = prof.whole_model_s
     if whole is None:  # profile_model and paired_profiles always time the whole model too
         raise AssertionError("the measured profile has no whole-model time")
     d.step.note(f"one training step at batch {d.args.batch_size}: {whole * 1e3:.1f} ms alone"
-                + (f", x{ratio:.2f} with the other rank busy" if ratio else "")
-                + "; per-action runtime overhead F/B/U/LOSS "
-                + "/".join(f"{overhead[k] * 1e6:.0f}" for k in UNSPLIT_COMPUTE_NAMES) + " us")
+                + (f", x{ratio:.2f} with the other rank busy" if ratio else ""))
     return cm
 
 
@@ -293,27 +294,54 @@ def _calibrate_step(d: _Demo) -> SimHardware:
 
 
 def _predict_step(d: _Demo, cm: CostModel, hw: SimHardware) -> list[dict[str, Any]]:
-    """Step 4: predict 2/4/8 devices of this kind and of the catalog ``--target``."""
+    """Step 5: predict 2/4/8 devices of this kind, with the machine calibration step 4 stored,
+    and of the catalog ``--target`` (the roofline of the same profile)."""
     from stalesim.cli.common import write_json_atomic
     from stalesim.figures.speedup_fig import prediction_figure
     from stalesim.progress import heartbeat
     from stalesim.validate.demo import ideal_line_statement, predict_grid
 
-    d.step(f"predicting 2/4/8 devices: this {'GPU' if d.cuda else 'CPU'} over the calibrated link, "
-           f"and {d.args.target} over pcie4-x16 / nvlink4 (roofline from the same profile)")
-    with heartbeat("step 4: predicting"):
-        grid = predict_grid(cm, hw, batch_size=d.predict_batch, gpu=d.args.target,
+    cal_path = d.out / "validate" / "calibration.json"
+    local_cm, local_hw = calibrated_model(cm, hw, cal_path)
+    d.step(f"predicting 2/4/8 devices at mini-batch {d.predict_batch}: this {'GPU' if d.cuda else 'CPU'} "
+           f"with the machine terms step 4 measured ({cal_path.relative_to(d.out)}), and {d.args.target} "
+           "over pcie4-x16 / nvlink4 (roofline from the same profile)")
+    d.step.note("per-action runtime overhead F/B/U/LOSS "
+                + "/".join(f"{local_cm.overhead_s.get(k, 0.0) * 1e6:.0f}" for k in UNSPLIT_COMPUTE_NAMES)
+                + " us; per-message costs " + ("measured" if local_cm.comm else "not measured")
+                + f"; link latency {local_hw.latency_ns / 1e3:.1f} us beyond posting a message")
+    with heartbeat("step 5: predicting"):
+        grid = predict_grid(local_cm, local_hw, batch_size=d.predict_batch, gpu=d.args.target,
                             cpu_label="this GPU" if d.cuda else "this CPU")
     prediction_figure(grid, d.out / "predict_speedup.png")
     write_json_atomic(d.out / "predictions.json", grid)
-    text = _grid_text(grid) + "\n" + ideal_line_statement(grid)
+    text = _grid_text(grid, d.predict_batch) + "\n" + ideal_line_statement(grid)
     print(text)
     d.sections.append(Section("prediction: speed-up over one device", text, (d.out / "predict_speedup.png",)))
     return grid
 
 
+def calibrated_model(cm: CostModel, hw: SimHardware, calibration: Path) -> tuple[CostModel, SimHardware]:
+    """The cost model and link that predict the validated ranks: ``cm``'s profiles (alone and
+    contended) with the machine terms of ``calibration`` (the file ``validate`` writes, as
+    ``simulate --calibration`` reads it), on the link its per-message costs leave. Without
+    the file (a validation without a calibration), ``cm`` and ``hw`` as they are."""
+    from dataclasses import replace
+
+    from stalesim.cost.calibration import read_calibration
+    from stalesim.cost.terms import link_from_comm
+    from stalesim.validate.costmodel import CostModel
+
+    if not calibration.is_file():
+        return cm, hw
+    cal = read_calibration(calibration)
+    return (replace(CostModel.from_calibration(cm.profile, cal), contended=cm.contended),
+            link_from_comm(hw, cal.comm))
+
+
 def _validate_step(d: _Demo, cm: CostModel) -> dict[str, Any]:
-    """Step 5: validate on the local ranks, reusing the profiles and link measured above."""
+    """Step 4: validate on the local ranks, reusing the profiles and link measured above; it
+    stores the machine terms it measures (``validate/calibration.json``) for step 5."""
     from stalesim.cli.demo_eta import RoundClock
     from stalesim.cli.validate_cmd import summary_table
     from stalesim.validate.workflow import validate
@@ -384,7 +412,7 @@ def _summary_step(d: _Demo, load0: tuple[float, float, float], grid: list[dict[s
     out = d.out
     elapsed = time.perf_counter() - d.step.t0
     d.step(f"summary ({elapsed:.0f} s; load average before {load0[0]:.2f})")
-    text = _summary(grid, vsum, study, d.args.target)
+    text = _summary(grid, vsum, study, predict_batch=d.predict_batch, validate_batch=int(d.args.batch_size))
     print(text)
     summary = {"elapsed_s": elapsed, "load_average_before": list(load0),
                "load_average_after": list(os.getloadavg()), "devices": d.devices, "model": d.args.model,
@@ -402,7 +430,7 @@ def _summary_step(d: _Demo, load0: tuple[float, float, float], grid: list[dict[s
           + f"validation report: {out}/validate/report.md; summary: {out}/summary.json")
 
 
-def _grid_text(grid: list[dict[str, Any]]) -> str:
+def _grid_text(grid: list[dict[str, Any]], batch_size: int) -> str:
     """The prediction table with its cost sources, marks and warnings, as printed."""
     from stalesim.units import fmt_bytes
 
@@ -421,7 +449,7 @@ def _grid_text(grid: list[dict[str, Any]]) -> str:
                          f"{cell['speedup']:.2f}x{_mark(cell)} u{cell['utilization_mean']:.2f}")
         mem = max((r["peak_memory_bytes_max"] or 0) for r in by.values())
         rows.append((f"{hwl} / {link}", str(n), *cells, fmt_bytes(mem)))
-    lines = ["predicted speed-up over one device (and mean utilization):", _table(rows)]
+    lines = [f"predicted speed-up over one device (and mean utilization), mini-batch {batch_size}:", _table(rows)]
     sources: dict[tuple[str, str], dict[str, str]] = {}
     for r in grid:
         sources.setdefault((r["hardware"], r["link"]), {}).update(r.get("cost_batches", {}))
@@ -441,8 +469,10 @@ def _mark(r: dict[str, Any]) -> str:
     return ("*" if r.get("cost_source") == "extrapolated" else "") + ("!" if r.get("above_ideal") else "")
 
 
-def _summary(grid: list[dict[str, Any]], vsum: dict[str, Any], study: list[dict[str, Any]] | None,
-             gpu: str) -> str:
+def _summary(grid: list[dict[str, Any]], vsum: dict[str, Any], study: list[dict[str, Any]] | None, *,
+             predict_batch: int, validate_batch: int) -> str:
+    """The summary table: each setup's predicted best (at the prediction's mini-batch), then
+    the validated schedules at theirs, predicted against measured on the same ranks."""
     from stalesim.validate.report import busy_line
 
     lines = []
@@ -453,10 +483,12 @@ def _summary(grid: list[dict[str, Any]], vsum: dict[str, Any], study: list[dict[
             best[k] = r
     rows = [("what", "where", "result")]
     for (hwl, link, n), r in best.items():
-        rows.append(("predicted best", f"{n} x {hwl} / {link}",
+        rows.append(("predicted best", f"{n} x {hwl} / {link}, batch {predict_batch}",
                      (f"{r['schedule']}: {r['speedup']:.2f}x{_mark(r)}, utilization "
                       f"{r['utilization_mean']:.2f}, staleness {r['staleness_max']}, "
                       f"costs {r.get('cost_source', 'given')}")))
+    if (fastest := validated_fastest(vsum["rows"])) is not None:
+        rows.append(("validated best", f"{vsum['devices']}, batch {validate_batch}", fastest))
     for r in vsum["rows"]:
         rows.append(("validated", f"{r['schedule']} on {vsum['devices']}", _validated(r)))
     wn, wt = vsum.get("schedules_within_noise"), vsum.get("schedules_with_noise_floor")
@@ -477,6 +509,19 @@ def _summary(grid: list[dict[str, Any]], vsum: dict[str, Any], study: list[dict[
 
     lines.append(ideal_line_statement(grid))
     return "\n".join(lines)
+
+
+def validated_fastest(rows: Sequence[dict[str, Any]]) -> str | None:
+    """The fastest validated schedule as predicted and as measured, on the same ranks at the
+    same mini-batch (None: no row has both speed-ups)."""
+    both = [r for r in rows if r.get("predicted_speedup") and r.get("measured_speedup")]
+    if not both:
+        return None
+    p = max(both, key=lambda r: r["predicted_speedup"])
+    m = max(both, key=lambda r: r["measured_speedup"])
+    same = "the same schedule" if p["schedule"] == m["schedule"] else "a different schedule"
+    return (f"predicted {p['schedule']} ({p['predicted_speedup']:.2f}x), measured {m['schedule']} "
+            f"({m['measured_speedup']:.2f}x): {same}")
 
 
 def _validated(r: dict[str, Any]) -> str:
