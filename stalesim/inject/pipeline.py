@@ -29,6 +29,11 @@ How, without copying the model or changing its code:
   t + 1 equal to version t: the pipeline's update of that batch lands as a no-op, as in a
   pipeline whose stages skip together on a shared inf check.
 
+* **Workers** (``dp``, ``pipe-sgd`` with P > 1): the loop runs each worker's batch in turn,
+  forward(s) then backward(s), as P x M forwards per step; forward k is worker k // M's
+  micro-batch k % M and reads that worker's rows of the table, and the workers' gradients
+  are all-reduced on ``.grad`` (:mod:`stalesim.inject.workers`).
+
 A forward without grad (evaluation inside the loop) reads the live weights and counts
 as no micro-batch. The versions read are logged in a
 :class:`~stalesim.schedule.VersionTable` (``pipe.log``), compared with the IR's by
@@ -51,6 +56,7 @@ from stalesim.inject.mitigate import StageLR, StageUpdate
 from stalesim.inject.predict import Prediction
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
+from stalesim.inject.workers import WorkerGrads, check_allreduce, check_compression, first_different_worker
 from stalesim.runtime.optim import clip_
 from stalesim.runtime.weight_tokens import WeightTokens, ptr_map, storage_ptr
 from stalesim.schedule import Schedule, ScheduleConfig, VersionTable, build_schedule
@@ -64,8 +70,8 @@ CLOSURE_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS
 class _Forward:
     """What one hooked forward changed, undone by the forward hook."""
 
-    def __init__(self, t: int, m: int | None) -> None:
-        self.t, self.m = t, m
+    def __init__(self, r: int, t: int, m: int | None) -> None:
+        self.r, self.t, self.m = r, t, m
         self.stack = ExitStack()
         self.swapped: list[tuple[nn.Parameter, torch.Tensor]] = []  # (param, its live data)
         self.tokened: set[int] = set()  # stages whose saved weights are tokens
@@ -86,7 +92,9 @@ class StalePipeline:
     ``switch``/``stages_per_device`` for ``steps`` batches) or a built
     :class:`~stalesim.schedule.Schedule` of ``steps`` batches. ``split``: one entry per
     stage (module-name prefixes or submodules, :func:`~stalesim.inject.stages.named_split`);
-    without it ``stages`` (default 2) even stages by parameter count. ``staleness_lr``,
+    without it ``stages`` (default 2) even stages by parameter count. ``workers`` (``dp``,
+    ``pipe-sgd``): P data-parallel workers the loop runs in turn, one batch each per step,
+    their gradients all-reduced with ``compression`` (:mod:`stalesim.inject.workers`). ``staleness_lr``,
     ``pipemare_lr``, ``pipemare_warmup``: the emulator's learning-rate mitigations
     (:mod:`stalesim.inject.mitigate`; the optimizer then needs :meth:`param_groups`).
     ``weight_prediction``: the emulator's weight prediction (:mod:`stalesim.inject.predict`);
@@ -100,7 +108,8 @@ class StalePipeline:
     def __init__(self, model: nn.Module, schedule: str | Schedule = "pipedream", *, steps: int,
                  stages: int | None = None, split: list[StageSpec] | None = None, microbatches: int = 1,
                  warmup: int = 0, switch: int | None = None, stages_per_device: int | None = None,
-                 staleness_lr: bool = False, pipemare_lr: bool = False, pipemare_warmup: int = 0,
+                 workers: int = 1, compression: str = "none", staleness_lr: bool = False,
+                 pipemare_lr: bool = False, pipemare_warmup: int = 0,
                  weight_prediction: bool = False, pipemare_correction: bool = False,
                  pipemare_gamma: float = 0.9, spike_compensation: bool = False, error_feedback: bool = False,
                  error_feedback_beta: float = 1.0) -> None:
@@ -119,7 +128,7 @@ class StalePipeline:
         elif isinstance(schedule, str):
             sched = build_schedule(ScheduleConfig(schedule, stages=cut.stages, batches=steps,
                                                   microbatches=microbatches, warmup=warmup, switch=switch,
-                                                  stages_per_device=stages_per_device))
+                                                  stages_per_device=stages_per_device, workers=workers))
         else:
             raise StalesimError(f"schedule: expected a schedule name or a built Schedule, got "
                                 f"{type(schedule).__name__}")
@@ -128,16 +137,32 @@ class StalePipeline:
         if sched.batches < steps:
             raise StalesimError(f"schedule: covers {sched.batches} batches, fewer than steps={steps}")
         if sched.local_loss:
-            raise StalesimError(f"schedule: {sched.name} gives every stage its own loss (auxiliary heads); "
-                                f"a training loop has one loss")
+            raise StalesimError(f"schedule: {sched.name} gives every stage its own loss (auxiliary heads) and "
+                                f"no gradient crosses a stage; a training loop has one loss, at the model's output")
         self.model = model
         self.sched = sched
         self.table: VersionTable = sched.table
         self.steps = steps
         self.split = cut
         self.S = cut.stages
-        check_table(self.table, self.S, steps)
+        self.P = sched.workers
+        check_table(self.table, self.S, steps, self.P)
+        check_allreduce(sched, steps)
+        self.compression = check_compression(compression, self.P)
+        mitigated = [name for name, on in (("staleness_lr", staleness_lr), ("pipemare_lr", pipemare_lr),
+                                           ("weight_prediction", weight_prediction),
+                                           ("pipemare_correction", pipemare_correction),
+                                           ("spike_compensation", spike_compensation),
+                                           ("error_feedback", error_feedback)) if on]
+        other = first_different_worker(self.table, self.P) if mitigated else None
+        if other is not None:
+            raise StalesimError(f"{mitigated[0]}: worker {other} reads other versions than worker 0; the "
+                                f"mitigations of a loop follow worker 0's rows")
         self.micros: list[int | None] = sched.micro_indices()
+        #: forwards with grad per step: each worker's micro-batches, worker after worker
+        self.per_step = self.P * len(self.micros)
+        self.grads = WorkerGrads([p for ps in cut.params for p in ps], self.P, self.compression) \
+            if self.P > 1 else None
         self.store = VersionStore(self.table, cut.params)
         self.tokens = [WeightTokens(ps) for ps in cut.params]
         self.log = VersionTable(self.S)  # the versions actually read and produced
@@ -155,8 +180,8 @@ class StalePipeline:
                                   error_feedback=error_feedback, error_feedback_beta=error_feedback_beta)
         # this step's predicted forward weights and lr per (stage, micro), and the weights
         # each backward reads (computed once per stage, not per saved tensor)
-        self._predicted: dict[tuple[int, int | None], tuple[list[torch.Tensor], float]] = {}
-        self._reads: dict[tuple[int, int, int | None], list[torch.Tensor]] = {}
+        self._predicted: dict[tuple[int, int, int | None], tuple[list[torch.Tensor], float]] = {}
+        self._reads: dict[tuple[int, int, int, int | None], list[torch.Tensor]] = {}
         self.forwards = 0  # forwards with grad since the last step: the next micro-batch's index
         self.skipped: list[int] = []  # the steps a GradScaler skipped (their update a no-op)
         self._open: list[_Forward | None] = []
@@ -205,22 +230,35 @@ class StalePipeline:
         self._land_update(t)
 
     def _begin_update(self, caller: str) -> int:
-        """Checks the step's micro-batches and stashes what the update overwrites; returns t."""
+        """Checks the step's micro-batches, lands the workers' all-reduce and stashes what the
+        update overwrites; returns t."""
         t = self.store.version
-        if self.forwards != len(self.micros):
+        if self.forwards != self.per_step:
             raise StalesimError(f"{caller}: step {t} ran {self.forwards} forward(s) with grad; the "
-                                f"schedule has {len(self.micros)} micro-batch(es) per step (accumulate that many)")
+                                f"schedule has {self._per_step_text()}")
+        if self.grads is not None:
+            self.grads.finish()
         self.store.before_update()
         if self.correct is not None:
             self.correct.before_update()
         return t
 
+    def _per_step_text(self) -> str:
+        M = len(self.micros)
+        if self.P == 1:
+            return f"{M} micro-batch(es) per step (accumulate that many)"
+        return (f"{self.P} workers x {M} micro-batch(es) per step (each worker's batch in turn, its "
+                f"micro-batches accumulated)")
+
     def _land_update(self, t: int) -> None:
         """Version t + 1 exists: log it, open step t + 1, let predictions and corrections see it."""
         self.store.after_update()
-        for s in range(self.S):
-            self.log.upd[(0, s, t)] = t + 1
+        for r in range(self.P):  # the workers' replicas are one model: each makes version t + 1
+            for s in range(self.S):
+                self.log.upd[(r, s, t)] = t + 1
         self.forwards = 0
+        if self.grads is not None:
+            self.grads.next_step()
         self._predicted.clear()
         self._reads.clear()
         if self.predict is not None:
@@ -252,24 +290,32 @@ class StalePipeline:
         if t >= self.steps:
             raise StalesimError(f"steps: the pipeline was built for {self.steps} steps; step {t} needs a "
                                 f"longer schedule (steps=)")
-        if self.forwards >= len(self.micros):
-            raise StalesimError(f"forward: step {t} already ran its {len(self.micros)} micro-batch(es); call "
-                                f"optimizer.step() first")
-        m = self.micros[self.forwards]
-        autocast = self._check_autocast(t, m)
+        if self.forwards >= self.per_step:
+            what = f"{len(self.micros)} micro-batch(es)" if self.P == 1 else \
+                f"{self.per_step} forward(s) ({self.P} workers x {len(self.micros)} micro-batch(es))"
+            raise StalesimError(f"forward: step {t} already ran its {what}; call optimizer.step() first")
+        # worker r's micro-batches, worker after worker (a data-parallel rank's batch each)
+        r, i = divmod(self.forwards, len(self.micros))
+        m = self.micros[i]
+        autocast = self._check_autocast(r, t, m)
+        if self.grads is not None:
+            if i == 0 and r > 0:
+                self.grads.worker_done(r - 1, t)
+            if self.forwards == self.per_step - 1:
+                self.grads.last_worker(t)
         self.forwards += 1
-        fwd = _Forward(t, m)
+        fwd = _Forward(r, t, m)
         self._open.append(fwd)
         packmap: dict[int, int] = {}  # storage address -> stage
         try:
             for s in range(self.S):
-                key = (0, s, t, m)
+                key = (r, s, t, m)
                 v_f, v_b = self.table.vf[key], self.table.vb[key]
                 self.log.vf[key] = v_f
                 if v_f == t and v_b == t:
                     self.log.vb[key] = t  # autograd's own saved weights, live until the step
                     continue
-                leaves = self._forward_weights(s, v_f, t, m)
+                leaves = self._forward_weights(r, s, v_f, t, m)
                 if v_f != t:
                     for p, w in zip(self.split.params[s], leaves):
                         fwd.swapped.append((p, p.data))
@@ -290,7 +336,7 @@ class StalePipeline:
             fwd.undo()
             raise
 
-    def _forward_weights(self, s: int, v_f: int, t: int, m: int | None) -> list[torch.Tensor]:
+    def _forward_weights(self, r: int, s: int, v_f: int, t: int, m: int | None) -> list[torch.Tensor]:
         """Version v_F of stage s, or the emulator's weight prediction from it."""
         weights = self.store.weights(s, v_f)
         if self.predict is None or v_f == t:  # D_F = t - v_F: nothing to predict
@@ -299,20 +345,20 @@ class StalePipeline:
         pw = self.predict.forward(s, weights, v_f, t, m, lr)
         if pw is None:
             return weights
-        self._predicted[(s, m)] = (pw, lr)
+        self._predicted[(r, s, m)] = (pw, lr)
         return pw
 
-    def _backward_weights(self, s: int, t: int, m: int | None) -> list[torch.Tensor]:
-        """What the backward of (s, t, m) reads: version v_B, or under weight prediction the
+    def _backward_weights(self, r: int, s: int, t: int, m: int | None) -> list[torch.Tensor]:
+        """What the backward of (r, s, t, m) reads: version v_B, or under weight prediction the
         forward's prediction (stashing policies) or a prediction from v_B (latest policy)."""
-        read = self._reads.get((s, t, m))
+        read = self._reads.get((r, s, t, m))
         if read is not None:
             return read
-        v_b = self.table.vb[(0, s, t, m)]
+        v_b = self.table.vb[(r, s, t, m)]
         read = self.store.weights(s, v_b)
         if self.predict is not None:
             mit = self.predict.mits[s]
-            pred = self._predicted.get((s, m))
+            pred = self._predicted.get((r, s, m))
             if pred is not None and mit.backward_reuses_forward:
                 read = pred[0]
             if mit.changes_backward:
@@ -320,10 +366,10 @@ class StalePipeline:
                 read = self.predict.backward(s, read, v_b, t, m, lr)
         if self.correct is not None:
             read = self.correct.backward(s, read, v_b, t, m)
-        self._reads[(s, t, m)] = read
+        self._reads[(r, s, t, m)] = read
         return read
 
-    def _check_autocast(self, t: int, m: int | None) -> bool:
+    def _check_autocast(self, r: int, t: int, m: int | None) -> bool:
         """Whether autocast is on. Under autocast a layer saves the cast copy of its weights,
         made from the forward's version, so no token can give the backward another version:
         refused where it must."""
@@ -331,7 +377,7 @@ class StalePipeline:
         if not torch.is_autocast_enabled(device):
             return False
         for s in range(self.S):
-            key = (0, s, t, m)
+            key = (r, s, t, m)
             if self.table.vb[key] != self.table.vf[key]:
                 raise StalesimError(f"autocast: stage {s}'s backward of step {t} reads version {self.table.vb[key]}, "
                                     f"its forward {self.table.vf[key]}; autocast saves cast copies of the "
@@ -347,7 +393,7 @@ class StalePipeline:
             # the stage saved no weight for its backward (e.g. the first layer of stage 0,
             # whose input needs no gradient): any version gives the same gradient, so its
             # backward reads the table's version vacuously
-            key = (0, s, fwd.t, fwd.m)
+            key = (fwd.r, s, fwd.t, fwd.m)
             self.log.vb[key] = self.table.vb[key]
 
     def _pack(self, x: torch.Tensor, packmap: dict[int, int], fwd: _Forward) -> Any:
@@ -356,17 +402,17 @@ class StalePipeline:
         if s is None:
             return x
         fwd.packed.add(s)
-        return (_TAG, s, fwd.t, fwd.m, self.tokens[s].pack(x))
+        return (_TAG, fwd.r, s, fwd.t, fwd.m, self.tokens[s].pack(x))
 
     def _unpack(self, obj: Any) -> torch.Tensor:
-        if not (isinstance(obj, tuple) and len(obj) == 5 and obj[0] == _TAG):
+        if not (isinstance(obj, tuple) and len(obj) == 6 and obj[0] == _TAG):
             return obj
-        _, s, t, m, token = obj
-        key = (0, s, t, m)
+        _, r, s, t, m, token = obj
+        key = (r, s, t, m)
         v_b = self.table.vb[key]
         self.log.vb[key] = v_b
         tok = self.tokens[s]
-        with tok.reading(self._backward_weights(s, t, m)):
+        with tok.reading(self._backward_weights(r, s, t, m)):
             return tok.unpack(token)
 
     def clip_grad_norm_(self, max_norm: float) -> list[torch.Tensor]:
@@ -376,6 +422,8 @@ class StalePipeline:
         ``clip_grad_norm_`` (before ``optimizer.step()``); returns the norms before clipping."""
         if not isinstance(max_norm, (int, float)) or isinstance(max_norm, bool) or not max_norm > 0:
             raise StalesimError(f"max_norm: expected a number > 0, got {max_norm!r}")
+        if self.grads is not None:
+            self.grads.finish()  # the workers' mean, as the emulator clips after its all-reduce
         return [clip_([p.grad for p in ps if p.grad is not None], float(max_norm)) for ps in self.split.params]
 
     def param_groups(self) -> list[dict[str, Any]]:
@@ -433,6 +481,8 @@ class StalePipeline:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self.grads is not None:
+            self.grads.remove()
 
 
 class _ScalerWatch:

@@ -3,7 +3,7 @@
 In a user's loop batch t runs its whole forward and backward before ``optimizer.step()``
 applies its update, so the update of batch t must be the (t+1)-th of every stage
 (u(s, t) = t + 1 in the IR's table: one update per batch, in batch order; every
-single-worker schedule of the registry has it). Then every version a batch reads is
+schedule of the registry has it, for every data-parallel worker too). Then every version a batch reads is
 one of those already made: v_F(s, t) and v_B(s, t) are < u(s, t) = t + 1, so at step t
 the live weights are version t and the older ones a later batch still reads are
 stashed copies.
@@ -25,19 +25,19 @@ from stalesim.errors import StalesimError
 from stalesim.schedule import VersionTable
 
 
-def check_table(table: VersionTable, stages: int, steps: int) -> None:
-    """Refuse a table a user's loop cannot follow: more than one worker, or an update that
-    is not the (t+1)-th of its stage (one line, naming the first offending row)."""
-    workers = {k[0] for k in table.upd}
-    if workers != {0}:
-        raise StalesimError(f"schedule: {len(workers)} data-parallel workers; a training loop of one "
-                            f"process runs one worker (use a schedule without workers)")
-    for s in range(stages):
-        for t in range(steps):
-            u = table.upd.get((0, s, t))
-            if u != t + 1:
-                raise StalesimError(f"schedule: stage {s}'s update of batch {t} is its update {u}; a "
-                                    f"training loop applies it as update {t + 1} (one per batch, in order)")
+def check_table(table: VersionTable, stages: int, steps: int, workers: int = 1) -> None:
+    """Refuse a table a user's loop cannot follow: an update that is not the (t+1)-th of its
+    (worker, stage) (one line, naming the first offending row). With several workers the loop
+    keeps one model for all of them (:mod:`stalesim.inject.workers`), so every worker's update
+    of batch t must be that one too."""
+    for r in range(workers):
+        for s in range(stages):
+            for t in range(steps):
+                u = table.upd.get((r, s, t))
+                if u != t + 1:
+                    who = f"worker {r}'s stage {s}" if workers > 1 else f"stage {s}"
+                    raise StalesimError(f"schedule: {who}'s update of batch {t} is its update {u}; a "
+                                        f"training loop applies it as update {t + 1} (one per batch, in order)")
 
 
 def last_reads(table: VersionTable, stages: int) -> list[dict[int, int]]:

@@ -24,7 +24,7 @@ from stalesim.runtime.config import TrainConfig
 from stalesim.runtime.optim import LookaheadAdam, lookahead_decay
 from stalesim.runtime.rotation import RotatedAdam
 from stalesim.runtime.tasks import loss_fn, task_of
-from stalesim.schedule import Schedule
+from stalesim.schedule import Kind, Schedule, dry_run
 
 GPT = "gpt-char:n_layer=2,n_embd=16,n_head=2,block_size=16"
 STEPS = 8
@@ -42,13 +42,15 @@ CASES = [
     (GPT, "pipedream", 1, 3, "adamw"),
     (GPT, "stale", 1, 3, "adam"),
     (GPT, "2bw", 2, 3, "adamw"),
+    ("lenet5", "pipe-sgd", 1, 3, "sgd"),
 ]
 
 
 def _cfg(model: str, schedule: str, micro: int, stages: int, optimizer: str, **kw: object) -> TrainConfig:
     wd = 1e-3 if optimizer == "sgd" else 0.1
+    kw.setdefault("batch_size", 8)
     return TrainConfig(model=model, dataset="synthetic", schedule=schedule, stages=stages, iterations=STEPS,
-                       batch_size=8, dtype="float64", lr=0.05 if optimizer == "sgd" else 3e-3, momentum=0.9,
+                       dtype="float64", lr=0.05 if optimizer == "sgd" else 3e-3, momentum=0.9,
                        weight_decay=wd, microbatches=micro, optimizer=optimizer, synthetic_size=64,
                        **kw).check()  # type: ignore[arg-type]
 
@@ -82,29 +84,48 @@ def _emulate(cfg: TrainConfig) -> Emulator:
     return emu
 
 
+def _loss_order(sched: Schedule) -> dict[int, list[tuple[int, int | None]]]:
+    """Per batch, the (worker, micro-batch) order of the emulator's last-stage LOSS actions: the
+    order it sums a batch's reported loss in (its replay order; the training is not affected)."""
+    order: dict[int, list[tuple[int, int | None]]] = {}
+    for st in dry_run(sched):
+        a = st.action
+        if a.kind is Kind.LOSS and a.stage == sched.stages - 1:
+            order.setdefault(a.batch, []).append((a.worker, a.micro))
+    return order
+
+
 def _user_loop(cfg: TrainConfig, emu: Emulator, sched: Schedule | None = None) -> tuple[list[float], StalePipeline]:
-    """The user's loop on a fresh copy of the model, cut where the emulator cut it."""
+    """The user's loop on a fresh copy of the model, cut where the emulator cut it. With P
+    data-parallel workers it runs one batch per worker (the emulator's shard), worker after
+    worker, each loss not divided by P (each rank's own mean; the all-reduce averages)."""
     net = run_model(cfg).to(torch.float64)
     net.train()
     split = [list(stage._modules) for stage in emu.stage_mods[0]]
     pipe = StalePipeline(net, sched if sched is not None else cfg.schedule, steps=STEPS, split=split,
                          microbatches=cfg.microbatches, stages_per_device=cfg.stages_per_device,
-                         warmup=cfg.warmup, staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
+                         warmup=cfg.warmup, workers=cfg.workers, compression=cfg.compression,
+                         staleness_lr=cfg.staleness_lr, pipemare_lr=cfg.pipemare_lr,
                          pipemare_warmup=cfg.pipemare_warmup, weight_prediction=cfg.weight_prediction,
                          pipemare_correction=cfg.pipemare_correction, pipemare_gamma=cfg.pipemare_gamma,
                          spike_compensation=cfg.spike_compensation, error_feedback=cfg.error_feedback,
                          error_feedback_beta=cfg.error_feedback_beta)
     per_stage = cfg.staleness_lr or cfg.pipemare_lr or cfg.spike_compensation
     opt = pipe.attach(_user_optimizer(cfg, pipe.param_groups() if per_stage else net.parameters()))
-    lossf, M = loss_fn(task_of(cfg)), len(pipe.micros)
+    lossf, M, P = loss_fn(task_of(cfg)), len(pipe.micros), cfg.workers
+    order = _loss_order(emu.sched)
     losses = []
     for t in range(STEPS):
         x, y = emu.stream(t)  # the emulator's data order
+        values = {}
+        for r, (xr, yr) in enumerate(zip(x.chunk(P), y.chunk(P))):  # each worker's batch, in turn
+            for m, xm, ym in zip(pipe.micros, xr.chunk(M), yr.chunk(M)):  # accumulation = micro-batches
+                loss = lossf(net(xm), ym) / M
+                loss.backward()
+                values[(r, m)] = loss.item()
         total = 0.0
-        for xm, ym in zip(x.chunk(M), y.chunk(M)):  # gradient accumulation = micro-batches
-            loss = lossf(net(xm), ym) / M
-            loss.backward()
-            total += loss.item()
+        for key in order[t]:  # the batch's loss: the mean over workers of their summed micro-batches
+            total += values[key] / P
         for group in opt.param_groups:  # the user's own lr schedule: the emulator's formula
             group["lr"] = cfg.lr_at(t, STEPS) * _lr_scale(cfg)
         if cfg.clip_grad_norm is not None:
@@ -150,9 +171,22 @@ OPTIONS = [
     (GPT, "stale", 1, 3, "adamw", {"basis_rotation": True, "basis_rotation_freq": 2}),
 ]
 
+# data-parallel workers (one batch each per step, the all-reduce's mean, its compression), with
+# P = 3 where dividing by P and the order of the sum are not exact by luck, and mitigations
+WORKERS = [
+    ("lenet5", "dp", 1, 3, "sgd", {"workers": 3, "batch_size": 12}),
+    ("lenet5", "pipe-sgd", 1, 2, "sgd", {"workers": 2}),
+    ("lenet5", "pipe-sgd", 1, 1, "sgd", {"workers": 4, "warmup": 1, "compression": "int8"}),
+    ("lenet5", "pipe-sgd", 1, 3, "sgd", {"workers": 2, "compression": "fp16", "staleness_lr": True}),
+    ("lenet5", "pipe-sgd", 1, 2, "sgd", {"workers": 3, "batch_size": 12, "error_feedback": True,
+                                         "clip_grad_norm": 0.05}),
+    (GPT, "pipe-sgd", 1, 2, "adamw", {"workers": 3, "batch_size": 12, "weight_prediction": True}),
+    (GPT, "dp", 1, 2, "adam", {"workers": 2, "clip_grad_norm": 0.05}),
+]
+
 
 @pytest.mark.parametrize(("model", "schedule", "micro", "stages", "optimizer", "options"),
-                         [(*c, {}) for c in CASES] + OPTIONS)
+                         [(*c, {}) for c in CASES] + OPTIONS + WORKERS)
 def test_user_loop_equals_the_emulator(model, schedule, micro, stages, optimizer, options):
     cfg = _cfg(model, schedule, micro, stages, optimizer, **options)
     emu = _emulate(cfg)
@@ -161,7 +195,7 @@ def test_user_loop_equals_the_emulator(model, schedule, micro, stages, optimizer
     emu_weights = [p.detach() for p in emu.models[0].parameters()]
     assert all(torch.equal(a, b) for a, b in zip(pipe.weights, emu_weights))  # type: ignore[attr-defined]
     assert pipe.versions_match()
-    assert len(pipe.log.upd) == STEPS * stages
+    assert len(pipe.log.upd) == STEPS * stages * cfg.workers
     # every row the loop ran is the IR's row, read for read
     assert pipe.log.vf == {k: v for k, v in pipe.table.vf.items() if k[2] < STEPS}
     assert pipe.log.vb == {k: v for k, v in pipe.table.vb.items() if k[2] < STEPS}
@@ -189,21 +223,26 @@ def test_memory_is_the_stash_the_table_asks_for():
     assert sum(r.stash_peak_bytes for r in emu.rts.values()) == 0 < pipe.stash_peak_bytes
 
 
-def test_a_stage_reading_one_version_off_gives_other_losses():
-    """Control: the same loop with stage 1 reading one version older from batch 3 on (a
-    tampered table, forward and backward alike) no longer equals the emulator."""
-    cfg = _cfg("lenet5", "pipedream", 1, 3, "sgd")
+@pytest.mark.parametrize(("schedule", "stages", "options", "worker", "stage"), [
+    ("pipedream", 3, {}, 0, 1),
+    ("pipe-sgd", 2, {"workers": 2}, 1, 0),  # one worker's rows: each worker reads its own
+])
+def test_a_stage_reading_one_version_off_gives_other_losses(schedule, stages, options, worker, stage):
+    """Control: the same loop with one (worker, stage) reading one version older from batch 3
+    on (a tampered table, forward and backward alike) no longer equals the emulator."""
+    cfg = _cfg("lenet5", schedule, 1, stages, "sgd", **options)
     emu = _emulate(cfg)
     table = dataclasses.replace(emu.sched.table, vf=dict(emu.sched.table.vf), vb=dict(emu.sched.table.vb))
     for key in table.vf:
-        if key[1] == 1 and key[2] >= 3:
+        if key[0] == worker and key[1] == stage and key[2] >= 3:
             table.vf[key] -= 1
             table.vb[key] -= 1
     off, pipe = _user_loop(cfg, emu, dataclasses.replace(emu.sched, versions=table))
     exact = [emu.state.losses[t] for t in range(STEPS)]
     assert off[:3] == exact[:3]  # batch 3's forward is the first to read another version
     assert all(abs(a - b) > 1e-9 for a, b in zip(off[3:], exact[3:]))
-    assert pipe.log.vf[(0, 1, 3, None)] == emu.sched.table.vf[(0, 1, 3, None)] - 1
+    key = (worker, stage, 3, None)
+    assert pipe.log.vf[key] == emu.sched.table.vf[key] - 1
 
 
 # ------------------------------------------------------------------ bad use, one line each
@@ -257,14 +296,48 @@ def test_construction_mistakes_are_one_line():
         StalePipeline(net, "stale", steps=0)
     with pytest.raises(StalesimError, match="schedule: local gives every stage its own loss"):
         StalePipeline(net, "local", steps=4)
-    with pytest.raises(StalesimError, match="schedule: 2 data-parallel workers"):
-        StalePipeline(net, Schedule_of("dp", stages=2, workers=2, batches=4), steps=4)
+    with pytest.raises(StalesimError, match="workers: schedule 'stale' is not data-parallel"):
+        StalePipeline(net, "stale", steps=4, workers=2)
+    with pytest.raises(StalesimError, match="compression: 'int8' compresses the gradient all-reduce of "
+                                            "data-parallel workers; the schedule has one worker"):
+        StalePipeline(net, "pipe-sgd", steps=4, compression="int8")
+    skewed = Schedule_of("pipe-sgd", stages=2, workers=2, batches=4)
+    skewed.table.vf[(1, 0, 2, None)] -= 1
+    skewed.table.vb[(1, 0, 2, None)] -= 1
+    StalePipeline(net, skewed, steps=4)  # each worker reads its own rows
+    with pytest.raises(StalesimError, match="staleness_lr: worker 1 reads other versions than worker 0; the "
+                                            "mitigations of a loop follow worker 0's rows"):
+        StalePipeline(net, skewed, steps=4, staleness_lr=True)
     with pytest.raises(StalesimError, match="stages: 3 but split names 2 stages"):
         StalePipeline(net, "stale", steps=4, stages=3, split=["0", "2"])
     with pytest.raises(StalesimError, match="schedule: expected a schedule name or a built Schedule, got int"):
         StalePipeline(net, 3, steps=4)  # type: ignore[arg-type]
     with pytest.raises(StalesimError, match="model: expected an nn.Module, got str"):
         StalePipeline("net", steps=4)  # type: ignore[arg-type]
+
+
+def test_worker_mistakes_are_one_line():
+    """Workers run in turn, each its forward then its backward: a second worker's forward
+    before the first's backward, a backward after the all-reduce landed, too few workers."""
+    net = _small()
+    pipe = StalePipeline(net, "dp", steps=3, split=["0", "2"], workers=2)
+    opt = pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1))
+    with pytest.raises(StalesimError, match=r"optimizer.step\(\): step 0 ran 1 forward\(s\) with grad; the "
+                                            r"schedule has 2 workers x 1 micro-batch\(es\) per step"):
+        _step(net, opt, forwards=1)
+    loss = net(torch.ones(2, 4)).sum()  # worker 1
+    loss.backward(retain_graph=True)  # the mean lands in .grad
+    with pytest.raises(StalesimError, match="backward: a gradient of step 0 arrived after its workers' all-reduce"):
+        loss.backward()
+    with pytest.raises(StalesimError, match=r"forward: step 0 already ran its 2 forward\(s\) \(2 workers x 1 "):
+        net(torch.ones(2, 4))
+    net = _small()
+    pipe = StalePipeline(net, "dp", steps=3, split=["0", "2"], workers=2)
+    pipe.attach(torch.optim.SGD(net.parameters(), lr=0.1))
+    first = net(torch.ones(2, 4)).sum()
+    with pytest.raises(StalesimError, match="forward: worker 0 of step 0 ran no backward before worker 1's forward"):
+        net(torch.ones(2, 4))
+    del first
 
 
 def Schedule_of(name: str, **kw: int) -> Schedule:

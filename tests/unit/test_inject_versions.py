@@ -46,8 +46,11 @@ def test_pipedream_keeps_one_copy_per_version_a_later_batch_reads():
 
 def test_tables_a_loop_cannot_follow_are_refused():
     check_table(_table("2bw", stages=2, microbatches=2, batches=4), 2, 4)
-    with pytest.raises(StalesimError, match="schedule: 2 data-parallel workers"):
-        check_table(_table("pipe-sgd", stages=2, workers=2, batches=4), 2, 4)
+    workers = _table("pipe-sgd", stages=2, workers=2, batches=4)
+    check_table(workers, 2, 4, 2)  # every worker's update of batch t is its (t+1)-th
+    workers.upd[(1, 0, 1)] = 3
+    with pytest.raises(StalesimError, match="schedule: worker 1's stage 0's update of batch 1 is its update 3"):
+        check_table(workers, 2, 4, 2)
     bad = _table("stale", stages=2, batches=4)
     bad.upd[(0, 1, 2)] = 2
     with pytest.raises(StalesimError, match="schedule: stage 1's update of batch 2 is its update 2; a training "
