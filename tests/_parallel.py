@@ -12,6 +12,12 @@ inherit its path in :data:`LOCK_ENV`): every test holds the run lock shared, a t
 others pass on their way to the run lock: without it the other workers, taking the run lock in
 turn, could keep it shared for ever (``flock`` has no writer preference). Without xdist (one
 process) nothing is locked.
+
+``make test`` distributes whole files (``--dist loadfile``): a module-scoped fixture, such as one
+rank launch that several tests assert on, then runs once rather than once per worker, and a file's
+tests keep their order. Tests in different files that must not overlap go in :data:`ALONE`, not in
+an ``xdist_group``: pytest-xdist 3.8 groups by renaming the node id through an attribute that
+pytest 9 no longer reads, so ``--dist loadgroup`` spreads a group's tests over the workers.
 """
 
 from __future__ import annotations

@@ -71,10 +71,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:  # noqa: D103
+    if is_alone(item.nodeid):
+        item.add_marker(pytest.mark.alone)
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: D103
-    for item in items:
-        if is_alone(item.nodeid):
-            item.add_marker(pytest.mark.alone)
     if has_cuda():
         return
     skip_gpu = pytest.mark.skip(reason="no CUDA device visible")
