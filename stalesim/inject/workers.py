@@ -15,7 +15,10 @@ worker r's gradients are packed (:func:`~stalesim.runtime.allreduce.pack`, the e
 compression and layout) and added to a running sum, and ``.grad`` is cleared for the next
 worker; the last worker's backward adds its own and :func:`~stalesim.runtime.allreduce.unpack_mean`
 writes the mean into ``.grad`` as each parameter's gradient lands (a post-accumulate-grad hook),
-so after the loop's last ``backward()`` ``.grad`` holds the mean, as after DDP's backward. The
+and a callback at the end of that backward (autograd's ``queue_callback``, as DDP's reducer
+finalizes its backward) lands the parameters it did not reach. So after the loop's last
+``backward()`` ``.grad`` holds the mean, as after DDP's backward, for clipping, a scaler's
+unscale and logging alike. The
 sum runs in worker order, the emulator's, so the mean is its mean bit for bit. Memory: one
 gradient-sized sum beside ``.grad``.
 """
@@ -80,6 +83,7 @@ class WorkerGrads:
         self.sums: dict[int, torch.Tensor] = {}  # param index -> packed sum of the finished workers'
         self.reduced: set[int] = set()  # params whose mean is in .grad this step
         self.last = False  # the step's last worker runs: its backward lands the mean
+        self._queued = False  # the end-of-backward callback is queued
         self.step = 0
         self.handles: list[RemovableHandle] = [
             p.register_post_accumulate_grad_hook(self._landed(i)) for i, p in enumerate(self.params)]
@@ -115,7 +119,14 @@ class WorkerGrads:
                 raise StalesimError(f"backward: a gradient of step {self.step} arrived after its workers' "
                                     f"all-reduce; run each forward's backward before the next forward")
             self._reduce(i)
+            if not self._queued:
+                self._queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
         return hook
+
+    def _end_of_backward(self) -> None:
+        self._queued = False
+        self.finish()
 
     def _reduce(self, i: int) -> None:
         p = self.params[i]
@@ -132,8 +143,8 @@ class WorkerGrads:
         self.reduced.add(i)
 
     def finish(self) -> None:
-        """The mean of every parameter the last worker's backward did not reach (before the
-        step, or per-stage clipping, reads ``.grad``)."""
+        """The mean of every parameter the last worker's backward did not reach (at its end;
+        again before the step and per-stage clipping, for a last backward that reached none)."""
         for i in list(self.sums):
             self._reduce(i)
 
@@ -141,7 +152,7 @@ class WorkerGrads:
         """The step landed: the next step's first worker starts from nothing."""
         self.sums.clear()
         self.reduced.clear()
-        self.last = False
+        self.last = self._queued = False
 
     def remove(self) -> None:
         for h in self.handles:

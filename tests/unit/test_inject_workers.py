@@ -55,15 +55,19 @@ def test_a_parameter_one_worker_did_not_reach_counts_as_zero():
     """The emulator's buffer of a worker whose backward skipped a parameter is zero, and the
     mean still divides by every worker."""
     a, b = (torch.nn.Parameter(torch.ones(3, dtype=torch.float64)) for _ in range(2))
-    grads = WorkerGrads([a, b], 2, "none")
-    (a * 2.0).sum().backward()  # worker 0 reaches a only
+    c = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    grads = WorkerGrads([a, b, c], 2, "none")
+    (a * 2.0 + c * 8.0).sum().backward()  # worker 0 reaches a and c
     grads.worker_done(0, 0)
     grads.last_worker(0)
-    (a * 4.0 + b * 6.0).sum().backward()
+    (a * 4.0 + b * 6.0).sum().backward()  # worker 1 reaches a and b
+    # every mean is in .grad when the last backward returns: c's lands at its end, not at the step
     assert torch.equal(a.grad, torch.full((3,), 3.0, dtype=torch.float64))
     assert torch.equal(b.grad, torch.full((3,), 3.0, dtype=torch.float64))
+    assert torch.equal(c.grad, torch.full((3,), 4.0, dtype=torch.float64))
+    assert not grads.sums
     with pytest.raises(StalesimError, match="backward: a gradient of step 0 arrived after its workers' all-reduce"):
-        (a * 1.0).sum().backward()
+        (c * 1.0).sum().backward()
 
 
 def test_a_worker_without_backward_is_one_line():
