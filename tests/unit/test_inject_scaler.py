@@ -72,3 +72,50 @@ def test_the_scaler_must_be_a_grad_scaler_and_close_restores_it():
     assert "step" in vars(scaler)
     pipe.close()
     assert "step" not in vars(scaler)
+
+
+class _Branchy(torch.nn.Module):
+    """A model whose ``extra`` layer only some batches use (data-dependent, as an MoE expert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.extra, self.last = torch.nn.Linear(4, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor, extra: bool) -> torch.Tensor:
+        h = torch.tanh(self.first(x))
+        if extra:
+            h = h + torch.tanh(self.extra(h))
+        return self.last(h)
+
+
+def _workers_loop(scaled: bool) -> tuple[list[float], torch.nn.Module]:
+    net = _Branchy()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    pipe = StalePipeline(net, "pipe-sgd", steps=STEPS, split=["first", ["extra", "last"]], workers=2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8, enabled=scaled)
+    pipe.attach(opt, scaler=scaler)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = torch.randn(STEPS, 2, 8, 4, generator=g), torch.randint(0, 2, (STEPS, 2, 8), generator=g)
+    losses = []
+    for t in range(STEPS):
+        for r in range(2):  # worker 1 never reaches ``extra``: its mean lands at the end of its backward
+            loss = F.cross_entropy(net(xs[t, r], extra=r == 0), ys[t, r])
+            losses.append(loss.item())
+            scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+    assert pipe.versions_match() and pipe.skipped == []
+    return losses, net
+
+
+def test_workers_grads_are_the_mean_before_the_scaler_unscales_them():
+    """With workers, ``.grad`` holds the all-reduced mean when the last backward returns, also
+    for a parameter the last worker did not reach, so the scaler unscales every mean: the loop
+    with a scaler (a power-of-two scale, undone exactly) equals the loop without one."""
+    plain, net = _workers_loop(scaled=False)
+    scaled, scaled_net = _workers_loop(scaled=True)
+    assert scaled == plain
+    for a, b in zip(net.parameters(), scaled_net.parameters()):
+        assert torch.equal(a, b)
