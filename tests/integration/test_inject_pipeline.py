@@ -411,6 +411,43 @@ def test_resume_from_state_dicts_is_exact(tmp_path, prediction):
         StalePipeline(_small(), "stale", steps=7, split=["0", "2"]).load_state_dict(ck["pipe"])
 
 
+def test_resume_with_workers_is_exact(tmp_path):
+    """pipe-sgd on 2 workers: six steps straight equal three, a save, fresh objects loading
+    it, and three more (between steps no worker's gradient is held: the state is the stash)."""
+    def build():
+        net = _small().double()
+        pipe = StalePipeline(net, "pipe-sgd", steps=6, split=["0", "2"], workers=2, compression="int8")
+        return net, pipe, pipe.attach(torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.9))
+
+    def run(net, opt, steps):
+        out = []
+        for t in steps:
+            for r in range(2):
+                x = torch.linspace(-1, 1, 8, dtype=torch.float64).reshape(2, 4) * (t + 1) * (r - 0.5)
+                loss = net(x).square().mean()
+                loss.backward()
+                out.append(loss.item())
+            opt.step()
+            opt.zero_grad()
+        return out
+
+    net, pipe, opt = build()
+    straight = run(net, opt, range(6))
+    net, pipe, opt = build()
+    first = run(net, opt, range(3))
+    torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "pipe": pipe.state_dict()}, tmp_path / "c.pt")
+    net(torch.ones(2, 4, dtype=torch.float64)).sum().backward()  # worker 0 of step 3: mid-step
+    with pytest.raises(StalesimError, match=r"state_dict: step 3 is half done \(1 forward"):
+        pipe.state_dict()
+    net, pipe, opt = build()
+    ck = torch.load(tmp_path / "c.pt", weights_only=True)
+    net.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    pipe.load_state_dict(ck["pipe"])
+    assert first + run(net, opt, range(3, 6)) == straight
+    assert pipe.versions_match()
+
+
 def test_clipping_is_per_stage_and_checked():
     net = _small()
     pipe = StalePipeline(net, "stale", steps=2, split=["0", "2"])
