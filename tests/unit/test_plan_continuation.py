@@ -59,7 +59,8 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(tmp_path: Path) -> None:
 
 def test_a_pause_between_checkpoints_reports_its_own_length(tmp_path: Path) -> None:
     # it pauses at the next checkpoint (the epoch's end at 8: 64 samples, 8 a batch) and
-    # reports the first H + 1 losses; the continuation resumes from there
+    # reports the first H + 1 losses; the continuation resumes from there, as it resumes a
+    # plan killed between two checkpoints
     cfg = _cfg("pipedream", H + 1)
     long = replace(cfg, iterations=4 * H).to_dict()
     res = continue_one("a", long, cfg.to_dict(), str(tmp_path / "r"), 1, H + 1, H)
