@@ -39,7 +39,7 @@ test-e2e: install
 # ruff (rules in pyproject.toml) on all code; mypy on the package (the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
 lint: install
-	$(VENV)/bin/ruff check stalesim tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
+	$(VENV)/bin/ruff check stalesim lab tests benchmarks experiments notebooks/build_notebooks.py notebooks/run_notebooks.py
 	$(VENV)/bin/mypy
 
 # the API reference from the docstrings (docs/api/, Sphinx autodoc) into build/docs/api/index.html;
@@ -85,11 +85,11 @@ reproduce-gpu-plan: install
 GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),python3)
 GPU_CHECK_ENV = PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 gpu-check:
-	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m stalesim.gpucheck $(if $(PART),--part $(PART)) $(GPU_CHECK_ARGS)
+	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m lab.gpucheck $(if $(PART),--part $(PART)) $(GPU_CHECK_ARGS)
 
 # the same plan on the CPU: budgets, command lines, and every step in a tiny CPU variant (CI runs it)
 gpu-check-dry:
-	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m stalesim.gpucheck --dry $(GPU_CHECK_ARGS)
+	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m lab.gpucheck --dry $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

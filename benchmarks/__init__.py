@@ -5,5 +5,5 @@ ratios beside the goal; ``python -m benchmarks [--quick]`` runs the explicit lis
 ``__main__.py``. ``fidelity_scope.py`` sizes ``bench_fidelity``'s campaign from a probe of the
 machine. Anything else lives elsewhere: one-off experiments that explained a measured run in
 ``experiments/``, the RESULTS.md table builders in :mod:`stalesim.reproduce`, the reliability
-checks of the CLI in :mod:`stalesim.checks`.
+checks of the CLI in :mod:`lab.checks`.
 """

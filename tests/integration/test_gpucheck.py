@@ -1,4 +1,4 @@
-"""``python -m stalesim.gpucheck``: the plan's budgets, the CLI's errors, the step runner, and the
+"""``python -m lab.gpucheck``: the plan's budgets, the CLI's errors, the step runner, and the
 CPU dry mode end to end (what CI can check of the GPU campaign; docs/gpu-check.md).
 
 The dry-mode test runs every step's tiny CPU variant in this process: 40-55 s on 2 busy cores
@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stalesim.gpucheck.__main__ import main
-from stalesim.gpucheck.jobs import dataset_for, multi_gpu_cases, multi_gpu_device_counts, one_gpu_cases
-from stalesim.gpucheck.plan import (
+from lab.gpucheck.__main__ import main
+from lab.gpucheck.jobs import dataset_for, multi_gpu_cases, multi_gpu_device_counts, one_gpu_cases
+from lab.gpucheck.plan import (
     PART_LIMIT_S,
     PARTS,
     STEPS,
@@ -26,8 +26,8 @@ from stalesim.gpucheck.plan import (
     step_named,
     steps_of,
 )
-from stalesim.gpucheck.report import Context, Outcome, read_steps, status_of
-from stalesim.gpucheck.runner import call_step, isolated_step
+from lab.gpucheck.report import Context, Outcome, read_steps, status_of
+from lab.gpucheck.runner import call_step, isolated_step
 from stalesim.schedule import get_spec, schedule_names
 
 NAMES = [s.name for s in STEPS]
@@ -105,7 +105,7 @@ def test_list_prints_every_step_with_its_budget(capsys):
 
 # ------------------------------------------------------------------ the runner
 def test_a_step_that_raises_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch):
-    import stalesim.gpucheck.suite as suite
+    import lab.gpucheck.suite as suite
 
     def broken(ctx):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -1,4 +1,4 @@
-"""The reliability checks (stalesim.checks): the probe's cases are real commands and the children
+"""The reliability checks (lab.checks): the probe's cases are real commands and the children
 import the same stalesim. Running them is the checks' own job (minutes each; their items are
 regression tests elsewhere: tests/test_cli_*.py, tests/integration/test_executor_reliability.py)."""
 
@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import stalesim
-from stalesim.checks import probe_inputs, soak_run
+from lab.checks import probe_inputs, soak_run
 from stalesim.cli import build_parser
 
 

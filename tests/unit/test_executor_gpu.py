@@ -43,8 +43,8 @@ def test_two_gpus_over_nccl(name):
 # (docs/gpu-check.md; the campaign runs every schedule, these a representative few, so that
 # `pytest -m gpu` stays inside its part's budget)
 def _assert_match(cases, devices):
-    from stalesim.gpucheck.execsteps import compare, run_jobs
-    from stalesim.gpucheck.report import Outcome
+    from lab.gpucheck.execsteps import compare, run_jobs
+    from lab.gpucheck.report import Outcome
 
     o = Outcome()
     compare(o, cases, run_jobs(cases, devices, dry=False), devices, dry=False)
@@ -56,7 +56,7 @@ def _assert_match(cases, devices):
 def test_one_gpu_folded_matches_the_emulator_on_the_gpu():
     """All stages on cuda:0 (fold 1): executor losses == the emulator's on the same GPU, within
     LOSS_REL_TOL (float32, TF32 convolutions), versions and staleness those of the IR."""
-    from stalesim.gpucheck.jobs import one_gpu_cases
+    from lab.gpucheck.jobs import one_gpu_cases
 
     cases = [c for c in one_gpu_cases("cuda:0") if c.schedule in ("1f1b", "stale", "zb-v", "interleaved-1f1b")]
     assert {c.model for c in cases} == {"lenet5", "resnet8"}
@@ -67,9 +67,9 @@ def test_one_gpu_folded_matches_the_emulator_on_the_gpu():
 def test_memory_model_within_five_percent_of_max_memory_allocated():
     """ResNet-20, batch 128, stale weights folded on cuda:0: the predicted peak within 5% of
     torch.cuda.max_memory_allocated (the goal the campaign's memory step reports)."""
-    from stalesim.gpucheck.execsteps import predicted_peaks, run_jobs
-    from stalesim.gpucheck.jobs import memory_cases
-    from stalesim.gpucheck.plan import MEMORY_REL_TOL
+    from lab.gpucheck.execsteps import predicted_peaks, run_jobs
+    from lab.gpucheck.jobs import memory_cases
+    from lab.gpucheck.plan import MEMORY_REL_TOL
 
     cfg = next(c for c in memory_cases("cuda:0", dry=False) if c.schedule == "stale")
     res = run_jobs([cfg], "cuda:0", dry=False)[0]
@@ -82,7 +82,7 @@ def test_memory_model_within_five_percent_of_max_memory_allocated():
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 3, reason="needs 3 GPUs")
 def test_three_stages_on_three_gpus_over_nccl():
-    from stalesim.gpucheck.jobs import multi_gpu_cases
+    from lab.gpucheck.jobs import multi_gpu_cases
 
     cases = [c for c in multi_gpu_cases(3)[3] if c.schedule in ("stale", "1f1b", "2bw", "dp", "zb-h1", "zb-v")]
     assert all(c.num_stages >= 3 or c.workers == 3 for c in cases)
@@ -92,7 +92,7 @@ def test_three_stages_on_three_gpus_over_nccl():
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_virtual_stage_schedules_on_two_gpus_over_nccl():
-    from stalesim.gpucheck.jobs import multi_gpu_cases
+    from lab.gpucheck.jobs import multi_gpu_cases
     from stalesim.schedule import get_spec
 
     cases = [c for c in multi_gpu_cases(2)[2] if get_spec(c.schedule).stages_per_device > 1]

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stalesim.gpucheck.plan import EVENT_WALL_REL_TOL, PROFILE_REL_TOL  # noqa: E402
-from stalesim.gpucheck.report import Context  # noqa: E402
+from lab.gpucheck.plan import EVENT_WALL_REL_TOL, PROFILE_REL_TOL  # noqa: E402
+from lab.gpucheck.report import Context  # noqa: E402
 
 
 @pytest.mark.gpu
@@ -16,7 +16,7 @@ def test_cuda_event_profile_agrees_with_the_wall_clock(tmp_path):
     """The CUDA-event timer agrees with the host wall clock on the same isolated whole step
     (ResNet-20, the char-GPT, ResNet-20 at batch 1024), and where the step is compute-bound
     the per-block sum agrees with the whole step; the precision flags are recorded."""
-    from stalesim.gpucheck.measure import profile_step
+    from lab.gpucheck.measure import profile_step
 
     o = profile_step(Context(tmp_path, dry=False, gpus=torch.cuda.device_count()))
     assert o.numbers["precision"]["tf32_conv"] in (True, False)
@@ -33,7 +33,7 @@ def test_cuda_event_profile_agrees_with_the_wall_clock(tmp_path):
 
 @pytest.mark.gpu
 def test_batched_emulation_equals_and_outruns_the_loop_on_the_gpu(tmp_path):
-    from stalesim.gpucheck.measure import batched_step
+    from lab.gpucheck.measure import batched_step
 
     o = batched_step(Context(tmp_path, dry=False, gpus=torch.cuda.device_count()))
     assert o.numbers["K"] == 8
@@ -43,7 +43,7 @@ def test_batched_emulation_equals_and_outruns_the_loop_on_the_gpu(tmp_path):
 
 @pytest.mark.gpu
 def test_emulator_trains_on_the_gpu_with_finite_losses(tmp_path):
-    from stalesim.gpucheck.measure import emulator_speed_step
+    from lab.gpucheck.measure import emulator_speed_step
 
     o = emulator_speed_step(Context(tmp_path, dry=False, gpus=torch.cuda.device_count()))
     assert all(c.ok for c in o.checks), o.checks

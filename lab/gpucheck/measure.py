@@ -6,16 +6,16 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from stalesim.gpucheck.env import precision_flags
-from stalesim.gpucheck.jobs import dataset_for
-from stalesim.gpucheck.plan import (
+from lab.gpucheck.env import precision_flags
+from lab.gpucheck.jobs import dataset_for
+from lab.gpucheck.plan import (
     BATCHED_K,
     BATCHED_LOSS_REL_TOL,
     COMPUTE_BOUND_SHARE,
     EVENT_WALL_REL_TOL,
     PROFILE_REL_TOL,
 )
-from stalesim.gpucheck.report import Context, Outcome
+from lab.gpucheck.report import Context, Outcome
 
 # the dry mode's models: the same code paths, a few milliseconds a step on a CPU
 TINY_GPT = "gpt-char:n_layer=1,n_embd=16,n_head=2,block_size=8"

@@ -12,10 +12,10 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from lab.gpucheck.paths import ROOT, TESTS, tree_env
+from lab.gpucheck.plan import STEPS, check_plan, step_named
+from lab.gpucheck.report import Context, Outcome
 from stalesim.atomic import write_text_atomic
-from stalesim.gpucheck.paths import ROOT, TESTS, tree_env
-from stalesim.gpucheck.plan import STEPS, check_plan, step_named
-from stalesim.gpucheck.report import Context, Outcome
 
 
 def command_resolves(argv: tuple[str, ...]) -> str | None:

@@ -1,7 +1,7 @@
 """Soak test of ``stalesim run``: many short jobs back to back, counting failures and leftovers.
 
-    python -m stalesim.checks.soak_run                 # 50 jobs (about 5 min on 2 quiet cores)
-    python -m stalesim.checks.soak_run --jobs 10 --json soak.json
+    python -m lab.checks.soak_run                 # 50 jobs (about 5 min on 2 quiet cores)
+    python -m lab.checks.soak_run --jobs 10 --json soak.json
 
 Each job is the real user path (``python -m stalesim run ...`` in a fresh
 process: launcher, rendezvous, ranks, gather, teardown) with a schedule from a
@@ -106,7 +106,7 @@ def one_job(i: int, work: Path, timeout_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m stalesim.checks.soak_run", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.checks.soak_run", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job before it counts as hung")
     ap.add_argument("--json", default=None, help="also write the per-job records here")

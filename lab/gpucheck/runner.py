@@ -1,6 +1,6 @@
 """Run a part's steps and write the summary.
 
-On a GPU each step runs in its own process (``python -m stalesim.gpucheck --step NAME``) killed at
+On a GPU each step runs in its own process (``python -m lab.gpucheck --step NAME``) killed at
 its budget: a CUDA error poisons the process that hit it and a hung NCCL call never returns, and
 either must cost one step, not the part. The dry mode runs the steps in this process (one torch
 import instead of one per step, on a busy CI machine).
@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lab.gpucheck.paths import tree_env
+from lab.gpucheck.plan import STEPS, Step
+from lab.gpucheck.report import Context, Outcome, status_of, step_path, step_record, write_step
 from stalesim.atomic import ensure_dir
-from stalesim.gpucheck.paths import tree_env
-from stalesim.gpucheck.plan import STEPS, Step
-from stalesim.gpucheck.report import Context, Outcome, status_of, step_path, step_record, write_step
 
 
 def call_step(step: Step, ctx: Context) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def call_step(step: Step, ctx: Context) -> dict[str, Any]:
         return rec
     module, func = step.run.split(":")
     try:
-        fn: Callable[[Context], Outcome] = getattr(importlib.import_module(f"stalesim.gpucheck.{module}"), func)
+        fn: Callable[[Context], Outcome] = getattr(importlib.import_module(f"lab.gpucheck.{module}"), func)
         outcome = fn(ctx)
         rec = step_record(step.name, step.part, step.budget_s, status_of(outcome), time.perf_counter() - t0,
                           outcome=outcome, dry=ctx.dry)
@@ -54,7 +54,7 @@ def isolated_step(step: Step, ctx: Context) -> dict[str, Any]:
     log = ensure_dir(ctx.out / "logs") / f"{step.name}.log"
     record = step_path(ctx.out, step.name)
     record.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "stalesim.gpucheck", "--step", step.name, "--out", str(ctx.out),
+    cmd = [sys.executable, "-m", "lab.gpucheck", "--step", step.name, "--out", str(ctx.out),
            "--gpus", str(ctx.gpus), *(["--data-dir", ctx.data_dir] if ctx.data_dir else []),
            *(["--dry"] if ctx.dry else [])]
     t0 = time.perf_counter()
@@ -101,7 +101,7 @@ def campaign_order() -> list[str]:
 def default_out(env: dict[str, Any], root: Path) -> Path:
     """docs/results/gpu-check-<gpu> on a GPU; runs/gpu-check-cpu-dry for the dry mode (CI must
     not write into the docs)."""
-    from stalesim.gpucheck.env import slug
+    from lab.gpucheck.env import slug
 
     name = f"gpu-check-{slug(env)}"
     return root / ("runs" if env.get("dry") else "docs/results") / name

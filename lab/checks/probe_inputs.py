@@ -1,7 +1,7 @@
 """Re-run the probe of bad inputs (docs/failure.md) against the real CLI, each case in a fresh process.
 
-    python -m stalesim.checks.probe_inputs              # every case (about 3 min on 2 quiet cores)
-    python -m stalesim.checks.probe_inputs 0 5 17       # only these cases (numbers as printed)
+    python -m lab.checks.probe_inputs              # every case (about 3 min on 2 quiet cores)
+    python -m lab.checks.probe_inputs 0 5 17       # only these cases (numbers as printed)
 
 Each case is ``python -m stalesim ARGS`` with a 60 s limit. An ``err`` case passes when it
 exits 2 with a ``stalesim: error:`` line and no traceback; an ``ok`` case (large but valid
@@ -321,6 +321,11 @@ def run_case(i: int, want: str, args: str, W: Path, env: dict) -> bool:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m lab.checks.probe_inputs", description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*", type=int, help="only these case numbers (as printed); default: all")
+    only = set(ap.parse_args(argv).cases)
     root = Path(__file__).resolve().parents[2]  # the folder holding the `stalesim` package
     with tempfile.TemporaryDirectory(prefix="stalesim-probe-") as tmp:
         W = Path(tmp)
@@ -333,7 +338,6 @@ def main(argv: list[str]) -> int:
                     f"--schedule sequential --quiet --out {W}/o_warm")
             run_case(-1, "ok", warm, W, env)
         todo = cases(str(W))
-        only = {int(a) for a in argv}
         picked = [(i, c) for i, c in enumerate(todo) if not only or i in only]
         passed = sum(run_case(i, want, args, W, env) for i, (want, args) in picked)
     print(f"{passed} of {len(picked)} cases pass, {len(picked) - passed} fail")

@@ -44,8 +44,8 @@ BATCHED_K = 8
 
 @dataclass(frozen=True)
 class Step:
-    """One check of the campaign: ``run`` is ``module:function`` under :mod:`stalesim.gpucheck`,
-    called with a :class:`~stalesim.gpucheck.report.Context`; ``commands`` are the equivalent
+    """One check of the campaign: ``run`` is ``module:function`` under :mod:`lab.gpucheck`,
+    called with a :class:`~lab.gpucheck.report.Context`; ``commands`` are the equivalent
     command lines (``stalesim`` sub-commands or modules) a person can rerun by hand, which the
     dry mode parses; ``min_gpus``: below this many visible GPUs the step records a skip."""
 

@@ -12,8 +12,8 @@ dry mode runs the tiny CPU grid and checks the file reads back.
 
 from __future__ import annotations
 
+from lab.gpucheck.report import Context, Outcome
 from stalesim.atomic import write_text_atomic
-from stalesim.gpucheck.report import Context, Outcome
 
 # measured efficiency above the catalog peak by more than this is a timing or catalog error
 _PEAK_SLACK = 1.05

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from stalesim.gpucheck.jobs import memory_cases, multi_gpu_cases, one_gpu_cases
-from stalesim.gpucheck.plan import LOSS_REL_TOL, MEMORY_REL_TOL
-from stalesim.gpucheck.report import Context, Outcome
+from lab.gpucheck.jobs import memory_cases, multi_gpu_cases, one_gpu_cases
+from lab.gpucheck.plan import LOSS_REL_TOL, MEMORY_REL_TOL
+from lab.gpucheck.report import Context, Outcome
 
 # in the dry mode these run on a CPU rank; the others are built and checked only
 DRY_ONE_GPU = ("1f1b", "zb-v")

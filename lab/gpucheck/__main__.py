@@ -1,4 +1,4 @@
-"""``python -m stalesim.gpucheck [--part N] [--dry] [--out DIR]``: the GPU campaign (docs/gpu-check.md).
+"""``python -m lab.gpucheck [--part N] [--dry] [--out DIR]``: the GPU campaign (docs/gpu-check.md).
 
 Exit status: 0 when every step run passed or was skipped, 1 when one failed or broke, 2 for bad
 input (one ``stalesim: error:`` line).
@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from lab.gpucheck.paths import ROOT
+from lab.gpucheck.plan import PARTS, check_plan, part_budget_s, step_named, steps_of
 from stalesim.cli import _Parser
 from stalesim.cli.common import int_type
 from stalesim.errors import StalesimError
-from stalesim.gpucheck.paths import ROOT
-from stalesim.gpucheck.plan import PARTS, check_plan, part_budget_s, step_named, steps_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,9 +60,9 @@ def _list() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.gpucheck.report import Context, read_environment, write_summary
+    from lab.gpucheck.runner import call_step, campaign_order, default_out, run_steps
     from stalesim.atomic import check_writable_dir, write_json_atomic
-    from stalesim.gpucheck.report import Context, read_environment, write_summary
-    from stalesim.gpucheck.runner import call_step, campaign_order, default_out, run_steps
 
     if args.list:
         _list()
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = Context(Path(args.out), dry=args.dry, data_dir=data_dir, gpus=args.gpus or 0)
         rec = call_step(step_named(args.step), ctx)
         return 0 if rec["status"] in ("pass", "skip") else 1
-    from stalesim.gpucheck.env import environment
+    from lab.gpucheck.env import environment
 
     env = environment(args.dry)
     if not args.dry and not env["gpu_count"] and not args.summarize:
