@@ -47,18 +47,28 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+#: the lock folder this process made (the controller of an xdist run), removed when it ends
+_OWN_LOCK_DIR = pytest.StashKey[str]()
+
+
 def pytest_configure(config: pytest.Config) -> None:  # noqa: D103
     config.addinivalue_line("markers", "alone: runs with no other test beside it under xdist (tests/_parallel.py)")
     # the controller of an xdist run (-n N, N > 0) makes the lock folder before it starts the workers,
     # which inherit its path; a plain run has no workers and locks nothing
     workers = getattr(config.option, "numprocesses", None)  # xdist has made "auto" a number by now
     if not _is_worker(config) and isinstance(workers, int) and workers > 0:
-        os.environ[LOCK_ENV] = tempfile.mkdtemp(prefix="stalesim-pytest-")
+        folder = tempfile.mkdtemp(prefix="stalesim-pytest-")
+        os.environ[LOCK_ENV] = config.stash[_OWN_LOCK_DIR] = folder
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:  # noqa: D103
-    if not _is_worker(config) and LOCK_ENV in os.environ:
-        shutil.rmtree(os.environ.pop(LOCK_ENV), ignore_errors=True)
+    # only the folder this process made: a pytest that a test starts (gpucheck's collecting step)
+    # inherits the variable, and must leave the run's folder to the run
+    folder = config.stash.get(_OWN_LOCK_DIR, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get(LOCK_ENV) == folder:
+            del os.environ[LOCK_ENV]
 
 
 @pytest.hookimpl(hookwrapper=True)
