@@ -7,10 +7,14 @@ wrapper adds per step: the forward pre/post hooks, pointing each stale stage's p
 their version, a saved-tensor hook per saved tensor (a storage-address lookup), the unpack of
 each saved weight as a view of its version, and the copy of the weights a later batch reads
 (one weight copy per stashed version; for ``stale`` every stage but the last). The memory beyond
-plain training is printed as the peak of those copies. CUDA rows are printed when a GPU is
+plain training is printed as the peak of those copies. ``--workers P`` runs ``pipe-sgd``'s
+(or ``dp``'s) P data-parallel workers in turn, each on batch / P rows, against the plain loop
+accumulating the same P backwards; the wrapper then adds the all-reduce on ``.grad`` (a packed
+copy of each worker's gradient, a hook per parameter). CUDA rows are printed when a GPU is
 visible. Run::
 
     python -m benchmarks.bench_inject [--quick] [--schedule stale --schedule pipedream]
+    python -m benchmarks.bench_inject --schedule pipe-sgd --stages 1 --workers 2
 """
 
 from __future__ import annotations
@@ -34,21 +38,24 @@ GOAL = 1.10
 class Loop:
     """One training loop (optionally wrapped), stepped a chunk at a time."""
 
-    def __init__(self, name: str, device: str, schedule: str | None, stages: int, steps: int) -> None:
+    def __init__(self, name: str, device: str, schedule: str | None, stages: int, steps: int,
+                 workers: int = 1) -> None:
         self.model = model_of(name, seed=0).to(device)
         self.model.train()
         self.pipe = None
         if schedule is not None:
             cut = [list(s) for s in split_stages(self.model, stages=stages)]
-            self.pipe = StalePipeline(self.model, schedule, steps=steps, split=cut)
+            self.pipe = StalePipeline(self.model, schedule, steps=steps, split=cut, workers=workers)
+        self.workers = workers
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         if self.pipe is not None:
             self.pipe.attach(self.opt)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = self.model(x)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-        loss.backward()
+        for xr, yr in zip(x.chunk(self.workers), y.chunk(self.workers)):  # each worker's rows in turn
+            logits = self.model(xr)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), yr.flatten())
+            loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss.detach()
@@ -59,11 +66,12 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(name: str, device: str, schedule: str, *, stages: int, batch: int, rounds: int, chunk: int
-            ) -> tuple[float, float, float, int]:
+def measure(name: str, device: str, schedule: str, *, stages: int, batch: int, rounds: int, chunk: int,
+            workers: int = 1) -> tuple[float, float, float, int]:
     """(plain s/step, wrapped s/step, median ratio, stash peak bytes)."""
     steps = rounds * chunk + 2
-    plain, wrapped = Loop(name, device, None, stages, steps), Loop(name, device, schedule, stages, steps)
+    plain = Loop(name, device, None, stages, steps, workers)
+    wrapped = Loop(name, device, schedule, stages, steps, workers)
     block = plain.model.input_shape[0]
     g = torch.Generator().manual_seed(0)
     data = [torch.randint(0, 128, (batch, block + 1), generator=g) for _ in range(steps)]
@@ -91,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_inject")
     ap.add_argument("--schedule", action="append", default=None, help="default: stale and pipedream")
     ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=1, help="data-parallel workers (dp, pipe-sgd)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--chunk", type=int, default=3)
@@ -105,14 +114,15 @@ def main(argv: list[str] | None = None) -> None:
     schedules = args.schedule or ["stale", "pipedream"]
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load before {os.getloadavg()[0]:.2f}; "
-          f"{args.model}, batch {args.batch_size}, S = {args.stages}, {args.rounds} rounds x {args.chunk} steps")
+          f"{args.model}, batch {args.batch_size}, S = {args.stages}, P = {args.workers}, {args.rounds} rounds x "
+          f"{args.chunk} steps")
     print("| device | schedule | plain ms/step | wrapped ms/step | wrapped / plain (median) | goal "
           "| extra weights MiB |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for dev in devices:
         for sched in schedules:
             p, w, r, stash = measure(args.model, dev, sched, stages=args.stages, batch=args.batch_size,
-                                     rounds=args.rounds, chunk=args.chunk)
+                                     rounds=args.rounds, chunk=args.chunk, workers=args.workers)
             print(f"| {dev} | {sched} | {p * 1e3:.1f} | {w * 1e3:.1f} | {r:.3f}x | <= {GOAL:.2f}x | "
                   f"{stash / 2**20:.2f} |")
 
