@@ -23,3 +23,14 @@ def test_heartbeat_counts_finished_runs(tmp_path: Path, capsys: pytest.CaptureFi
     with workflow._heartbeat(log, {"a"}, enabled=False, every_s=0.01):
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
+
+
+def test_a_batched_early_stop_the_confirmed_crossings_no_longer_make_is_undone() -> None:
+    from stalesim.plan.convergence import CANNOT_WIN, Convergence
+
+    stopped = Convergence([None, None], 200, CANNOT_WIN, None, "stopped at 200 iterations: ...")
+    convs = {"kept": stopped, "undone": stopped, "reached": Convergence([50, 60], 200, "reached")}
+    out = workflow._recheck_stopped(convs, {"kept": "stopped at 200 iterations: ...", "undone": "", "reached": ""})
+    assert out["kept"] is stopped and out["reached"] is convs["reached"]
+    assert out["undone"].status == "not reached" and out["undone"].per_seed == [None, None]
+    assert out["undone"].note.startswith("stopped at 200 iterations: ...; the single runs moved the crossings")
