@@ -85,6 +85,30 @@ class _Forward:
                 p.data = live
 
 
+def _schedule_for(schedule: str | Schedule, stages: int, steps: int, *, microbatches: int, warmup: int,
+                  switch: int | None, stages_per_device: int | None, workers: int) -> Schedule:
+    """The schedule a pipeline of ``stages`` stages follows for ``steps`` steps: ``schedule``
+    built from its name, or checked when given built; refused where a user's loop cannot
+    follow it (a stage per loss)."""
+    if isinstance(schedule, Schedule):
+        sched = schedule
+    elif isinstance(schedule, str):
+        sched = build_schedule(ScheduleConfig(schedule, stages=stages, batches=steps,
+                                              microbatches=microbatches, warmup=warmup, switch=switch,
+                                              stages_per_device=stages_per_device, workers=workers))
+    else:
+        raise StalesimError(f"schedule: expected a schedule name or a built Schedule, got "
+                            f"{type(schedule).__name__}")
+    if sched.stages != stages:
+        raise StalesimError(f"schedule: has {sched.stages} stages, the split {stages}")
+    if sched.batches < steps:
+        raise StalesimError(f"schedule: covers {sched.batches} batches, fewer than steps={steps}")
+    if sched.local_loss:
+        raise StalesimError(f"schedule: {sched.name} gives every stage its own loss (auxiliary heads) and "
+                            f"no gradient crosses a stage; a training loop has one loss, at the model's output")
+    return sched
+
+
 class StalePipeline:
     """A model cut into pipeline stages whose weight versions follow a schedule (module doc).
 
@@ -123,22 +147,8 @@ class StalePipeline:
                 raise StalesimError(f"stages: {stages} but split names {cut.stages} stages")
         else:
             cut = even_split(model, 2 if stages is None else stages)
-        if isinstance(schedule, Schedule):
-            sched = schedule
-        elif isinstance(schedule, str):
-            sched = build_schedule(ScheduleConfig(schedule, stages=cut.stages, batches=steps,
-                                                  microbatches=microbatches, warmup=warmup, switch=switch,
-                                                  stages_per_device=stages_per_device, workers=workers))
-        else:
-            raise StalesimError(f"schedule: expected a schedule name or a built Schedule, got "
-                                f"{type(schedule).__name__}")
-        if sched.stages != cut.stages:
-            raise StalesimError(f"schedule: has {sched.stages} stages, the split {cut.stages}")
-        if sched.batches < steps:
-            raise StalesimError(f"schedule: covers {sched.batches} batches, fewer than steps={steps}")
-        if sched.local_loss:
-            raise StalesimError(f"schedule: {sched.name} gives every stage its own loss (auxiliary heads) and "
-                                f"no gradient crosses a stage; a training loop has one loss, at the model's output")
+        sched = _schedule_for(schedule, cut.stages, steps, microbatches=microbatches, warmup=warmup,
+                              switch=switch, stages_per_device=stages_per_device, workers=workers)
         self.model = model
         self.sched = sched
         self.table: VersionTable = sched.table
