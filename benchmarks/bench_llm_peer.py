@@ -120,6 +120,8 @@ def peer_answer(metric: str, spec: TransformerSpec, plan: ParallelPlan, hw: Hard
         value = float(out["(weight+op_state+grad)_memory_per_gpu"]) / 1e9
     elif metric == "tokens_per_s_per_gpu":
         value = plan.batch * spec.seq / it / plan.gpus
+    elif metric == "samples_per_s_per_gpu":
+        value = plan.batch / it / plan.gpus
     else:  # tflops_per_gpu: the paper's equation (3) over the time, as for stalesim's answer
         value = narayanan_flops(spec, plan.batch) / it / plan.gpus / 1e12
     return PeerAnswer(value, mem, fits)
@@ -144,22 +146,32 @@ def compare(root: Path) -> list[dict[str, Any]]:
         if p["status"] != "predicted":
             continue
         run = runs[p["id"]]
+        if run.comparison:
+            # one schedule of a multi-schedule comparison: llm-analysis times no pipeline schedule
+            # (no bubble), so it answers every schedule of the setup alike and cannot rank them
+            out.append(peer_row(p, PeerAnswer(None, None, None)))
+            continue
         spec, plan, hw = spec_for(data, run.model), plan_for(run), hardware_for(run)
         ans = peer_answer(p["metric"], spec, plan, hw)
         if p["metric"] in PART_METRICS:  # a part of a run (as stalesim's row): no memory or verdict
             ans = PeerAnswer(ans.value, None, None)
-        pub = float(p["published"]) if p["published"] else None
-        peer = "" if ans.value is None else round(ans.value, 4)
-        err = "" if ans.value is None or pub is None else round(100 * (ans.value - pub) / pub, 2)
-        out.append({"id": p["id"], "source": p["source"], "metric": p["metric"], "published": p["published"],
-                    "stalesim": p["predicted"], "stalesim_error_pct": p["error_pct"], "peer": peer,
-                    "peer_error_pct": err,
-                    "memory_published_gib": p["memory_published_gib"],
-                    "stalesim_memory_gib": p["memory_predicted_gib"],
-                    "peer_memory_gib": "" if ans.memory_gib is None else round(ans.memory_gib, 2),
-                    "outcome": p["outcome"], "stalesim_fits": p["fits"],
-                    "peer_fits": "" if ans.fits is None else ("yes" if ans.fits else "no")})
+        out.append(peer_row(p, ans))
     return out
+
+
+def peer_row(p: dict[str, str], ans: PeerAnswer) -> dict[str, Any]:
+    """One side-by-side row: stalesim's stored prediction ``p`` and the peer's answer."""
+    pub = float(p["published"]) if p["published"] else None
+    peer = "" if ans.value is None else round(ans.value, 4)
+    err = "" if ans.value is None or pub is None else round(100 * (ans.value - pub) / pub, 2)
+    return {"id": p["id"], "source": p["source"], "metric": p["metric"], "published": p["published"],
+            "stalesim": p["predicted"], "stalesim_error_pct": p["error_pct"], "peer": peer,
+            "peer_error_pct": err,
+            "memory_published_gib": p["memory_published_gib"],
+            "stalesim_memory_gib": p["memory_predicted_gib"],
+            "peer_memory_gib": "" if ans.memory_gib is None else round(ans.memory_gib, 2),
+            "outcome": p["outcome"], "stalesim_fits": p["fits"],
+            "peer_fits": "" if ans.fits is None else ("yes" if ans.fits else "no")}
 
 
 def summary_md(rows: list[dict[str, Any]]) -> str:
@@ -178,7 +190,8 @@ def summary_md(rows: list[dict[str, Any]]) -> str:
                     and (r[f"{k}_fits"] == "yes") != (r["outcome"] == "trained")) for k in ("stalesim", "peer")}
     lines += ["", f"fits verdicts wrong: stalesim {wrong['stalesim']}, llm-analysis {wrong['peer']} "
                   f"(of {sum(1 for r in rows if r['outcome'])} rows with an outcome, {len(oom)} out of memory)",
-              f"rows the peer cannot express (no recomputation mode for them): "
+              f"rows the peer cannot express (no recomputation mode for them, or a schedule comparison: "
+              f"it times no pipeline schedule): "
               f"{sum(1 for r in rows if r['stalesim_error_pct'] not in ('', None) and r not in both)}",
               f"llm-analysis at flops_efficiency {PEER_EFFICIENCY}; "
               "command: `python -m benchmarks.bench_llm_peer --write`"]

@@ -37,11 +37,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from stalesim.workloads.hardware import Hardware
     from stalesim.workloads.transformer import TransformerSpec
 
-__all__ = ["LLM_MITIGATIONS", "llm_rows", "llm_table"]
+__all__ = ["LLM_MITIGATIONS", "llm_rows", "llm_table", "rank_key"]
 
 # mitigation name (the study's) -> whether the plan keeps error feedback's buffer
 LLM_MITIGATIONS = {"none": False, "error-feedback": True}
 COMPONENTS = ("weights", "gradients", "optimizer", "activations", "weight_versions")
+
+
+def rank_key(error: str | None, fits: bool | None, iteration_s: float | None) -> tuple[bool, bool, float]:
+    """The ranking of candidates (module doc): those that apply before those that cannot, those that
+    fit before those that do not, then by iteration time (the published-runs check ranks with it too)."""
+    return (error is not None, not fits, iteration_s or 0.0)
 
 
 def _label(schedule: str, mitigation: str) -> str:
@@ -105,7 +111,7 @@ def llm_rows(spec: TransformerSpec, hw: Hardware, base: ParallelPlan, schedules:
                        time_s=None if iterations is None else iterations * p.iteration_s,
                        **{f"{k}_gb": v / 1e9 for k, v in p.memory_breakdown.items()})
             rows.append(row)
-    rows.sort(key=lambda r: (r["error"] is not None, not r["fits"], r["iteration_s"] or 0.0))
+    rows.sort(key=lambda r: rank_key(r["error"], r["fits"], r["iteration_s"]))
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return rows

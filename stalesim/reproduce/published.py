@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from stalesim.workloads.hardware import Hardware
     from stalesim.workloads.transformer import TransformerSpec
 
-__all__ = ["FIELDS", "METRICS", "RES", "RUNS", "PublishedRun", "Published", "error_summary", "load",
-           "metric_of", "predict_rows", "read_predicted", "to_csv", "write_predictions"]
+__all__ = ["FIELDS", "METRICS", "RES", "RUNS", "Comparison", "PublishedRun", "Published", "comparisons",
+           "error_summary", "load", "metric_of", "predict_rows", "read_predicted", "to_csv", "write_predictions"]
 
 RES = Path("docs/results/published_runs")
 RUNS = RES / "runs.json"
@@ -45,8 +45,12 @@ PREDICTED = RES / "predicted.csv"
 # What a source can publish about a run, and the unit each is compared in. The per-layer pair
 # is compared as their sum (forward + backward of one layer); ``model_state_gb`` is the ZeRO
 # paper's analytic model-state memory per GPU (weights, gradients, optimizer state), compared
-# with the plan's state bytes per parameter times the model's parameters.
-METRICS = ("tflops_per_gpu", "iteration_s", "tokens_per_s_per_gpu", "layer_ms", "model_state_gb")
+# with the plan's state bytes per parameter times the model's parameters; ``samples_per_s_per_gpu``
+# is the zero-bubble paper's throughput (sequences per second over the GPUs).
+METRICS = ("tflops_per_gpu", "iteration_s", "tokens_per_s_per_gpu", "samples_per_s_per_gpu", "layer_ms",
+           "model_state_gb")
+# speed metrics where more is faster (the others: iteration seconds, less is faster)
+FASTER_IS_MORE = ("tflops_per_gpu", "tokens_per_s_per_gpu", "samples_per_s_per_gpu")
 # metrics of a part of a run: no iteration, so no memory verdict
 PART_METRICS = ("layer_ms", "model_state_gb")
 OUTCOMES = ("trained", "oom")
@@ -68,6 +72,9 @@ class PublishedRun:
     device_memory_gb: float | None = None
     note: str = ""
     not_expressible: str = ""
+    # the published setup this run is one schedule of: the runs sharing it were measured on the same
+    # model, GPUs and batch, so their published order is the measured ranking (:func:`comparisons`)
+    comparison: str = ""
 
     @property
     def outcome(self) -> str:
@@ -169,6 +176,13 @@ def plan_for(run: PublishedRun) -> ParallelPlan:
     return ParallelPlan(**kw)
 
 
+def _half_unit(value: float | int | str) -> float:
+    """Half a unit of the last digit a published number states (``32``: 0.5, ``39.7``: 0.05)."""
+    text = repr(value) if not isinstance(value, str) else value
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return 0.5 * 10.0 ** -decimals
+
+
 def _err(pred: float, pub: float) -> float:
     return round(100 * (pred - pub) / pub, 2)
 
@@ -213,6 +227,8 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
         pred = p.iteration_s
     elif m == "tokens_per_s_per_gpu":
         pred = p.tokens_per_s / plan.gpus
+    elif m == "samples_per_s_per_gpu":
+        pred = plan.batch / p.iteration_s / plan.gpus
     elif m == "model_state_gb":
         pred = plan.state.total * spec.params() / 1e9
         detail = f"{plan.state.total:.4g} bytes per parameter x {spec.params() / 1e9:.4g} B parameters"
@@ -232,8 +248,11 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
             pub_mem = float(run.published["memory_gib"])
             row["memory_error_pct"] = _err(mem, pub_mem)
             lo, hi = p.memory_low_bytes / GIB, p.memory_high_bytes / GIB
+            # a published figure stands for the interval its last digit rounds (32 GB: 31.5 to 32.5)
+            half = _half_unit(run.published["memory_gib"])
+            holds = lo <= pub_mem + half and pub_mem - half <= hi
             detail += (f", memory range {lo:.1f} to {hi:.1f} GiB "
-                       f"({'holds' if lo <= pub_mem <= hi else 'misses'} the published {pub_mem:g})")
+                       f"({'holds' if holds else 'misses'} the published {pub_mem:g})")
         row["fits"] = "yes" if p.fits else "no"
         if run.outcome:
             row["verdict"] = "right" if p.fits == (run.outcome == "trained") else "wrong"
@@ -242,8 +261,75 @@ def predict_run(data: Published, run: PublishedRun) -> dict[str, Any]:
 
 
 def predict_rows(root: Path) -> list[dict[str, Any]]:
+    """Every row predicted; a row of a multi-schedule comparison also says, in its detail, where
+    the prediction and the measurement rank it (:func:`comparisons`)."""
     data = load(root)
-    return [predict_run(data, r) for r in data.runs]
+    rows = [predict_run(data, r) for r in data.runs]
+    by_id = {r["id"]: r for r in rows}
+    for c in comparisons(data, rows):
+        for rank_pred, rid in enumerate(c.predicted_order, 1):
+            row = by_id[rid]
+            row["detail"] += (f"; {c.name}: predicted rank {rank_pred}, measured rank "
+                              f"{c.measured_order.index(rid) + 1} of {len(c.measured_order)}")
+    return rows
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One published setup measured under several schedules: the measured order (fastest first)
+    and the order ``plan --workload`` gives the predictions (those predicted to fit by predicted
+    time, then those that do not fit; :func:`stalesim.plan.llm.rank_key`)."""
+
+    name: str
+    measured_order: tuple[str, ...]
+    predicted_order: tuple[str, ...]
+
+    @property
+    def measured_first(self) -> str:
+        return self.measured_order[0]
+
+    @property
+    def predicted_first(self) -> str:
+        return self.predicted_order[0]
+
+    @property
+    def agrees(self) -> bool:
+        """Whether the schedule ranked first is the measured-fastest (the issue's check)."""
+        return self.predicted_first == self.measured_first
+
+
+def comparisons(data: Published, rows: list[dict[str, Any]]) -> list[Comparison]:
+    """The file's multi-schedule comparisons, each ranked by the measurement and by the prediction.
+
+    A row's speed is its published metric: iteration seconds rank ascending, the per-GPU rates
+    descending; the prediction ranks as ``plan --workload`` does (fits first, then predicted
+    iteration time, which for the same batch and GPUs orders as the rate does). A row that is not
+    predicted ranks last, as a candidate that cannot apply."""
+    from stalesim.plan.llm import rank_key
+
+    by_id = {r["id"]: r for r in rows}
+    groups: dict[str, list[str]] = {}
+    for run in data.runs:
+        if run.comparison:
+            groups.setdefault(run.comparison, []).append(run.id)
+    out = []
+    for name, ids in groups.items():
+        metric = by_id[ids[0]]["metric"]
+        if any(by_id[i]["metric"] != metric for i in ids):
+            raise StalesimError(f"runs.comparison {name!r}: its runs publish different metrics")
+        sign = -1.0 if metric in FASTER_IS_MORE else 1.0
+
+        def pred_key(i: str, sign: float = sign) -> tuple[bool, bool, float]:
+            r = by_id[i]
+            if r["status"] != "predicted" or r["predicted"] in ("", None):
+                return rank_key("not predicted", False, 0.0)
+            return rank_key(None, r["fits"] == "yes", sign * float(r["predicted"]))
+
+        def pub_key(i: str, sign: float = sign) -> float:
+            return sign * float(by_id[i]["published"])
+
+        out.append(Comparison(name, tuple(sorted(ids, key=pub_key)), tuple(sorted(ids, key=pred_key))))
+    return out
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

@@ -103,6 +103,10 @@ class ParallelPlan:
     tp_overlap: bool | None = None
     dp_overlap: bool | None = None
     zero_prefetch: bool | None = None
+    # the automatic zero-bubble scheduler's limit on micro-batches pending their W per stage (the
+    # zero-bubble fork's --zero-bubble-max-pending-backward: pp for ZB-1p, 2 pp for ZB-2p); None: the
+    # schedule's own order decides its memory (stalesim.sim.parallel: pending_limit_activations)
+    pending_limit: int | None = None
 
     @property
     def state(self) -> StateBytes:
@@ -174,6 +178,12 @@ class ParallelPlan:
         if self.chunks > 1 and fam not in (INTERLEAVED, EVENT):
             raise StalesimError(f"chunks: {self.chunks} virtual stages per device need the interleaved-1f1b "
                                 f"schedule, not {self.schedule}")
+        if self.pending_limit is not None:
+            check_int("pending_limit", self.pending_limit, lo=1)
+            if not spec_s.splits_backward or spec_s.stages_per_device != 1:
+                raise StalesimError(f"pending_limit: bounds the pending W of an automatic zero-bubble schedule, "
+                                    f"one stage per device with a split backward (zb-h1, zb-h2), not "
+                                    f"{self.schedule}")
         self._check_split(spec)
         if self.batch % (self.dp * self.micro_batch):
             raise StalesimError(f"global_batch: {self.batch} is not divisible by dp x micro_batch "
@@ -211,8 +221,11 @@ class ParallelPlan:
             sl = self.stage_layers
             if len(sl) != stages:
                 raise StalesimError(f"stage_layers: {len(sl)} entries for pp x chunks = {stages} stages")
-            for n in sl:
-                check_int("stage_layers", n, lo=1)
+            # the first and last stage may hold no layer, only the embedding or the head: Megatron-LM's
+            # layer padding (the zero-bubble fork's --allow-padding-num-layers) empties the first and
+            # last model chunk when one layer per virtual stage does not divide evenly
+            for i, n in enumerate(sl):
+                check_int("stage_layers", n, lo=0 if i in (0, stages - 1) and stages > 1 else 1)
             if sum(sl) != spec.layers:
                 raise StalesimError(f"stage_layers: {'+'.join(map(str, sl))} = {sum(sl)} layers, "
                                     f"the model has {spec.layers}")
@@ -232,4 +245,5 @@ class ParallelPlan:
                 "precision": self.precision, "error_feedback": self.error_feedback,
                 "framework": self.framework, "cp": self.cp,
                 "stage_layers": list(self.stage_layers) if self.stage_layers is not None else None,
-                "tp_overlap": self.tp_overlap, "dp_overlap": self.dp_overlap, "zero_prefetch": self.zero_prefetch}
+                "tp_overlap": self.tp_overlap, "dp_overlap": self.dp_overlap, "zero_prefetch": self.zero_prefetch,
+                "pending_limit": self.pending_limit}

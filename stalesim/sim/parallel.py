@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # the LLM estimate's public names, defined in the llm_* modules and gathered here
 __all__ = ["KernelEfficiency", "LLMPrediction", "ParallelPlan", "event_pipeline", "family", "in_flight",
-           "interleaved_pipeline_s",
+           "interleaved_pipeline_s", "pending_limit_activations",
            "llm_costs", "predict_llm", "sim_options", "supported_schedules", "sweep_llm", "weight_versions"]
 
 
@@ -161,6 +161,8 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     event_acts: list[float] | None = None
     if fam == EVENT:
         pipe, devices, event_acts = event_pipeline(costs, sim, plan)
+        if plan.pending_limit is not None:
+            event_acts = pending_limit_activations(costs, devices, plan.pending_limit, M)
         # the device that holds stage 0 runs the last backward: its synchronisation is exposed
         d0 = next(i for i, st in enumerate(devices) if 0 in st)
         exposed = sync(devices[d0])
@@ -249,6 +251,23 @@ def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> t
     devices = [[s for _w, s in sched.stages_on(d)] for d in range(sched.num_devices)]
     acts = [float(b["activations"] + b["deferred_w"]) for b in r.memory_breakdown]
     return r.iteration_time_s, devices, acts
+
+
+def pending_limit_activations(costs: StageCosts, devices: list[list[int]], limit: int, M: int) -> list[float]:
+    """Peak activation bytes per device under the automatic zero-bubble scheduler's memory limit:
+    ``min(limit, M)`` whole micro-batch records of the device's heaviest stage.
+
+    The scheduler (Qi et al., ICLR 2024, section 3.1) schedules as many forwards as the limit
+    allows in the warm-up, to shrink the bubble before the first B, and inserts a W to free memory
+    whenever the limit is hit, so a stage's pending micro-batches (forward done, W not yet) stay
+    at the limit from the warm-up to the drain. At the end of the warm-up they are all whole
+    (no B has run there yet): exact for the first stage, whose warm-up the limit bounds when it is at
+    most ``((p - 1)(T_B + 2 T_comm) + p T_F) / T_F`` forwards (Appendix B), and an upper bound for
+    the later stages, whose warm-up may hold one forward fewer per stage, the difference already
+    reduced to W's inputs. The handcrafted orders (ZB-H1, ZB-H2) the event simulation runs hold
+    fewer on the later stages, which is why the published ZB-1p / ZB-2p memory sits above them."""
+    n = min(limit, M)
+    return [float(max(n * costs.saved_bytes[s] for s in stages)) for stages in devices]
 
 
 def describe(hw: Hardware) -> str:
