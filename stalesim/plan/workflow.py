@@ -166,6 +166,19 @@ def make_plan(req: PlanRequest) -> Plan:
          f"{store.iterations_run + confirmed.iterations_run} iterations emulated, {t_emu:.1f} s)")
     rows = compose(cands, convs, timings, time_error=req.time_error, capacity_bytes=req.capacity_bytes,
                    errors=errors)
+    header = _header(req, cands, convs, skipped, runs=(store, confirmed), seconds=(t_emu, t_sim))
+    paths = write_outputs(req.out, rows, header, figure=req.figure)
+    return Plan(rows, header, skipped, store, paths)
+
+
+def _header(req: PlanRequest, cands: list[Candidate], convs: dict[Candidate, Convergence],
+            skipped: list[tuple[str, str]], *, runs: tuple[EmulationStore, EmulationStore],
+            seconds: tuple[float, float]) -> dict[str, Any]:
+    """plan.json's header: the request, the work the plan did (``runs``: the emulation store
+    and the single confirmations' store; ``seconds``: emulation and simulation wall time) and
+    every candidate's convergence."""
+    store, confirmed = runs
+    t_emu, t_sim = seconds
     cap = req.capacity_bytes
     header = {
         "model": req.base.model, "dataset": req.base.dataset, "batch_size": req.base.batch_size,
@@ -186,8 +199,7 @@ def make_plan(req: PlanRequest) -> Plan:
         "skipped": [{"candidate": a, "reason": b} for a, b in skipped],
         "convergence": {c.label: convs[c].to_dict() for c in cands},
     }
-    paths = write_outputs(req.out, rows, header, figure=req.figure)
-    return Plan(rows, header, skipped, store, paths)
+    return header
 
 
 def _confirm_single(req: PlanRequest, convs: dict[Candidate, Convergence],
