@@ -103,6 +103,10 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
                    help="activation recomputation (default none; op: torchtitan's per-op selective policy)")
     g.add_argument("--recompute-every", type=positive_int, default=None, metavar="N",
                    help="recompute only every N-th layer, the others keep their activations (default 1)")
+    g.add_argument("--pending-limit", type=positive_int, default=None, metavar="N",
+                   help="zb-h1/zb-h2 as the zero-bubble fork's automatic scheduler runs them: at most N "
+                        "micro-batches wait for their weight gradients per stage (pp for ZB-1p, 2 pp for "
+                        "ZB-2p); memory holds min(N, M) of them (default: the handcrafted order's)")
     g.add_argument("--zero", type=grid(int_choice_type(ZERO_STAGES, "ZeRO stage")), default=None,
                    metavar=f"{ZERO_STAGES[0]}..{ZERO_STAGES[-1]}",
                    help="ZeRO stage: 1 shards optimizer state over dp, 2 also gradients, 3 also weights")
@@ -267,4 +271,5 @@ def plan_from_args(args: argparse.Namespace, spec: TransformerSpec, *, tp: int |
                         cp=getattr(args, "cp", None) or 1, stage_layers=stage_layers,
                         framework=getattr(args, "framework", None) or "megatron",
                         tp_overlap=getattr(args, "tp_overlap", None), dp_overlap=getattr(args, "dp_overlap", None),
-                        zero_prefetch=getattr(args, "zero_prefetch", None))
+                        zero_prefetch=getattr(args, "zero_prefetch", None),
+                        pending_limit=getattr(args, "pending_limit", None))
