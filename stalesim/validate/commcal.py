@@ -106,8 +106,10 @@ def _worker(rank: int, port: int, sizes: list[int], repeats: int, out: str, time
     import torch
     import torch.distributed as dist
 
+    from stalesim.lifetime import die_with_parent
     from stalesim.runtime.affinity import pin_rank
 
+    die_with_parent()  # a rank left waiting in a collective after its parent was killed must not stay
     # where rank ``rank`` of the run's ``ranks`` runs: the executor pins its CPU ranks
     pin_rank(rank, ranks, "cuda" if devices[rank].startswith("cuda") else "cpu")
     torch.set_num_threads(1)

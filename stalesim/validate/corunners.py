@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import statistics
 import time
 from dataclasses import replace
@@ -105,7 +106,8 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
                seed: int, go: Any = None, dataset: str | None = None, gen: Any = None,
-               ack: Any = None, ranks: int = 1, error: Any = None) -> None:  # (runs in a child process)
+               ack: Any = None, ranks: int = 1, error: Any = None,
+               parent: int | None = None) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
@@ -115,8 +117,12 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     of a pause always comes from a co-runner that is between steps and will not start one
     until it is resumed. A :class:`StalesimError` (a user's model that fails at this batch
     size) is passed back through ``error`` (:func:`_wait_ready` raises it) instead of a
-    traceback on stderr.
+    traceback on stderr. It dies with ``parent`` (the process that started it): a co-runner
+    trains until told to stop, so one whose parent was killed would never stop.
     """
+    from stalesim.lifetime import die_with_parent
+
+    die_with_parent(parent)
     try:
         _train_until_stopped(model, batch_size, threads, device, stop, ready, seed, go, dataset, gen, ack, ranks)
     except StalesimError as exc:
@@ -191,7 +197,8 @@ class CoRunners:
             self._go.set()
         self._procs = [ctx.Process(target=_busy_loop,
                                    args=(model, batch_size, threads, device, self._stop, self._readies[i], i + 1,
-                                         self._go, dataset, self._gen, self._acks[i], n + 1, self._errors[i]),
+                                         self._go, dataset, self._gen, self._acks[i], n + 1, self._errors[i],
+                                         os.getpid()),
                                    daemon=True)
                        for i in range(n)]
 

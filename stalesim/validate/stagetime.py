@@ -33,6 +33,7 @@ update (:mod:`costmodel`).
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -470,7 +471,11 @@ def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: i
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+    from stalesim.lifetime import die_with_parent
+
+    # the sampling child dies with this process (a killed validation leaves no process timing on)
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks,
                            tuple(waits), pass_index).result()
 
