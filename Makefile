@@ -22,19 +22,25 @@ $(STAMP): pyproject.toml
 demo: install
 	$(PY) -m stalesim demo
 
+# TEST_WORKERS=2 runs a tier on two pytest-xdist workers (this machine kind's cores); 0, the default,
+# runs it in one process. loadfile keeps a file's tests on one worker (a module fixture runs once);
+# the few tests that bound a wall time run alone (tests/_parallel.py). tests/README.md says how.
+TEST_WORKERS ?= 0
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # the edit loop: the unit tier (no process started, nothing trained beyond a few steps; a few
 # minutes on 2 cores). make test-integration / test-e2e run the other tiers alone.
 test-fast: install
-	$(PY) -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 test-integration: install
-	$(PY) -m pytest -q tests/integration
+	$(PYTEST) tests/integration
 
 test-e2e: install
-	$(PY) -m pytest -q tests/e2e
+	$(PYTEST) tests/e2e
 
 # ruff (rules in pyproject.toml) on all code; mypy on the package (the
 # configuration and its per-module exceptions, with their reasons, are in pyproject.toml)
