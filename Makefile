@@ -7,6 +7,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.stalesim-installed
+# lab/ (the tables, the GPU reproduction, the GPU campaign) is repository tooling, not installed:
+# its targets run with this tree first on PYTHONPATH, so they import lab and this tree's stalesim
+LAB_ENV = PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: install demo test test-fast test-integration test-e2e lint docs bench figures tables notebooks reproduce-gpu reproduce-gpu-plan gpu-check gpu-check-dry clean
 
@@ -72,30 +75,29 @@ notebooks: install
 
 # regenerate docs/RESULTS.md's tables from the stored artifacts (tests check they are equal)
 tables: install
-	$(PY) -m stalesim.reproduce tables --write
+	$(LAB_ENV) $(PY) -m lab.reproduce tables --write
 
 # the stale-weights paper's CIFAR-10 experiments on one GPU (and its 2-GPU table when two GPUs
 # are visible); resumable, prints a time estimate first. See docs/reproduce-gpu.md.
 reproduce-gpu: install
-	$(PY) -m stalesim.reproduce gpu $(REPRODUCE_ARGS)
+	$(LAB_ENV) $(PY) -m lab.reproduce gpu $(REPRODUCE_ARGS)
 
 # the plan and the time estimate only; no GPU needed for a named class:
 # make reproduce-gpu-plan GPU=a100-40gb-sxm (or REPRODUCE_ARGS="--gpu a100-40gb-sxm --jobs 4")
 reproduce-gpu-plan: install
-	$(PY) -m stalesim.reproduce gpu --dry-run $(if $(GPU),--gpu $(GPU)) $(REPRODUCE_ARGS)
+	$(LAB_ENV) $(PY) -m lab.reproduce gpu --dry-run $(if $(GPU),--gpu $(GPU)) $(REPRODUCE_ARGS)
 
 # every CUDA path in one campaign, in parts of at most 9 minutes (make gpu-check PART=1, 2, 3 on a
 # machine that caps a command at 10 minutes); results in docs/results/gpu-check-<gpu>/. No install
 # step: a lent GPU machine has torch but no registry, so this runs the tree with the venv's python
 # where there is one, else python3. See docs/gpu-check.md.
 GPU_CHECK_PY = $(if $(wildcard $(PY)),$(PY),python3)
-GPU_CHECK_ENV = PYTHONPATH=$(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 gpu-check:
-	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m lab.gpucheck $(if $(PART),--part $(PART)) $(GPU_CHECK_ARGS)
+	$(LAB_ENV) $(GPU_CHECK_PY) -m lab.gpucheck $(if $(PART),--part $(PART)) $(GPU_CHECK_ARGS)
 
 # the same plan on the CPU: budgets, command lines, and every step in a tiny CPU variant (CI runs it)
 gpu-check-dry:
-	$(GPU_CHECK_ENV) $(GPU_CHECK_PY) -m lab.gpucheck --dry $(GPU_CHECK_ARGS)
+	$(LAB_ENV) $(GPU_CHECK_PY) -m lab.gpucheck --dry $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

@@ -133,7 +133,7 @@ def _abs_errors(rows: list[dict[str, Any]], col: str) -> list[float]:
 
 def compare(root: Path) -> list[dict[str, Any]]:
     """One row per published run that stalesim predicts: both tools beside the published value."""
-    from stalesim.reproduce.published import PART_METRICS, hardware_for, load, plan_for, read_predicted, spec_for
+    from lab.reproduce.published import PART_METRICS, hardware_for, load, plan_for, read_predicted, spec_for
 
     logging.getLogger("llm_analysis").setLevel(logging.ERROR)
     from llm_analysis.logger import logger

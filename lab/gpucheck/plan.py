@@ -87,9 +87,9 @@ STEPS: tuple[Step, ...] = (
          "GEMM and causal-attention efficiency by shape (calibrate --gemm): the table the LLM estimate reads",
          "kernels:kernels_step", (("calibrate", "--gemm", "-o", "kernels.json"),)),
     Step("reproduce_plan", 1, 60,
-         "the reproduce-gpu plan and its time estimate (python -m stalesim.reproduce gpu --dry-run)",
+         "the reproduce-gpu plan and its time estimate (python -m lab.reproduce gpu --dry-run)",
          "suite:reproduce_plan_step",
-         (("python", "-m", "stalesim.reproduce", "gpu", "--dry-run"),), min_gpus=0),
+         (("python", "-m", "lab.reproduce", "gpu", "--dry-run"),), min_gpus=0),
     Step("executor_one_gpu", 2, 300,
          "executor on one GPU, all stages folded on cuda:0: every pipeline schedule at S=2 (S=2V for "
          "virtual stages), executor losses == emulator losses on the same GPU",

@@ -89,20 +89,20 @@ def pytest_gpu_step(ctx: Context) -> Outcome:
 
 
 def reproduce_plan_step(ctx: Context) -> Outcome:
-    """The reproduce-gpu plan and estimate: on a GPU, ``python -m stalesim.reproduce gpu --dry-run``
+    """The reproduce-gpu plan and estimate: on a GPU, ``python -m lab.reproduce gpu --dry-run``
     itself; the dry mode, which has no CUDA (that command refuses), runs its plan and estimate for
     an H100 with the 2-GPU table."""
     work = ctx.out / "reproduce-gpu-work"
     if ctx.dry:
+        from lab.reproduce.gpu import PAPER, estimate, format_estimate, plan
         from stalesim.figures.common import SHAPE_PROFILES
-        from stalesim.reproduce.gpu import PAPER, estimate, format_estimate, plan
 
         jobs = plan(PAPER, two_gpus=True, data_dir=ctx.data_dir)
         text = format_estimate(jobs, estimate(jobs, "h100-sxm", SHAPE_PROFILES, PAPER),
                                "h100-sxm", None, work)
         code = 0
     else:
-        cmd = [sys.executable, "-m", "stalesim.reproduce", "gpu", "--dry-run", "--out", str(work),
+        cmd = [sys.executable, "-m", "lab.reproduce", "gpu", "--dry-run", "--out", str(work),
                "--results", str(ctx.out / "reproduce-gpu-results"),
                *(["--data-dir", ctx.data_dir] if ctx.data_dir else [])]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False, env=tree_env(),

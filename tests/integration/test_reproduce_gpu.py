@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lab.reproduce.gpu import PAPER, SMOKE, estimate, plan, reproduce
 from stalesim.figures.common import SHAPE_PROFILES
-from stalesim.reproduce.gpu import PAPER, SMOKE, estimate, plan, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = SHAPE_PROFILES
@@ -74,7 +74,7 @@ def test_smoke_pipeline_end_to_end_and_resumes(tmp_path):
 
 
 def test_default_jobs_by_free_memory_and_cores():
-    from stalesim.reproduce.gpu import JOB_GPU_BYTES, default_jobs
+    from lab.reproduce.gpu import JOB_GPU_BYTES, default_jobs
 
     assert default_jobs(141e9, 16) == 16  # an H200 is limited by the cores, not the memory
     assert default_jobs(141e9, 64) == int(141e9 // JOB_GPU_BYTES)
@@ -91,7 +91,7 @@ def test_plan_runs_each_study_jobs_at_a_time():
 
 
 def test_estimate_runs_in_parallel_but_shares_the_gpu():
-    from stalesim.reproduce.gpu import job_parallelism
+    from lab.reproduce.gpu import job_parallelism
 
     one = {r["job"]: r for r in estimate(plan(PAPER, jobs=1), "h100-sxm", PROFILES, PAPER)}
     many = {r["job"]: r for r in estimate(plan(PAPER, jobs=12), "h100-sxm", PROFILES, PAPER)}
@@ -103,7 +103,7 @@ def test_estimate_runs_in_parallel_but_shares_the_gpu():
 
 
 def test_plan_without_a_gpu_for_a_named_class(monkeypatch, tmp_path):
-    import stalesim.reproduce.gpu as gpu
+    import lab.reproduce.gpu as gpu
 
     monkeypatch.setattr(gpu, "detect_gpu", lambda: (None, None))
     lines: list[str] = []
@@ -118,9 +118,9 @@ def test_plan_without_a_gpu_for_a_named_class(monkeypatch, tmp_path):
 def test_plan_without_a_gpu_needs_a_class_and_running_needs_a_gpu(monkeypatch, tmp_path, capsys):
     import pytest
 
-    import stalesim.reproduce.gpu as gpu
+    import lab.reproduce.gpu as gpu
+    from lab.reproduce.__main__ import main
     from stalesim.errors import StalesimError
-    from stalesim.reproduce.__main__ import main
 
     monkeypatch.setattr(gpu, "detect_gpu", lambda: (None, None))
     with pytest.raises(StalesimError, match="--gpu: no CUDA device visible"):

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stalesim.errors import StalesimError
-from stalesim.reproduce import published
-from stalesim.reproduce.published import (
+from lab.reproduce import published
+from lab.reproduce.published import (
     METRICS,
     PREDICTED,
     RUNS,
@@ -29,9 +28,10 @@ from stalesim.reproduce.published import (
     read_predicted,
     to_csv,
 )
+from stalesim.errors import StalesimError
 
 ROOT = Path(__file__).resolve().parents[2]
-REGEN = "regenerate: python -m stalesim.reproduce.published --write && python -m stalesim.reproduce tables --write"
+REGEN = "regenerate: python -m lab.reproduce.published --write && python -m lab.reproduce tables --write"
 
 
 @pytest.fixture(scope="module")

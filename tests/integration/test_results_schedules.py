@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.reproduce.__main__ import main
+from lab.reproduce.schedules import best_configs, rows_on, table
 from stalesim.figures.common import SHAPE_PROFILES
-from stalesim.reproduce.__main__ import main
-from stalesim.reproduce.schedules import best_configs, rows_on, table
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [("schedules_resnet56_h100", (16, 256)), ("schedules_gptchar_h100", (4, 64))]
@@ -19,7 +19,7 @@ SHAPES = {"schedules_resnet56_h100": "resnet56_b8_shape.json", "schedules_gptcha
 
 @pytest.mark.parametrize(("folder", "micros"), CASES)
 def test_stored_sweeps_equal_a_rerun(folder: str, micros: tuple[int, ...], tmp_path: Path, capsys) -> None:
-    """Re-run the folder's commands (python -m stalesim.reproduce schedules) and compare every sweep row
+    """Re-run the folder's commands (python -m lab.reproduce schedules) and compare every sweep row
     and the table with what is stored: a stale artifact fails here, naming the first difference."""
     shape = SHAPE_PROFILES / SHAPES[folder]
     argv = ["schedules", "--shape", str(shape), "--micro", ",".join(map(str, micros)), "--out", str(tmp_path)]

@@ -2,7 +2,7 @@
 
 A table builder in ``benchmarks/`` or an input under ``figures/`` is what this repository once
 had: tests imported builders from a folder of timings, and ``make figures`` read files from its
-own output folder. Builders belong in ``stalesim/reproduce/``, checks in ``lab/checks/``,
+own output folder. Builders belong in ``lab/reproduce/``, checks in ``lab/checks/``,
 stored inputs in ``stalesim/data/``.
 """
 

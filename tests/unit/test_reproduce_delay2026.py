@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.reproduce import delay2026 as d
 from stalesim.errors import StalesimError
-from stalesim.reproduce import delay2026 as d
 
 
 def _run(schedule: str, seed: int, loss: float, mitigation: str = "none") -> dict:

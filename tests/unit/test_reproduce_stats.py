@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lab.reproduce.stats import paired_difference, t_cdf, t_quantile
 from stalesim.errors import StalesimError
-from stalesim.reproduce.stats import paired_difference, t_cdf, t_quantile
 
 
 @pytest.mark.parametrize(("df", "q975"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)])

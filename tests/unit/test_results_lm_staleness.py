@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stalesim.reproduce.__main__ import main
-from stalesim.reproduce.lm_staleness import DEFAULT, table
+from lab.reproduce.__main__ import main
+from lab.reproduce.lm_staleness import DEFAULT, table
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / DEFAULT
@@ -23,7 +23,7 @@ def test_results_table_equals_the_stored_study_tables() -> None:
 
 
 def test_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
-    """`python -m stalesim.reproduce lm-staleness DIR` (the command RESULTS.md cites)."""
+    """`python -m lab.reproduce lm-staleness DIR` (the command RESULTS.md cites)."""
     assert main(["lm-staleness", str(STUDY)]) == 0
     assert capsys.readouterr().out == (STUDY / "table.md").read_text()
 

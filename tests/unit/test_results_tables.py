@@ -1,6 +1,6 @@
 """Every table of docs/RESULTS.md equals the one rendered from its stored artifacts.
 
-The tables sit between ``<!-- table:NAME -->`` markers; :mod:`stalesim.reproduce.tables`
+The tables sit between ``<!-- table:NAME -->`` markers; :mod:`lab.reproduce.tables`
 rebuilds each from ``docs/results/`` and ``figures/`` (configs, per-seed JSONL, figure CSVs).
 A number edited by hand, or an artifact replaced without regenerating the table, fails here.
 """
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stalesim.errors import StalesimError
-from stalesim.reproduce.tables import (
+from lab.reproduce.tables import (
     FIG,
     GPU_RENDERERS,
     LOCAL_SPEEDUP,
@@ -24,6 +23,7 @@ from stalesim.reproduce.tables import (
     render_all,
     write_local_speedups,
 )
+from stalesim.errors import StalesimError
 
 ROOT = Path(__file__).resolve().parents[2]
 MD = ROOT / "docs" / "RESULTS.md"
@@ -31,7 +31,7 @@ MD = ROOT / "docs" / "RESULTS.md"
 
 def test_every_results_table_equals_its_artifacts():
     diffs = check(MD, ROOT)
-    assert not diffs, "\n".join(diffs) + "\nregenerate: python -m stalesim.reproduce tables --write"
+    assert not diffs, "\n".join(diffs) + "\nregenerate: python -m lab.reproduce tables --write"
 
 
 def test_the_local_speedup_artifact_is_what_its_writer_computes(tmp_path):

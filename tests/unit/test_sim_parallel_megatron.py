@@ -3,7 +3,7 @@ and the agreement with the published teraFLOP/s meets its goal (median <= 10 %, 
 
 from pathlib import Path
 
-from stalesim.reproduce.megatron import KORTHIKANTI, RES, error_stats, korthikanti_rows, predict_rows, to_csv
+from lab.reproduce.megatron import KORTHIKANTI, RES, error_stats, korthikanti_rows, predict_rows, to_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_stored_predictions_equal_the_code():
     rows = predict_rows(ROOT)
     assert to_csv(rows) == (ROOT / RES / "predicted.csv").read_text(encoding="utf-8"), \
-        "regenerate: python -m stalesim.reproduce.megatron && python -m stalesim.reproduce tables --write"
+        "regenerate: python -m lab.reproduce.megatron && python -m lab.reproduce tables --write"
     med, mx = error_stats(rows)
     assert med <= 10.0 and mx <= 20.0, (med, mx)
     assert len(rows) == 10 and rows[-1]["gpus"] == 3072

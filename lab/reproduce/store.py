@@ -1,7 +1,7 @@
 """Copy a study's small artifacts (config, tables, per-seed summaries) into ``docs/results``.
 
 A study folder holds per-run folders with checkpoints and per-step metrics (megabytes); what a
-reader of RESULTS.md needs, and what :mod:`stalesim.reproduce.tables` reads, is the config
+reader of RESULTS.md needs, and what :mod:`lab.reproduce.tables` reads, is the config
 (``study.json``), the aggregated table (``table.{csv,md}``) and one line per run without the
 per-step losses (``results_per_seed.jsonl``): a few kilobytes, committed.
 """

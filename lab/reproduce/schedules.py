@@ -1,6 +1,6 @@
 """Every schedule on a catalog GPU pair, predicted: the table of docs/RESULTS.md.
 
-``python -m stalesim.reproduce schedules --shape stalesim/data/shape_profiles/resnet56_b8_shape.json
+``python -m lab.reproduce schedules --shape stalesim/data/shape_profiles/resnet56_b8_shape.json
 --micro 16,256 --out docs/results/schedules_resnet56_h100``
 
 For each micro-batch size m it runs two CLI commands (printed, so the table is
@@ -84,7 +84,7 @@ def table(per_micro: dict[int, dict[tuple[str, ...], dict[str, str]]], M: int) -
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of ``python -m stalesim.reproduce schedules``."""
+    """The flags of ``python -m lab.reproduce schedules``."""
     p.add_argument("--shape", required=True, help="a measured profile (FLOPs and bytes) to re-time")
     p.add_argument("--micro", default="16,256", help="micro-batch sizes, comma-separated")
     p.add_argument("-M", type=int, default=8, help="micro-batches per mini-batch")
@@ -114,6 +114,6 @@ def run(a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stalesim.reproduce schedules", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.reproduce schedules", description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv))

@@ -9,7 +9,7 @@ is predicted with one set of assumptions, the same for every row:
   depth and the data-parallel overlap of the paper's own launch script
   (``examples/sc21/run_table_1.sh`` of NVIDIA/Megatron-LM: ``MBS``,
   ``--num-layers-per-virtual-pipeline-stage``, ``DDP=torch|local``), read from
-  the published-runs data file (:mod:`stalesim.reproduce.published`, rows of
+  the published-runs data file (:mod:`lab.reproduce.published`, rows of
   source ``sc21-t1``) so they are stated once; ``1f1b`` where the script has no
   virtual stages, ``interleaved-1f1b`` with V = layers per device / layers per
   virtual stage where it has; full activation recomputation (the script's
@@ -20,8 +20,8 @@ is predicted with one set of assumptions, the same for every row:
 
 The predicted teraFLOP/s per GPU is equation (3)'s FLOPs over the predicted
 iteration time and the GPU count, exactly how the paper computes the published
-column. ``python -m stalesim.reproduce.megatron`` writes ``predicted.csv``;
-:func:`stalesim.reproduce.tables.megatron_table1` renders the RESULTS.md table from the stored files.
+column. ``python -m lab.reproduce.megatron`` writes ``predicted.csv``;
+:func:`lab.reproduce.tables.megatron_table1` renders the RESULTS.md table from the stored files.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap", "tp_overlap"
 def script_settings(root: Path) -> dict[str, dict[str, Any]]:
     """Per Table 1 model: the script's micro-batch, schedule, interleaving, DDP and TP overlap, as the
     published-runs data file records them (one place for both checks)."""
-    from stalesim.reproduce.published import load
+    from lab.reproduce.published import load
 
     return {r.model: {k: r.plan[k] for k in SCRIPT_FIELDS if k in r.plan}
             for r in load(root).runs if r.source == "sc21-t1"}

@@ -15,7 +15,7 @@ docs/RESULTS.md's ``claims-2026`` table. Every verdict follows a rule fixed here
 numbers, so nobody can read a verdict into a number after the fact:
 
 * a *gap* is the paired (same seed) difference of final validation losses, 2bw minus
-  sequential, with its 95 % Student-t interval (:mod:`stalesim.reproduce.stats`);
+  sequential, with its 95 % Student-t interval (:mod:`lab.reproduce.stats`);
 * "AdamW degrades" is *reproduced* when AdamW's gap is significant and larger than Muon's
   (their paired difference significant); *partly* when only the gap is significant; *not
   shown* when the mean gap is positive but its interval includes zero (too few seeds to
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.reproduce.stats import Paired, paired_difference
 from stalesim.errors import StalesimError
-from stalesim.reproduce.stats import Paired, paired_difference
 
-# relative to the repository root, like every stored artifact stalesim.reproduce.tables reads
+# relative to the repository root, like every stored artifact lab.reproduce.tables reads
 DELAY = Path("docs/results/delay_gptchar_2026-11-26")
 # the depth study of a 32-block char-GPT (S = 1..32; :mod:`stalesim.plan.depth` wrote its tables)
 DEPTH32 = Path("docs/results/depth_scaling_32_2026-11-26")

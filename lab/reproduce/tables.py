@@ -12,8 +12,8 @@ and :data:`RENDERERS` maps NAME to a function that rebuilds it from the files un
 ``write`` regenerates them in place. So a number in a table is the artifact's number, rounded
 one way (``f"{x:.2f}"``), and cannot drift from it.
 
-    python -m stalesim.reproduce tables --check   # exit 1 and a diff when a table is stale
-    python -m stalesim.reproduce tables --write
+    python -m lab.reproduce tables --check   # exit 1 and a diff when a table is stale
+    python -m lab.reproduce tables --write
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from lab.reproduce import delay2026, lm_staleness
+from lab.reproduce.stats import paired_difference
+from lab.reproduce.store import seed_records
 from stalesim.errors import StalesimError
-from stalesim.reproduce import delay2026, lm_staleness
-from stalesim.reproduce.stats import paired_difference
-from stalesim.reproduce.store import seed_records
 from stalesim.summary import get as summary_get
 
 RES = Path("docs/results")
@@ -288,9 +288,9 @@ def memory_table9(root: Path) -> str:
 
 
 def megatron_table1(root: Path) -> str:
-    """Megatron-LM's Table 1: published vs. predicted teraFLOP/s per GPU (stalesim.reproduce.megatron)."""
-    from stalesim.reproduce.megatron import RES as MEGATRON
-    from stalesim.reproduce.megatron import error_stats
+    """Megatron-LM's Table 1: published vs. predicted teraFLOP/s per GPU (lab.reproduce.megatron)."""
+    from lab.reproduce.megatron import RES as MEGATRON
+    from lab.reproduce.megatron import error_stats
 
     rows = _csv(root / MEGATRON / "predicted.csv")
     out = [[r["workload"].removeprefix("megatron-"), f"{r['tp']} / {r['pp']} / {r['dp']}", r["gpus"], r["batch"],
@@ -306,7 +306,7 @@ def megatron_table1(root: Path) -> str:
 
 def korthikanti_table2(root: Path) -> str:
     """Korthikanti et al. 2022, Table 2's per-layer activation memory vs the analytic derivation."""
-    from stalesim.reproduce.megatron import KORTHIKANTI
+    from lab.reproduce.megatron import KORTHIKANTI
 
     rows = _csv(root / KORTHIKANTI / "activations.csv")
     out = [[r["workload"], r["technique"], r["tp"], f"{float(r['closed_form_mb']):,.1f}",
@@ -650,7 +650,7 @@ GPU_RENDERERS: dict[str, Callable[[Path], str]] = {"gpu-cifar10": gpu_cifar10, "
 
 def lm_summary_row(root: Path) -> list[str]:
     """The summary's one-step-delay row, from the stored 2026 comparison (AdamW and Muon, 2bw vs
-    sequential, paired by seed; :mod:`stalesim.reproduce.delay2026`)."""
+    sequential, paired by seed; :mod:`lab.reproduce.delay2026`)."""
     return delay2026.summary_row(root)
 
 
@@ -718,8 +718,8 @@ def _pct_cell(x: str, signed: bool = True) -> str:
 
 
 def published_runs(root: Path) -> str:
-    """Every published run beside its prediction (stalesim.reproduce.published)."""
-    from stalesim.reproduce.published import read_predicted
+    """Every published run beside its prediction (lab.reproduce.published)."""
+    from lab.reproduce.published import read_predicted
 
     out = []
     for r in read_predicted(root):
@@ -740,7 +740,7 @@ def published_runs(root: Path) -> str:
 
 def published_runs_summary(root: Path) -> str:
     """Median / max absolute error and verdicts per source of the published runs."""
-    from stalesim.reproduce.published import error_summary, read_predicted
+    from lab.reproduce.published import error_summary, read_predicted
 
     rows = read_predicted(root)
 

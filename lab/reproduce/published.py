@@ -12,9 +12,9 @@ catalog), at the default kernel efficiencies, never a factor per row or per sour
 
 A row the tool cannot express yet (a precision it does not model, a setting it refuses)
 is kept and listed as ``not expressible: why`` instead of being dropped, so the table
-shows what is left to cover. ``python -m stalesim.reproduce.published --write``
+shows what is left to cover. ``python -m lab.reproduce.published --write``
 rewrites ``predicted.csv`` (a test recomputes it and checks it is equal), and
-:func:`stalesim.reproduce.tables.published_runs` renders the RESULTS.md tables from it.
+:func:`lab.reproduce.tables.published_runs` renders the RESULTS.md tables from it.
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ def error_summary(rows: list[dict[str, Any]]) -> ErrorSummary:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m stalesim.reproduce.published", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.reproduce.published", description=__doc__.split("\n")[0])
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--write", action="store_true", help="rewrite predicted.csv from the data file and the code")
     g.add_argument("--check", action="store_true", help="exit 1 when the stored predicted.csv differs")

@@ -1,6 +1,6 @@
 """docs/RESULTS.md's char-GPT staleness table, rebuilt from the stored study tables.
 
-``python -m stalesim.reproduce lm-staleness [DIR]`` prints the markdown of
+``python -m lab.reproduce lm-staleness [DIR]`` prints the markdown of
 ``DIR/table.md`` (default ``docs/results/gptchar_shakespeare_staleness``) from
 ``DIR/sgd/table.csv`` and ``DIR/adamw/table.csv`` (written by ``stalesim study``).
 One table per optimizer: a row per (schedule, S), a column per mitigation, each
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stalesim.schedule import get_spec
 
-# relative to the repository root, like every stored artifact stalesim.reproduce.tables reads
+# relative to the repository root, like every stored artifact lab.reproduce.tables reads
 DEFAULT = Path("docs/results/gptchar_shakespeare_staleness")
 MITIGATIONS = [("none", "no mitigation"), ("weight-prediction", "weight prediction"),
                ("nesterov-lookahead", "Nesterov look-ahead"), ("error-feedback", "error feedback")]

@@ -21,7 +21,7 @@ PyTorch's host overhead per op (the per-op model of
 time (:func:`default_jobs`: as many as the GPU's free memory and the CPU cores allow); it is
 replaced by the measured rate as soon as runs finish. ``--dry-run`` plans without a GPU for
 a named ``--gpu``. At the end the small artifacts go to ``--results`` and the GPU tables of
-``docs/RESULTS.md`` are regenerated from them (:mod:`stalesim.reproduce.tables`).
+``docs/RESULTS.md`` are regenerated from them (:mod:`lab.reproduce.tables`).
 
 ``--smoke`` runs the same pipeline with 2 iterations per job, batch 8, synthetic data and one
 seed on the CPU (the executor part on 2 gloo ranks), so CI checks it end to end in seconds.
@@ -359,8 +359,8 @@ def run_job(job: Job, out: Path, cli: Callable[[list[str]], int] | None = None) 
 
 def store(jobs: list[Job], out: Path, results: Path) -> None:
     """Copy each finished job's small artifacts to ``results`` (studies) or one JSONL (2-GPU)."""
+    from lab.reproduce.store import store_study
     from stalesim.atomic import ensure_dir, write_lines_atomic
-    from stalesim.reproduce.store import store_study
 
     ensure_dir(results)
     two = []
@@ -442,7 +442,7 @@ def reproduce(out: Path, results: Path, *, scale: Scale = PAPER, device_class: s
             log(f"  measured {ratio:.1f}x the estimate; ~{left / 3600:.2f} h left")
     store(plan_jobs, out, results)
     if results_md is not None:
-        from stalesim.reproduce.tables import GPU_RENDERERS, write
+        from lab.reproduce.tables import GPU_RENDERERS, write
 
         write(results_md, root, only=set(GPU_RENDERERS))
         log(f"regenerated the GPU tables of {results_md}")

@@ -1,4 +1,4 @@
-"""``python -m stalesim.reproduce tables --check|--write``, ``... gpu``, ``... schedules``, ``... lm-staleness``."""
+"""``python -m lab.reproduce tables --check|--write``, ``... gpu``, ``... schedules``, ``... lm-staleness``."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab.reproduce import lm_staleness, schedules
 from stalesim.cli.common import int_type
 from stalesim.errors import StalesimError
 from stalesim.limits import MAX_JOBS
-from stalesim.reproduce import lm_staleness, schedules
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m stalesim.reproduce", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m lab.reproduce", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tables", help="check or regenerate docs/RESULTS.md's tables from stored artifacts")
     g = t.add_mutually_exclusive_group(required=True)
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             print(lm_staleness.table(Path(args.folder)), end="")
             return 0
         if args.cmd == "tables":
-            from stalesim.reproduce.tables import check, write
+            from lab.reproduce.tables import check, write
 
             md = Path(args.results_md)
             if args.check:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1 if diffs else 0
             print(f"{md}: {'regenerated' if write(md, Path('.')) else 'unchanged'}")
             return 0
-        from stalesim.reproduce.gpu import PAPER, SMOKE, reproduce
+        from lab.reproduce.gpu import PAPER, SMOKE, reproduce
         from stalesim.runtime.datapaths import pin_data_env
 
         reproduce(Path(args.out), Path(args.results), scale=SMOKE if args.smoke else PAPER, device_class=args.gpu,
