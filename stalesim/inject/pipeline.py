@@ -52,8 +52,10 @@ from torch.utils.hooks import RemovableHandle
 
 from stalesim.errors import StalesimError
 from stalesim.inject.correct import Correction
+from stalesim.inject.hooks import eager as _eager
 from stalesim.inject.mitigate import StageLR, StageUpdate
 from stalesim.inject.predict import Prediction
+from stalesim.inject.recompute import guard_recompute
 from stalesim.inject.stages import StageSpec, StageSplit, even_split, named_split
 from stalesim.inject.versions import VersionStore, check_table
 from stalesim.inject.workers import WorkerGrads, check_allreduce, check_compression, first_different_worker
@@ -196,8 +198,9 @@ class StalePipeline:
         self.skipped: list[int] = []  # the steps a GradScaler skipped (their update a no-op)
         self._open: list[_Forward | None] = []
         self._handles: list[RemovableHandle | _ScalerWatch] = [
-            model.register_forward_pre_hook(self._before_forward),
-            model.register_forward_hook(self._after_forward, always_call=True),
+            model.register_forward_pre_hook(_eager(self._before_forward)),
+            model.register_forward_hook(_eager(self._after_forward), always_call=True),
+            *guard_recompute(model, cut.params, self.table),
         ]
 
     # ------------------------------------------------------------- optimizer
@@ -335,7 +338,7 @@ class StalePipeline:
                 packmap.update(dict.fromkeys(ptr_map(leaves), s))
             if packmap:
                 fwd.stack.enter_context(torch.autograd.graph.saved_tensors_hooks(
-                    lambda x: self._pack(x, packmap, fwd), self._unpack))
+                    _eager(lambda x: self._pack(x, packmap, fwd)), _eager(self._unpack)))
             if autocast and fwd.swapped:
                 # autocast caches each parameter's cast by the parameter, whatever its data
                 # points at: casts of another version must not be reused, nor these later
