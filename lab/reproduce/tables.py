@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.reproduce import delay2026, lm_staleness
+from lab.reproduce.markdown import table
+from lab.reproduce.published_tables import published_comparisons, published_runs, published_runs_summary
 from lab.reproduce.stats import paired_difference
 from lab.reproduce.store import seed_records
 from stalesim.errors import StalesimError
@@ -113,12 +115,6 @@ def per_seed(rs: list[dict[str, Any]]) -> str:
 
 def ppv_txt(ppv: list[int]) -> str:
     return "-" if not ppv else "(" + ", ".join(map(str, ppv)) + ")"
-
-
-def table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
 
 
 def _study(study: Path) -> tuple[list[dict[str, Any]], Path]:
@@ -713,51 +709,6 @@ def depth_scaling_32(root: Path) -> str:
     return depth_table(root, DEPTH32)
 
 
-def _pct_cell(x: str, signed: bool = True) -> str:
-    return "" if x == "" else (f"{float(x):+.1f} %" if signed else f"{float(x):.1f} %")
-
-
-def published_runs(root: Path) -> str:
-    """Every published run beside its prediction (lab.reproduce.published)."""
-    from lab.reproduce.published import read_predicted
-
-    out = []
-    for r in read_predicted(root):
-        if r["status"] != "predicted":
-            out.append([r["id"], r["metric"].replace("_", " "), f"{float(r['published']):g}" if r["published"] else "",
-                        "", "", r["memory_published_gib"], "", "", r["outcome"], "", r["status"]])
-            continue
-        out.append([r["id"], r["metric"].replace("_", " "),
-                    f"{float(r['published']):g}" if r["published"] else "",
-                    f"{float(r['predicted']):.4g}" if r["predicted"] else "", _pct_cell(r["error_pct"]),
-                    r["memory_published_gib"], f"{float(r['memory_predicted_gib']):.1f}" if r["memory_predicted_gib"]
-                    else "", _pct_cell(r["memory_error_pct"]), r["outcome"], r["fits"],
-                    r["verdict"] + ("; " if r["verdict"] else "") + r["detail"]])
-    return table(["run", "metric", "published", "predicted", "error", "memory GiB published", "predicted GiB",
-                  "memory error", "outcome", "fits", "verdict; detail"],
-                 ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---", "---"], out)
-
-
-def published_runs_summary(root: Path) -> str:
-    """Median / max absolute error and verdicts per source of the published runs."""
-    from lab.reproduce.published import error_summary, read_predicted
-
-    rows = read_predicted(root)
-
-    def cells(label: str, rs: list[dict[str, str]]) -> list[str]:
-        e = error_summary(rs)
-        t = "" if e.time_median is None else f"{e.time_median:.1f} % / {e.time_max:.1f} %"
-        m = "" if e.memory_median is None else f"{e.memory_median:.1f} % / {e.memory_max:.1f} %"
-        v = f"{e.verdicts_right} of {e.verdicts}" if e.verdicts else ""
-        return [label, str(e.rows), str(e.predicted), t, m, v]
-
-    out = [cells(src, [r for r in rows if r["source"] == src]) for src in dict.fromkeys(r["source"] for r in rows)]
-    out.append(cells("**all sources**", rows))
-    return table(["source", "rows", "predicted", "error of the published metric, median / max",
-                  "memory error median / max",
-                  "fits verdicts right"], ["---", "---:", "---:", "---:", "---:", "---:"], out)
-
-
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "summary": summary,
     "depth-scaling": depth_scaling,
@@ -782,6 +733,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "korthikanti-table2": lambda root: korthikanti_table2(root),
     "published-runs-summary": published_runs_summary,
     "published-runs": published_runs,
+    "published-comparisons": published_comparisons,
 }
 
 

@@ -341,7 +341,7 @@ MAX_MODULE_LINES = 600
 # are still one file. The dict only shrinks: a module that gets under the limit (or goes) must
 # leave it (the test says so), and no module joins it: split the module instead.
 EXCEPTIONS: dict[str, tuple[int, str]] = {
-    "lab/reproduce/tables.py": (828, "every RESULTS.md table's renderer (57 functions) in one place"),
+    "lab/reproduce/tables.py": (780, "most RESULTS.md tables' renderers (52 functions) in one place"),
     "stalesim/workloads/hardware.py": (786, "devices, links, the catalog and the roofline what-if together"),
     "stalesim/validate/steps.py": (646, "every step of validate in one module"),
     "stalesim/workloads/profiler.py": (621, "the measuring rounds, device and precision helpers and the static pass"),
