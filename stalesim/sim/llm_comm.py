@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from stalesim.errors import StalesimError
+from stalesim.sim.llm_plan import ONE_F_ONE_B, family
 from stalesim.sim.model import NS, SimHardware
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ALL_GATHER", "ALL_REDUCE", "COLLECTIVES", "FRAMEWORK_COMM", "NCCL_LATENCY", "REDUCE_SCATTER",
            "FrameworkComm", "NcclLatency", "Overlaps", "allgather_s", "allreduce_s", "backward_refetch",
+           "blocking_p2p_s", "p2p_hops_s",
            "dp_allreduce_s", "list_copies_s",
            "dp_sync_s", "group_layout", "overlapped_s", "overlaps", "p2p_s", "rank_hardware", "reduce_scatter_s",
            "ring_s", "sharding_stage", "tp_backward_hidden_s", "zero_collectives"]
@@ -73,6 +75,10 @@ class FrameworkComm:
     ``grad_bucket_per_rank``: added elements per data-parallel rank (Megatron's rule);
     ``gather_bucket``: elements per ZeRO-3 parameter fetch (None: one fetch per layer);
     ``tensors_per_layer``: the largest number of fetches a layer needs (one per weight matrix).
+    ``p2p_blocking``: the schedule families (:func:`stalesim.sim.llm_plan.family`) whose pipeline
+    transfers the framework waits for before the next compute: each exchange of activations or
+    gradients between neighbouring stages holds both devices until it is done (the others post
+    their sends and receives and wait only where the data is consumed; :func:`blocking_p2p_s`).
     ``copies_per_rank``: its ZeRO collectives pass one tensor per rank
     (``torch.distributed.all_gather`` / ``reduce_scatter`` with tensor lists): the framework
     cuts one ``narrow`` view per rank in a Python loop, and PyTorch's ProcessGroupNCCL turns the
@@ -89,6 +95,7 @@ class FrameworkComm:
     source: str
     grad_bucket_per_rank: float = 0.0
     copies_per_rank: bool = False
+    p2p_blocking: tuple[str, ...] = ()
 
 
 _MEGATRON = (
@@ -97,24 +104,35 @@ _MEGATRON = (
     "(LinearWithGradAccumulationAndAsyncCommunication) launches the input-gradient all-reduce (with "
     "sequence parallelism: reduce-scatter) asynchronously before the weight-gradient GEMM, always; "
     "megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(4e7, 1e6 x dp) "
-    "elements with --overlap-grad-reduce, else one bucket per model chunk")
+    "elements with --overlap-grad-reduce, else one bucket per model chunk; pipeline transfers: "
+    "arguments.py sets overlap_p2p_comm False without virtual stages, so "
+    "forward_backward_pipelining_without_interleaving exchanges with batch_isend_irecv, waits, and "
+    "p2p_communication._communicate calls torch.cuda.synchronize() (batch_p2p_sync, default True); the "
+    "interleaved schedule overlaps them unless --no-overlap-p2p-communication (overlap_p2p_comm, "
+    "May 2023; before it, the interleaved exchanges blocked too); the zero-bubble fork's runtime "
+    "(zb_schedules.py) posts batch_isend_irecv and waits only before the consuming F or B")
+# DeepSpeed's pipeline engine: blocking sends and receives; torch pipelining: overlapped
+_DEEPSPEED_PIPE = ("DeepSpeed deepspeed/runtime/pipe/engine.py: the PipelineEngine's TrainSchedule (1F1B) sends "
+                   "and receives through deepspeed/runtime/pipe/p2p.py, whose send / recv assert async_op is "
+                   "False (blocking torch.distributed send / recv)")
 FRAMEWORK_COMM: dict[str, FrameworkComm] = {
     "megatron": FrameworkComm(tp_overlap=True, dp_overlap=False, zero_prefetch=False, grad_bucket=4e7,
-                              grad_bucket_per_rank=1e6, gather_bucket=None, tensors_per_layer=1, source=_MEGATRON),
+                              grad_bucket_per_rank=1e6, gather_bucket=None, tensors_per_layer=1, source=_MEGATRON,
+                              p2p_blocking=(ONE_F_ONE_B,)),
     "megatron-distopt": FrameworkComm(tp_overlap=True, dp_overlap=False, zero_prefetch=False, grad_bucket=4e7,
                                       grad_bucket_per_rank=1e6, gather_bucket=None, tensors_per_layer=1,
-                                      source=_MEGATRON),
+                                      source=_MEGATRON, p2p_blocking=(ONE_F_ONE_B,)),
     "deepspeed": FrameworkComm(
         tp_overlap=False, dp_overlap=False, zero_prefetch=True, grad_bucket=5e8, gather_bucket=5e7,
-        tensors_per_layer=4,
-        source="DeepSpeed deepspeed/runtime/zero/config.py: reduce_bucket_size = allgather_bucket_size = 5e8 "
+        tensors_per_layer=4, p2p_blocking=(ONE_F_ONE_B,),
+        source=_DEEPSPEED_PIPE + "; deepspeed/runtime/zero/config.py: reduce_bucket_size = allgather_bucket_size = 5e8 "
                "elements, stage3_prefetch_bucket_size = 5e7 (prefetching on), overlap_comm defaults to True "
                "for stage 3 only (validator overlap_comm_valid); parameters are fetched per submodule, so "
                "a layer's four weight matrices are at most four fetches; no tensor parallelism of its own"),
     "deepspeed-2021": FrameworkComm(
         tp_overlap=False, dp_overlap=False, zero_prefetch=False, grad_bucket=5e8, gather_bucket=5e7,
-        tensors_per_layer=4, copies_per_rank=True,
-        source="DeepSpeed v0.3.13 to v0.5 (2021): deepspeed/runtime/zero/partition_parameters.py "
+        tensors_per_layer=4, copies_per_rank=True, p2p_blocking=(ONE_F_ONE_B,),
+        source=_DEEPSPEED_PIPE + "; DeepSpeed v0.3.13 to v0.5 (2021): deepspeed/runtime/zero/partition_parameters.py "
                "_allgather_param gathers each parameter with torch.distributed.all_gather into a list of "
                "one view per rank and _reduce_scatter_gradient reduce-scatters each from a list; "
                "stage3.py's PartitionedParameterCoordinator.fetch_sub_module waits for its gathers and "
@@ -126,17 +144,21 @@ FRAMEWORK_COMM: dict[str, FrameworkComm] = {
         source="PyTorch torch/distributed/fsdp/_fully_shard: one all-gather and one reduce-scatter per "
                "fully_shard unit (torchtitan wraps each transformer block), issued on separate streams: "
                "the next unit's all-gather is prefetched (implicit forward prefetch, backward prefetch "
-               "by default) and reduce-scatters overlap the remaining backward"),
+               "by default) and reduce-scatters overlap the remaining backward; torch.distributed.pipelining "
+               "(torchtitan's pipelines) posts its sends and receives with batch_isend_irecv and waits for a "
+               "receive before the action that consumes it"),
 }
 
 
 @dataclass(frozen=True)
 class Overlaps:
-    """The plan's overlaps, each the plan's own setting or its framework's default."""
+    """The plan's overlaps, each the plan's own setting or its framework's default (``p2p``: the
+    pipeline's transfers run under compute; False: each exchange blocks, :func:`blocking_p2p_s`)."""
 
     tp: bool
     dp: bool
     prefetch: bool
+    p2p: bool
 
 
 def framework_comm(plan: ParallelPlan) -> FrameworkComm:
@@ -146,13 +168,16 @@ def framework_comm(plan: ParallelPlan) -> FrameworkComm:
 
 
 def overlaps(plan: ParallelPlan) -> Overlaps:
-    """``plan.tp_overlap`` / ``dp_overlap`` / ``zero_prefetch``, None meaning the framework's default."""
+    """``plan.tp_overlap`` / ``dp_overlap`` / ``zero_prefetch`` / ``p2p_overlap``, None meaning the
+    framework's default."""
     fw = framework_comm(plan)
     # DeepSpeed's overlap_comm defaults to on for ZeRO stage 3 only
     dp_default = fw.dp_overlap or (plan.framework == "deepspeed" and sharding_stage(plan) == 3)  # not 2021's
     return Overlaps(tp=fw.tp_overlap if plan.tp_overlap is None else plan.tp_overlap,
                     dp=dp_default if plan.dp_overlap is None else plan.dp_overlap,
-                    prefetch=fw.zero_prefetch if plan.zero_prefetch is None else plan.zero_prefetch)
+                    prefetch=fw.zero_prefetch if plan.zero_prefetch is None else plan.zero_prefetch,
+                    p2p=family(plan.schedule) not in fw.p2p_blocking if plan.p2p_overlap is None
+                    else plan.p2p_overlap)
 
 
 def sharding_stage(plan: ParallelPlan) -> int:
@@ -434,22 +459,68 @@ def tp_backward_hidden_s(collective_s: float, colpar_wgrad_s: float, collectives
     return min(collectives * collective_s, colpar_wgrad_s)
 
 
+def _hop_crossings(sim: SimHardware, plan: ParallelPlan) -> list[bool]:
+    """Per device d, whether its hop to device d + 1 (the last: back to device 0) crosses nodes.
+    Megatron's rank order (tensor, data, pipeline) puts a stage's dp rank groups next to each
+    other, so a node of G / t rank groups holds (G / t) / dp consecutive pipeline ranks; once the
+    pipeline spans nodes the wrap-around from the last device to the first crosses too."""
+    c, R = sim.cluster, plan.pp
+    if c is None or plan.pp * plan.dp <= c.node_size:
+        return [False] * R
+    per_node = max(1, c.node_size // plan.dp)
+    return [(d + 1) % per_node == 0 or d == R - 1 for d in range(R)]
+
+
+def _inter_s(sim: SimHardware, nbytes: int) -> float:
+    c = sim.cluster
+    assert c is not None  # only asked where a hop crosses nodes
+    return (c.inter_latency_ns + c.serialize_ns(nbytes)) / NS
+
+
+def p2p_hops_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> list[float]:
+    """Seconds of one inter-stage message over each of the pipeline's ``pp`` hops, device d to
+    d + 1 (the last: device pp - 1 back to device 0, where the next model chunk starts): the
+    network's latency and bandwidth for hops between nodes, the node's link for the others."""
+    cross = _hop_crossings(sim, plan)
+    intra = sim.p2p_ns(nbytes) / NS
+    inter = _inter_s(sim, nbytes) if any(cross) else intra
+    return [inter if x else intra for x in cross]
+
+
 def p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> float:
     """One inter-stage message, averaged over the S - 1 hops a micro-batch takes through the
-    pipeline's S = pp x chunks stages: the network for hops between nodes, the node's link for the
-    others. Megatron's rank order (tensor, data, pipeline) puts a stage's dp rank groups next to
-    each other, so a node of G / t rank groups holds (G / t) / dp consecutive pipeline ranks: of
-    the pp - 1 hops of one pass through the devices, ceil(pp / that) - 1 cross nodes, and the
-    wrap-around from the last device to the first (the next chunk) crosses too."""
-    c = sim.cluster
+    pipeline's S = pp x chunks stages: V passes through the devices joined by V - 1 wrap-arounds,
+    each hop as :func:`p2p_hops_s` times it."""
+    cross = _hop_crossings(sim, plan)
     intra = sim.p2p_ns(nbytes) / NS
-    if c is None or plan.pp * plan.dp <= c.node_size:
+    if not any(cross):
         return intra
-    inter = (c.inter_latency_ns + c.serialize_ns(nbytes)) / NS
-    per_node = max(1, c.node_size // plan.dp)
+    inter = _inter_s(sim, nbytes)
     V, R = plan.chunks, plan.pp
     hops = R * V - 1
     if hops <= 0:
         return inter
-    crossing = V * (math.ceil(R / per_node) - 1) + (V - 1)
+    crossing = V * sum(cross[:-1]) + (V - 1)
     return (crossing * inter + (hops - crossing) * intra) / hops
+
+
+def blocking_p2p_s(sim: SimHardware, plan: ParallelPlan, nbytes: int) -> list[float]:
+    """Per device, the seconds per micro-batch it spends in blocking pipeline exchanges in the
+    steady state; zeros where the plan overlaps them (:func:`overlaps`,
+    :attr:`FrameworkComm.p2p_blocking`).
+
+    A blocking exchange (Megatron's ``send_forward_recv_backward`` and ``send_backward_recv_forward``:
+    ``batch_isend_irecv``, wait, ``torch.cuda.synchronize()``) holds both neighbours until the transfer
+    is done, so the transfer sits between two computes instead of under one. Without virtual stages a
+    device exchanges once with each neighbour per micro-batch (after its forward with the next stage,
+    after its backward with the previous one): the hops on both sides of it (:func:`p2p_hops_s`; the
+    first and last device have one). With V chunks (Megatron's interleaving before
+    ``overlap_p2p_comm``) each of its V steps ends in one exchange with both neighbours at once
+    (``send_forward_backward_recv_forward_backward``): V times its slower hop."""
+    R, V = plan.pp, plan.chunks
+    if R <= 1 or overlaps(plan).p2p:
+        return [0.0] * R
+    h = p2p_hops_s(sim, plan, nbytes)
+    if V > 1:
+        return [V * max(h[d - 1], h[d]) for d in range(R)]
+    return [(h[d - 1] if d > 0 else 0.0) + (h[d] if d < R - 1 else 0.0) for d in range(R)]

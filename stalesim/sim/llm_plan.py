@@ -103,6 +103,9 @@ class ParallelPlan:
     tp_overlap: bool | None = None
     dp_overlap: bool | None = None
     zero_prefetch: bool | None = None
+    # pipeline (P2P) transfers overlapped with compute; False: each exchange blocks both devices until
+    # its transfer is done (stalesim.sim.llm_comm: FrameworkComm.p2p_blocking); None: the framework's
+    p2p_overlap: bool | None = None
     # the automatic zero-bubble scheduler's limit on micro-batches pending their W per stage (the
     # zero-bubble fork's --zero-bubble-max-pending-backward: pp for ZB-1p, 2 pp for ZB-2p); None: the
     # schedule's own order decides its memory (stalesim.sim.parallel: pending_limit_activations)
@@ -160,7 +163,7 @@ class ParallelPlan:
             raise StalesimError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
         framework_state(self.framework, self.optimizer, self.precision, self.zero, self.dp)  # its ZeRO stages
         check_int("cp", self.cp, lo=1)
-        for f in ("tp_overlap", "dp_overlap", "zero_prefetch"):
+        for f in ("tp_overlap", "dp_overlap", "zero_prefetch", "p2p_overlap"):
             if getattr(self, f) not in (None, True, False):
                 raise StalesimError(f"{f}: expected true, false or none (the framework's), got {getattr(self, f)!r}")
         t = self.tp
@@ -246,4 +249,4 @@ class ParallelPlan:
                 "framework": self.framework, "cp": self.cp,
                 "stage_layers": list(self.stage_layers) if self.stage_layers is not None else None,
                 "tp_overlap": self.tp_overlap, "dp_overlap": self.dp_overlap, "zero_prefetch": self.zero_prefetch,
-                "pending_limit": self.pending_limit}
+                "p2p_overlap": self.p2p_overlap, "pending_limit": self.pending_limit}

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
 from stalesim.sim.llm_capacity import visible_bytes
-from stalesim.sim.llm_comm import dp_sync_s, p2p_s
+from stalesim.sim.llm_comm import blocking_p2p_s, dp_sync_s, p2p_s
 from stalesim.sim.llm_costs import llm_costs, sim_options
 from stalesim.sim.llm_kernels import DEFAULT_EFFICIENCY, KernelEfficiency
 from stalesim.sim.llm_memory import device_memory, in_flight, weight_versions
@@ -147,6 +147,8 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
     R = S // V
     fb = [(f + b) / NS for f, b in zip(costs.f_ns, costs.b_ns)]
     c = p2p_s(sim, plan, costs.msg_bytes[0]) if S > 1 else 0.0
+    # blocking pipeline exchanges: seconds per micro-batch per device (zeros when overlapped)
+    held = blocking_p2p_s(sim, plan, costs.msg_bytes[0]) if S > 1 else [0.0] * R
     u = [x / NS for x in costs.u_ns]
     bk = [x / NS for x in costs.b_ns]
 
@@ -168,18 +170,18 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         exposed = sync(devices[d0])
         it = pipe + exposed  # the simulated flush includes the update
     elif fam in (FILL_DRAIN, ONE_F_ONE_B):
-        pipe = sum(fb) + (M - 1) * max(fb) + 2 * (S - 1) * c
+        pipe = sum(fb) + (M - 1) * max(t + y for t, y in zip(fb, held)) + 2 * (S - 1) * c
         exposed = sync([0])  # stage 0 finishes its backwards last: its synchronisation is exposed
         it = pipe + exposed + u[0]
     elif fam == INTERLEAVED:
-        pipe = interleaved_pipeline_s([f / NS for f in costs.f_ns], bk, R, M, c)
+        pipe = interleaved_pipeline_s([f / NS for f in costs.f_ns], bk, R, M, c, held)
         # device 0 (stages 0, R, 2R, ...) runs the last backward: all its chunks' gradients are
         # synchronised and updated after it
         exposed = sync(devices[0])
         it = pipe + exposed + sum(u[s] for s in devices[0])
     else:
         ar = [sync([s]) for s in range(S)]
-        per = [M * x + y for x, y in zip(fb, u)]
+        per = [M * (t + y) + z for t, y, z in zip(fb, held, u)]
         pipe = max(per)
         if fam == DOUBLE_BUFFER:  # the all-reduce overlaps the next batch's micro-batches
             it = max(max(p, a) for p, a in zip(per, ar))
@@ -205,9 +207,12 @@ def predict_llm(spec: TransformerSpec, plan: ParallelPlan, hw: Hardware,
         efficiency=eff.to_dict(), memory_low_bytes=mem.low, memory_high_bytes=mem.high)
 
 
-def interleaved_pipeline_s(f: list[float], b: list[float], R: int, M: int, c: float) -> float:
+def interleaved_pipeline_s(f: list[float], b: list[float], R: int, M: int, c: float,
+                           blocking: list[float] | None = None) -> float:
     """Megatron's interleaved 1F1B over ``S = R V`` stages on ``R`` devices (stage s on device
-    s mod R), ``M`` micro-batches, inter-stage message ``c`` seconds: the flush's seconds.
+    s mod R), ``M`` micro-batches, inter-stage message ``c`` seconds, ``blocking`` per device the
+    seconds per micro-batch of exchanges it waits for between its computes
+    (:func:`~stalesim.sim.llm_comm.blocking_p2p_s`; None: they overlap): the flush's seconds.
 
     Fill and drain: R - 1 chunks' F + B at the chunks' mean cost (Megatron's bubble, (R - 1) / V of
     a device's share) and the 2 (S - 1) messages of the first forward and the last backward. The
@@ -219,10 +224,12 @@ def interleaved_pipeline_s(f: list[float], b: list[float], R: int, M: int, c: fl
     a period per micro-batch of at least ``sum_s (max(f_s, b_s) + c) / R`` besides the busiest
     device's work ``sum_{s on d} (f_s + b_s)``: the transfers are hidden while every chunk's
     compute outlasts a message, and charged once they do not. The first R micro-batches only fill
-    (no steady state yet), so the loop bound applies to the other M - R."""
+    (no steady state yet), so the loop bound applies to the other M - R. Blocking exchanges add to
+    every micro-batch's work."""
     S = len(f)
     fb = [x + y for x, y in zip(f, b)]
-    work = max(sum(fb[d::R]) for d in range(R))
+    x = blocking if blocking is not None else [0.0] * R
+    work = max(sum(fb[d::R]) + x[d] for d in range(R))
     loop = sum(max(x, y) + c for x, y in zip(f, b)) / R
     first = min(M, R)
     return first * work + (M - first) * max(work, loop) + (R - 1) * sum(fb) / S + 2 * (S - 1) * c
@@ -235,9 +242,13 @@ def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> t
     device, and each device's peak activation bytes (in flight + deferred weight gradients).
 
     The pipeline's messages go over the network when the pipeline spans nodes (Megatron's
-    rank order, as :func:`_p2p_s` decides), else over the node's link."""
+    rank order, as :func:`~stalesim.sim.llm_comm.p2p_hops_s` decides), else over the node's link;
+    where the plan does not overlap them (:func:`~stalesim.sim.llm_comm.overlaps`), each send holds
+    its device for its transfer."""
     from stalesim.schedule import ScheduleConfig, build_schedule
+    from stalesim.schedule.actions import Kind
     from stalesim.sim.api import SimOptions, simulate
+    from stalesim.sim.llm_comm import overlaps
 
     S, V = costs.stages, plan.chunks
     c = sim.cluster
@@ -247,6 +258,10 @@ def event_pipeline(costs: StageCosts, sim: SimHardware, plan: ParallelPlan) -> t
                           bandwidth_Bps=c.inter_bandwidth_Bps)
     sched = build_schedule(ScheduleConfig(plan.schedule, stages=S, microbatches=plan.microbatches,
                                           stages_per_device=V if V > 1 else None))
+    if not overlaps(plan).p2p:
+        # a blocking send holds its device until the transfer is done (blocking_p2p_s in closed form)
+        held = tuple(pipe_hw.p2p_ns(b) for b in costs.msg_bytes)
+        costs = replace(costs, gap_ns=costs.gap_ns + tuple((k.value, held) for k in (Kind.SEND_F, Kind.SEND_B)))
     r = simulate(costs, sched, pipe_hw, SimOptions(keep_timeline=False))
     devices = [[s for _w, s in sched.stages_on(d)] for d in range(sched.num_devices)]
     acts = [float(b["activations"] + b["deferred_w"]) for b in r.memory_breakdown]

@@ -17,10 +17,12 @@ from stalesim.sim.llm_comm import (
     REDUCE_SCATTER,
     allgather_s,
     backward_refetch,
+    blocking_p2p_s,
     dp_sync_s,
     list_copies_s,
     overlapped_s,
     overlaps,
+    p2p_hops_s,
     p2p_s,
     rank_hardware,
     ring_s,
@@ -168,6 +170,40 @@ def test_p2p_averages_the_hops_that_cross_nodes():
     plan2 = replace(plan, schedule="interleaved-1f1b", chunks=2)
     assert p2p_s(sim, plan2, n) == pytest.approx((3 * inter + 4 * intra) / 7, rel=1e-4)
     assert p2p_s(sim, replace(plan, dp=1, global_batch=4), n) == pytest.approx(intra, rel=1e-4)
+
+
+def test_blocking_exchanges_by_hand():
+    """The same layout (tp 2, pp 4, dp 2: hops intra, inter, intra, and the wrap-around inter).
+    Blocking 1F1B: a device exchanges over the hop on each side of it once per micro-batch (the
+    first and last device have one); blocking interleaving: one exchange with both neighbours per
+    chunk step, V times its slower hop; overlapped: nothing."""
+    sim = rank_hardware(hardware_from_node("dgx-h100"), 2)
+    n = 1 << 20
+    intra = 3e-6 + n / 450e9
+    inter = 1.5e-6 + n / 50e9
+    plan = ParallelPlan(tp=2, pp=4, dp=2, global_batch=8, p2p_overlap=False)
+    assert p2p_hops_s(sim, plan, n) == pytest.approx([intra, inter, intra, inter], rel=1e-4)
+    assert blocking_p2p_s(sim, plan, n) == pytest.approx([intra, intra + inter, inter + intra, intra], rel=1e-4)
+    plan2 = replace(plan, schedule="interleaved-1f1b", chunks=2)
+    assert blocking_p2p_s(sim, plan2, n) == pytest.approx([2 * inter] * 4, rel=1e-4)
+    one_node = replace(plan, dp=1, global_batch=4)
+    assert blocking_p2p_s(sim, one_node, n) == pytest.approx([intra, 2 * intra, 2 * intra, intra], rel=1e-4)
+    assert blocking_p2p_s(sim, replace(plan, p2p_overlap=True), n) == [0.0] * 4
+    assert blocking_p2p_s(sim, replace(plan, pp=1, global_batch=2), n) == [0.0]
+
+
+@pytest.mark.parametrize("framework,schedule,chunks,blocks", [
+    ("megatron", "1f1b", 1, True),  # forward_backward_pipelining_without_interleaving
+    ("megatron-distopt", "1f1b", 1, True),
+    ("megatron", "interleaved-1f1b", 2, False),  # overlap_p2p_comm, on unless --no-overlap-p2p-communication
+    ("megatron", "zb-h1", 1, False),  # the zero-bubble fork's runtime
+    ("deepspeed", "1f1b", 1, True),  # PipelineEngine: blocking p2p.send / recv
+    ("fsdp2", "1f1b", 1, False),  # torch.distributed.pipelining
+])
+def test_framework_p2p_defaults(framework, schedule, chunks, blocks):
+    plan = ParallelPlan(pp=2, global_batch=8, framework=framework, schedule=schedule, chunks=chunks)
+    assert overlaps(plan).p2p is not blocks
+    assert overlaps(replace(plan, p2p_overlap=blocks)).p2p is blocks  # the plan's own setting wins
 
 
 def test_fsdp2_under_a_pipeline_reduces_once_per_batch():
