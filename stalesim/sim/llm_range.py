@@ -12,7 +12,8 @@ do not split into) are counted, not shown.
 
 Candidates: ``chunks`` (interleaved 1F1B only) 2, 3, 4, 6, 8; ``micro_batch``
 1, 2, 4, 8, 16 (the global batch fixed, so the micro-batch count follows);
-``recompute`` none, selective, op, full; ``overlap`` the three overlap switches
+``recompute`` none, selective, op, full; ``overlap`` the four overlap switches
+(tensor-parallel backward, data-parallel buckets, ZeRO-3 prefetch, pipeline transfers)
 together: the framework's defaults, all on, all off (each switch can only
 hide communication, so the extremes of time are at all on and all off).
 
@@ -51,7 +52,7 @@ CANDIDATES: dict[str, tuple[Any, ...]] = {
 # forward + backward actions (stages x micro-batches x 2, summed over the candidates) above which an
 # event-simulated schedule's range is not computed: about a second of simulation
 EVENT_ACTIONS = 1024
-_OVERLAPS = ("tp_overlap", "dp_overlap", "zero_prefetch")
+_OVERLAPS = ("tp_overlap", "dp_overlap", "zero_prefetch", "p2p_overlap")
 
 
 @dataclass(frozen=True)

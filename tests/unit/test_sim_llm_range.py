@@ -73,3 +73,15 @@ def test_small_event_ranges_are_computed():
     rng = choice_range(spec, plan, HW, ("micro_batch", "recompute"))
     assert rng.skipped_reason is None and rng.evaluated == 4 * 4 and rng.not_applicable == 4  # b = 16 > 8
     assert rng.fastest.iteration_s <= predict_llm(spec, plan, HW).iteration_s <= rng.slowest.iteration_s
+
+
+def test_overlap_off_blocks_the_pipeline_transfers_too():
+    """``overlap`` off turns every switch off, the pipeline transfers included: Megatron's interleaved
+    1F1B (overlapped by default) is slower with them blocking, and the range's slowest is that plan."""
+    spec = PRESETS["llama2-70b"]
+    plan = ParallelPlan(tp=8, pp=4, dp=8, global_batch=256, schedule="interleaved-1f1b", chunks=2)
+    rng = choice_range(spec, plan, HW, ("overlap",))
+    off = replace(plan, tp_overlap=False, dp_overlap=False, zero_prefetch=False, p2p_overlap=False)
+    assert rng.slowest is not None and rng.slowest.choices == {"overlap": "off"}
+    assert rng.slowest.iteration_s == predict_llm(spec, off, HW).iteration_s
+    assert rng.slowest.iteration_s > predict_llm(spec, replace(off, p2p_overlap=None), HW).iteration_s
