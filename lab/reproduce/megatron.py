@@ -46,11 +46,11 @@ def published(root: Path) -> list[dict[str, str]]:
 
 # the launch script's choices per model (run_table_1.sh) and the paper's code's (no asynchronous
 # tensor-parallel all-reduce yet); the rest of a row is Table 1's
-SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap", "tp_overlap")
+SCRIPT_FIELDS = ("micro_batch", "schedule", "chunks", "dp_overlap", "tp_overlap", "p2p_overlap")
 
 
 def script_settings(root: Path) -> dict[str, dict[str, Any]]:
-    """Per Table 1 model: the script's micro-batch, schedule, interleaving, DDP and TP overlap, as the
+    """Per Table 1 model: the script's micro-batch, schedule, interleaving, DDP, TP and pipeline overlap, as the
     published-runs data file records them (one place for both checks)."""
     from lab.reproduce.published import load
 
