@@ -2,8 +2,10 @@
 
 The pages are generated from the package's docstrings by autodoc; they are written in
 reST with Sphinx's cross-reference roles (``:func:``, ``:class:``), so no docstring
-extension (napoleon) is needed. The build runs with warnings as errors, so a docstring
-that does not parse fails CI.
+extension (napoleon) is needed. The command-line reference (``cli.rst``) is generated from
+``stalesim.cli.build_parser()`` by sphinx-argparse, so an option's entry is its ``--help``
+text and cannot drift from the parser. The build runs with warnings as errors, so a
+docstring or a help text that does not parse fails CI.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import os
 import re
 import sys
 
+from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
 
 # the package from this checkout, whether or not it is installed
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
@@ -24,7 +28,8 @@ author = "the stalesim authors"
 copyright = "the stalesim authors"
 release = version = stalesim.__version__
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.viewcode"]
+# sphinxarg.ext: the ``argparse`` directive of the command-line reference (cli.rst)
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.viewcode", "sphinxarg.ext"]
 
 # Types in the signatures, shortened to their names; the package uses
 # ``from __future__ import annotations``, so a type imported only for type checking stays
@@ -67,6 +72,32 @@ def _namedtuple_aliases(app: Sphinx, what: str, name: str, obj: object, skip: bo
     return True if doc.startswith("Alias for field number") else None
 
 
+# the page rendered from the argparse parsers (cli.rst)
+CLI_PAGE = "cli"
+
+
+class _CliPageAsTerminal(SphinxTransform):
+    """The command-line page shows each help text as ``--help`` prints it, so a reader can
+    copy an option or a command from it.
+
+    Smart quotes would print ``--schedule`` as an en dash and ``schedule`` (and curl the
+    quotes); the page is marked ``support_smartquotes=False`` before that transform (750)
+    runs. A help text writes a command in single backticks, which reST reads with the
+    default role, a citation in italics; they become literals. A ``default-role`` directive
+    on the page cannot do it: sphinx-argparse parses each help text as a document of its
+    own, and docutils forgets the default role at the end of every such parse."""
+
+    default_priority = 740
+
+    def apply(self, **kwargs: object) -> None:
+        if self.env.docname != CLI_PAGE:
+            return
+        self.document["support_smartquotes"] = False
+        for cited in list(self.document.findall(nodes.title_reference)):
+            cited.replace_self(nodes.literal(cited.rawsource, cited.astext()))
+
+
 def setup(app: Sphinx) -> None:
+    app.add_transform(_CliPageAsTerminal)
     app.connect("autodoc-process-signature", _opaque_defaults)
     app.connect("autodoc-skip-member", _namedtuple_aliases)
