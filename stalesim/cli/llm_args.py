@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # the model-shape flags: each overrides the TransformerSpec field of its name
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "ffn_type", "vocab", "seq")
 # the overlap switches: each sets the ParallelPlan field of its name (left out: the framework's)
-OVERLAP_FLAGS = ("tp_overlap", "dp_overlap", "zero_prefetch")
+OVERLAP_FLAGS = ("tp_overlap", "dp_overlap", "zero_prefetch", "p2p_overlap")
 # --stage-layers' keyword for one layer fewer on the first and last stage
 FIRST_LAST = "first-last"
 
@@ -125,7 +125,8 @@ def add_llm_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
                    help="training framework whose memory and overlap conventions apply (default megatron)")
     for name, text in (("tp_overlap", "tensor-parallel collectives of the backward hidden under its GEMMs"),
                        ("dp_overlap", "data-parallel gradient reduction bucketed into the backward"),
-                       ("zero_prefetch", "ZeRO-3/FSDP all-gathers the next layer during this one")):
+                       ("zero_prefetch", "ZeRO-3/FSDP all-gathers the next layer during this one"),
+                       ("p2p_overlap", "pipeline sends and receives run beside the compute (no: each is waited for)")):
         g.add_argument(f"--{name.replace('_', '-')}", type=_yes_no, default=None, metavar="yes|no",
                        help=f"{text} (default: what --framework does)")
     if lists:
@@ -272,4 +273,5 @@ def plan_from_args(args: argparse.Namespace, spec: TransformerSpec, *, tp: int |
                         framework=getattr(args, "framework", None) or "megatron",
                         tp_overlap=getattr(args, "tp_overlap", None), dp_overlap=getattr(args, "dp_overlap", None),
                         zero_prefetch=getattr(args, "zero_prefetch", None),
+                        p2p_overlap=getattr(args, "p2p_overlap", None),
                         pending_limit=getattr(args, "pending_limit", None))

@@ -416,7 +416,7 @@ def _run_workload(args: argparse.Namespace) -> int:
                         zero=args.zero or 0,
                         optimizer=args.optimizer or "adam", precision=args.precision or "mixed",
                         framework=args.framework or "megatron", tp_overlap=args.tp_overlap,
-                        dp_overlap=args.dp_overlap, zero_prefetch=args.zero_prefetch,
+                        dp_overlap=args.dp_overlap, zero_prefetch=args.zero_prefetch, p2p_overlap=args.p2p_overlap,
                         stage_layers=args.stage_layers if isinstance(args.stage_layers, tuple) else None)
     check_whole_nodes(args.devices, hw)  # the candidates' own checks run first in llm_rows, before any work
     schedules = args.schedules or supported_schedules()

@@ -162,3 +162,19 @@ def test_bad_workload_flags_are_one_line_errors(capsys, argv, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err
+
+
+def test_p2p_overlap_flag_sets_the_pipeline_exchanges(capsys):
+    """Megatron's plain 1F1B waits for every send and receive (the framework's default): ``no`` is
+    the default's answer, ``yes`` hides the exchanges and is faster; plan --workload takes it too."""
+    def iteration(*flags: str) -> float:
+        assert main(["simulate", *LLAMA, *flags, "--json"]) == 0
+        return float(json.loads(capsys.readouterr().out)["iteration_s"])
+
+    default, blocking, overlapped = iteration(), iteration("--p2p-overlap", "no"), iteration("--p2p-overlap", "yes")
+    assert default == blocking and overlapped < blocking
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", *LLAMA, "--p2p-overlap", "maybe"])
+    assert e.value.code == 2 and "--p2p-overlap" in capsys.readouterr().err
+    assert main(["plan", "--workload", "llama2-7b", "--node", "dgx-h100", "--devices", "8",
+                 "--schedules", "1f1b", "--p2p-overlap", "yes"]) == 0
