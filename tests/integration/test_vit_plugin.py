@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 from _fixed_hardware import fixed_hardware
 
 from stalesim.workloads.own import as_layered
-from stalesim.workloads.profiler import profile_model
+from stalesim.workloads.profiler import BlockSumWarning, profile_model
 
 ROOT = Path(__file__).resolve().parents[2]
 VIT = ("--model", "vit_plugin:vit")
@@ -133,7 +134,11 @@ def test_odd_blocks_profile_in_process(odd_dir: Path, monkeypatch: pytest.Monkey
 
     torch.manual_seed(0)
     model = as_layered(oddblocks.net(), "oddblocks:net")
-    prof = profile_model(model, 8, repeats=1, warmup=0, threads=1)
+    # one unwarmed repeat of tiny blocks: the block-sum check may warn on its timing, which is not
+    # what this test is about (the split backward of odd blocks is)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BlockSumWarning)
+        prof = profile_model(model, 8, repeats=1, warmup=0, threads=1)
     assert len(prof.layers) == 3
     for lp in prof.layers:
         assert lp.measured_split and lp.backward_input_s > 0 and lp.backward_weight_s > 0
