@@ -25,6 +25,8 @@ exactly there, so both hold the same bytes at every sample.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from stalesim.schedule.actions import Kind
 from stalesim.schedule.comm import PostingPlan, posting_plan
 from stalesim.schedule.deps import dependencies, peer
@@ -57,13 +59,15 @@ def send_release(sched: Schedule, *, recv_ahead: int | None = None, plan: Postin
     for d, acts in enumerate(lists):
         rel: dict[int, int] = {}
         # own receives from each peer, in list order, with the index of their send there
-        answers: dict[int, list[tuple[int, int]]] = {}
+        answers: dict[int, tuple[list[int], list[int]]] = {}
         for j, a in enumerate(acts):
             if a.kind in _RECV:
                 pk = peer(a)
                 if pk is not None and pk in pos:
                     p, s_j = pos[pk]
-                    answers.setdefault(p, []).append((j, s_j))
+                    js, sends = answers.setdefault(p, ([], []))
+                    js.append(j)
+                    sends.append(s_j)
         for i, a in enumerate(acts):
             if a.kind not in _SEND:
                 continue
@@ -72,7 +76,7 @@ def send_release(sched: Schedule, *, recv_ahead: int | None = None, plan: Postin
                 rel[i] = len(acts)
                 continue
             p, r = pos[pk]
-            confirm = next((j for j, s_j in answers.get(p, []) if j > i and s_j > r), None)
+            confirm = _first_answer(answers.get(p), i, r)
             if confirm is not None:
                 rel[i] = confirm
                 continue
@@ -81,6 +85,21 @@ def send_release(sched: Schedule, *, recv_ahead: int | None = None, plan: Postin
             rel[i] = min(len(acts), max(safe, i + lag))
         out.append(rel)
     return out
+
+
+def _first_answer(answers: tuple[list[int], list[int]] | None, i: int, r: int) -> int | None:
+    """The first own receive after index ``i`` whose send comes after the peer's index ``r``.
+
+    The receives are in list order, so the search starts past ``i`` by bisection; the few
+    receives skipped after it are messages that crossed ours on the wire (the peer sent them
+    before it received ours), at most the pipeline's depth of them."""
+    if answers is None:
+        return None
+    js, sends = answers
+    for k in range(bisect_right(js, i), len(js)):
+        if sends[k] > r:
+            return js[k]
+    return None
 
 
 def _dependency_closure(sched: Schedule, n_dev: int) -> dict[tuple[int, int], tuple[int, ...]]:
@@ -96,15 +115,13 @@ def _dependency_closure(sched: Schedule, n_dev: int) -> dict[tuple[int, int], tu
     vec: dict[tuple[int, int], tuple[int, ...]] = {}
     for step in dry_run(sched):
         d, i, a = step.device, step.index, step.action
-        v = list(vec[(d, i - 1)]) if i > 0 else [-1] * n_dev
+        v = vec[(d, i - 1)] if i > 0 else (-1,) * n_dev
         for dep in dependencies(sched, a):
             if dep and dep[0] == "ARDONE":
                 srcs = ars.get((dep[1], dep[2]), [])
             else:
                 srcs = [pos[dep]] if dep in pos else []
             for src in srcs:
-                w = vec[src]
-                v = [max(x, y) for x, y in zip(v, w)]
-        v[d] = max(v[d], i)
-        vec[(d, i)] = tuple(v)
+                v = tuple(map(max, v, vec[src]))
+        vec[(d, i)] = v[:d] + (max(v[d], i),) + v[d + 1:]
     return vec

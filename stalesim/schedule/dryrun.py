@@ -52,23 +52,31 @@ def dry_run(sched: Schedule) -> list[Step]:
     steps: list[tuple[int, int, Step]] = []
     seq = 0
     full_b = 2 if sched.split_keys else 1  # next to I and W, a full B is I + W
+    # a blocked device's progress through its action's dependencies: (deps, next one, start so
+    # far). A done dependency stays done, so a woken device resumes where it stopped rather than
+    # re-checking an update's every micro-batch from the first
+    blocked: list[tuple[list, int, int] | None] = [None] * len(lists)
     while heap:
         _, d = heapq.heappop(heap)
         acts = lists[d]
         while pointer[d] < len(acts):
             a = acts[pointer[d]]
-            start = clock[d]
+            progress = blocked[d]
+            deps, k, start = progress if progress is not None else (list(dependencies(sched, a)), 0, clock[d])
             missing = None
-            for dep in dependencies(sched, a):
-                end = done.get(dep)
+            while k < len(deps):
+                end = done.get(deps[k])
                 if end is None:
-                    missing = dep
+                    missing = deps[k]
                     break
                 if end > start:
                     start = end
+                k += 1
             if missing is not None:
+                blocked[d] = (deps, k, start)
                 waiting.setdefault(missing, []).append(d)
                 break
+            blocked[d] = None
             end = start + (full_b if a.kind is Kind.B else UNIT_COST.get(a.kind, 0))
             done[a.key] = end
             steps.append((start, seq, Step(start, end, d, pointer[d], a)))
