@@ -19,8 +19,9 @@ hide communication, so the extremes of time are at all on and all off).
 
 Cost: the closed forms take about a millisecond, and the product is at most
 5 x 5 x 3 x 3 = 225 plans. A schedule the LLM estimate event-simulates
-(zero-bubble, DualPipeV) costs about a millisecond per simulated action (a
-4-stage, 64-micro-batch replica: half a second), so its range is computed only
+(zero-bubble, DualPipeV) costs about half a millisecond per simulated forward or
+backward (a 4-stage, 64-micro-batch ZB-H1 replica: about a quarter of a second on
+one core), so its range is computed only
 when all its candidates together simulate at most :data:`EVENT_ACTIONS`
 forward and backward actions, and says so otherwise.
 """
@@ -51,7 +52,7 @@ CANDIDATES: dict[str, tuple[Any, ...]] = {
 }
 # forward + backward actions (stages x micro-batches x 2, summed over the candidates) above which an
 # event-simulated schedule's range is not computed: about a second of simulation
-EVENT_ACTIONS = 1024
+EVENT_ACTIONS = 2048
 _OVERLAPS = ("tp_overlap", "dp_overlap", "zero_prefetch", "p2p_overlap")
 
 
