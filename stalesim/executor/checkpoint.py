@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -43,14 +43,18 @@ from stalesim.atomic import torch_save_atomic
 from stalesim.checkpoint_io import brief, load_checkpoint, mismatch, require_keys
 from stalesim.errors import StalesimError
 from stalesim.runtime.stage_checkpoint import restore_runtimes, runtime_state
-from stalesim.schedule import Action, Kind
+from stalesim.schedule import Action, Kind, Schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.rank import Rank, RankContext, Runtimes
+    from stalesim.executor.spec import Job
 
 FORMAT = 1
 KEYS = ("format", "k", "every", "rank", "world", "config", "index", "runtimes", "store", "loss_labels",
         "losses", "resend", "ar_open")
 
 
-def checkpoint_cuts(sched: Any, every: int) -> dict[int, list[int]]:
+def checkpoint_cuts(sched: Schedule, every: int) -> dict[int, list[int]]:
     """k -> per-device cut index (number of that device's actions before checkpoint k)."""
     from stalesim.schedule import dry_run
 
@@ -80,7 +84,7 @@ def checkpoint_cuts(sched: Any, every: int) -> dict[int, list[int]]:
     return cuts
 
 
-def _peer_recv_index(sched: Any) -> dict[tuple, tuple[int, int]]:
+def _peer_recv_index(sched: Schedule) -> dict[tuple, tuple[int, int]]:
     out = {}
     for d, acts in enumerate(sched.device_actions):
         for i, a in enumerate(acts):
@@ -92,10 +96,11 @@ def _peer_recv_index(sched: Any) -> dict[tuple, tuple[int, int]]:
 class Checkpointer:
     """Plans, saves and restores this rank's checkpoints (a no-op without ``--out``)."""
 
-    def __init__(self, job: dict[str, Any], ctx: Any, sched: Any, runtimes: dict) -> None:
+    def __init__(self, job: Job, ctx: RankContext, sched: Schedule, runtimes: Runtimes) -> None:
         self.job, self.ctx, self.sched, self.rts = job, ctx, sched, runtimes
         self.every = int(job.get("checkpoint_every") or 0)
-        self.out = Path(job["out"]) if job.get("out") else None
+        out = job.get("out")
+        self.out = Path(out) if out else None
         self.resume = bool(job.get("resume"))
         if (self.every or self.resume) and self.out is None:
             raise StalesimError("--checkpoint-every/--resume: need --out RUN_DIR")
@@ -121,6 +126,7 @@ class Checkpointer:
                 fi = f_at.pop(a.key[1:])
                 for k, cut in self.cuts.items():
                     if fi < cut[me] <= i:
+                        assert sched.versions is not None  # build_schedule derives them
                         v = sched.versions.v_f(a.stage, a.batch, a.micro, a.worker)
                         self.reserved[k].append((a.worker, a.stage, v))
             elif a.kind in (Kind.SEND_F, Kind.SEND_B):
@@ -148,7 +154,7 @@ class Checkpointer:
         return self._dir(k) / f"rank{rank}.pt"
 
     # ----------------------------------------------------------------- saving
-    def attach(self, rank: Any) -> None:
+    def attach(self, rank: Rank) -> None:
         """Hook into the rank's loop; reserve versions (fresh runs only)."""
         if not self.cuts:
             return
@@ -160,7 +166,7 @@ class Checkpointer:
         rank.retained = self.retained
         rank.on_action_done = lambda i: self._maybe_save(rank, i)
 
-    def _maybe_save(self, rank: Any, i: int) -> None:
+    def _maybe_save(self, rank: Rank, i: int) -> None:
         k = self.save_at.get(i + 1)
         if k is None:
             return
@@ -187,8 +193,11 @@ class Checkpointer:
             self.rts[(w, s)].release(v)
 
     # ---------------------------------------------------------------- restore
-    def restore(self) -> tuple[int, Any]:
-        """(start index, loaded state) of the newest checkpoint every rank has."""
+    def restore(self) -> tuple[int, dict[str, Any] | None]:
+        """(start index, loaded state) of the newest checkpoint every rank has (None: a fresh
+        run). The state is what :func:`load_checkpoint` read from a file, checked key by key
+        here and at use (a bad value is a one-line error): a TypedDict would claim value types
+        nothing has checked."""
         if not self.resume:
             return 0, None
         mine = []
@@ -223,7 +232,7 @@ class Checkpointer:
                                     f"checkpoint was made with {brief(v)}")
         return int(state["index"]), state
 
-    def apply(self, rank: Any, state: dict[str, Any]) -> None:
+    def apply(self, rank: Rank, state: dict[str, Any]) -> None:
         """Load runtimes, rebuild in-flight graphs, refill mailboxes, queue re-sends."""
         try:
             self._apply(rank, state)
@@ -232,7 +241,7 @@ class Checkpointer:
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
             raise mismatch(Path(state.get("_path", "?")), "--resume", exc) from None
 
-    def _apply(self, rank: Any, state: dict[str, Any]) -> None:
+    def _apply(self, rank: Rank, state: dict[str, Any]) -> None:
         k = int(state["k"])
         saved = state["runtimes"]
         loss_labels = state["loss_labels"]

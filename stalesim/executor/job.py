@@ -13,9 +13,9 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Hashable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -24,15 +24,51 @@ from stalesim.errors import StalesimError
 from stalesim.executor.spec import needs_data_count, plan, verify_schedule
 
 if TYPE_CHECKING:  # pragma: no cover
-    from stalesim.executor.rank import Rank
+    from torch import nn
+
+    from stalesim.executor.measure import Row
+    from stalesim.executor.rank import Rank, RankContext, Runtimes
+    from stalesim.executor.spec import Job
+    from stalesim.runtime.build import StageModules
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.data import BatchStream
+    from stalesim.schedule import Schedule
+    from stalesim.workloads.layered import LayeredModel
 
 #: cuBLAS's deterministic workspace setting (torch's reproducibility notes: ``:4096:8`` or
 #: ``:16:8``; without one, deterministic mode raises on the first CUDA matmul)
 CUBLAS_DETERMINISTIC = ":4096:8"
 
 
+class Determinism(TypedDict):
+    """What :func:`prepare_determinism` set for a job."""
+
+    deterministic: bool
+    warn_only: bool
+    CUBLAS_WORKSPACE_CONFIG: str | None  # None off CUDA (cuBLAS only reads it there)
+
+
+class RankPayload(TypedDict):
+    """What each rank sends rank 0 after its run (``dist.gather_object``, pickled as the
+    plain dict it is at run time); :func:`stalesim.executor.results.summarize_job` reads it."""
+
+    rank: int
+    rows: list[Row]  # the rank's measured actions (stalesim.executor.measure.Recorder)
+    losses: list[list[float]]  # [worker, stage, batch, loss sum] per loss key (_loss_rows)
+    versions_used: dict[str, list[tuple[str, int]]]  # "w:s" -> (action, weight version) per F/B/W
+    peak_memory_bytes: int
+    peak_memory_parts: dict[str, int] | None  # by component on the CPU; None on CUDA
+    setup_peak_memory_bytes: int | None  # CUDA only
+    run_start_allocated_bytes: int | None  # CUDA only
+    stash_peak_bytes: int
+    bytes_sent: int
+    setup_s: float
+    cpu_affinity: list[int]
+    state: dict[str, dict[str, torch.Tensor]] | None  # worker 0's stage weights; None without evaluate
+
+
 def prepare_determinism(deterministic: bool, device: torch.device,
-                        environ: MutableMapping[str, str] | None = None) -> dict[str, Any]:
+                        environ: MutableMapping[str, str] | None = None) -> Determinism:
     """Set this rank's deterministic mode for a job; returns what was set.
 
     On CUDA, ``CUBLAS_WORKSPACE_CONFIG`` is set (unless it already holds one of cuBLAS's
@@ -92,7 +128,7 @@ class CudaPeak:
         write_bytes_atomic(folder / f"{name}.pickle", pickle.dumps(torch.cuda.memory._snapshot(self.device)))
         torch.cuda.memory._record_memory_history(enabled=None)
 
-    def around(self, hook: Any) -> Any:
+    def around(self, hook: Callable[[int], None]) -> Callable[[int], None]:
         """``hook`` (the rank's per-action checkpoint hook) with its allocations left out."""
         def wrapped(i: int) -> None:
             self._peak = max(self._peak, int(torch.cuda.max_memory_allocated(self.device)))
@@ -107,7 +143,7 @@ class CudaPeak:
         return max(self._peak, int(torch.cuda.max_memory_allocated(self.device)))
 
 
-def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[tuple[int, ...]]:
+def stage_out_shapes(model: LayeredModel, stages: Sequence[nn.Module], dtype: torch.dtype) -> list[tuple[int, ...]]:
     """Per-sample output shape of every stage (a batch-1 forward in eval mode: no BN update).
     Token-id inputs stay integers; every stage output (what is sent on) is floating."""
     shapes = []
@@ -126,8 +162,9 @@ def stage_out_shapes(model: Any, stages: list[Any], dtype: torch.dtype) -> list[
     return shapes
 
 
-def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
-    """Run one job on this rank; rank 0 returns the summary, the others None."""
+def run_job(job: Job, ctx: RankContext) -> dict[str, Any] | None:
+    """Run one job on this rank; rank 0 returns the summary, the others None (the summary is
+    :class:`stalesim.summary.RunSummary`'s JSON form, see :func:`summarize_job`)."""
     from stalesim.runtime.build import build_stage_modules
     from stalesim.runtime.config import TrainConfig
     from stalesim.runtime.data import batch_stream
@@ -167,15 +204,16 @@ def run_job(job: dict[str, Any], ctx: Any) -> dict[str, Any] | None:
     if ctx.rank != 0:
         dist.gather_object(payload, None, dst=0)
         return None
-    gathered: list[Any] = [None] * ctx.world
+    gathered: list[RankPayload | None] = [None] * ctx.world
     dist.gather_object(payload, gathered, dst=0)
     from stalesim.executor.results import summarize_job
 
-    return summarize_job(job, cfg, sched, N, gathered, model=model, stages=stages, stream=stream,
-                         device=ctx.device)
+    # the gather fills every slot
+    return summarize_job(job, cfg, sched, N, cast("list[RankPayload]", gathered), model=model, stages=stages,
+                         stream=stream, device=ctx.device)
 
 
-def _prepare(cfg: Any, job: dict[str, Any], ctx: Any) -> Any:
+def _prepare(cfg: TrainConfig, job: Job, ctx: RankContext) -> LayeredModel:
     """Point ``cfg`` at this rank's device, set the job's determinism, make the user's modules
     importable; returns the full model."""
     from stalesim.plugins import add_import_roots
@@ -188,7 +226,7 @@ def _prepare(cfg: Any, job: dict[str, Any], ctx: Any) -> Any:
     return run_model(cfg)
 
 
-def _plan_batches(cfg: Any, ctx: Any, base: Any) -> tuple[int, Any, Any]:
+def _plan_batches(cfg: TrainConfig, ctx: RankContext, base: LayeredModel) -> tuple[int, Schedule, BatchStream | None]:
     """(batches N, schedule, rank 0's batch stream or None). Counting by epochs needs the
     batches per epoch: only the data reader (rank 0, stage 0 of worker 0) loads the data set,
     and broadcasts the count."""
@@ -210,12 +248,12 @@ def _plan_batches(cfg: Any, ctx: Any, base: Any) -> tuple[int, Any, Any]:
     return N, sched, stream
 
 
-def _own_runtimes(cfg: Any, sched: Any, mods: Any, mine: list[tuple[int, int]], dev: torch.device,
-                  N: int) -> dict[tuple[int, int], Any]:
+def _own_runtimes(cfg: TrainConfig, sched: Schedule, mods: StageModules, mine: list[tuple[int, int]],
+                  dev: torch.device, N: int) -> Runtimes:
     """A StageRuntime per (worker, stage) this rank holds."""
     from stalesim.runtime.build import stage_runtimes
 
-    runtimes: dict[tuple[int, int], Any] = {}
+    runtimes: Runtimes = {}
     for w in sorted({w for w, _ in mine}):
         ours = [s for ww, s in mine if ww == w]
         for s, rt in stage_runtimes(cfg, sched, mods, worker=w, stages=ours, device=dev, total=N).items():
@@ -223,8 +261,9 @@ def _own_runtimes(cfg: Any, sched: Any, mods: Any, mine: list[tuple[int, int]], 
     return runtimes
 
 
-def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
-               stream: Any, shapes: list[tuple[int, ...]], model: Any) -> tuple[Rank, CudaPeak | None]:
+def _make_rank(job: Job, ctx: RankContext, sched: Schedule, cfg: TrainConfig, runtimes: Runtimes,
+               stream: BatchStream | None, shapes: list[tuple[int, ...]],
+               model: LayeredModel) -> tuple[Rank, CudaPeak | None]:
     """The rank, restored from a checkpoint when resuming, with the checkpoint hook attached
     (on CUDA wrapped so that its allocations stay out of the peak), and the CUDA peak."""
     from stalesim.executor.checkpoint import Checkpointer
@@ -248,8 +287,8 @@ def _make_rank(job: dict[str, Any], ctx: Any, sched: Any, cfg: Any, runtimes: di
     return rank, cuda_peak
 
 
-def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict[tuple[int, int], Any],
-             rows: list[list[Any]], cuda_peak: CudaPeak | None, setup_s: float) -> dict[str, Any]:
+def _payload(job: Job, cfg: TrainConfig, ctx: RankContext, rank: Rank, runtimes: Runtimes,
+             rows: list[Row], cuda_peak: CudaPeak | None, setup_s: float) -> RankPayload:
     """What this rank sends rank 0 after its run: rows, losses, memory, traffic, weights."""
     from stalesim.runtime.affinity import available_cores
 
@@ -276,7 +315,7 @@ def _payload(job: dict[str, Any], cfg: Any, ctx: Any, rank: Rank, runtimes: dict
     }
 
 
-def _loss_rows(losses: Mapping[Hashable, float]) -> list[list[Any]]:
+def _loss_rows(losses: Mapping[Hashable, float]) -> list[list[float]]:
     """``[worker, stage, batch, loss]`` per entry of the rank's loss sums, in key order (the
     rank keys them by (worker, stage, batch))."""
     out = []
@@ -286,21 +325,21 @@ def _loss_rows(losses: Mapping[Hashable, float]) -> list[list[Any]]:
     return sorted(out)
 
 
-def _common_origin(ctx: Any) -> float | None:
+def _common_origin(ctx: RankContext) -> float | None:
     """Rank 0's ``perf_counter`` right after the barrier, when every rank runs on this host
     (one monotonic clock): every rank's rows then share one origin exactly. None otherwise."""
     import socket
 
     if ctx.world <= 1 or ctx.device.type == "cuda":
         return None
-    box: list[Any] = [(socket.gethostname(), time.perf_counter())]
-    every: list[Any] = [None] * ctx.world
+    box: list[tuple[str, float]] = [(socket.gethostname(), time.perf_counter())]
+    every: list[tuple[str, float]] = [("", 0.0)] * ctx.world
     dist.all_gather_object(every, box[0])
     hosts = {h for h, _ in every}
     return float(every[0][1]) if len(hosts) == 1 else None
 
 
-def _stage_states(runtimes: dict[tuple[int, int], Any]) -> dict[str, Any]:
+def _stage_states(runtimes: Runtimes) -> dict[str, dict[str, torch.Tensor]]:
     """Worker 0's trained stage weights (CPU), for the final test accuracy on rank 0."""
     out = {}
     for (w, s), rt in runtimes.items():

@@ -35,14 +35,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from stalesim.atomic import ensure_dir, write_text_atomic
 from stalesim.devices import Devices, parse_devices
 from stalesim.errors import StalesimError
 from stalesim.rendezvous import LOCAL_ADDR, PrivateStoreDir, check_master_addr, free_port
 from stalesim.threads import DEFAULT_THREADS
+
+
+class DeviceSpec(TypedDict):
+    """The devices of a run as the ranks get them (the spec file's ``devices``; ``stalesim run``
+    under torchrun builds the same): :meth:`stalesim.executor.rank.RankContext.create` reads it."""
+
+    kind: str  # "cpu" or "cuda"
+    ids: list[int] | None  # CUDA device ids (None: one per local rank, in order)
 
 
 class ExecutorError(StalesimError):
@@ -68,14 +77,18 @@ def _thread_env(threads: int) -> dict[str, str]:
             "STALESIM_EXECUTOR_THREADS": t}
 
 
-def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | str, *,
+def run_local(jobs: dict[str, object] | Sequence[dict[str, object]], devices: Devices | str, *,
               timeout_s: float = 60.0, threads: int = DEFAULT_THREADS, grace_s: float | None = None,
               env: dict[str, str] | None = None, workdir: str | os.PathLike[str] | None = None,
               master_addr: str | None = None) -> Any:
     """Run one job (dict) or several (list) on ``devices``; return the summary (or list).
 
-    A job is the JSON-able spec built by :func:`stalesim.executor.spec.make_job`. The
-    summaries are what rank 0 computed (the same dict ``--json`` prints).
+    A job is the JSON-able spec built by :func:`stalesim.executor.spec.make_job` (its keys are
+    :class:`stalesim.executor.spec.Job`'s; the launcher only writes it to the spec file, so any
+    JSON-able dict passes). The summaries are what rank 0 computed (the same dict ``--json``
+    prints): :class:`stalesim.summary.RunSummary`'s JSON form, returned as ``Any`` because one
+    call returns one summary or a list of them and its callers (``stalesim.api.run`` marks it)
+    index the summaries without checking.
     """
     devs = parse_devices(devices) if isinstance(devices, str) else devices
     addr = master_addr or os.environ.get("STALESIM_MASTER_ADDR") or None
@@ -110,7 +123,8 @@ def run_local(jobs: dict[str, Any] | list[dict[str, Any]], devices: Devices | st
     procs: list[subprocess.Popen] = []
     try:
         rdzv = {"kind": "file", "path": str(store_dir.store_path)} if store_dir else {"kind": "env"}
-        spec = {"jobs": job_list, "devices": {"kind": devs.kind, "ids": list(devs.ids)},
+        device_spec: DeviceSpec = {"kind": devs.kind, "ids": list(devs.ids)}
+        spec = {"jobs": job_list, "devices": device_spec,
                 "timeout_s": float(timeout_s), "threads": int(threads), "workdir": str(wd),
                 "rendezvous": rdzv}
         spec_path = wd / "spec.json"

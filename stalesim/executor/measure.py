@@ -22,12 +22,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 from stalesim.schedule.actions import COMPUTE_KIND_NAMES as COMPUTE  # I and W (split backward) too
 
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
-def label_of(action: Any) -> str:
+    from stalesim.schedule import Action
+
+#: One measured action: ``[label, kind, stage, batch, micro, worker, start_s, end_s]``. A list
+#: of mixed types (str, int, None, float) because that is what is pickled to rank 0 and kept
+#: in the summary's JSON ``rows``; a tuple type would misstate it, so its items stay ``Any``.
+Row = list[Any]
+#: What :meth:`Recorder.begin` returns: a ``perf_counter`` value, or a recorded CUDA event.
+Start: TypeAlias = "float | torch.cuda.Event"
+
+
+def label_of(action: Action) -> str:
     """IR text of an action without its version annotation (trace label)."""
     return str(action.with_version(None)) if action.version is not None else str(action)
 
@@ -40,15 +52,15 @@ class Recorder:
     with the action's fields and trace label is built once, in :meth:`finish`.
     """
 
-    device: Any = None  # torch.device; CUDA -> events
+    device: torch.device | None = None  # CUDA -> events
     cuda: bool = False
-    actions: list[Any] = field(default_factory=list)  # the rank's action list
+    actions: list[Action] = field(default_factory=list)  # the rank's action list
     texts: list[str] | None = None  # their trace labels (label_of), if already computed
     t0: float = 0.0
-    rows: list[list[Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     _raw: list[tuple[int, float, float]] = field(default_factory=list)
-    _events: list[Any] = field(default_factory=list)
-    _ref: Any = None
+    _events: list[tuple[int, torch.cuda.Event, torch.cuda.Event]] = field(default_factory=list)
+    _ref: torch.cuda.Event | None = None
 
     def start_clock(self, t0: float | None = None) -> None:
         """Start the run's clock; ``t0``: a ``perf_counter`` value to measure from instead
@@ -62,7 +74,7 @@ class Recorder:
         now = time.perf_counter()
         self.t0 = now if t0 is None else min(now, t0)
 
-    def begin(self) -> Any:
+    def begin(self) -> Start:
         if self.cuda:
             import torch
 
@@ -71,31 +83,33 @@ class Recorder:
             return ev
         return time.perf_counter()
 
-    def end(self, index: int, start: Any) -> None:
+    def end(self, index: int, start: Start) -> None:
         """Action ``index`` of the list ran from ``start`` (what :meth:`begin` returned) to now."""
         if self.cuda:
             import torch
 
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
-            self._events.append((index, start, ev))
+            self._events.append((index, cast("torch.cuda.Event", start), ev))  # begin's, on CUDA
         else:
-            self._raw.append((index, start, time.perf_counter()))
+            now = time.perf_counter()  # first: the cast below stays outside the measured time
+            self._raw.append((index, cast(float, start), now))  # begin's, on the CPU
 
-    def _meta(self, index: int) -> list[Any]:
+    def _meta(self, index: int) -> Row:
         a = self.actions[index]
         text = self.texts[index] if self.texts is not None else label_of(a)
         return [text, a.kind.value, a.stage, a.batch, a.micro, a.worker]
 
-    def finish(self) -> list[list[Any]]:
+    def finish(self) -> list[Row]:
         """Resolve CUDA events (one synchronize) and return all rows, in execution order."""
         if self.cuda and self._events:
             import torch
 
             torch.cuda.synchronize()
-            for i, s, e in self._events:
-                self.rows.append(self._meta(i) + [self._ref.elapsed_time(s) / 1e3,
-                                                  self._ref.elapsed_time(e) / 1e3])
+            assert self._ref is not None  # recorded by start_clock
+            for i, ev_s, ev_e in self._events:
+                self.rows.append(self._meta(i) + [self._ref.elapsed_time(ev_s) / 1e3,
+                                                  self._ref.elapsed_time(ev_e) / 1e3])
             self._events.clear()
         t0 = self.t0
         for i, s, e in self._raw:
@@ -104,7 +118,22 @@ class Recorder:
         return self.rows
 
 
-def completions(rows_by_rank: dict[int, list[list[Any]]], batches: int) -> list[float | None]:
+class Timing(TypedDict):
+    """What :func:`summarize` measured (rank 0 copies most of it into the run's summary)."""
+
+    iteration_time_s: float
+    throughput_samples_per_s: float
+    utilization: dict[str, float]  # per device: busy / wall over the timing window
+    utilization_whole_run: dict[str, float]  # per device: busy / wall of the whole run
+    time_by_kind_s: dict[str, dict[str, float]]  # per device, per action kind
+    wall_s: float
+    warmup_batches_skipped: int
+    timing_window: str  # the rule: "steady window", "whole run" or "warm-up"
+    timing_window_s: list[float]  # [lo, hi]
+    batch_completion_s: list[float | None]  # per batch (None: not run here)
+
+
+def completions(rows_by_rank: dict[int, list[Row]], batches: int) -> list[float | None]:
     """End of the last U of each batch (None for batches not run here, e.g. before a resume)."""
     done: list[float | None] = [None] * batches
     for rows in rows_by_rank.values():
@@ -121,9 +150,9 @@ def warmup_batches(batches: int, stages: int) -> int:
     return min(batches - 2, max(1, batches // 10, stages - 1))
 
 
-def summarize(rows_by_rank: dict[int, list[list[Any]]], *, batches: int, stages: int,
+def summarize(rows_by_rank: dict[int, list[Row]], *, batches: int, stages: int,
               samples_per_batch: int, window: tuple[int, int] | None = None,
-              whole_run: bool = False) -> dict[str, Any]:
+              whole_run: bool = False) -> Timing:
     """Iteration time, utilization and time per kind from every rank's rows.
 
     ``window`` = (k0, k1), the schedule's steady window (``Schedule.steady_window()``):

@@ -12,14 +12,28 @@ off there. Byte counts are cached when a tensor arrives, so a sample reads sizes
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from stalesim.runtime.memory import add_storage, module_static_bytes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.transport import Pending
+    from stalesim.runtime.stage import StageRuntime
+
 #: A receive buffer's (storage key, bytes).
 Storage = tuple[int, int]
+
+
+class Mailboxes(Protocol):
+    """The rank's tensors in flight that a sample reads (:class:`stalesim.executor.rank.Rank`'s
+    store), keyed by (worker, stage, batch, micro)."""
+
+    inputs: dict[tuple[int, ...], torch.Tensor]
+    grads_in: dict[tuple[int, ...], torch.Tensor]
+    outputs: dict[tuple[int, ...], torch.Tensor]
+    grads_out: dict[tuple[int, ...], torch.Tensor]
 
 
 def storage_of(t: torch.Tensor) -> Storage:
@@ -35,8 +49,10 @@ class MemorySampler:
     ``sends``: its transport's incomplete sends; ``allreduces``: its open all-reduces
     (``key -> (pending, gradients, flat buffer)``). All three are read live at each sample."""
 
-    def __init__(self, runtimes: Mapping[tuple[int, int], Any], *, store: Any, sends: Mapping[Any, Any],
-                 allreduces: Mapping[Any, tuple[Any, Any, torch.Tensor]], local_loss: bool,
+    def __init__(self, runtimes: Mapping[tuple[int, int], StageRuntime], *, store: Mailboxes,
+                 sends: Mapping[int, Pending],
+                 allreduces: Mapping[tuple[int, int, int], tuple[Pending, list[torch.Tensor], torch.Tensor]],
+                 local_loss: bool,
                  momentum: bool, enabled: bool = True) -> None:
         self.rts = runtimes
         self.store = store

@@ -30,8 +30,9 @@ from __future__ import annotations
 import datetime
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,22 @@ from stalesim.schedule import Action, Kind
 from stalesim.schedule.actions import COMPUTE_KINDS
 from stalesim.schedule.comm import Edge, edge_of, edges, label_carriers, posting_plan
 from stalesim.schedule.dispatch import dispatch_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.launch import DeviceSpec
+    from stalesim.executor.tb_live import LiveLoss
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.data import BatchStream
+    from stalesim.runtime.stage import StageRuntime
+    from stalesim.schedule import Schedule
+
+#: The stage runtimes a rank holds, by (worker, stage).
+Runtimes = dict[tuple[int, int], "StageRuntime"]
+#: What ``dist.new_group`` returns: the group, or torch's ``GroupMember.NON_GROUP_MEMBER`` (-100)
+#: on a rank outside it (every rank creates every group; a rank uses only its own edges')
+NewGroup: TypeAlias = "dist.ProcessGroup | Literal[-100]"
+#: Stage 0's batches: the run's stream, or a plain callable ``t -> (x, y)`` (tests)
+Stream: TypeAlias = "BatchStream | Callable[[int], tuple[torch.Tensor, torch.Tensor]]"
 
 # How many receives a rank keeps posted ahead of the action that consumes them.
 RECV_AHEAD = 8
@@ -69,13 +86,14 @@ class RankContext:
     timeout_s: float
     beacon: Beacon
     strict: bool = False  # STALESIM_STRICT_COMM: NCCL's ordering rules enforced on gloo
-    groups: dict[Any, Any] = field(default_factory=dict)  # Edge (or legacy channel) -> group
+    groups: dict[Edge | str, NewGroup] = field(default_factory=dict)  # Edge (or legacy channel) -> group
 
     @classmethod
-    def create(cls, *, rank: int, world: int, local_rank: int, devices: dict[str, Any],
+    def create(cls, *, rank: int, world: int, local_rank: int, devices: DeviceSpec,
                timeout_s: float, beacon: Beacon, rendezvous: dict[str, Any] | None = None) -> RankContext:
         """Join the process group: ``rendezvous`` is the launcher's (a private FileStore
-        for local launches, see :mod:`stalesim.rendezvous`), ``None`` means ``env://``."""
+        for local launches, see :mod:`stalesim.rendezvous`, whose type it keeps), ``None``
+        means ``env://``."""
         kind = devices.get("kind", "cpu")
         if kind == "cuda":
             from stalesim.devices import rank_gpu
@@ -99,7 +117,7 @@ class RankContext:
     def legacy_layout(self) -> bool:
         return os.environ.get(LAYOUT_ENV, "") == "legacy"
 
-    def edge_groups(self, sched: Any) -> dict[Edge, Any]:
+    def edge_groups(self, sched: Schedule) -> dict[Edge, NewGroup]:
         """The process group of each edge the schedule uses (created on first use, kept for
         the next jobs). ``new_group`` is collective: every rank creates the missing groups
         in :func:`stalesim.schedule.comm.edges` order, which is the same on every rank
@@ -138,8 +156,8 @@ class _Store:
 class Rank:
     """Executes one device's action list (see the module doc)."""
 
-    def __init__(self, ctx: RankContext, sched: Any, cfg: Any, runtimes: dict[tuple[int, int], Any],
-                 stream: Any, out_shapes: list[tuple[int, ...]], *, faults: FaultInjector | None = None,
+    def __init__(self, ctx: RankContext, sched: Schedule, cfg: TrainConfig, runtimes: Runtimes,
+                 stream: Stream | None, out_shapes: list[tuple[int, ...]], *, faults: FaultInjector | None = None,
                  start_index: int = 0, label_shape: tuple[int, ...] = ()) -> None:
         self.ctx = ctx
         self.sched = sched
@@ -155,7 +173,9 @@ class Rank:
         self.micro_size = cfg.batch_size // (self.P * self.M)
         self.dtype = cfg.torch_dtype
         self.device = ctx.device
-        self.groups = ctx.edge_groups(sched)
+        # every edge of the schedule: this rank reads only its own edges', whose groups it is a
+        # member of (the others hold NON_GROUP_MEMBER)
+        self.groups = cast("dict[Edge, dist.ProcessGroup]", ctx.edge_groups(sched))
         strict = StrictComm(ctx.rank, ctx.device, ctx.timeout_s) if ctx.strict else None
         self.tr = Transport(ctx.rank, ctx.timeout_s, nccl=ctx.backend == "nccl", strict=strict)
         self.rec = Recorder(device=ctx.device, cuda=ctx.device.type == "cuda", actions=self.actions)
@@ -203,8 +223,9 @@ class Rank:
             check_comm_order(sched, self.plan, release=release)
         self.sent: dict[int, list[Pending]] = {}  # send index -> its messages not yet waited on
         self._handlers = dispatch_table(self)  # the emulator's method names (stalesim.schedule.dispatch)
-        self.on_action_done = None  # hook (checkpointing): called with the index just finished
-        self.live_loss: Any = None  # run --tensorboard: stalesim.executor.tb_live.LiveLoss on the loss rank
+        # hook (checkpointing): called with the index just finished
+        self.on_action_done: Callable[[int], None] | None = None
+        self.live_loss: LiveLoss | None = None  # run --tensorboard: on the loss rank
         self.loss_labels: dict[tuple, torch.Tensor] = {}  # labels of losses whose B is pending
         self.retain_sends: dict[int, list[int]] = {}  # send index -> checkpoints that re-send it
         self.retained: dict[int, list] = {}
@@ -328,6 +349,7 @@ class Rank:
         if part is not None:
             x = part(t, lo, lo + self.micro_size)
         else:  # a plain callable stream
+            assert self.stream is not None  # a rank holding stage 0 has one (run_job)
             x = self.stream(t)[0][lo:lo + self.micro_size].clone()
         return to_device(x, self.device)  # pinned + asynchronous on CUDA
 
@@ -337,7 +359,11 @@ class Rank:
         y = self.store.labels.get(key)
         if y is None:
             lab = getattr(self.stream, "labels", None)
-            y = lab(t) if lab is not None else self.stream(t)[1]
+            if lab is not None:
+                y = lab(t)
+            else:
+                assert self.stream is not None  # a rank holding stage 0 has one (run_job)
+                y = self.stream(t)[1]
             if self.P > 1:
                 y = shard(y, self.P, w)
             y = self.store.labels[key] = to_device(y, self.device)
@@ -382,7 +408,7 @@ class Rank:
             del uses[key]
             self.store.labels.pop(key, None)
 
-    def _output_grad(self, a: Action) -> Any:
+    def _output_grad(self, a: Action) -> torch.Tensor | None:
         """The gradient of stage ``a.stage``'s output for ``a``'s (micro-)batch: None on the
         loss stage, else from the next stage on this rank or from the receive."""
         w, s, t, m = a.worker, a.stage, a.batch, a.micro

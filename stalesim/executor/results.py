@@ -20,21 +20,32 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stalesim.atomic import ensure_dir, write_lines_atomic, write_text_atomic
-from stalesim.executor.measure import COMPUTE, summarize
+from stalesim.executor.measure import COMPUTE, Row, Timing, summarize
 from stalesim.summary import RunSummary, config_fields, schedule_fields, version_facts
 
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
 
-def _atomic_json(path: Path, obj: Any) -> None:
+    from stalesim.executor.job import RankPayload  # job imports this module: a cycle at run time
+    from stalesim.executor.spec import Job
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.runtime.data import BatchStream
+    from stalesim.schedule import Schedule
+    from stalesim.workloads.layered import LayeredModel
+
+
+def _atomic_json(path: Path, obj: object) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
 
 
-def finite_or_none(v: Any) -> float | None:
+def finite_or_none(v: object) -> float | None:
     """A loss as strict JSON allows it: non-finite (NaN, inf) and missing become None."""
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
@@ -47,7 +58,7 @@ def divergence(losses: list[float | None]) -> int | None:
     return None
 
 
-def _rows_to_events(rows_by_rank: dict[int, list]) -> dict[str, Any]:
+def _rows_to_events(rows_by_rank: dict[int, list[Row]]) -> dict[str, Any]:
     from stalesim.trace import TraceEvent, chrome_trace
 
     events = []
@@ -58,8 +69,8 @@ def _rows_to_events(rows_by_rank: dict[int, list]) -> dict[str, Any]:
     return chrome_trace(events, metadata={"source": "stalesim executor (measured)"})
 
 
-def evaluate(model: Any, stages: list[Any], states: dict[str, Any], stream: Any,
-             device: torch.device, task: str = "classify") -> dict[str, float | None]:
+def evaluate(model: LayeredModel, stages: Sequence[nn.Module], states: Mapping[str, Mapping[str, torch.Tensor]],
+             stream: BatchStream | None, device: torch.device, task: str = "classify") -> dict[str, float | None]:
     """The evaluation metric of the full model with the trained stage weights (eval mode):
     ``{"test_accuracy"}`` (classifiers) or ``{"val_loss", "val_bpc"}`` (LM), computed by
     :func:`stalesim.runtime.tasks.evaluate` exactly as the emulator does."""
@@ -79,14 +90,15 @@ def evaluate(model: Any, stages: list[Any], states: dict[str, Any], stream: Any,
             model.train(was)
 
 
-def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: list[dict[str, Any]], *,
-                  model: Any, stages: list[Any], stream: Any, device: torch.device) -> dict[str, Any]:
+def summarize_job(job: Job, cfg: TrainConfig, sched: Schedule, N: int, gathered: list[RankPayload], *,
+                  model: LayeredModel, stages: Sequence[nn.Module], stream: BatchStream | None,
+                  device: torch.device) -> dict[str, Any]:  # RunSummary's JSON form (+ rows with keep_rows)
     rows_by_rank = {p["rank"]: p["rows"] for p in gathered}
     S, P = sched.stages, sched.workers
     per: dict[tuple[int, int, int], float] = {}
     for p in gathered:
-        for w, s, t, v in p["losses"]:
-            per[(w, s, t)] = v
+        for w, s, t, loss in p["losses"]:
+            per[(int(w), int(s), int(t))] = loss  # ints in the list, typed with the float loss
     losses = []
     for t in range(N):  # accumulate as the emulator does: sum over workers of loss / P
         acc, seen = 0.0, False
@@ -104,20 +116,20 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     stage_losses = None
     if sched.local_loss:
         stage_losses = [[finite_or_none(per.get((0, s, t))) for t in range(N)] for s in range(S)]
-    versions_used: dict[str, list] = {}
+    versions_used: dict[str, list[tuple[str, int]]] = {}
     for p in gathered:
         versions_used.update(p["versions_used"])
     facts = version_facts(sched, (u for entries in versions_used.values() for u in entries))
     win = sched.steady_window()  # the simulator's window, so run and simulate agree
     timing = summarize(rows_by_rank, batches=N, stages=S, samples_per_batch=cfg.batch_size,
                        window=win, whole_run=win is None)
-    states: dict[str, Any] = {}
+    states: dict[str, dict[str, torch.Tensor]] = {}
     for p in gathered:
         states.update(p.get("state") or {})
     from stalesim.runtime.tasks import task_of
 
     task = task_of(cfg)
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, float | None] = {}
     if job.get("evaluate", True) and states and diverged_at is None:
         metrics = evaluate(model, stages, states, stream, device, task)
     evaluated = any(v is not None for v in metrics.values())
@@ -133,9 +145,10 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
         final_test_accuracy=metrics.get("test_accuracy"), final_val_loss=metrics.get("val_loss"),
         final_val_bpc=metrics.get("val_bpc"),
         epoch_metrics=[{"epoch": None, **metrics}] if evaluated else [],
-        **{k: timing[k] for k in ("iteration_time_s", "throughput_samples_per_s", "utilization",
-                                  "utilization_whole_run", "wall_s", "warmup_batches_skipped",
-                                  "timing_window", "time_by_kind_s")},
+        iteration_time_s=timing["iteration_time_s"], throughput_samples_per_s=timing["throughput_samples_per_s"],
+        utilization=timing["utilization"], utilization_whole_run=timing["utilization_whole_run"],
+        wall_s=timing["wall_s"], warmup_batches_skipped=timing["warmup_batches_skipped"],
+        timing_window=timing["timing_window"], time_by_kind_s=timing["time_by_kind_s"],
         setup_s=max(p["setup_s"] for p in gathered),
         cpu_affinity={str(p["rank"]): p.get("cpu_affinity") for p in gathered},
         stash_peak_bytes=sum(int(p.get("stash_peak_bytes") or 0) for p in gathered),
@@ -159,9 +172,10 @@ def summarize_job(job: dict[str, Any], cfg: Any, sched: Any, N: int, gathered: l
     return summary
 
 
-def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary: dict[str, Any],
-                   timing: dict[str, Any], versions_used: dict[str, list],
-                   rows_by_rank: dict[int, list], stage_losses: Any, all_losses: list) -> None:
+def _write_run_dir(out: Path, job: Job, cfg: TrainConfig, sched: Schedule, summary: dict[str, Any],
+                   timing: Timing, versions_used: dict[str, list[tuple[str, int]]],
+                   rows_by_rank: dict[int, list[Row]], stage_losses: list[list[float | None]] | None,
+                   all_losses: list[float | None]) -> None:
     ensure_dir(out)
     _atomic_json(out / "config.json", {
         "command": "run", "train": cfg.to_dict(), "devices": job.get("devices"),
@@ -175,7 +189,7 @@ def _write_run_dir(out: Path, job: dict[str, Any], cfg: Any, sched: Any, summary
     lines = []
     done = timing["batch_completion_s"]
     for t, loss in enumerate(all_losses):
-        row = {"step": t, "loss": loss, "completed_s": done[t] if t < len(done) else None}
+        row: dict[str, object] = {"step": t, "loss": loss, "completed_s": done[t] if t < len(done) else None}
         if stage_losses is not None:
             row["stage_losses"] = [sl[t] for sl in stage_losses]
         lines.append(json.dumps(row, allow_nan=False))

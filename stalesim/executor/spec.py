@@ -12,7 +12,8 @@ Torch-free, so the CLI can plan a run before any rank or torch starts.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from stalesim.errors import StalesimError
 from stalesim.plugins import import_roots
@@ -20,7 +21,38 @@ from stalesim.runtime.config import TrainConfig
 from stalesim.schedule import Schedule
 
 
-def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
+class _LaunchFields(TypedDict, total=False):
+    """What ``stalesim run`` adds to a job after :func:`make_job` (``build_job`` in
+    :mod:`stalesim.cli.run_cmd`); rank 0 copies them into the run folder's ``config.json``.
+    Absent from the jobs of the API, ``validate`` and ``plan``."""
+
+    devices: str
+    timeout_s: float
+    threads: int
+
+
+class Job(_LaunchFields):
+    """The job :func:`make_job` makes: its keys, checked by mypy where it is made and
+    wherever a rank reads it (:mod:`stalesim.executor.job`, ``checkpoint``, ``results``,
+    ``tb_live``). At run time a plain dict, so its JSON form (the spec file the launcher
+    writes) is unchanged."""
+
+    #: :meth:`TrainConfig.to_dict`: the config's own fields (TrainConfig is their typed form)
+    train: dict[str, Any]
+    schedule_fingerprint: str | None  # None: counted in epochs, known once the data set is read
+    out: str | None
+    checkpoint_every: int
+    resume: str | None
+    evaluate: bool
+    label: str | None
+    keep_rows: bool
+    deterministic: bool
+    import_roots: list[str]
+    tensorboard: str | None
+    tensorboard_every: int
+
+
+def make_job(cfg: TrainConfig | Mapping[str, object], *, out: str | None = None, checkpoint_every: int = 0,
              resume: str | None = None, evaluate: bool = True, label: str | None = None,
              keep_rows: bool = False, deterministic: bool = False,
              schedule: Schedule | None = None, tensorboard: str | None = None,
@@ -43,43 +75,49 @@ def make_job(cfg: Any, *, out: str | None = None, checkpoint_every: int = 0,
     if schedule is None:
         tc = cfg if isinstance(cfg, TrainConfig) else TrainConfig.from_dict(dict(cfg))
         schedule = job_schedule(tc.check())
-    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+    d: dict[str, Any] = cfg.to_dict() if isinstance(cfg, TrainConfig) else dict(cfg)
     # the user's --model/--dataset modules (pkg.module:factory): the ranks, other processes,
     # put the folders they were imported from here on their sys.path before importing them
     roots = import_roots([d.get("model"), d.get("dataset")])
-    return {"train": d, "schedule_fingerprint": None if schedule is None else schedule.fingerprint(),
-            "out": out, "checkpoint_every": int(checkpoint_every or 0),
-            "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
-            "deterministic": bool(deterministic), "import_roots": roots,
-            "tensorboard": tensorboard, "tensorboard_every": max(int(tensorboard_every), 1)}
+    job: Job = {"train": d, "schedule_fingerprint": None if schedule is None else schedule.fingerprint(),
+                "out": out, "checkpoint_every": int(checkpoint_every or 0),
+                "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
+                "deterministic": bool(deterministic), "import_roots": roots,
+                "tensorboard": tensorboard, "tensorboard_every": max(int(tensorboard_every), 1)}
+    # declared a plain dict: callers outside the executor hold the job as one (the CLI adds its
+    # launch fields to it, validate passes a list of them), so returning the Job would not
+    # type-check there; the keys are checked here and by every reader in the executor
+    return dict(job)
 
 
-def needs_data_count(cfg: Any) -> bool:
+def needs_data_count(cfg: TrainConfig) -> bool:
     """Whether the run's schedule depends on the data set's size (batches per epoch): a
     run counted in epochs, or one that switches at an epoch."""
     return cfg.iterations is None or cfg.switch_epoch is not None
 
 
-def job_schedule(cfg: Any) -> Schedule | None:
+def job_schedule(cfg: TrainConfig) -> Schedule | None:
     """The schedule of a run of the checked config ``cfg``, built once where the run starts;
     None when the data set fixes its length (:func:`needs_data_count`)."""
     return None if needs_data_count(cfg) else plan(cfg)[1]
 
 
-def expected_devices(cfg: Any, sched: Schedule | None = None) -> int:
+def expected_devices(cfg: TrainConfig, sched: Schedule | None = None) -> int:
     """Devices (ranks) the run of ``cfg`` needs: its schedule's (``sched``, built once by
     :func:`job_schedule`), or, for a run counted in epochs (no schedule before the data set
     is read), a short build of the same config's (the device count does not depend on the
     length)."""
     if sched is not None:
         return int(sched.num_devices)
-    if cfg.schedule_file is not None:  # the file's own length
-        return int(cfg.build_schedule(cfg.iterations).num_devices)
+    if cfg.schedule_file is not None:  # the file's own length (None: as many batches as it holds)
+        # build_schedule hands None on to load_schedule_file, which takes it; its own
+        # annotation (stalesim.runtime.config) says int
+        return int(cfg.build_schedule(cfg.iterations).num_devices)  # type: ignore[arg-type]
     n = cfg.iterations if cfg.iterations is not None else 2
     return int(cfg.build_schedule(max(1, min(n, 4))).num_devices)
 
 
-def verify_schedule(job: dict[str, Any], sched: Schedule) -> None:
+def verify_schedule(job: Job, sched: Schedule) -> None:
     """Refuse to run a schedule other than the one the job was made for: the rank built
     ``sched`` from the job's config, and its fingerprint must be the job's (a job spec
     edited after it was made, or ranks running another version of the schedule code)."""
@@ -94,7 +132,7 @@ def verify_schedule(job: dict[str, Any], sched: Schedule) -> None:
             "or this rank runs other schedule code")
 
 
-def plan(cfg: Any, batches_per_epoch: int | None = None) -> tuple[int, Schedule]:
+def plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> tuple[int, Schedule]:
     """(total batches, schedule) for a config; usable without torch. The schedule comes
     from the one IR call every consumer makes with the run's config."""
     if cfg.iterations is None and batches_per_epoch is None:

@@ -30,7 +30,6 @@ import datetime
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -106,7 +105,7 @@ class StrictComm:
         self.td = datetime.timedelta(seconds=timeout_s)
         self.lanes: dict[tuple[int, int], _Lane] = {}
 
-    def _lane(self, group: Any, peer: int) -> _Lane:
+    def _lane(self, group: dist.ProcessGroup | None, peer: int) -> _Lane:
         key = (id(group), peer)
         lane = self.lanes.get(key)
         if lane is None:
@@ -125,7 +124,7 @@ class StrictComm:
         lane.q.put((fn, work))
         return work
 
-    def send(self, tensor: torch.Tensor, dst: int, tag: int, group: Any) -> StrictWork:
+    def send(self, tensor: torch.Tensor, dst: int, tag: int, group: dist.ProcessGroup | None) -> StrictWork:
         td = self.td
 
         def run() -> None:
@@ -135,7 +134,7 @@ class StrictComm:
 
         return self._submit(self._lane(group, dst), run)
 
-    def recv(self, buf: torch.Tensor, src: int, tag: int, group: Any) -> StrictWork:
+    def recv(self, buf: torch.Tensor, src: int, tag: int, group: dist.ProcessGroup | None) -> StrictWork:
         td = self.td
 
         def run() -> None:
@@ -146,7 +145,7 @@ class StrictComm:
 
         return self._submit(self._lane(group, src), run)
 
-    def all_reduce(self, flat: torch.Tensor, group: Any) -> StrictWork:
+    def all_reduce(self, flat: torch.Tensor, group: dist.ProcessGroup | None) -> StrictWork:
         def run() -> None:
             dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
 

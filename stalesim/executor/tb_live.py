@@ -24,17 +24,20 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stalesim.schedule import Kind
+from stalesim.schedule import Action, Kind, Schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.spec import Job
 
 
 class LiveLoss:
     """The loss-stage rank's live TensorBoard writer (:func:`live_loss` makes it)."""
 
-    def __init__(self, folder: Path, losses: Mapping[Any, float], *, stage: int, workers: int,
+    def __init__(self, folder: Path, losses: Mapping[Hashable, float], *, stage: int, workers: int,
                  remaining: Counter[int], every: int, last_step: int, purge_step: int | None) -> None:
         from stalesim.launch.tb_scalars import RunScalars
         from stalesim.tbevents import newest_second, wait_past
@@ -74,7 +77,7 @@ class LiveLoss:
         self.scalars.close()
 
 
-def live_loss(job: Mapping[str, Any], sched: Any, rank: int, actions: list[Any], losses: Mapping[Any, float],
+def live_loss(job: Job, sched: Schedule, rank: int, actions: Sequence[Action], losses: Mapping[Hashable, float],
               start_index: int = 0) -> LiveLoss | None:
     """The writer when the job asks for TensorBoard and ``rank`` holds worker 0's loss stage
     (else None). ``actions``: the rank's action list, run from ``start_index`` (a resumed

@@ -36,10 +36,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.strict import StrictComm, StrictWork
 
 # Channels of one point-to-point action: the activation, the labels riding with
 # it, the gradient.
@@ -72,7 +75,7 @@ def tag_for(channel: int, stage: int, batch: int, micro: int | None) -> int:
 class Pending:
     """One posted non-blocking operation and what it is for (for error messages)."""
 
-    work: Any
+    work: Any  # dist.Work, a StrictWork, or what torch returns outside a group (None)
     tensor: torch.Tensor
     action: str
     peer: int | None
@@ -89,8 +92,8 @@ class Transport:
     rank: int
     timeout_s: float
     nccl: bool = False  # wait without a host-side timeout (see the module doc)
-    strict: Any = None  # a stalesim.executor.strict.StrictComm: NCCL's ordering enforced on gloo
-    ar_group: Any = None
+    strict: StrictComm | None = None  # NCCL's ordering enforced on gloo
+    ar_group: dist.ProcessGroup | None = None  # None: the default group
     sends: dict[int, Pending] = field(default_factory=dict)  # id -> send not yet waited on
     bytes_sent: int = 0
 
@@ -100,8 +103,9 @@ class Transport:
 
     # ------------------------------------------------------------------ p2p
     def post_recv(self, buf: torch.Tensor, src: int, tag: int, action: str, what: str,
-                  group: Any = None) -> Pending:
+                  group: dist.ProcessGroup | None = None) -> Pending:
         self._check_device(buf, action, src, f"receiving {what}")
+        work: dist.Work | StrictWork | None
         try:
             if self.strict is not None:
                 work = self.strict.recv(buf, src, tag, group)
@@ -112,13 +116,14 @@ class Transport:
         return Pending(work, buf, action, src, what)
 
     def send(self, tensor: torch.Tensor, dst: int, tag: int, action: str, what: str,
-             group: Any = None, count: bool = True) -> Pending:
+             group: dist.ProcessGroup | None = None, count: bool = True) -> Pending:
         """``isend``; the transport keeps the tensor until the send completes (``count``: the
         rank's memory accounting counts it meanwhile; labels are not counted)."""
         tensor = tensor.detach()
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()
         self._check_device(tensor, action, dst, f"sending {what}")
+        work: dist.Work | StrictWork | None
         try:
             if self.strict is not None:
                 work = self.strict.send(tensor, dst, tag, group)
@@ -169,6 +174,7 @@ class Transport:
     # ------------------------------------------------------------- all-reduce
     def all_reduce_start(self, flat: torch.Tensor, action: str) -> Pending:
         self._check_device(flat, action, None, "starting the gradient all-reduce")
+        work: dist.Work | StrictWork | None
         try:
             if self.strict is not None:
                 work = self.strict.all_reduce(flat, self.ar_group)

@@ -42,7 +42,11 @@ def _pin(local_rank: int, device_kind: str, world: int) -> None:
 
 
 def worker_main(spec: dict[str, Any]) -> int:
-    """Run every job of ``spec`` on this rank; rank 0 writes ``result<i>.json`` per job."""
+    """Run every job of ``spec`` on this rank; rank 0 writes ``result<i>.json`` per job.
+
+    ``spec``: the launcher's spec file, parsed (``jobs``, ``devices``, ``timeout_s``, ``threads``,
+    ``workdir``, ``rendezvous``), or the dict ``stalesim run`` builds under torchrun (with
+    ``print_json``); both are plain JSON read here key by key."""
     from stalesim.executor.faults import Beacon, die_with_parent
 
     rank = int(os.environ.get("RANK", "0"))
@@ -115,7 +119,7 @@ def _message(rank: int, exc: BaseException, doing: str = "") -> str:
     return f"rank {rank}: {type(exc).__name__}: {text}{at}"
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def _write_json(path: Path, obj: object) -> None:
     from stalesim.atomic import write_text_atomic
 
     write_text_atomic(path, json.dumps(obj))
