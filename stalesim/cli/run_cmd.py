@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalesim.cli.common import add_threads_arg, nonneg_int, print_json, rendezvous_seconds
 from stalesim.cli.train_args import add_schedule_file_arg, add_train_args, train_config_from_args
 from stalesim.errors import StalesimError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stalesim.executor.spec import Job
+    from stalesim.runtime.config import TrainConfig
+    from stalesim.schedule import Schedule
 
 
 def add_executor_args(p: argparse.ArgumentParser) -> None:
@@ -64,7 +69,7 @@ def _default_out(cfg: Any) -> str:
     return fresh_run_dir("runs", run_dir_name(str(cfg.model), str(cfg.schedule)))
 
 
-def build_job(args: argparse.Namespace, cfg: Any, devices: str, sched: Any = None) -> dict[str, Any]:
+def build_job(args: argparse.Namespace, cfg: TrainConfig, devices: str, sched: Schedule | None = None) -> Job:
     """The job of this run; ``sched``: the schedule :func:`stalesim.executor.spec.job_schedule` built from ``cfg``
     (checked), whose fingerprint the job carries (None: :func:`make_job` checks and plans)."""
     from stalesim.executor.spec import make_job

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -77,7 +77,7 @@ def _thread_env(threads: int) -> dict[str, str]:
             "STALESIM_EXECUTOR_THREADS": t}
 
 
-def run_local(jobs: dict[str, object] | Sequence[dict[str, object]], devices: Devices | str, *,
+def run_local(jobs: Mapping[str, object] | Sequence[Mapping[str, object]], devices: Devices | str, *,
               timeout_s: float = 60.0, threads: int = DEFAULT_THREADS, grace_s: float | None = None,
               env: dict[str, str] | None = None, workdir: str | os.PathLike[str] | None = None,
               master_addr: str | None = None) -> Any:

@@ -56,7 +56,7 @@ def make_job(cfg: TrainConfig | Mapping[str, object], *, out: str | None = None,
              resume: str | None = None, evaluate: bool = True, label: str | None = None,
              keep_rows: bool = False, deterministic: bool = False,
              schedule: Schedule | None = None, tensorboard: str | None = None,
-             tensorboard_every: int = 1) -> dict[str, Any]:
+             tensorboard_every: int = 1) -> Job:
     """The JSON-able description of one run (``cfg``: TrainConfig or its dict).
 
     The config is checked here, once, where the run starts (a caller that passes the
@@ -84,10 +84,7 @@ def make_job(cfg: TrainConfig | Mapping[str, object], *, out: str | None = None,
                 "resume": resume, "evaluate": bool(evaluate), "label": label, "keep_rows": keep_rows,
                 "deterministic": bool(deterministic), "import_roots": roots,
                 "tensorboard": tensorboard, "tensorboard_every": max(int(tensorboard_every), 1)}
-    # declared a plain dict: callers outside the executor hold the job as one (the CLI adds its
-    # launch fields to it, validate passes a list of them), so returning the Job would not
-    # type-check there; the keys are checked here and by every reader in the executor
-    return dict(job)
+    return job
 
 
 def needs_data_count(cfg: TrainConfig) -> bool:
@@ -110,9 +107,7 @@ def expected_devices(cfg: TrainConfig, sched: Schedule | None = None) -> int:
     if sched is not None:
         return int(sched.num_devices)
     if cfg.schedule_file is not None:  # the file's own length (None: as many batches as it holds)
-        # build_schedule hands None on to load_schedule_file, which takes it; its own
-        # annotation (stalesim.runtime.config) says int
-        return int(cfg.build_schedule(cfg.iterations).num_devices)  # type: ignore[arg-type]
+        return int(cfg.build_schedule(cfg.iterations).num_devices)
     n = cfg.iterations if cfg.iterations is not None else 2
     return int(cfg.build_schedule(max(1, min(n, 4))).num_devices)
 

@@ -23,7 +23,7 @@ from stalesim.limits import MAX_COUNT, MAX_FACTOR, MAX_SEED, check_int
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from stalesim.schedule import ScheduleConfig
+    from stalesim.schedule import Schedule, ScheduleConfig
 
 DATASETS = ("mnist", "fashion-mnist", "cifar10", "synthetic", "shakespeare")
 LR_SCHEDULES = ("constant", "step", "cosine")
@@ -247,14 +247,18 @@ class TrainConfig:
         self._check_optimizer()
         return self
 
-    def build_schedule(self, batches: int, batches_per_epoch: int | None = None) -> Any:
+    def build_schedule(self, batches: int | None, batches_per_epoch: int | None = None) -> Schedule:
         """The run's :class:`~stalesim.schedule.Schedule` over ``batches`` mini-batches: the
         registered schedule built by the IR (:meth:`schedule_config`), or the user's file
-        (:mod:`stalesim.schedule.userfile`). The one call the emulator and the executor make."""
+        (:mod:`stalesim.schedule.userfile`; None: as many batches as it holds). The one call the
+        emulator and the executor make."""
         if self.schedule_file is not None:
             from stalesim.schedule.userfile import load_schedule_file
 
             return load_schedule_file(self.schedule_file, batches)
+        if batches is None:
+            raise StalesimError(f"iterations: schedule {self.schedule!r} needs a run length "
+                                "(only a schedule file carries its own)")
         from stalesim.schedule import build_schedule
 
         return build_schedule(self.schedule_config(batches, batches_per_epoch))

@@ -31,6 +31,7 @@ from stalesim.errors import StalesimError
 from stalesim.validate.config import ValidateConfig
 
 if TYPE_CHECKING:
+    from stalesim.executor.spec import Job
     from stalesim.validate.tbscalars import ValidationScalars
 
 Progress = Callable[[str], None]
@@ -483,9 +484,9 @@ def run_step(v: Validation) -> None:
         if k > 0:
             _run_baseline(v, k)
         names = round_order(v.schedules, k)
-        jobs = [make_job(train_config(cfg, name, v.n, v.ppvs[name], cfg.iterations, device="cpu"),
-                         out=str(run_dir(v.out, name, k)), evaluate=False, label=name, keep_rows=True)
-                for name in names]
+        jobs = {name: make_job(train_config(cfg, name, v.n, v.ppvs[name], cfg.iterations, device="cpu"),
+                               out=str(run_dir(v.out, name, k)), evaluate=False, label=name, keep_rows=True)
+                for name in names}
         got = _run_jobs(jobs, v.devs, cfg, v.say)
         for name in names:
             v.runs[name].append(got[name])
@@ -518,24 +519,24 @@ def _resume_rounds(v: Validation, keys: list[Any], timer: Any) -> tuple[int, Any
     return r.rounds, timer
 
 
-def _run_jobs(jobs: list[dict], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
-    """All jobs in one process group; if that fails, each alone so one bad schedule
-    does not hide the others (its row then carries the error)."""
+def _run_jobs(jobs: dict[str, Job], devs: Any, cfg: ValidateConfig, say: Progress) -> dict[str, dict]:
+    """All jobs (by schedule name) in one process group; if that fails, each alone so one bad
+    schedule does not hide the others (its row then carries the error)."""
     from stalesim.executor.launch import run_local
 
     try:
-        res = run_local(jobs, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
-        return {j["label"]: r for j, r in zip(jobs, res)}
+        res = run_local(list(jobs.values()), devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+        return dict(zip(jobs, res))
     except StalesimError as exc:
         if len(jobs) == 1:
-            return {jobs[0]["label"]: {"error": str(exc)}}
+            return {name: {"error": str(exc)} for name in jobs}
         say(f"[validate] the joint run failed ({exc}); running each schedule alone")
     out: dict[str, dict] = {}
-    for j in jobs:
+    for name, j in jobs.items():
         try:
-            out[j["label"]] = run_local(j, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
+            out[name] = run_local(j, devs, timeout_s=cfg.timeout_s, threads=cfg.threads)
         except StalesimError as exc:
-            out[j["label"]] = {"error": str(exc)}
+            out[name] = {"error": str(exc)}
     return out
 
 

@@ -370,7 +370,7 @@ def test_modules_stay_small() -> None:
 # type), the rendezvous dict stalesim.rendezvous takes, the spec file a rank parses, the job dict
 # make_job returns to callers that hold it as a plain dict, and the package's lazy __getattr__.
 # Lower it when one goes; never raise it.
-EXECUTOR_PUBLIC_ANY = 9
+EXECUTOR_PUBLIC_ANY = 8
 
 
 def _mentions_any(node: ast.AST | None) -> bool:
