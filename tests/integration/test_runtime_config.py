@@ -151,3 +151,13 @@ def test_schedule_rules_are_the_schedule_packages(train, sched):
         TrainConfig(iterations=1, dataset="synthetic", batch_size=24, **train).check()
     assert str(got.value) == str(want.value)
     assert str(got.value).split(":")[0] in train  # names the user's flag
+
+
+def test_a_registered_schedule_needs_a_run_length():
+    """Only a schedule file carries its own length: building a registered schedule without one is a
+    one-line error naming ``iterations``, and with one it builds that many batches."""
+    cfg = TrainConfig(schedule="1f1b", stages=2, microbatches=2, batch_size=8)
+    with pytest.raises(StalesimError, match=r"^iterations: schedule '1f1b' needs a run length") as exc:
+        cfg.build_schedule(None)
+    assert "\n" not in str(exc.value)
+    assert cfg.build_schedule(3).batches == 3
