@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 demo: install
 	$(PY) -m stalesim demo
 
-# TEST_WORKERS=2 runs a tier on two pytest-xdist workers (this machine kind's cores); 0, the default,
-# runs it in one process. loadfile keeps a file's tests on one worker (a module fixture runs once);
+# TEST_WORKERS: pytest-xdist workers (2, the default: this machine kind's cores, one compute thread
+# each); 0 runs a tier in one process. loadfile keeps a file's tests on one worker (a module fixture runs once);
 # the few tests that bound a wall time run alone (tests/_parallel.py). tests/README.md says how.
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: install

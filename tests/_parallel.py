@@ -34,6 +34,8 @@ LOCK_ENV = "STALESIM_TEST_LOCK_DIR"
 ALONE: dict[str, str] = {
     "tests/integration/test_validate_commcal.py::test_two_cpu_ranks_measure_every_quantity_at_every_size":
         "bounds the compute a message costs (3 ms): a busy second worker deschedules the ranks for longer",
+    "tests/integration/test_cli_fuzz.py":
+        "every command line must end within its limit (LIMIT_S): a busy second worker adds its load to each",
     "tests/integration/test_badinput_soak.py":
         "each case's process must end within 20 s (training ones 90 s), two at a time: both cores",
     "tests/integration/test_executor_faults.py::test_crashed_rank_stops_every_rank":

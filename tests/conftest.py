@@ -6,12 +6,16 @@ missing data set is a failure: CI must never pass by skipping the real-data test
 
 Under pytest-xdist (``make test``: 2 workers) the tests named in ``_parallel.ALONE`` run with
 nothing beside them; the controller makes the lock folder, each worker takes its turn per test.
+Each worker computes on one thread (``OMP_NUM_THREADS=1``, inherited by the processes its tests
+start) unless the environment already says otherwise: two workers then fill the two cores
+instead of each oversubscribing them with an intra-op pool sized for the whole machine.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +55,18 @@ def _is_worker(config: pytest.Config) -> bool:
 _OWN_LOCK_DIR = pytest.StashKey[str]()
 
 
+def _one_thread_per_worker() -> None:
+    """Before the worker imports torch (its thread pool reads the variable once); if a plugin
+    imported it already, the pool is set directly."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 def pytest_configure(config: pytest.Config) -> None:  # noqa: D103
+    if _is_worker(config):
+        _one_thread_per_worker()
     config.addinivalue_line("markers", "alone: runs with no other test beside it under xdist (tests/_parallel.py)")
     # the controller of an xdist run (-n N, N > 0) makes the lock folder before it starts the workers,
     # which inherit its path; a plain run has no workers and locks nothing

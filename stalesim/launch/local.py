@@ -11,8 +11,6 @@ again is the one reported, and the others finish.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -20,12 +18,12 @@ from dataclasses import replace
 from typing import Any
 
 from stalesim.launch.jobs import Job, JobFailure, call_logged, last_line
-from stalesim.lifetime import die_with_parent
+from stalesim.lifetime import Parent, adopt, fresh_context
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                               initializer=die_with_parent, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=fresh_context(),
+                               initializer=adopt, initargs=(Parent.here(),))
 
 
 class LocalLauncher:

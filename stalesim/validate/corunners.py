@@ -8,14 +8,13 @@ model that consumes the numbers is :mod:`stalesim.validate.costmodel`.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import os
 import statistics
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from stalesim.errors import StalesimError
+from stalesim.lifetime import Parent, fresh_context
 from stalesim.schedule.actions import UNSPLIT_COMPUTE_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,7 +106,7 @@ def measure_overhead(*, threads: int = 1, device: str = "cpu", repeats: int = 20
 def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any, ready: Any,  # pragma: no cover
                seed: int, go: Any = None, dataset: str | None = None, gen: Any = None,
                ack: Any = None, ranks: int = 1, error: Any = None,
-               parent: int | None = None) -> None:  # (runs in a child process)
+               parent: Parent | None = None) -> None:  # (runs in a child process)
     """A co-runner: train ``model`` on random data until ``stop`` is set (while ``go`` is set).
 
     It trains as a rank does: the model's own example batch (token ids for a language
@@ -120,9 +119,12 @@ def _busy_loop(model: str, batch_size: int, threads: int, device: str, stop: Any
     traceback on stderr. It dies with ``parent`` (the process that started it): a co-runner
     trains until told to stop, so one whose parent was killed would never stop.
     """
-    from stalesim.lifetime import die_with_parent
+    from stalesim.lifetime import adopt, die_with_parent
 
-    die_with_parent(parent)
+    if parent is None:
+        die_with_parent()
+    else:
+        adopt(parent)
     try:
         _train_until_stopped(model, batch_size, threads, device, stop, ready, seed, go, dataset, gen, ack, ranks)
     except StalesimError as exc:
@@ -187,7 +189,7 @@ class CoRunners:
         if n < 1:
             raise StalesimError(f"co_runners: expected >= 1, got {n}")
         self.n, self.timeout_s = n, timeout_s
-        ctx = mp.get_context("spawn")
+        ctx = fresh_context()
         self._stop, self._go = ctx.Event(), ctx.Event()
         self._gen = ctx.Value("q", 0)
         self._acks = [ctx.Value("q", 0) for _ in range(n)]
@@ -198,7 +200,7 @@ class CoRunners:
         self._procs = [ctx.Process(target=_busy_loop,
                                    args=(model, batch_size, threads, device, self._stop, self._readies[i], i + 1,
                                          self._go, dataset, self._gen, self._acks[i], n + 1, self._errors[i],
-                                         os.getpid()),
+                                         Parent.here()),
                                    daemon=True)
                        for i in range(n)]
 

@@ -33,7 +33,6 @@ update (:mod:`costmodel`).
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -468,14 +467,13 @@ def _sample_fresh(tc: Any, device: str, threads: int, rounds: int, full_batch: i
                   data: bool = True, *, ranks: int = 1, waits: Sequence[float] = (),
                   pass_index: int = 0) -> tuple[Samples, WaitSamples]:
     """:func:`_sample` in a new (spawned) process, set up as the first of ``ranks`` ranks."""
-    import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from stalesim.lifetime import die_with_parent
+    from stalesim.lifetime import Parent, adopt, fresh_context
 
     # the sampling child dies with this process (a killed validation leaves no process timing on)
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
-                             initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(1, mp_context=fresh_context(), initializer=adopt,
+                             initargs=(Parent.here(),)) as pool:
         return pool.submit(_sample_as_a_rank, tc, device, threads, rounds, full_batch, data, ranks,
                            tuple(waits), pass_index).result()
 

@@ -102,19 +102,22 @@ def test_a_job_whose_process_dies_fails_alone(tmp_path, name, request):
 
 
 def _workers(name: str) -> list[int]:
-    """The live processes running the job: this process's spawned pool workers (local), or
-    the Ray workers whose title names the task (ray), from /proc."""
-    out = []
+    """The live processes running the job: this process's pool workers (local: spawned by it, or
+    forked by its fork server), or the Ray workers whose title names the task (ray), from /proc."""
+    procs = []
     for d in os.listdir("/proc"):
         try:
             stat = Path(f"/proc/{d}/stat").read_text() if d.isdigit() else ""
             cmd = Path(f"/proc/{d}/cmdline").read_bytes() if stat else b""
         except OSError:
             continue
-        ours = bool(stat) and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"spawn_main" in cmd
-        if (name == "local" and ours) or (name == "ray" and cmd.startswith(b"ray::call_logged")):
-            out.append(int(d))
-    return out
+        if stat:
+            procs.append((int(d), int(stat.rsplit(")", 1)[1].split()[1]), cmd))
+    if name == "ray":
+        return [p for p, _, cmd in procs if cmd.startswith(b"ray::call_logged")]
+    me = os.getpid()
+    servers = {p for p, pp, cmd in procs if pp == me and b"multiprocessing.forkserver" in cmd}
+    return [p for p, pp, cmd in procs if (pp == me and b"spawn_main" in cmd) or pp in servers]
 
 
 @pytest.mark.slow
