@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 
 __all__ = ["Parent", "adopt", "die_with_parent", "fresh_context"]
 
@@ -74,7 +74,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def fresh_context() -> BaseContext:
+def fresh_context() -> ForkServerContext | SpawnContext:
     """The multiprocessing context for a child that must start fresh: the fork server with
     :data:`PRELOAD` imported where the platform has one (Linux, macOS), else spawn. Its
     children call :func:`adopt` first."""
