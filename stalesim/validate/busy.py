@@ -8,8 +8,11 @@ within it). Either one puts a warning in the report and in the CLI's summary
 line, so that nobody reads a loaded run's errors as the model's.
 
 Other work is measured, not guessed: the machine's busy CPU time over the run
-(``/proc/stat``) minus this process's and its finished children's (``os.times``),
-per second of the run (:func:`cpu_sample`, :func:`other_work_cores`). The 1-minute
+(``/proc/stat``) minus this process's and its descendants' (``os.times`` for the
+children it waited for; ``/proc/<pid>/stat`` for those still running, with the
+children they waited for: the fork server that starts the stage timings and the
+co-runners lives until the command ends), per second of the run (:func:`cpu_sample`,
+:func:`other_work_cores`). The 1-minute
 load average is only the fallback where ``/proc/stat`` is missing: it also counts
 the command's own earlier work (``stalesim demo`` profiles and calibrates just
 before it validates) and decays over minutes, so on a quiet machine it warned
@@ -33,7 +36,7 @@ QUIET_LOAD = 0.6
 @dataclass(frozen=True)
 class CpuSample:
     """CPU seconds spent so far: by every core of the machine (busy, not idle or iowait)
-    and by this process with its waited-for children; and the wall clock."""
+    and by this process with all its descendants; and the wall clock."""
 
     wall_s: float
     machine_busy_s: float
@@ -53,8 +56,38 @@ def cpu_sample(stat_path: str = "/proc/stat") -> CpuSample | None:
     ticks = [int(x) for x in fields[1:9]] + [0] * max(0, 9 - len(fields))
     user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]  # guest is inside user
     t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system + _live_descendants_ticks(os.getpid()) / hz
     return CpuSample(wall_s=t.elapsed, machine_busy_s=(user + nice + system + irq + softirq + steal) / hz,
-                     own_s=t.user + t.system + t.children_user + t.children_system)
+                     own_s=own)
+
+
+def _live_descendants_ticks(root: int, proc: str = "/proc") -> int:
+    """Clock ticks of ``root``'s running descendants: each one's own time and that of the
+    children it waited for (``utime + stime + cutime + cstime`` of ``/proc/<pid>/stat``).
+    Every finished descendant's time is then counted once: by the process that waited for it."""
+    kids: dict[int, list[tuple[int, int]]] = {}
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{name}/stat", encoding="ascii", errors="replace") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended since the listing
+        if len(rest) < 15:
+            continue
+        # after the name: state, ppid (1), ..., utime (11), stime (12), cutime (13), cstime (14)
+        kids.setdefault(int(rest[1]), []).append((int(name), sum(int(x) for x in rest[11:15])))
+    total, todo = 0, [root]
+    while todo:
+        for pid, ticks in kids.get(todo.pop(), []):
+            total += ticks
+            todo.append(pid)
+    return total
 
 
 def other_work_cores(before: CpuSample | None, after: CpuSample | None) -> float | None:

@@ -72,6 +72,25 @@ def test_own_work_is_not_other_work() -> None:
     assert after.machine_busy_s - before.machine_busy_s >= 0.2
 
 
+def test_running_descendants_count_as_own_work(tmp_path) -> None:
+    """A child's child that is still running (a fork server's co-runner) is this process's work,
+    with what the running ones waited for; other processes' are not."""
+    from stalesim.validate.busy import _live_descendants_ticks
+
+    def proc(pid: int, ppid: int, utime: int, stime: int, cutime: int, cstime: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        fields = ["S", ppid] + [0] * 9 + [utime, stime, cutime, cstime] + [0] * 5
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (py thon) " + " ".join(map(str, fields)))
+
+    proc(10, 1, 5, 5, 0, 0)  # us
+    proc(11, 10, 1, 1, 30, 10)  # the fork server: little of its own, its finished children's 40
+    proc(12, 11, 100, 20, 0, 0)  # a running co-runner
+    proc(13, 1, 999, 999, 0, 0)  # another user's work
+    (tmp_path / "self").mkdir()
+    assert _live_descendants_ticks(10, str(tmp_path)) == 2 + 40 + 120
+    assert _live_descendants_ticks(12, str(tmp_path)) == 0
+
+
 def test_the_warning_names_its_measure() -> None:
     w = busy_warning(1.7, 2, 2, None, None, measure="CPU use (cores busy on average during the run)")
     assert w is not None and "other work's CPU use (cores busy on average during the run) 1.70" in w
