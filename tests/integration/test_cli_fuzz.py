@@ -263,7 +263,7 @@ def _bases(command: str, files: dict[str, str], fresh: str) -> list[list[str]]:
         "validate": [["--out", fresh, "--devices", "cpu:2", "--schedules", "stale"]],
         "figures": [["--out", fresh, "--only", "staleness_table"]],
         "plan": [["--devices", "2", "--target-loss", "1.0", "--out", fresh, "--dataset", "synthetic",
-                  "--iterations", "20", "--max-horizon", "20", "--schedules", "stale", "--seeds", "0",
+                  "--iterations", "4", "--max-horizon", "4", "--schedules", "stale", "--seeds", "0",
                   "--profile", prof], [*llm, "--devices", "8"]],
         "demo": [["--out", fresh, "--quick"]],
     }.get(command, [])
